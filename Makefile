@@ -1,0 +1,28 @@
+# Every target sets itself up from a fresh clone: the venv is built from the pinned lock on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: run test test-full lint demo bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	rm -f $(VENV)/.installed-* && touch $@
+
+run: venv
+	$(BIN)/python -m devtools.run
+
+test: venv
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: venv
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,16 @@
+"""Test-wide setup: mark tests by the folder they live in (unit / integration / e2e)."""
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+CRDS_DIR = SHARED / "crds"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        if parts and parts[0] in ("unit", "integration", "e2e"):
+            item.add_marker(getattr(pytest.mark, parts[0]))
