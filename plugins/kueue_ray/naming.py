@@ -1,0 +1,160 @@
+"""Deterministic names and the label / annotation keys our objects carry.
+
+A RayJob's name is derived from the task instance *without* its try number: when Airflow retries a task
+(or a worker dies and the task is re-run) the new try computes the same name, finds the RayJob the
+previous try submitted and adopts it instead of queueing a duplicate behind Kueue's quota.
+
+Labels are for selection (our watch selects on ``managed-by``) and must be valid label values, so they
+are sanitised; annotations carry the full, unmodified identity used for ownership checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "airflow-kueue-ray"
+MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+DAG_ID_LABEL = "airflow.apache.org/dag-id"
+TASK_ID_LABEL = "airflow.apache.org/task-id"
+
+DAG_ID_ANNOTATION = "airflow.apache.org/dag-id"
+RUN_ID_ANNOTATION = "airflow.apache.org/run-id"
+TASK_ID_ANNOTATION = "airflow.apache.org/task-id"
+MAP_INDEX_ANNOTATION = "airflow.apache.org/map-index"
+TRY_NUMBER_ANNOTATION = "airflow.apache.org/try-number"
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+
+MAX_RAYJOB_NAME = 47
+"""KubeRay's limit: it appends "-<5 random>" to build child names that must fit in 53 characters."""
+MAX_LABEL_VALUE = 63
+
+_HASH_LEN = 10
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+@dataclass(frozen=True)
+class AirflowIdentity:
+    """The task instance a RayJob belongs to (full values, as written into the annotations)."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+    try_number: int = 1
+
+    def annotations(self) -> dict[str, str]:
+        return {
+            DAG_ID_ANNOTATION: self.dag_id,
+            RUN_ID_ANNOTATION: self.run_id,
+            TASK_ID_ANNOTATION: self.task_id,
+            MAP_INDEX_ANNOTATION: str(self.map_index),
+            TRY_NUMBER_ANNOTATION: str(self.try_number),
+        }
+
+    def labels(self) -> dict[str, str]:
+        return {
+            MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+            DAG_ID_LABEL: label_value(self.dag_id),
+            TASK_ID_LABEL: label_value(self.task_id),
+        }
+
+    def rayjob_name(self) -> str:
+        return rayjob_name(self.dag_id, self.task_id, self.run_id, self.map_index)
+
+    def same_task(self, other: AirflowIdentity | None) -> bool:
+        """Same task instance, any try: a retry may adopt what an earlier try submitted."""
+        return other is not None and (self.dag_id, self.task_id, self.run_id, self.map_index) == (
+            other.dag_id,
+            other.task_id,
+            other.run_id,
+            other.map_index,
+        )
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str] | None) -> AirflowIdentity | None:
+        """Read the identity back from an object's annotations; None if they are missing or garbled."""
+        annotations = annotations or {}
+        try:
+            return cls(
+                dag_id=annotations[DAG_ID_ANNOTATION],
+                task_id=annotations[TASK_ID_ANNOTATION],
+                run_id=annotations[RUN_ID_ANNOTATION],
+                map_index=int(annotations.get(MAP_INDEX_ANNOTATION, "-1")),
+                try_number=int(annotations.get(TRY_NUMBER_ANNOTATION, "0")),
+            )
+        except (KeyError, ValueError):
+            return None
+
+
+def rayjob_name(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
+    """``<short dag>-<short task>-<hash>``: a DNS-1035 label of at most 47 characters.
+
+    The 10-hex hash covers dag_id, run_id, task_id and map_index (not the try number), so the name is
+    stable across retries and distinct for every run and mapped instance even when the readable parts
+    are truncated identically.
+    """
+    digest = hashlib.sha256(json.dumps([dag_id, run_id, task_id, map_index]).encode()).hexdigest()
+    suffix = digest[:_HASH_LEN]
+    dag, task = _dns_words(dag_id), _dns_words(task_id)
+    prefix_budget = MAX_RAYJOB_NAME - _HASH_LEN - 1
+    if not (dag or task)[:1].isalpha():
+        dag = f"r{dag}" if dag else "r"
+    dag, task = _share_budget(dag, task, prefix_budget)
+    prefix = "-".join(part for part in (dag, task) if part)
+    return f"{prefix}-{suffix}"
+
+
+def _dns_words(text: str) -> str:
+    """Lower-case, every run of characters outside [a-z0-9] becomes one dash, no dashes at the ends."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _share_budget(dag: str, task: str, budget: int) -> tuple[str, str]:
+    """Truncate the two words so that ``dag-task`` fits ``budget``; a short one donates its room."""
+    if not task:
+        return dag[:budget].rstrip("-"), ""
+    room = budget - 1
+    if len(dag) + len(task) > room:
+        half = room // 2
+        if len(dag) <= half:
+            task = task[: room - len(dag)]
+        elif len(task) <= room - half:
+            dag = dag[: room - len(task)]
+        else:
+            dag, task = dag[:half], task[: room - half]
+    return dag.rstrip("-"), task.strip("-")
+
+
+def is_dns1035_label(name: str) -> bool:
+    return bool(_DNS_1035.match(name)) and len(name) <= MAX_LABEL_VALUE
+
+
+def is_label_value(value: str) -> bool:
+    return len(value) <= MAX_LABEL_VALUE and bool(_LABEL_VALUE.match(value))
+
+
+def label_value(text: str) -> str:
+    """Make ``text`` a valid label value: at most 63 of [A-Za-z0-9._-], alphanumeric at both ends.
+
+    Invalid characters become "_". A value that had to be cut gets a hash suffix so two long ids that
+    share a prefix still select differently.
+    """
+    if is_label_value(text):
+        return text
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", text)
+    cleaned = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
+    if len(cleaned) <= MAX_LABEL_VALUE and cleaned:
+        return cleaned
+    digest = hashlib.sha256(text.encode()).hexdigest()[:_HASH_LEN]
+    head = re.sub(r"[^A-Za-z0-9]+$", "", cleaned[: MAX_LABEL_VALUE - _HASH_LEN - 1])
+    return f"{head}-{digest}" if head else digest

@@ -1,0 +1,151 @@
+"""What happened to a RayJob while Airflow waited: queueing, admissions, preemptions, resource use.
+
+The trigger feeds every observed transition into a :class:`Timeline`; the result travels in the trigger
+event and lands in XCom, so it must survive ``to_dict`` / ``from_dict`` (JSON only) and keep accumulating
+after a round trip (a triggerer restart resumes from the dict it last emitted).
+
+Time between two observations is attributed to the phase seen at the first of them. Resource-seconds
+count the admitted ``resourceUsage`` of the current admission for the time spent RUNNING under it
+(e.g. 2 GPUs for 60 s -> ``{"nvidia.com/gpu": 120.0}``): what the job actually consumed, not what it
+held while its cluster was starting or being torn down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kueue_ray.quantity import parse_quantity
+from kueue_ray.status import TERMINAL_PHASES, Observation, Phase
+
+WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE})
+HOLDING_QUOTA_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING, Phase.PREEMPTED})
+_ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
+
+Timestamp = datetime | float | int | str
+
+
+def to_epoch(at: Timestamp) -> float:
+    """datetime (naive = UTC), epoch seconds or ISO 8601 text -> epoch seconds."""
+    if isinstance(at, str):
+        at = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    if isinstance(at, datetime):
+        return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
+    return float(at)
+
+
+def to_iso(epoch: float | None) -> str | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
+@dataclass
+class Timeline:
+    submitted_at: float | None = None
+    admissions: list[dict] = field(default_factory=list)
+    """[{"at", "cluster_queue", "flavors"}], one per (re-)admission."""
+    preemptions: list[dict] = field(default_factory=list)
+    """[{"at", "reason", "message"}], one per eviction."""
+    finished_at: float | None = None
+    final_phase: str | None = None
+    queued_seconds: float = 0.0
+    """Time not admitted (submitted, queued, inadmissible), over all waits."""
+    admitted_seconds: float = 0.0
+    """Time holding quota (cluster starting, running, retrying, being preempted)."""
+    running_seconds: float = 0.0
+    resource_seconds: dict[str, float] = field(default_factory=dict)
+    phase: str | None = None
+    last_observed_at: float | None = None
+    resource_usage: dict[str, str] = field(default_factory=dict)
+    """Admitted resources of the current admission."""
+    preemption_count: int = 0
+    """Kueue preemptions (Observation.preemptions) already accounted for in ``preemptions``; other
+    evictions (PodsReadyTimeout, stopped queues) are listed there too but not counted here."""
+
+    def record(self, observation: Observation, at: Timestamp) -> bool:
+        """Account for the time since the last observation and note this one; True if the phase changed."""
+        now = to_epoch(at)
+        previous = Phase(self.phase) if self.phase else None
+        if self.submitted_at is None:
+            self.submitted_at = now
+        if previous is not None and self.last_observed_at is not None:
+            self._attribute(previous, max(0.0, now - self.last_observed_at))
+        self.last_observed_at = max(now, self.last_observed_at or now)
+
+        current = observation.phase
+        newly_admitted = current in _ADMITTED_PHASES and previous not in _ADMITTED_PHASES
+        first_seen_finished = current in TERMINAL_PHASES and not self.admissions and observation.cluster_queue
+        if newly_admitted or first_seen_finished:
+            self.admissions.append(
+                {"at": now, "cluster_queue": observation.cluster_queue, "flavors": observation.flavors}
+            )
+            self.resource_usage = dict(observation.resource_usage)
+        elif current in _ADMITTED_PHASES and observation.resource_usage:
+            self.resource_usage = dict(observation.resource_usage)
+
+        if current is Phase.PREEMPTED and previous is not Phase.PREEMPTED:
+            self.preemptions.append({"at": now, "reason": observation.reason, "message": observation.message})
+            if observation.preemptions > self.preemption_count:
+                self.preemption_count += 1
+        while observation.preemptions > self.preemption_count:
+            # The PREEMPTED moment itself was not observed (e.g. RUNNING straight to QUEUED).
+            self.preemptions.append({"at": now, "reason": "Preempted", "message": observation.message})
+            self.preemption_count += 1
+
+        if current in TERMINAL_PHASES and self.finished_at is None:
+            self.finished_at = now
+            self.final_phase = current.value
+        self.phase = current.value
+        return current is not previous
+
+    def _attribute(self, phase: Phase, seconds: float) -> None:
+        if phase in WAITING_PHASES:
+            self.queued_seconds += seconds
+        elif phase in HOLDING_QUOTA_PHASES:
+            self.admitted_seconds += seconds
+        if phase is Phase.RUNNING:
+            self.running_seconds += seconds
+            for resource, amount in self.resource_usage.items():
+                used = float(parse_quantity(amount)) * seconds
+                self.resource_seconds[resource] = self.resource_seconds.get(resource, 0.0) + used
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form: ISO 8601 UTC instants, seconds rounded to milliseconds."""
+        return {
+            "submitted_at": to_iso(self.submitted_at),
+            "admissions": [{**a, "at": to_iso(a["at"])} for a in self.admissions],
+            "preemptions": [{**p, "at": to_iso(p["at"])} for p in self.preemptions],
+            "finished_at": to_iso(self.finished_at),
+            "final_phase": self.final_phase,
+            "queued_seconds": round(self.queued_seconds, 3),
+            "admitted_seconds": round(self.admitted_seconds, 3),
+            "running_seconds": round(self.running_seconds, 3),
+            "resource_seconds": {k: round(v, 3) for k, v in self.resource_seconds.items()},
+            "phase": self.phase,
+            "last_observed_at": to_iso(self.last_observed_at),
+            "resource_usage": dict(self.resource_usage),
+            "preemption_count": self.preemption_count,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Timeline:
+        data = data or {}
+
+        def epoch(value: Any) -> float | None:
+            return None if value is None else to_epoch(value)
+
+        return cls(
+            submitted_at=epoch(data.get("submitted_at")),
+            admissions=[{**a, "at": epoch(a.get("at"))} for a in data.get("admissions") or []],
+            preemptions=[{**p, "at": epoch(p.get("at"))} for p in data.get("preemptions") or []],
+            finished_at=epoch(data.get("finished_at")),
+            final_phase=data.get("final_phase"),
+            queued_seconds=float(data.get("queued_seconds") or 0.0),
+            admitted_seconds=float(data.get("admitted_seconds") or 0.0),
+            running_seconds=float(data.get("running_seconds") or 0.0),
+            resource_seconds={k: float(v) for k, v in (data.get("resource_seconds") or {}).items()},
+            phase=data.get("phase"),
+            last_observed_at=epoch(data.get("last_observed_at")),
+            resource_usage=dict(data.get("resource_usage") or {}),
+            preemption_count=int(data.get("preemption_count") or 0),
+        )

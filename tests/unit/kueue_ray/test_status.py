@@ -1,0 +1,300 @@
+"""The status model on RayJob + Workload objects shaped like KubeRay v1.7 / Kueue v0.19 write them."""
+
+import pytest
+from kueue_ray.quantity import parse_quantity
+from kueue_ray.status import Phase, count_preemptions, is_never_fits, observe
+
+NEVER_FITS = (
+    "couldn't assign flavors to pod set submitter: insufficient quota for cpu in flavor default-flavor, "
+    "previously considered podsets requests (2) + current podset request (500m) > maximum capacity (2)"
+)
+MORE_NEEDED = (
+    "couldn't assign flavors to pod set head: insufficient unused quota for nvidia.com/gpu in flavor "
+    "default-flavor, 1 more needed"
+)
+PREEMPTED_MSG = (
+    "Preempted to accommodate a workload (UID: 1c2d, JobUID: 9f8e) due to prioritization in the "
+    "ClusterQueue; preemptor path: /cluster-queue; preemptee path: /cluster-queue"
+)
+
+
+def rayjob(deployment="", job_status="", *, suspend=True, failed=0, reason="", message="", **status):
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": "train-42", "namespace": "default", "uid": "6f1c2d3e"},
+        "spec": {"suspend": suspend, "shutdownAfterJobFinishes": True},
+        "status": {
+            "jobDeploymentStatus": deployment,
+            "jobStatus": job_status,
+            "failed": failed,
+            "succeeded": 0,
+            "reason": reason,
+            "message": message,
+            **status,
+        },
+    }
+
+
+def cond(type_, status, reason, message=""):
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+ADMISSION = {
+    "clusterQueue": "cluster-queue",
+    "podSetAssignments": [
+        {
+            "name": "head",
+            "count": 1,
+            "flavors": {"cpu": "default-flavor", "memory": "default-flavor", "nvidia.com/gpu": "gpu-a100"},
+            "resourceUsage": {"cpu": "2", "memory": "8G", "nvidia.com/gpu": "1"},
+        },
+        {
+            "name": "submitter",
+            "count": 1,
+            "flavors": {"cpu": "default-flavor", "memory": "default-flavor"},
+            "resourceUsage": {"cpu": "500m", "memory": "200Mi"},
+        },
+    ],
+}
+
+
+def workload(*conditions, admission=None, active=True, evictions=None, requeue_at=None):
+    status = {"conditions": list(conditions)}
+    if admission:
+        status["admission"] = admission
+    if evictions:
+        status["schedulingStats"] = {"evictions": evictions}
+    if requeue_at:
+        status["requeueState"] = {"count": 1, "requeueAt": requeue_at}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "rayjob-train-42-123ec", "namespace": "default"},
+        "spec": {"active": active, "queueName": "user-queue"},
+        "status": status,
+    }
+
+
+RESERVED = cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue cluster-queue")
+ADMITTED = cond("Admitted", "True", "Admitted", "The workload is admitted")
+
+
+def test_rayjob_without_workload_is_submitted():
+    obs = observe(rayjob("Suspended"), None)
+    assert obs.phase is Phase.SUBMITTED
+    assert not obs.terminal
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("Pending", MORE_NEEDED),
+        ("WaitingForQuota", MORE_NEEDED),
+        ("Pending", MORE_NEEDED + ". Pending the preemption of 1 workload(s)"),
+        ("WaitingForPreemptedWorkloads", MORE_NEEDED + ". Pending the preemption of 1 workload(s)"),
+        ("PendingEvaluation", "Workload is pending evaluation in the scheduling queue"),
+    ],
+)
+def test_waiting_for_quota_is_queued_with_kueues_words(reason, message):
+    obs = observe(rayjob("Suspended"), workload(cond("QuotaReserved", "False", reason, message)))
+    assert obs.phase is Phase.QUEUED
+    assert (obs.reason, obs.message) == (reason, message)
+    assert obs.cluster_queue is None
+
+
+def test_workload_without_conditions_is_queued():
+    """StrictFIFO: workloads behind a blocked head get no conditions at all."""
+    assert observe(rayjob("Suspended"), workload()).phase is Phase.QUEUED
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("Inadmissible", "LocalQueue missing-queue doesn't exist"),
+        ("Inadmissible", "ClusterQueue cluster-queue is inactive"),
+        ("Misconfigured", "LocalQueue missing-queue doesn't exist"),
+        ("Suspended", "ClusterQueue cluster-queue is stopped"),
+        ("Pending", "ClusterQueue cluster-queue not found"),
+        ("Pending", NEVER_FITS),
+        ("ExceedsMaxQuota", NEVER_FITS),
+        ("Pending", "couldn't assign flavors to pod set head: request > maximum capacity (24 > 16)"),
+    ],
+)
+def test_configuration_problems_and_never_fits_are_inadmissible(reason, message):
+    obs = observe(rayjob("Suspended"), workload(cond("QuotaReserved", "False", reason, message)))
+    assert obs.phase is Phase.INADMISSIBLE
+    assert obs.message == message
+    assert not obs.terminal
+
+
+def test_never_fits_needs_every_flavor_of_a_pod_set_to_be_permanent():
+    mixed = (
+        "couldn't assign flavors to pod set head: insufficient quota for cpu in flavor small, previously "
+        "considered podsets requests (0) + current podset request (4) > maximum capacity (2), "
+        "insufficient unused quota for cpu in flavor large, 2 more needed"
+    )
+    assert not is_never_fits(mixed)
+    assert is_never_fits(f"{MORE_NEEDED}; {NEVER_FITS}")
+    assert is_never_fits(
+        "couldn't assign flavors to pod set head: resource nvidia.com/gpu unavailable in ClusterQueue"
+    )
+    assert not is_never_fits(NEVER_FITS + ". Pending the preemption of 2 workload(s)")
+    assert not is_never_fits("")
+
+
+def test_quota_reserved_while_cluster_starts_is_admitted_with_flavors_and_usage():
+    obs = observe(rayjob("Initializing", suspend=False), workload(RESERVED, ADMITTED, admission=ADMISSION))
+    assert obs.phase is Phase.ADMITTED
+    assert obs.cluster_queue == "cluster-queue"
+    assert obs.flavors["head"]["nvidia.com/gpu"] == "gpu-a100"
+    assert obs.resource_usage["cpu"] == "2500m"
+    assert obs.resource_usage["nvidia.com/gpu"] == "1"
+    assert parse_quantity(obs.resource_usage["memory"]) == 8_000_000_000 + 200 * 2**20
+    assert obs.workload_name == "rayjob-train-42-123ec"
+
+
+def test_running_carries_kuberay_identifiers():
+    rj = rayjob(
+        "Running",
+        "RUNNING",
+        suspend=False,
+        jobId="train-42-x7k2p",
+        rayClusterName="train-42-hj2rs",
+        dashboardURL="train-42-hj2rs-head-svc.default.svc.cluster.local:8265",
+    )
+    obs = observe(rj, workload(RESERVED, ADMITTED, admission=ADMISSION))
+    assert obs.phase is Phase.RUNNING
+    assert (obs.job_id, obs.ray_cluster) == ("train-42-x7k2p", "train-42-hj2rs")
+    assert obs.dashboard_url.endswith(":8265")
+
+
+def test_finished_is_checked_before_quota_reserved():
+    """Kueue v0.19 keeps QuotaReserved=True on finished Workloads."""
+    finished = cond("Finished", "True", "Succeeded", "Job finished successfully.")
+    obs = observe(
+        rayjob("Running", "RUNNING", suspend=False),
+        workload(RESERVED, ADMITTED, finished, admission=ADMISSION),
+    )
+    assert obs.phase is Phase.SUCCEEDED
+    assert obs.terminal
+    failed = cond("Finished", "True", "Failed", "Job failed")
+    assert observe(rayjob("Running", suspend=False), workload(RESERVED, failed)).phase is Phase.FAILED
+
+
+def test_complete_succeeded_and_stopped():
+    done = workload(RESERVED, ADMITTED, cond("Finished", "True", "Succeeded", ""), admission=ADMISSION)
+    obs = observe(rayjob("Complete", "SUCCEEDED", suspend=False, message="Job finished successfully."), done)
+    assert (obs.phase, obs.terminal, obs.message) == (Phase.SUCCEEDED, True, "Job finished successfully.")
+    stopped = observe(rayjob("Complete", "STOPPED", suspend=False), done)
+    assert stopped.phase is Phase.STOPPED
+    assert stopped.terminal and not stopped.succeeded
+
+
+@pytest.mark.parametrize(
+    ("deployment", "reason", "message"),
+    [
+        ("Failed", "AppFailed", "Job entrypoint command failed with exit code 1"),
+        ("Failed", "SubmissionFailed", "Job submission has failed. Reason: BackoffLimitExceeded. Message: x"),
+        ("Failed", "DeadlineExceeded", "The RayJob has passed the activeDeadlineSeconds."),
+        ("ValidationFailed", "ValidationFailed", "The RayJob spec is invalid: entrypoint is required"),
+    ],
+)
+def test_failures_are_terminal_with_kuberays_reason(deployment, reason, message):
+    obs = observe(rayjob(deployment, "FAILED", suspend=False, failed=3, reason=reason, message=message), None)
+    assert (obs.phase, obs.terminal, obs.reason, obs.message) == (Phase.FAILED, True, reason, message)
+    assert obs.failed_attempts == 3
+
+
+def test_on_hold_workload_means_validation_failed():
+    held = workload(cond("QuotaReserved", "False", "OnHold", "Job is on hold"))
+    obs = observe(rayjob("Suspended"), held)
+    assert (obs.phase, obs.reason, obs.terminal) == (Phase.FAILED, "ValidationFailed", True)
+
+
+def test_retrying_and_new_after_retrying():
+    wl = workload(RESERVED, ADMITTED, admission=ADMISSION)
+    retrying = observe(rayjob("Retrying", "FAILED", suspend=False, failed=1, reason="AppFailed"), wl)
+    assert (retrying.phase, retrying.failed_attempts, retrying.terminal) == (Phase.RETRYING, 1, False)
+    assert observe(rayjob("", suspend=False, failed=1), wl).phase is Phase.RETRYING
+    assert observe(rayjob("Initializing", suspend=False, failed=1), wl).phase is Phase.ADMITTED
+
+
+def test_preempted_while_cluster_is_torn_down_then_queued_again():
+    evicted = cond("Evicted", "True", "Preempted", PREEMPTED_MSG)
+    preempted = cond("Preempted", "True", "InClusterQueue", PREEMPTED_MSG)
+    stopping = observe(
+        rayjob("Suspending", suspend=True), workload(RESERVED, evicted, preempted, admission=ADMISSION)
+    )
+    assert (stopping.phase, stopping.reason, stopping.message) == (
+        Phase.PREEMPTED,
+        "Preempted",
+        PREEMPTED_MSG,
+    )
+    assert stopping.preemptions == 1
+
+    requeued = workload(
+        cond("QuotaReserved", "False", "Pending", PREEMPTED_MSG),
+        evicted,
+        preempted,
+        cond("Requeued", "True", "Preempted", PREEMPTED_MSG),
+        evictions=[{"reason": "Preempted", "underlyingCause": "InClusterQueue", "count": 2}],
+    )
+    obs = observe(rayjob("Suspended"), requeued)
+    assert (obs.phase, obs.preemptions, obs.terminal) == (Phase.QUEUED, 2, False)
+
+
+def test_pods_ready_timeout_backoff_is_queued_and_says_until_when():
+    evicted = cond(
+        "Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout default/rayjob-train-42"
+    )
+    wl = workload(
+        evicted, cond("Requeued", "False", "PodsReadyTimeout", ""), requeue_at="2026-12-02T12:00:00Z"
+    )
+    obs = observe(rayjob("Suspended"), wl)
+    assert obs.phase is Phase.QUEUED
+    assert "2026-12-02T12:00:00Z" in obs.message
+    assert obs.preemptions == 0
+
+
+def test_preemption_count_from_historical_condition():
+    previously = cond("Preempted", "False", "QuotaReserved", "Previously: " + PREEMPTED_MSG)
+    assert count_preemptions(workload(RESERVED, previously)) == 1
+    assert count_preemptions(workload(RESERVED)) == 0
+    other = [{"reason": "PodsReadyTimeout", "count": 3}, {"reason": "Preempted", "count": 1}]
+    assert count_preemptions(workload(evictions=other)) == 1
+
+
+@pytest.mark.parametrize(
+    "wl",
+    [
+        workload(cond("QuotaReserved", "False", "Pending", ""), active=False),
+        workload(
+            RESERVED,
+            cond(
+                "Evicted",
+                "True",
+                "DeactivatedDueToRequeuingLimitExceeded",
+                "The workload is deactivated due to x",
+            ),
+        ),
+        workload(
+            RESERVED,
+            cond(
+                "DeactivationTarget",
+                "True",
+                "MaximumExecutionTimeExceeded",
+                "exceeding the maximum execution time",
+            ),
+        ),
+    ],
+)
+def test_deactivation_is_terminal(wl):
+    obs = observe(rayjob("Running", "RUNNING", suspend=False), wl)
+    assert (obs.phase, obs.terminal) == (Phase.DEACTIVATED, True)
+
+
+def test_observation_serialises_for_trigger_events():
+    data = observe(rayjob("Initializing", suspend=False), workload(RESERVED, admission=ADMISSION)).to_dict()
+    assert data["phase"] == "ADMITTED"
+    assert data["flavors"]["submitter"] == {"cpu": "default-flavor", "memory": "default-flavor"}

@@ -1,0 +1,127 @@
+"""Timeline accounting: waits, admissions, preemptions and resource-seconds."""
+
+import json
+from datetime import UTC, datetime
+
+from kueue_ray.status import TERMINAL_PHASES, Observation, Phase
+from kueue_ray.timeline import Timeline
+
+T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC).timestamp()
+USAGE = {"cpu": "2500m", "memory": "8G", "nvidia.com/gpu": "2"}
+FLAVORS = {"head": {"nvidia.com/gpu": "a100"}}
+
+
+def obs(phase, *, reason="", message="", preemptions=0, admitted=False):
+    return Observation(
+        phase=phase,
+        terminal=phase in TERMINAL_PHASES,
+        reason=reason,
+        message=message,
+        preemptions=preemptions,
+        cluster_queue="cluster-queue" if admitted else None,
+        flavors=FLAVORS if admitted else {},
+        resource_usage=USAGE if admitted else {},
+    )
+
+
+def feed(timeline, events):
+    for offset, observation in events:
+        timeline.record(observation, T0 + offset)
+    return timeline
+
+
+def test_simple_run():
+    timeline = feed(
+        Timeline(),
+        [
+            (0, obs(Phase.SUBMITTED)),
+            (2, obs(Phase.QUEUED, reason="Pending")),
+            (30, obs(Phase.ADMITTED, admitted=True)),
+            (35, obs(Phase.RUNNING, admitted=True)),
+            (95, obs(Phase.SUCCEEDED, admitted=True)),
+        ],
+    )
+    assert timeline.queued_seconds == 30
+    assert timeline.admitted_seconds == 65
+    assert timeline.running_seconds == 60
+    assert timeline.resource_seconds == {"cpu": 150.0, "memory": 480e9, "nvidia.com/gpu": 120.0}
+    assert timeline.final_phase == "SUCCEEDED"
+    assert timeline.finished_at - timeline.submitted_at == 95
+    assert [a["cluster_queue"] for a in timeline.admissions] == ["cluster-queue"]
+    assert timeline.preemptions == []
+
+
+def test_preemption_requeue_and_readmission():
+    preempted_msg = (
+        "Preempted to accommodate a workload (UID: u1, JobUID: j1) due to prioritization in the ClusterQueue"
+    )
+    timeline = feed(
+        Timeline(),
+        [
+            (0, obs(Phase.QUEUED)),
+            (10, obs(Phase.RUNNING, admitted=True)),
+            (
+                70,
+                obs(Phase.PREEMPTED, reason="Preempted", message=preempted_msg, preemptions=1, admitted=True),
+            ),
+            (75, obs(Phase.QUEUED, reason="Pending", preemptions=1)),
+            (100, obs(Phase.ADMITTED, preemptions=1, admitted=True)),
+            (105, obs(Phase.RUNNING, preemptions=1, admitted=True)),
+            (125, obs(Phase.SUCCEEDED, preemptions=1, admitted=True)),
+        ],
+    )
+    assert len(timeline.admissions) == 2
+    assert [(p["reason"], p["message"]) for p in timeline.preemptions] == [("Preempted", preempted_msg)]
+    assert timeline.queued_seconds == 10 + 25
+    assert timeline.running_seconds == 60 + 20
+    assert timeline.resource_seconds["nvidia.com/gpu"] == 160.0
+
+
+def test_missed_preempted_phase_is_still_recorded_once():
+    timeline = feed(
+        Timeline(),
+        [
+            (0, obs(Phase.RUNNING, admitted=True)),
+            (10, obs(Phase.QUEUED, reason="Pending", message="evicted", preemptions=1)),
+            (20, obs(Phase.QUEUED, reason="Pending", preemptions=1)),
+        ],
+    )
+    assert len(timeline.preemptions) == 1
+    assert timeline.preemptions[0]["at"] == T0 + 10
+
+
+def test_pods_ready_timeout_eviction_is_listed_but_not_counted_as_preemption():
+    timeline = feed(
+        Timeline(),
+        [
+            (0, obs(Phase.ADMITTED, admitted=True)),
+            (5, obs(Phase.PREEMPTED, reason="PodsReadyTimeout", admitted=True)),
+            (6, obs(Phase.QUEUED)),
+            (8, obs(Phase.RUNNING, admitted=True)),
+            (9, obs(Phase.PREEMPTED, reason="Preempted", preemptions=1, admitted=True)),
+            (10, obs(Phase.QUEUED, preemptions=1)),
+        ],
+    )
+    assert [p["reason"] for p in timeline.preemptions] == ["PodsReadyTimeout", "Preempted"]
+    assert timeline.preemption_count == 1
+
+
+def test_round_trip_through_json_keeps_accumulating():
+    timeline = feed(Timeline(), [(0, obs(Phase.QUEUED)), (20, obs(Phase.RUNNING, admitted=True))])
+    data = json.loads(json.dumps(timeline.to_dict()))
+    assert data["submitted_at"] == "2026-12-02T10:00:00+00:00"
+    assert data["admissions"][0]["at"] == "2026-12-02T10:00:20+00:00"
+    resumed = Timeline.from_dict(data)
+    resumed.record(obs(Phase.SUCCEEDED, admitted=True), datetime(2026, 12, 2, 10, 1, 20, tzinfo=UTC))
+    result = resumed.to_dict()
+    assert result["queued_seconds"] == 20
+    assert result["running_seconds"] == 60
+    assert result["resource_seconds"]["nvidia.com/gpu"] == 120.0
+    assert result["final_phase"] == "SUCCEEDED"
+    assert result["finished_at"] == "2026-12-02T10:01:20+00:00"
+
+
+def test_job_seen_only_when_already_finished_still_has_its_admission():
+    timeline = feed(Timeline(), [(0, obs(Phase.SUCCEEDED, admitted=True))])
+    assert timeline.admissions[0]["cluster_queue"] == "cluster-queue"
+    assert timeline.running_seconds == 0
