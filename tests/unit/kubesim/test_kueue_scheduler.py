@@ -1,0 +1,465 @@
+"""The admission cycle: queue order, StrictFIFO vs BestEffortFIFO, in-cycle contention, and every
+shared admission scenario (../shared/scenarios) replayed at the pure level.
+
+The scenario driver below plays the part of the Kueue controller without HTTP: it turns the
+scenario objects into a `Snapshot`, turns submitted RayJobs into Workloads (head, worker groups,
+and the K8sJobMode submitter pod set), applies the scheduler's decisions, and releases a victim's
+quota right after its eviction (as the RayJob suspending would).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubesim.kueue import quantity
+from kubesim.kueue.model import (
+    BEST_EFFORT_FIFO,
+    LOWER_PRIORITY,
+    STRICT_FIFO,
+    Admit,
+    ClusterQueue,
+    Cohort,
+    FlavorQuotas,
+    NoFit,
+    PodSet,
+    Preempt,
+    PreemptionPolicy,
+    ResourceFlavor,
+    ResourceGroup,
+    ResourceQuota,
+    Snapshot,
+    Workload,
+)
+from kubesim.kueue.scheduler import namespace_selected, ordered, pending_positions, schedule, schedule_cycle
+
+SCENARIOS = Path(__file__).resolve().parents[4] / "shared" / "scenarios"
+
+
+def cpu_queue(name: str, nominal: str, **kwargs) -> ClusterQueue:
+    group = ResourceGroup(
+        ("cpu",), (FlavorQuotas("default", {"cpu": ResourceQuota(quantity.to_canonical("cpu", nominal))}),)
+    )
+    return ClusterQueue(name, (group,), namespace_selector={}, **kwargs)
+
+
+def job(name: str, cpu: str, cq: str = "cq", priority: int = 0, t: float = 0.0, **kwargs) -> Workload:
+    return Workload(
+        key=f"default/{name}",
+        uid=f"uid-{name}",
+        cluster_queue=cq,
+        pod_sets=(PodSet("head", 1, {"cpu": quantity.to_canonical("cpu", cpu)}),),
+        priority=priority,
+        queue_timestamp=t,
+        creation_seq=int(t * 1000),
+        **kwargs,
+    )
+
+
+def admitted_in(snapshot: Snapshot, decision: Admit) -> None:
+    snapshot.admitted.setdefault(decision.admission.cluster_queue, []).append(
+        replace(decision.workload, admission=decision.admission)
+    )
+
+
+# --------------------------------------------------------------------------------- unit behaviour
+
+
+def test_queue_order_is_priority_then_age():
+    young_high = job("young-high", "1", priority=5, t=3)
+    old_low = job("old-low", "1", priority=1, t=1)
+    old_high = job("old-high", "1", priority=5, t=2)
+    assert [w.key for w in ordered([old_low, young_high, old_high])] == [
+        "default/old-high",
+        "default/young-high",
+        "default/old-low",
+    ]
+
+
+def test_pending_positions_count_per_local_queue_and_cluster_queue():
+    a1 = job("a1", "1", t=1, local_queue="a")
+    b1 = job("b1", "1", t=2, local_queue="b")
+    a2 = job("a2", "1", t=3, local_queue="a")
+    positions = {
+        p.workload.key: (p.position_in_cluster_queue, p.position_in_local_queue)
+        for p in pending_positions([a2, b1, a1])
+    }
+    assert positions == {"default/a1": (0, 0), "default/b1": (1, 0), "default/a2": (2, 1)}
+
+
+def test_one_head_per_queue_per_cycle_and_the_admission_records_flavors():
+    snapshot = Snapshot(
+        flavors={"default": ResourceFlavor("default")}, cluster_queues={"cq": cpu_queue("cq", "4")}
+    )
+    first, second = job("first", "1", t=1), job("second", "1", t=2)
+    decisions = schedule_cycle(snapshot, {"cq": [second, first]}, now=10.0)
+    assert len(decisions) == 1
+    admit = decisions[0]
+    assert isinstance(admit, Admit) and admit.workload.key == "default/first"
+    assignment = admit.admission.pod_set_assignments[0]
+    assert (assignment.name, assignment.flavors, assignment.resource_usage, assignment.count) == (
+        "head",
+        {"cpu": "default"},
+        {"cpu": 1000},
+        1,
+    )
+    assert admit.admission.reserved_at == 10.0
+
+
+def test_best_effort_fifo_parks_a_head_that_cannot_fit_and_admits_the_next():
+    snapshot = Snapshot(
+        flavors={"default": ResourceFlavor("default")}, cluster_queues={"cq": cpu_queue("cq", "2")}
+    )
+    big, small = job("big", "3", priority=1, t=1), job("small", "1", t=2)
+    decisions = schedule(snapshot, {"cq": [big, small]})
+    by_key = {d.workload.key: d for d in decisions}
+    assert isinstance(by_key["default/big"], NoFit) and by_key["default/big"].inadmissible
+    assert "> maximum capacity (2)" in by_key["default/big"].message
+    assert isinstance(by_key["default/small"], Admit)
+
+
+def test_strict_fifo_head_blocks_the_queue_without_being_parked():
+    cq = cpu_queue("cq", "2", queueing_strategy=STRICT_FIFO)
+    snapshot = Snapshot(flavors={"default": ResourceFlavor("default")}, cluster_queues={"cq": cq})
+    big, small = job("big", "3", priority=1, t=1), job("small", "1", t=2)
+    decisions = schedule(snapshot, {"cq": [big, small]})
+    assert [(type(d), d.workload.key) for d in decisions] == [(NoFit, "default/big")]
+    assert decisions[0].inadmissible is False
+
+
+def test_non_borrowing_head_goes_first_and_the_borrowing_one_no_longer_fits():
+    snapshot = Snapshot(
+        flavors={"default": ResourceFlavor("default")},
+        cluster_queues={
+            "a": cpu_queue("a", "2", cohort="c"),
+            "b": cpu_queue("b", "2", cohort="c"),
+        },
+    )
+    # b's head borrows (3 > nominal 2) and has the higher priority; a's head stays within nominal.
+    borrower = job("borrower", "3", cq="b", priority=10, t=1)
+    local = job("local", "2", cq="a", t=2)
+    decisions = schedule_cycle(snapshot, {"a": [local], "b": [borrower]})
+    assert isinstance(decisions[0], Admit) and decisions[0].workload.key == "default/local"
+    skipped = decisions[1]
+    assert isinstance(skipped, NoFit) and not skipped.inadmissible
+    assert skipped.message == "Workload no longer fits after processing another workload"
+
+
+def test_inactive_cluster_queue_and_namespace_mismatch_are_parked_with_kueue_messages():
+    snapshot = Snapshot(
+        flavors={"default": ResourceFlavor("default")},
+        cluster_queues={
+            "held": cpu_queue("held", "2", active=False),
+            "team": replace(cpu_queue("team", "2"), namespace_selector={"matchLabels": {"team": "a"}}),
+        },
+        namespace_labels={"default": {"team": "b"}},
+    )
+    decisions = schedule_cycle(
+        snapshot, {"held": [job("x", "1", cq="held")], "team": [job("y", "1", cq="team")]}
+    )
+    messages = {d.workload.key: (d.message, d.inadmissible) for d in decisions}
+    assert messages == {
+        "default/x": ("ClusterQueue held is inactive", True),
+        "default/y": ("workload namespace doesn't match ClusterQueue selector", True),
+    }
+
+
+def test_inactive_strict_fifo_queue_keeps_its_head_in_place():
+    held = cpu_queue("held", "2", active=False, queueing_strategy=STRICT_FIFO)
+    snapshot = Snapshot(flavors={"default": ResourceFlavor("default")}, cluster_queues={"held": held})
+    (decision,) = schedule(snapshot, {"held": [job("x", "1", cq="held", t=1), job("y", "1", cq="held", t=2)]})
+    assert (decision.workload.key, decision.inadmissible) == ("default/x", False)
+
+
+def test_namespace_selector_semantics():
+    assert namespace_selected({}, {}) is True
+    assert namespace_selected(None, {"a": "b"}) is False
+    selector = {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]}]}
+    assert namespace_selected(selector, {"tier": "gold"}) is True
+    assert namespace_selected(selector, {"tier": "silver"}) is False
+    assert namespace_selected({"matchExpressions": [{"key": "a", "operator": "Bogus"}]}, {"a": "b"}) is False
+
+
+def test_preemptor_waits_for_victims_and_does_not_evict_twice():
+    cq = cpu_queue("cq", "2", preemption=PreemptionPolicy(within_cluster_queue=LOWER_PRIORITY))
+    snapshot = Snapshot(flavors={"default": ResourceFlavor("default")}, cluster_queues={"cq": cq})
+    low = job("low", "2", t=1)
+    admitted_in(snapshot, schedule_cycle(snapshot, {"cq": [low]}, now=1)[0])
+    high = job("high", "2", priority=1, t=2)
+    (decision,) = schedule(snapshot, {"cq": [high]})
+    assert isinstance(decision, Preempt)
+    assert [v.workload.key for v in decision.victims] == ["default/low"]
+    assert decision.victims[0].workload.evicted is False
+    assert decision.pending_message == (
+        "couldn't assign flavors to pod set head: insufficient unused quota for cpu in flavor default, "
+        "2 more needed. Pending the preemption of 1 workload(s)"
+    )
+    # Next time round the victim is being evicted (still holds quota): same victim, nothing new to issue.
+    snapshot.admitted["cq"] = [replace(w, evicted=True) for w in snapshot.admitted["cq"]]
+    (again,) = schedule(snapshot, {"cq": [high]})
+    assert isinstance(again, Preempt) and again.victims[0].workload.evicted is True
+
+
+def test_schedule_does_not_modify_the_snapshot():
+    snapshot = Snapshot(
+        flavors={"default": ResourceFlavor("default")}, cluster_queues={"cq": cpu_queue("cq", "4")}
+    )
+    schedule(snapshot, {"cq": [job("a", "1", t=1), job("b", "1", t=2)]})
+    assert snapshot.admitted == {}
+
+
+# --------------------------------------------------------------------------------- scenarios
+
+
+def _resource_groups(groups) -> tuple[ResourceGroup, ...]:
+    def q(resource, value):
+        return None if value is None else quantity.to_canonical(resource, value)
+
+    return tuple(
+        ResourceGroup(
+            tuple(group["coveredResources"]),
+            tuple(
+                FlavorQuotas(
+                    flavor["name"],
+                    {
+                        r["name"]: ResourceQuota(
+                            q(r["name"], r["nominalQuota"]),
+                            q(r["name"], r.get("borrowingLimit")),
+                            q(r["name"], r.get("lendingLimit")),
+                        )
+                        for r in flavor["resources"]
+                    },
+                )
+                for flavor in group["flavors"]
+            ),
+        )
+        for group in groups or []
+    )
+
+
+def _cluster_queue(obj: dict) -> ClusterQueue:
+    spec = obj["spec"]
+    preemption = spec.get("preemption") or {}
+    borrow = preemption.get("borrowWithinCohort") or {}
+    return ClusterQueue(
+        name=obj["metadata"]["name"],
+        resource_groups=_resource_groups(spec.get("resourceGroups")),
+        cohort=spec.get("cohortName"),
+        queueing_strategy=spec.get("queueingStrategy", BEST_EFFORT_FIFO),
+        preemption=PreemptionPolicy(
+            preemption.get("withinClusterQueue", "Never"),
+            preemption.get("reclaimWithinCohort", "Never"),
+            borrow.get("policy", "Never"),
+            borrow.get("maxPriorityThreshold"),
+        ),
+        namespace_selector=spec.get("namespaceSelector"),
+    )
+
+
+class ScenarioDriver:
+    """A stand-in Kueue controller: queues, workloads, and the effect of each decision."""
+
+    def __init__(self, objects: list[dict]):
+        self.snapshot = Snapshot()
+        self.local_queues: dict[str, str] = {}
+        self.priorities: dict[str, int] = {}
+        self.clock = 0.0
+        self.pending: dict[str, Workload] = {}
+        self.admitted: dict[str, Workload] = {}
+        self.messages: dict[str, str] = {}
+        self.preempted_reason: dict[str, str] = {}
+        self.eviction_messages: dict[str, str] = {}
+        self.unqueued: set[str] = set()
+        self.apply(objects)
+
+    def apply(self, objects: list[dict]) -> None:
+        for obj in objects:
+            name = obj["metadata"]["name"]
+            kind = obj["kind"]
+            if kind == "ResourceFlavor":
+                self.snapshot.flavors[name] = ResourceFlavor(
+                    name, (obj.get("spec") or {}).get("nodeLabels") or {}
+                )
+            elif kind == "ClusterQueue":
+                self.snapshot.cluster_queues[name] = _cluster_queue(obj)
+            elif kind == "Cohort":
+                spec = obj.get("spec") or {}
+                self.snapshot.cohorts[name] = Cohort(
+                    name, spec.get("parentName"), _resource_groups(spec.get("resourceGroups"))
+                )
+            elif kind == "LocalQueue":
+                self.local_queues[name] = obj["spec"]["clusterQueue"]
+            elif kind == "WorkloadPriorityClass":
+                self.priorities[name] = obj["value"]
+        self.unpark()
+
+    def unpark(self) -> None:
+        """A cluster event: parked workloads become candidates again (upstream QueueInadmissibleWorkloads)."""
+        self.pending = {k: replace(w, inadmissible=False) for k, w in self.pending.items()}
+
+    def submit(self, spec: dict) -> None:
+        self.clock += 1
+        pod_sets = [PodSet("head", 1, self.requests(spec["head"]))]
+        for group in spec.get("workers") or []:
+            pod_sets.append(
+                PodSet(group["group"], group.get("replicas", 1), self.requests(group["requests"]))
+            )
+        if spec.get("submissionMode", "HTTPMode") == "K8sJobMode":
+            pod_sets.append(PodSet("submitter", 1, self.requests({"cpu": "500m", "memory": "200Mi"})))
+        name = spec["name"]
+        queue = spec["queue"]
+        workload = Workload(
+            key=f"default/{name}",
+            uid=f"wl-{name}",
+            job_uid=f"job-{name}",
+            cluster_queue=self.local_queues.get(queue, ""),
+            pod_sets=tuple(pod_sets),
+            priority=self.priorities.get(spec.get("priority"), 0),
+            queue_timestamp=self.clock,
+            creation_seq=int(self.clock),
+            local_queue=queue,
+        )
+        if queue not in self.local_queues:
+            # The controller's job, not the scheduler's: it never reaches a ClusterQueue.
+            self.messages[name] = f"LocalQueue {queue} doesn't exist"
+            self.unqueued.add(name)
+            return
+        self.pending[name] = workload
+        self.settle()
+
+    @staticmethod
+    def requests(values: dict) -> dict[str, int]:
+        return {r: quantity.to_canonical(r, v) for r, v in values.items()}
+
+    def finish(self, names: list[str]) -> None:
+        for name in names:
+            self.pending.pop(name, None)
+            self.admitted.pop(name, None)
+        self.unpark()
+        self.settle()
+
+    def settle(self) -> None:
+        for _ in range(50):
+            self.clock += 1
+            self.snapshot.admitted = {}
+            for w in self.admitted.values():
+                self.snapshot.admitted.setdefault(w.admission.cluster_queue, []).append(w)
+            by_cq: dict[str, list[Workload]] = {}
+            for w in self.pending.values():
+                by_cq.setdefault(w.cluster_queue, []).append(w)
+            released = False
+            for decision in schedule(self.snapshot, by_cq, now=self.clock):
+                name = decision.workload.key.split("/")[1]
+                if isinstance(decision, Admit):
+                    del self.pending[name]
+                    self.admitted[name] = replace(decision.workload, admission=decision.admission)
+                    self.messages[name] = f"Quota reserved in ClusterQueue {decision.admission.cluster_queue}"
+                elif isinstance(decision, NoFit):
+                    self.messages[name] = decision.message
+                    self.pending[name] = replace(self.pending[name], inadmissible=decision.inadmissible)
+                else:
+                    self.messages[name] = decision.pending_message
+                    for victim in decision.victims:
+                        victim_name = victim.workload.key.split("/")[1]
+                        victim_wl = self.admitted.pop(victim_name)
+                        self.preempted_reason[victim_name] = victim.reason
+                        self.eviction_messages[victim_name] = victim.message
+                        self.pending[victim_name] = replace(victim_wl, admission=None, evicted=False)
+                        released = True
+            if not released:
+                return
+            self.unpark()
+        raise AssertionError("the scenario did not settle")
+
+    def check(self, expect: dict, step: int) -> None:
+        where = f"step {step}"
+        if "admitted" in expect:
+            assert sorted(self.admitted) == sorted(expect["admitted"]), where
+        if "pending" in expect:
+            pending = set(self.pending) | self.unqueued
+            assert sorted(pending) == sorted(expect["pending"]), where
+        if "preempted" in expect:
+            assert sorted(self.preempted_reason) == sorted(expect["preempted"]), where
+        for name, reason in (expect.get("preempted_reason") or {}).items():
+            assert self.preempted_reason[name] == reason, where
+        for name, text in (expect.get("message_contains") or {}).items():
+            assert text in self.messages[name], (where, self.messages[name])
+        for name, suspended in (expect.get("suspended") or {}).items():
+            assert (name in self.admitted) is not suspended, where
+
+
+def _scenario_files() -> list[Path]:
+    return sorted(SCENARIOS.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", _scenario_files(), ids=lambda p: p.stem)
+def test_scenario(path: Path):
+    scenario = yaml.safe_load(path.read_text())
+    driver = ScenarioDriver(scenario["objects"])
+    for index, step in enumerate(scenario["steps"]):
+        if "submit" in step:
+            for spec in step["submit"]:
+                driver.submit(spec)
+        if "finish" in step:
+            driver.finish(step["finish"])
+        if "apply" in step:
+            driver.apply(step["apply"])
+            driver.settle()
+        if "expect" in step:
+            driver.check(step["expect"], index)
+
+
+def test_scenarios_are_present():
+    assert len(_scenario_files()) >= 7
+
+
+def test_scenario_messages_match_kueue_format():
+    """The never-fits scenario's message, and the preemption message paths, exactly as Kueue writes them."""
+    scenario = yaml.safe_load((SCENARIOS / "seed-single-queue-never-fits.yaml").read_text())
+    driver = ScenarioDriver(scenario["objects"])
+    for spec in scenario["steps"][0]["submit"]:
+        driver.submit(spec)
+    assert driver.messages["too-big"] == (
+        "couldn't assign flavors to pod set submitter: "
+        "insufficient quota for cpu in flavor default-flavor, previously considered podsets requests (2) + "
+        "current podset request (500m) > maximum capacity (2), "
+        "insufficient quota for memory in flavor default-flavor, previously considered podsets requests "
+        "(7812500Ki) + current podset request (200Mi) > maximum capacity (7812500Ki)"
+    )
+
+    reclaim = yaml.safe_load((SCENARIOS / "kueue-cohort-reclaim.yaml").read_text())
+    driver = ScenarioDriver(reclaim["objects"])
+    for step in reclaim["steps"][:2]:
+        for spec in step["submit"]:
+            driver.submit(spec)
+    assert driver.eviction_messages["beta-mid"] == (
+        "Preempted to accommodate a workload (UID: wl-alpha-mid, JobUID: job-alpha-mid) due to reclamation "
+        "within the cohort; preemptor path: /all/alpha-cq; preemptee path: /all/beta-cq"
+    )
+    assert driver.eviction_messages["alpha-low"].endswith(
+        "due to prioritization in the ClusterQueue; preemptor path: /all/alpha-cq; preemptee path: /all/alpha-cq"
+    )
+
+
+@pytest.mark.parametrize(("reclaim", "y_admitted"), [("Never", False), ("Any", True)])
+def test_preemptor_without_candidates_holds_capacity_unless_it_can_always_reclaim(reclaim, y_admitted):
+    policy = PreemptionPolicy(within_cluster_queue=LOWER_PRIORITY, reclaim_within_cohort=reclaim)
+    snapshot = Snapshot(
+        flavors={"default": ResourceFlavor("default")},
+        cluster_queues={
+            "a": cpu_queue("a", "2", cohort="c", preemption=policy),
+            "b": cpu_queue("b", "2", cohort="c"),
+        },
+    )
+    for running, cq_name, cpu, priority in (("a1", "a", "1", 5), ("b1", "b", "2", 0)):
+        (admit,) = schedule_cycle(snapshot, {cq_name: [job(running, cpu, cq=cq_name, priority=priority)]})
+        admitted_in(snapshot, admit)
+    # x cannot fit and may not preempt a1; y would fit by borrowing the last free core.
+    x = job("x", "2", cq="a", priority=1, t=5)
+    y = job("y", "1", cq="b", t=6)
+    decisions = {d.workload.key: d for d in schedule_cycle(snapshot, {"a": [x], "b": [y]})}
+    assert isinstance(decisions["default/x"], NoFit)
+    assert isinstance(decisions["default/y"], Admit) is y_admitted
