@@ -1,0 +1,221 @@
+"""The Kueue setup and the RayJob templates against the real CRDs (strict: unknown fields fail), and the
+sizing promises their comments make."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import yaml
+from kueue_ray.capacity import find_shortfall, max_capacity
+from kueue_ray.manifests import AirflowIdentity, build_rayjob, build_rayservice
+
+from kubesim.schema import load_crd_schemas, validate
+
+ROOT = Path(__file__).resolve().parents[3]
+CRDS_DIR = ROOT.parent / "shared" / "crds"
+KUEUE_DIR = ROOT / "include" / "manifests" / "kueue"
+IDENTITY = AirflowIdentity(dag_id="d", task_id="t", run_id="manual__1", map_index=-1, try_number=1)
+
+
+def documents(*paths: Path) -> list[dict]:
+    return [doc for path in paths for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def kueue_files() -> list[Path]:
+    return sorted(KUEUE_DIR.glob("*.yaml")) + sorted(KUEUE_DIR.glob("*/*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def schemas():
+    return load_crd_schemas(CRDS_DIR)
+
+
+def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+@pytest.mark.parametrize("path", kueue_files(), ids=lambda p: str(p.relative_to(KUEUE_DIR)))
+def test_kueue_manifests_validate_against_the_crds(path, schemas):
+    for doc in documents(path):
+        group, _, version = doc["apiVersion"].rpartition("/")
+        if group != "kueue.x-k8s.io":
+            continue
+        assert version == "v1beta2", f"{doc['kind']} {doc['metadata']['name']} must use v1beta2"
+        plural = {"WorkloadPriorityClass": "workloadpriorityclasses"}.get(
+            doc["kind"], doc["kind"].lower() + "s"
+        )
+        errors = validate(doc, schemas[(group, plural)])
+        assert errors == [], f"{path.name} {doc['kind']}/{doc['metadata']['name']}: {errors}"
+
+
+def test_strict_validation_rejects_an_unknown_field(schemas):
+    queue = by_kind(documents(KUEUE_DIR / "single-queue" / "cluster-queue.yaml"), "ClusterQueue")[
+        "cluster-queue"
+    ]
+    queue["spec"]["cohort"] = "v1beta1-name"  # renamed to cohortName in v1beta2
+    assert validate(queue, schemas[("kueue.x-k8s.io", "clusterqueues")])
+
+
+def test_base_has_namespace_flavors_and_priority_classes():
+    docs = documents(*sorted(KUEUE_DIR.glob("*.yaml")))
+    assert set(by_kind(docs, "Namespace")) == {"ray"}
+    flavors = by_kind(docs, "ResourceFlavor")
+    assert set(flavors) == {"default", "gpu"}
+    assert flavors["gpu"]["spec"]["nodeLabels"] == {"accelerator": "nvidia"}
+    classes = by_kind(docs, "WorkloadPriorityClass")
+    assert {name: c["value"] for name, c in classes.items()} == {"prod-priority": 1000, "dev-priority": 100}
+    assert all(c.get("description") for c in classes.values())
+
+
+def test_each_setup_defines_the_local_queues_the_dags_offer():
+    single = documents(*sorted((KUEUE_DIR / "single-queue").glob("*.yaml")))
+    team = documents(*sorted((KUEUE_DIR / "team-queues").glob("*.yaml")))
+    assert {n: q["metadata"]["namespace"] for n, q in by_kind(single, "LocalQueue").items()} == {
+        "default": "ray"
+    }
+    assert {n: q["spec"]["clusterQueue"] for n, q in by_kind(team, "LocalQueue").items()} == {
+        "team-a": "team-a-cq",
+        "team-b": "team-b-cq",
+    }
+    assert all(q["metadata"]["namespace"] == "ray" for q in by_kind(team, "LocalQueue").values())
+
+
+def text_classifier(mode: str):
+    return build_rayjob(
+        "text-classifier",
+        name="tc",
+        namespace="ray",
+        queue="default",
+        priority="dev-priority",
+        identity=IDENTITY,
+        values={"submission_mode": mode},
+    )
+
+
+@pytest.mark.parametrize("mode", ["K8sJobMode", "HTTPMode"])
+def test_single_queue_holds_exactly_one_text_classifier(mode):
+    queue = by_kind(documents(KUEUE_DIR / "single-queue" / "cluster-queue.yaml"), "ClusterQueue")[
+        "cluster-queue"
+    ]
+    assert queue["spec"]["preemption"]["withinClusterQueue"] == "LowerPriority"
+    capacity = max_capacity(queue)
+    one = text_classifier(mode).pod_sets
+    assert find_shortfall(one, capacity) is None
+    two = [dict(ps, count=ps["count"] * 2) for ps in one]
+    assert find_shortfall(two, capacity) is not None
+
+
+def test_walkthrough_quota_without_the_submitter_would_never_fit():
+    """Why the single queue counts K8sJobMode's submitter: the walkthrough's 2 CPU / 8G leaves it out."""
+    walkthrough = {
+        "default": {"cpu": Decimal(2), "memory": Decimal(8 * 10**9)},
+        "gpu": {"nvidia.com/gpu": Decimal(1)},
+    }
+    assert find_shortfall(text_classifier("K8sJobMode").pod_sets, walkthrough) == ("cpu", Decimal(2))
+
+
+def test_team_queues_share_gpus_in_a_cohort_and_reclaim_them():
+    docs = documents(*sorted((KUEUE_DIR / "team-queues").glob("*.yaml")))
+    queues = by_kind(docs, "ClusterQueue")
+    assert set(queues) == {"team-a-cq", "team-b-cq"}
+    for queue in queues.values():
+        spec = queue["spec"]
+        assert spec["cohortName"] == "shared-cohort"
+        assert spec["preemption"]["reclaimWithinCohort"] != "Never"
+        assert spec["preemption"]["withinClusterQueue"] == "LowerPriority"
+        gpu = [
+            r
+            for group in spec["resourceGroups"]
+            for flavor in group["flavors"]
+            for r in flavor["resources"]
+            if r["name"] == "nvidia.com/gpu"
+        ]
+        assert [(str(r["nominalQuota"]), str(r["borrowingLimit"])) for r in gpu] == [("4", "4")]
+    capacity = max_capacity(queues["team-a-cq"], cluster_queues=queues.values())
+    assert capacity["gpu"]["nvidia.com/gpu"] == 8  # 4 guaranteed + 4 borrowed from the idle team
+
+
+@pytest.mark.parametrize("template", ["aurora-finetune", "llm-train"])
+def test_eight_gpu_fine_tunes_fit_a_team_queue_by_borrowing(template):
+    queues = by_kind(documents(*sorted((KUEUE_DIR / "team-queues").glob("*.yaml"))), "ClusterQueue")
+    built = build_rayjob(
+        template, name="big", namespace="ray", queue="team-a", priority="dev-priority", identity=IDENTITY
+    )
+    capacity = max_capacity(queues["team-a-cq"], cluster_queues=queues.values())
+    assert find_shortfall(built.pod_sets, capacity) is None
+
+
+TEMPLATE_VALUES = {
+    "text-classifier": {},
+    "aurora-finetune": {},
+    "llm-train": {},
+    "batch-inference": {"model_path": "/mnt/models/llm"},
+}
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATE_VALUES))
+def test_rayjob_templates_render_valid_rayjobs(template, schemas):
+    built = build_rayjob(
+        template,
+        name="x",
+        namespace="ray",
+        queue="default",
+        priority="dev-priority",
+        identity=IDENTITY,
+        values=TEMPLATE_VALUES[template],
+    )
+    assert validate(built.body, schemas[("ray.io", "rayjobs")]) == []
+
+
+def test_serve_template_renders_a_valid_rayservice(schemas):
+    built = build_rayservice(
+        "aurora-serve",
+        name="aurora-serve-1",
+        namespace="ray",
+        queue="team-a",
+        priority="prod-priority",
+        identity=IDENTITY,
+        values={"model_path": "/mnt/models/aurora"},
+    )
+    assert validate(built.body, schemas[("ray.io", "rayservices")]) == []
+    assert built.body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+
+
+RBAC = KUEUE_DIR / "rbac.yaml"
+
+
+def rules(kind: str) -> list[dict]:
+    roles = [d for d in documents(RBAC) if d["kind"] == kind]
+    assert len(roles) == 1
+    return roles[0]["rules"]
+
+
+def granted(rule_list: list[dict], group: str, resource: str) -> set[str]:
+    return {
+        verb
+        for rule in rule_list
+        if group in rule["apiGroups"] and resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_rbac_grants_what_the_plugin_uses_in_the_namespace():
+    namespaced = rules("Role")
+    assert granted(namespaced, "ray.io", "rayjobs") == {"create", "get", "list", "watch", "patch", "delete"}
+    assert granted(namespaced, "kueue.x-k8s.io", "workloads") == {"get", "list", "watch"}
+    assert granted(namespaced, "", "pods/log") == {"get"}
+    assert granted(namespaced, "visibility.kueue.x-k8s.io", "localqueues/pendingworkloads") == {"get"}
+
+
+def test_rbac_cluster_role_only_reads():
+    cluster = rules("ClusterRole")
+    verbs = {verb for rule in cluster for verb in rule["verbs"]}
+    assert verbs <= {"get", "list"}
+    assert {r for rule in cluster for r in rule["resources"]} <= {
+        "clusterqueues",
+        "cohorts",
+        "workloadpriorityclasses",
+    }
+    assert all("*" not in rule["resources"] + rule["verbs"] for rule in cluster + rules("Role"))
