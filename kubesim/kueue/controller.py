@@ -1,0 +1,1029 @@
+"""Kueue's controllers in kubesim: job integration, Workload lifecycle, scheduling loop, queue status.
+
+Like the real Kueue manager, this is a client of the API server (here: the store). It reacts to watch
+events (debounced) and a periodic tick, and each pass is level-triggered: it reads the objects it decides
+over, then
+
+1. reconciles every managed Ray job with its Workload (create it, finish it, start or stop the job, and
+   release an evicted Workload's quota once KubeRay finished suspending the job),
+2. evicts what must go (deactivated Workloads, ClusterQueue/LocalQueue ``HoldAndDrain``),
+3. runs admission cycles of the pure scheduler (`kubesim.kueue.scheduler`) over a snapshot built from the
+   objects, applying its decisions (admit, preempt, no fit) as Workload conditions and events,
+4. writes ClusterQueue and LocalQueue status (only when it changed).
+
+Every write re-reads the object first and mutates the fresh copy, so a pass never clobbers a concurrent
+change by KubeRay or a user (the store is synchronous, so read+write is atomic on the event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kubesim.clock import parse_time
+from kubesim.events import record_event
+from kubesim.kueue import jobs, model, quantity, scheduler
+from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY, JobKind
+from kubesim.store import ApiError
+
+CQ_KEY = "clusterqueues.kueue.x-k8s.io"
+LQ_KEY = "localqueues.kueue.x-k8s.io"
+RF_KEY = "resourceflavors.kueue.x-k8s.io"
+WPC_KEY = "workloadpriorityclasses.kueue.x-k8s.io"
+COHORT_KEY = "cohorts.kueue.x-k8s.io"
+NAMESPACE_KEY = "namespaces"
+CONFIG_KEYS = (CQ_KEY, LQ_KEY, RF_KEY, WPC_KEY, COHORT_KEY, NAMESPACE_KEY)
+WATCHED_KEYS = (*JOB_KINDS, WORKLOAD_KEY, *CONFIG_KEYS)
+
+ADMISSION_COMPONENT = "kueue-admission"
+JOB_COMPONENT = "kueue-job-controller"
+
+# Real seconds: how long to let a burst of watch events settle, and the resync period.
+DEBOUNCE_SECONDS = 0.01
+TICK_SECONDS = 1.0
+# Admission cycles per pass; each admits or parks at least one workload, so this only bounds a pass.
+MAX_CYCLES_PER_PASS = 50
+
+MSG_ADMITTED = "The workload is admitted"
+MSG_NO_RESERVATION = "The workload has no reservation"
+MSG_ON_HOLD = "Job is on hold"
+MSG_PODS_READY = "All pods reached readiness and the workload is running"
+MSG_PODS_NOT_READY = "Not all pods are ready or succeeded"
+MSG_PODS_RECOVERY = "At least one pod has failed, waiting for recovery"
+MSG_DEACTIVATED = "The workload is deactivated"
+MSG_CQ_STOPPED = "The ClusterQueue is stopped"
+MSG_LQ_STOPPED = "The LocalQueue is stopped"
+
+
+# ----------------------------------------------------------------------------------------------- conditions
+
+
+def find_condition(obj: dict, type_: str) -> dict | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond
+    return None
+
+
+def condition_true(obj: dict, type_: str) -> bool:
+    cond = find_condition(obj, type_)
+    return bool(cond) and cond.get("status") == "True"
+
+
+def set_condition(obj: dict, type_: str, status: str, reason: str, message: str, now: str) -> None:
+    """``meta.SetStatusCondition``: lastTransitionTime moves only when the status flips."""
+    conditions = obj.setdefault("status", {}).setdefault("conditions", [])
+    new = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+        "observedGeneration": obj.get("metadata", {}).get("generation", 1),
+    }
+    for index, cond in enumerate(conditions):
+        if cond.get("type") == type_:
+            if cond.get("status") == status:
+                new["lastTransitionTime"] = cond.get("lastTransitionTime", now)
+            conditions[index] = new
+            return
+    conditions.append(new)
+
+
+# ----------------------------------------------------------------------------------------------- workload state
+
+
+def admission_of(wl: dict) -> dict | None:
+    return (wl.get("status") or {}).get("admission")
+
+
+def is_finished(wl: dict) -> bool:
+    return condition_true(wl, "Finished")
+
+
+def is_evicting(wl: dict) -> bool:
+    return admission_of(wl) is not None and condition_true(wl, "Evicted")
+
+
+def is_on_hold(wl: dict) -> bool:
+    cond = find_condition(wl, "QuotaReserved")
+    return bool(cond) and cond.get("status") == "False" and cond.get("reason") == "OnHold"
+
+
+def is_queued(wl: dict) -> bool:
+    """Waiting in a queue: no quota, active, not finished, not on hold, not being deleted."""
+    return (
+        admission_of(wl) is None
+        and (wl.get("spec") or {}).get("active", True)
+        and not is_finished(wl)
+        and not is_on_hold(wl)
+        and not wl["metadata"].get("deletionTimestamp")
+    )
+
+
+def holds_quota(wl: dict) -> bool:
+    return admission_of(wl) is not None and not is_finished(wl)
+
+
+def owner_uid(wl: dict) -> str | None:
+    for ref in wl["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def timestamp_seconds(value: str | None) -> float:
+    return parse_time(value).timestamp() if value else 0.0
+
+
+# ----------------------------------------------------------------------------------------------- world
+
+
+@dataclass
+class World:
+    """One read of every object the controller decides over (by name; LocalQueues by (ns, name))."""
+
+    flavors: dict[str, dict] = field(default_factory=dict)
+    cluster_queues: dict[str, dict] = field(default_factory=dict)
+    cohorts: dict[str, dict] = field(default_factory=dict)
+    local_queues: dict[tuple[str, str], dict] = field(default_factory=dict)
+    priority_classes: dict[str, dict] = field(default_factory=dict)
+    namespace_labels: dict[str, dict] = field(default_factory=dict)
+    workloads: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, store) -> World:
+        def by_name(key: str) -> dict[str, dict]:
+            return {o["metadata"]["name"]: o for o in store.list(key)[0]}
+
+        return cls(
+            flavors=by_name(RF_KEY),
+            cluster_queues=by_name(CQ_KEY),
+            cohorts=by_name(COHORT_KEY),
+            local_queues={
+                (o["metadata"]["namespace"], o["metadata"]["name"]): o for o in store.list(LQ_KEY)[0]
+            },
+            priority_classes=by_name(WPC_KEY),
+            namespace_labels={
+                n: o["metadata"].get("labels") or {} for n, o in by_name(NAMESPACE_KEY).items()
+            },
+            workloads=store.list(WORKLOAD_KEY)[0],
+        )
+
+    def local_queue_of(self, wl: dict) -> dict | None:
+        return self.local_queues.get(
+            (wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", ""))
+        )
+
+
+def stop_policy(obj: dict) -> str:
+    return (obj.get("spec") or {}).get("stopPolicy") or "None"
+
+
+def missing_flavors(cq: dict, flavors: dict[str, dict]) -> list[str]:
+    names = [
+        f["name"]
+        for group in (cq.get("spec") or {}).get("resourceGroups") or []
+        for f in group.get("flavors") or []
+    ]
+    return [name for name in dict.fromkeys(names) if name not in flavors]
+
+
+def cluster_queue_active(cq: dict, flavors: dict[str, dict]) -> tuple[bool, str, str]:
+    """(active, reason, message) of the ClusterQueue ``Active`` condition."""
+    if stop_policy(cq) != "None":
+        return False, "Stopped", "Can't admit new workloads: is stopped."
+    missing = missing_flavors(cq, flavors)
+    if missing:
+        return (
+            False,
+            "FlavorNotFound",
+            f"Can't admit new workloads: references missing ResourceFlavor(s): {missing}.",
+        )
+    return True, "Ready", "Can admit new workloads"
+
+
+def queue_blocker(wl: dict, world: World) -> tuple[str | None, str | None]:
+    """(ClusterQueue name, Inadmissible message) for a queued workload; message None means schedulable."""
+    queue = (wl.get("spec") or {}).get("queueName", "")
+    lq = world.local_queue_of(wl)
+    if lq is None:
+        return None, f"LocalQueue {queue} doesn't exist"
+    cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
+    if stop_policy(lq) != "None":
+        return cq_name, f"LocalQueue {queue} is inactive"
+    cq = world.cluster_queues.get(cq_name)
+    if cq is None:
+        return cq_name, f"ClusterQueue {cq_name} doesn't exist"
+    if not cluster_queue_active(cq, world.flavors)[0]:
+        return cq_name, f"ClusterQueue {cq_name} is inactive"
+    return cq_name, None
+
+
+# ----------------------------------------------------------------------------------------------- model building
+
+
+def _tolerations(items: list[dict] | None) -> tuple[model.Toleration, ...]:
+    return tuple(
+        model.Toleration(
+            key=t.get("key", ""),
+            operator=t.get("operator", "Equal"),
+            value=t.get("value", ""),
+            effect=t.get("effect", ""),
+        )
+        for t in items or []
+    )
+
+
+def model_flavor(obj: dict) -> model.ResourceFlavor:
+    spec = obj.get("spec") or {}
+    taints = tuple(
+        model.Taint(key=t.get("key", ""), value=t.get("value", ""), effect=t.get("effect", "NoSchedule"))
+        for t in spec.get("nodeTaints") or []
+    )
+    return model.ResourceFlavor(
+        name=obj["metadata"]["name"],
+        node_labels=dict(spec.get("nodeLabels") or {}),
+        node_taints=taints,
+        tolerations=_tolerations(spec.get("tolerations")),
+    )
+
+
+def _optional_quantity(resource: str, value) -> int | None:
+    return None if value is None else quantity.to_canonical(resource, value)
+
+
+def model_resource_groups(groups: list[dict] | None) -> tuple[model.ResourceGroup, ...]:
+    result = []
+    for group in groups or []:
+        flavors = []
+        for flavor in group.get("flavors") or []:
+            resources = {
+                r["name"]: model.ResourceQuota(
+                    nominal=quantity.to_canonical(r["name"], r.get("nominalQuota", 0)),
+                    borrowing_limit=_optional_quantity(r["name"], r.get("borrowingLimit")),
+                    lending_limit=_optional_quantity(r["name"], r.get("lendingLimit")),
+                )
+                for r in flavor.get("resources") or []
+            }
+            flavors.append(model.FlavorQuotas(name=flavor["name"], resources=resources))
+        result.append(
+            model.ResourceGroup(
+                covered_resources=tuple(group.get("coveredResources") or ()), flavors=tuple(flavors)
+            )
+        )
+    return tuple(result)
+
+
+def model_cluster_queue(obj: dict, flavors: dict[str, dict]) -> model.ClusterQueue:
+    spec = obj.get("spec") or {}
+    preemption = spec.get("preemption") or {}
+    borrow = preemption.get("borrowWithinCohort") or {}
+    fungibility = spec.get("flavorFungibility") or {}
+    return model.ClusterQueue(
+        name=obj["metadata"]["name"],
+        resource_groups=model_resource_groups(spec.get("resourceGroups")),
+        cohort=spec.get("cohortName") or None,
+        queueing_strategy=spec.get("queueingStrategy") or model.BEST_EFFORT_FIFO,
+        preemption=model.PreemptionPolicy(
+            within_cluster_queue=preemption.get("withinClusterQueue") or model.NEVER,
+            reclaim_within_cohort=preemption.get("reclaimWithinCohort") or model.NEVER,
+            borrow_within_cohort_policy=borrow.get("policy") or model.NEVER,
+            borrow_max_priority_threshold=borrow.get("maxPriorityThreshold"),
+        ),
+        flavor_fungibility=model.FlavorFungibility(
+            when_can_borrow=fungibility.get("whenCanBorrow") or model.MAY_STOP_SEARCH,
+            when_can_preempt=fungibility.get("whenCanPreempt") or model.TRY_NEXT_FLAVOR,
+        ),
+        stop_policy=stop_policy(obj),
+        namespace_selector=spec.get("namespaceSelector"),
+        active=cluster_queue_active(obj, flavors)[0],
+    )
+
+
+def model_cohort(obj: dict) -> model.Cohort:
+    spec = obj.get("spec") or {}
+    return model.Cohort(
+        name=obj["metadata"]["name"],
+        parent=spec.get("parentName") or None,
+        resource_groups=model_resource_groups(spec.get("resourceGroups")),
+    )
+
+
+def model_pod_sets(wl: dict) -> tuple[model.PodSet, ...]:
+    result = []
+    for ps in (wl.get("spec") or {}).get("podSets") or []:
+        pod_spec = (ps.get("template") or {}).get("spec") or {}
+        result.append(
+            model.PodSet(
+                name=ps["name"],
+                count=int(ps.get("count", 1)),
+                requests=jobs.pod_requests(pod_spec),
+                node_selector=dict(pod_spec.get("nodeSelector") or {}),
+                tolerations=_tolerations(pod_spec.get("tolerations")),
+            )
+        )
+    return tuple(result)
+
+
+def model_admission(wl: dict, reserved_at: float | None = None) -> model.Admission | None:
+    admission = admission_of(wl)
+    if admission is None:
+        return None
+    reserved = find_condition(wl, "QuotaReserved") or {}
+    return model.Admission(
+        cluster_queue=admission.get("clusterQueue", ""),
+        pod_set_assignments=tuple(
+            model.PodSetAssignment(
+                name=a["name"],
+                flavors=dict(a.get("flavors") or {}),
+                resource_usage={
+                    r: quantity.to_canonical(r, v) for r, v in (a.get("resourceUsage") or {}).items()
+                },
+                count=int(a.get("count", 1)),
+            )
+            for a in admission.get("podSetAssignments") or []
+        ),
+        reserved_at=reserved_at or timestamp_seconds(reserved.get("lastTransitionTime")),
+    )
+
+
+def model_workload(
+    wl: dict, cluster_queue: str, *, seq: int, inadmissible: bool = False, reserved_at: float | None = None
+) -> model.Workload:
+    meta = wl["metadata"]
+    spec = wl.get("spec") or {}
+    return model.Workload(
+        key=f"{meta['namespace']}/{meta['name']}",
+        uid=meta["uid"],
+        cluster_queue=cluster_queue,
+        pod_sets=model_pod_sets(wl),
+        priority=int(spec.get("priority") or 0),
+        queue_timestamp=timestamp_seconds(meta.get("creationTimestamp")),
+        creation_seq=seq,
+        job_uid=(meta.get("labels") or {}).get(jobs.JOB_UID_LABEL),
+        namespace=meta["namespace"],
+        local_queue=spec.get("queueName", ""),
+        admission=model_admission(wl, reserved_at),
+        evicted=is_evicting(wl),
+        inadmissible=inadmissible,
+    )
+
+
+def admission_dict(admission: model.Admission) -> dict:
+    return {
+        "clusterQueue": admission.cluster_queue,
+        "podSetAssignments": [
+            {
+                "name": a.name,
+                "flavors": dict(a.flavors),
+                "resourceUsage": {r: quantity.to_string(r, v) for r, v in a.resource_usage.items()},
+                "count": a.count,
+            }
+            for a in admission.pod_set_assignments
+        ],
+    }
+
+
+def resource_requests(wl: dict) -> list[dict]:
+    """``status.resourceRequests`` of a pending workload: per pod set totals."""
+    return [
+        {"name": ps.name, "resources": {r: quantity.to_string(r, v) for r, v in ps.total().items()}}
+        for ps in model_pod_sets(wl)
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- queue status
+
+
+def _usage(workloads: list[dict], admitted_only: bool) -> dict[tuple[str, str], int]:
+    used: dict[tuple[str, str], int] = {}
+    for wl in workloads:
+        if admitted_only and not condition_true(wl, "Admitted"):
+            continue
+        admission = model_admission(wl)
+        for key, value in admission.usage().items() if admission else ():
+            used[key] = used.get(key, 0) + value
+    return used
+
+
+def _flavor_usage(cq: dict | None, used: dict[tuple[str, str], int], with_borrowed: bool) -> list[dict]:
+    result = []
+    for group in ((cq or {}).get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            resources = []
+            for r in flavor.get("resources") or []:
+                name = r["name"]
+                total = used.get((flavor["name"], name), 0)
+                entry = {"name": name, "total": quantity.to_string(name, total)}
+                if with_borrowed:
+                    nominal = quantity.to_canonical(name, r.get("nominalQuota", 0))
+                    entry["borrowed"] = quantity.to_string(name, max(0, total - nominal))
+                resources.append(entry)
+            result.append({"name": flavor["name"], "resources": resources})
+    return result
+
+
+def cluster_queue_status(cq: dict, world: World, pending: int) -> dict:
+    """The status Kueue reports for ``cq``: counts, reservation and usage per flavor, ``Active``."""
+    name = cq["metadata"]["name"]
+    reserving = [wl for wl in world.workloads if holds_quota(wl) and admission_of(wl)["clusterQueue"] == name]
+    status = copy.deepcopy(cq.get("status") or {})
+    status.update(
+        pendingWorkloads=pending,
+        reservingWorkloads=len(reserving),
+        admittedWorkloads=sum(1 for wl in reserving if condition_true(wl, "Admitted")),
+        flavorsReservation=_flavor_usage(cq, _usage(reserving, False), True),
+        flavorsUsage=_flavor_usage(cq, _usage(reserving, True), True),
+    )
+    return status
+
+
+def local_queue_status(lq: dict, world: World, pending: int) -> dict:
+    ns, name = lq["metadata"]["namespace"], lq["metadata"]["name"]
+    mine = [
+        wl
+        for wl in world.workloads
+        if holds_quota(wl)
+        and wl["metadata"]["namespace"] == ns
+        and (wl.get("spec") or {}).get("queueName") == name
+    ]
+    cq = world.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue", ""))
+    status = copy.deepcopy(lq.get("status") or {})
+    status.update(
+        pendingWorkloads=pending,
+        reservingWorkloads=len(mine),
+        admittedWorkloads=sum(1 for wl in mine if condition_true(wl, "Admitted")),
+        flavorsReservation=_flavor_usage(cq, _usage(mine, False), False),
+        flavorsUsage=_flavor_usage(cq, _usage(mine, True), False),
+    )
+    return status
+
+
+def local_queue_active(lq: dict, world: World) -> tuple[str, str, str]:
+    if stop_policy(lq) != "None":
+        return "False", "Stopped", "LocalQueue is stopped"
+    cq = world.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue", ""))
+    if cq is None or not cluster_queue_active(cq, world.flavors)[0]:
+        return "False", "ClusterQueueIsInactive", "Can't submit new workloads to clusterQueue"
+    return "True", "Ready", "Can submit new workloads to localQueue"
+
+
+def queued_by_cluster_queue(world: World) -> dict[str, list[dict]]:
+    """Queued workloads per ClusterQueue (including ones parked or blocked by an inactive queue)."""
+    result: dict[str, list[dict]] = {}
+    for wl in world.workloads:
+        if not is_queued(wl):
+            continue
+        cq_name, _ = queue_blocker(wl, world)
+        if cq_name is not None and cq_name in world.cluster_queues:
+            result.setdefault(cq_name, []).append(wl)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------- controller
+
+
+class KueueController:
+    """Holds what Kueue keeps in memory between passes: the parked (inadmissible) set, creation order."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.store = cluster.store
+        self.clock = cluster.clock
+        self.wake = asyncio.Event()
+        self.parked: set[str] = set()
+        self.seq: dict[str, int] = {}
+        self.config_versions: dict[tuple[str, str], object] = {}
+        self.warned: set[tuple[str, str]] = set()
+        # Precise quota-reservation times: conditions only keep seconds, but preemption prefers the most
+        # recently admitted candidate, so two admissions within one second must stay ordered.
+        self.reserved_at: dict[str, float] = {}
+
+    # -------------------------------------------------------------------------------- loop
+
+    async def run(self) -> None:
+        watchers = [(key, self.store.watch(key)) for key in WATCHED_KEYS]
+        pumps = [asyncio.create_task(self._pump(key, watcher)) for key, watcher in watchers]
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), TICK_SECONDS)
+                await asyncio.sleep(DEBOUNCE_SECONDS)
+                self.wake.clear()
+                self.reconcile()
+        finally:
+            for task in pumps:
+                task.cancel()
+            for _, watcher in watchers:
+                watcher.close()
+
+    async def _pump(self, key: str, watcher) -> None:
+        async for event in watcher:
+            if event.type in ("ADDED", "MODIFIED", "DELETED"):
+                self.observe(key, event.type, event.object)
+                self.wake.set()
+
+    def observe(self, key: str, type_: str, obj: dict) -> None:
+        """Note creation order, and retry parked workloads after the cluster changed (BestEffortFIFO)."""
+        meta = obj.get("metadata") or {}
+        if type_ == "ADDED" and key in (WORKLOAD_KEY, *JOB_KINDS):
+            self.seq.setdefault(meta.get("uid", ""), _int(meta.get("resourceVersion")))
+        if key == WORKLOAD_KEY and type_ == "DELETED":
+            self.parked.clear()
+        if key in CONFIG_KEYS:
+            ident = (key, f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+            version = (
+                (meta.get("labels") or {}) if key == NAMESPACE_KEY else (obj.get("spec"), obj.get("value"))
+            )
+            if type_ == "DELETED" or self.config_versions.get(ident) != version:
+                self.parked.clear()
+            if type_ == "DELETED":
+                self.config_versions.pop(ident, None)
+            else:
+                self.config_versions[ident] = version
+
+    def reconcile(self) -> None:
+        """One level-triggered pass over everything (see the module docstring)."""
+        self._reconcile_jobs(World.read(self.store))
+        self._reconcile_evictions(World.read(self.store))
+        for _ in range(MAX_CYCLES_PER_PASS):
+            if not self._schedule(World.read(self.store)):
+                break
+        self._write_queue_statuses(World.read(self.store))
+
+    # -------------------------------------------------------------------------------- writes
+
+    def _mutate(self, key: str, obj: dict, change: Callable[[dict], None], *, status: bool) -> dict | None:
+        """Re-read ``obj``, apply ``change`` to the fresh copy, write it if it changed."""
+        meta = obj["metadata"]
+        try:
+            fresh = self.store.get(key, meta["name"], namespace=meta.get("namespace"))
+        except ApiError:
+            return None
+        updated = copy.deepcopy(fresh)
+        change(updated)
+        if updated == fresh:
+            return fresh
+        try:
+            return self.store.update(key, updated, subresource="status" if status else None)
+        except ApiError as err:
+            if err.code in (404, 409):
+                self.wake.set()
+                return None
+            raise
+
+    def _event(self, obj: dict, type_: str, reason: str, message: str, component: str) -> None:
+        record_event(self.store, obj, type_, reason, message, component)
+
+    # -------------------------------------------------------------------------------- jobs
+
+    def _reconcile_jobs(self, world: World) -> None:
+        by_owner = {owner_uid(wl): wl for wl in world.workloads}
+        for kind in JOB_KINDS.values():
+            items = self.store.list(kind.key)[0]
+            items.sort(
+                key=lambda job: self.seq.get(
+                    job["metadata"]["uid"], _int(job["metadata"].get("resourceVersion"))
+                )
+            )
+            for job in items:
+                if jobs.is_managed(kind, job) and not job["metadata"].get("deletionTimestamp"):
+                    self._reconcile_job(kind, job, by_owner.get(job["metadata"]["uid"]), world)
+
+    def _reconcile_job(self, kind: JobKind, job: dict, wl: dict | None, world: World) -> None:
+        done, reason, message = jobs.finished(kind, job)
+        if wl is None:
+            if done:
+                return
+            if jobs.is_active(kind, job):
+                if not jobs.is_suspended(kind, job):
+                    self._stop_job(kind, job, None, "Not admitted by cluster queue")
+                return
+            self._create_workload(kind, job, world)
+            return
+        if is_finished(wl):
+            return
+        if done:
+            self._finish(kind, job, wl, reason, message)
+            return
+        if jobs.is_on_hold(kind, job):
+            self._hold(wl)
+            return
+        if admission_of(wl) is None:
+            self._sync_queued_workload(kind, job, wl, world)
+            if not jobs.is_suspended(kind, job):
+                self._stop_job(kind, job, wl, "Not admitted by cluster queue")
+        elif is_evicting(wl):
+            evicted = find_condition(wl, "Evicted") or {}
+            if not jobs.is_suspended(kind, job):
+                self._stop_job(kind, job, wl, evicted.get("message", ""))
+            elif not jobs.is_active(kind, job):
+                self._release(wl)
+        else:
+            if jobs.is_suspended(kind, job):
+                self._start_job(kind, job, wl, world)
+            self._sync_pods_ready(kind, job, wl)
+
+    def _priority(self, job: dict, world: World) -> tuple[int, str | None, str | None]:
+        """(priority, class name, error): from the WorkloadPriorityClass label, else 0."""
+        name = jobs.priority_class_name(job)
+        if not name:
+            return 0, None, None
+        wpc = world.priority_classes.get(name)
+        if wpc is None:
+            return 0, name, f'workloadpriorityclasses.kueue.x-k8s.io "{name}" not found'
+        return int(wpc.get("value", 0)), name, None
+
+    def _create_workload(self, kind: JobKind, job: dict, world: World) -> None:
+        priority, class_name, error = self._priority(job, world)
+        if error:
+            if (job["metadata"]["uid"], error) not in self.warned:
+                self.warned.add((job["metadata"]["uid"], error))
+                self._event(job, "Warning", "ErrWorkloadCompose", error, JOB_COMPONENT)
+            return
+        wl = jobs.build_workload(kind, job, priority=priority, priority_class=class_name)
+        try:
+            created = self.store.create(WORKLOAD_KEY, wl, namespace=job["metadata"]["namespace"])
+        except ApiError as err:
+            if err.code == 409:
+                return
+            raise
+        meta = created["metadata"]
+        self.seq.setdefault(meta["uid"], _int(meta.get("resourceVersion")))
+        self._event(
+            job,
+            "Normal",
+            "CreatedWorkload",
+            f"Created Workload: {meta['namespace']}/{meta['name']}",
+            JOB_COMPONENT,
+        )
+
+    def _sync_queued_workload(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
+        """A suspended job may change queue or priority class; the queued Workload follows."""
+        priority, class_name, error = self._priority(job, world)
+        queue = jobs.queue_name(job)
+
+        def change(obj: dict) -> None:
+            spec = obj["spec"]
+            spec["queueName"] = queue
+            if class_name and not error:
+                spec["priority"] = priority
+                spec["priorityClassRef"] = {
+                    "group": jobs.KUEUE_GROUP,
+                    "kind": "WorkloadPriorityClass",
+                    "name": class_name,
+                }
+
+        self._mutate(WORKLOAD_KEY, wl, change, status=False)
+
+    def _start_job(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
+        infos = jobs.pod_set_infos(wl, world.flavors, (wl.get("spec") or {}).get("queueName", ""))
+        started = self._mutate(
+            kind.key, job, lambda obj: obj.update(jobs.start_job(kind, obj, infos)), status=False
+        )
+        if started is not None:
+            cq = admission_of(wl)["clusterQueue"]
+            self._event(job, "Normal", "Started", f"Admitted by clusterQueue {cq}", JOB_COMPONENT)
+
+    def _stop_job(self, kind: JobKind, job: dict, wl: dict | None, message: str) -> None:
+        original = ((wl or {}).get("spec") or {}).get("podSets") or []
+
+        def change(obj: dict) -> None:
+            if wl is None:
+                jobs.set_suspend(kind, obj, True)
+            else:
+                obj.update(jobs.stop_job(kind, obj, original))
+
+        if self._mutate(kind.key, job, change, status=False) is not None:
+            self._event(job, "Normal", "Stopped", message, JOB_COMPONENT)
+
+    def _finish(self, kind: JobKind, job: dict, wl: dict, reason: str, message: str) -> None:
+        now = self.clock.timestamp()
+        self._mutate(
+            WORKLOAD_KEY,
+            wl,
+            lambda obj: set_condition(obj, "Finished", "True", reason, message, now),
+            status=True,
+        )
+        name = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
+        self._event(
+            job, "Normal", "FinishedWorkload", f"Workload '{name}' is declared finished", JOB_COMPONENT
+        )
+        self.parked.clear()
+
+    def _hold(self, wl: dict) -> None:
+        now = self.clock.timestamp()
+
+        def change(obj: dict) -> None:
+            had_admission = obj.get("status", {}).pop("admission", None) is not None
+            set_condition(obj, "QuotaReserved", "False", "OnHold", MSG_ON_HOLD, now)
+            if had_admission or find_condition(obj, "Admitted"):
+                set_condition(obj, "Admitted", "False", "NoReservation", MSG_NO_RESERVATION, now)
+
+        self._mutate(WORKLOAD_KEY, wl, change, status=True)
+        self.parked.clear()
+
+    def _release(self, wl: dict) -> None:
+        """The evicted job stopped: clear the reservation and put the Workload back in its queue."""
+        now = self.clock.timestamp()
+        evicted = find_condition(wl, "Evicted") or {}
+        reason, message = evicted.get("reason", ""), evicted.get("message", "")
+
+        def change(obj: dict) -> None:
+            status = obj.setdefault("status", {})
+            status.pop("admission", None)
+            set_condition(obj, "QuotaReserved", "False", "Pending", message, now)
+            set_condition(obj, "Admitted", "False", "NoReservation", MSG_NO_RESERVATION, now)
+            requeued = "True" if reason in ("Preempted", "NodeFailures") else "False"
+            set_condition(obj, "Requeued", requeued, reason, message, now)
+            if condition_true(obj, "PodsReady"):
+                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
+            status["resourceRequests"] = resource_requests(obj)
+
+        self._mutate(WORKLOAD_KEY, wl, change, status=True)
+        self.parked.clear()
+
+    def _sync_pods_ready(self, kind: JobKind, job: dict, wl: dict) -> None:
+        now = self.clock.timestamp()
+        ready = jobs.pods_ready(kind, job)
+        previous = find_condition(wl, "PodsReady")
+
+        def change(obj: dict) -> None:
+            if ready:
+                set_condition(obj, "PodsReady", "True", "Started", MSG_PODS_READY, now)
+            elif previous and previous.get("status") == "True":
+                set_condition(obj, "PodsReady", "False", "WaitForRecovery", MSG_PODS_RECOVERY, now)
+            elif not previous or previous.get("reason") != "WaitForRecovery":
+                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
+
+        self._mutate(WORKLOAD_KEY, wl, change, status=True)
+
+    # -------------------------------------------------------------------------------- evictions
+
+    def _evict(self, wl: dict, reason: str, message: str, *, preempted_reason: str | None = None) -> None:
+        """Set Evicted (and Preempted) and count it; the job reconcile then stops the job and, once it is
+        inactive, releases the quota."""
+        now = self.clock.timestamp()
+        underlying = preempted_reason or ""
+
+        def change(obj: dict) -> None:
+            set_condition(obj, "Evicted", "True", reason, message, now)
+            if preempted_reason:
+                set_condition(obj, "Preempted", "True", preempted_reason, message, now)
+            if reason != "Preempted":
+                set_condition(obj, "Requeued", "False", reason, message, now)
+            stats = obj["status"].setdefault("schedulingStats", {}).setdefault("evictions", [])
+            for entry in stats:
+                if entry.get("reason") == reason and entry.get("underlyingCause", "") == underlying:
+                    entry["count"] = int(entry.get("count", 0)) + 1
+                    break
+            else:
+                stats.append({"reason": reason, "underlyingCause": underlying, "count": 1})
+
+        if self._mutate(WORKLOAD_KEY, wl, change, status=True) is None:
+            return
+        self._event(wl, "Normal", f"EvictedDueTo{reason}", message, ADMISSION_COMPONENT)
+        if preempted_reason:
+            self._event(wl, "Normal", "Preempted", message, ADMISSION_COMPONENT)
+        self._stop_owner(wl, message)
+
+    def _stop_owner(self, wl: dict, message: str) -> None:
+        for ref in wl["metadata"].get("ownerReferences") or []:
+            kind = jobs.JOB_KINDS_BY_KIND.get(ref.get("kind"))
+            if kind is None or not ref.get("controller"):
+                continue
+            try:
+                job = self.store.get(kind.key, ref["name"], namespace=wl["metadata"]["namespace"])
+            except ApiError:
+                return
+            fresh = self.store.get(
+                WORKLOAD_KEY, wl["metadata"]["name"], namespace=wl["metadata"]["namespace"]
+            )
+            if not jobs.is_suspended(kind, job):
+                self._stop_job(kind, job, fresh, message)
+
+    def _reconcile_evictions(self, world: World) -> None:
+        """Deactivation and ``HoldAndDrain`` evict admitted workloads; restarts mark them requeued."""
+        now = self.clock.timestamp()
+        for wl in world.workloads:
+            if is_finished(wl):
+                continue
+            lq = world.local_queue_of(wl)
+            if holds_quota(wl) and not is_evicting(wl):
+                cq = world.cluster_queues.get(admission_of(wl)["clusterQueue"])
+                if not (wl.get("spec") or {}).get("active", True):
+                    self._evict(wl, "Deactivated", MSG_DEACTIVATED)
+                elif cq is not None and stop_policy(cq) == "HoldAndDrain":
+                    self._evict(wl, "ClusterQueueStopped", MSG_CQ_STOPPED)
+                elif lq is not None and stop_policy(lq) == "HoldAndDrain":
+                    self._evict(wl, "LocalQueueStopped", MSG_LQ_STOPPED)
+                continue
+            requeued = find_condition(wl, "Requeued") or {}
+            if admission_of(wl) is None and requeued.get("status") == "False":
+                restart = self._restart_reason(requeued.get("reason"), wl, lq, world)
+                if restart:
+                    reason, message = restart
+                    self._mutate(
+                        WORKLOAD_KEY,
+                        wl,
+                        lambda obj, r=reason, m=message: set_condition(obj, "Requeued", "True", r, m, now),
+                        status=True,
+                    )
+
+    @staticmethod
+    def _restart_reason(
+        reason: str | None, wl: dict, lq: dict | None, world: World
+    ) -> tuple[str, str] | None:
+        if reason == "ClusterQueueStopped" and lq is not None:
+            cq = world.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue", ""))
+            if cq is not None and stop_policy(cq) == "None":
+                return "ClusterQueueRestarted", "The ClusterQueue was restarted after being stopped"
+        if reason == "LocalQueueStopped" and lq is not None and stop_policy(lq) == "None":
+            return "LocalQueueRestarted", "The LocalQueue was restarted after being stopped"
+        if reason and reason.startswith("Deactivated") and (wl.get("spec") or {}).get("active", True):
+            return "Reactivated", "The workload was reactivated"
+        return None
+
+    # -------------------------------------------------------------------------------- scheduling
+
+    def _snapshot(self, world: World) -> model.Snapshot:
+        snapshot = model.Snapshot(
+            flavors={name: model_flavor(obj) for name, obj in world.flavors.items()},
+            cluster_queues={
+                name: model_cluster_queue(obj, world.flavors) for name, obj in world.cluster_queues.items()
+            },
+            cohorts={name: model_cohort(obj) for name, obj in world.cohorts.items()},
+            namespace_labels=dict(world.namespace_labels),
+        )
+        for wl in world.workloads:
+            if holds_quota(wl):
+                cq = admission_of(wl)["clusterQueue"]
+                reserved_at = self.reserved_at.get(wl["metadata"]["uid"])
+                snapshot.admitted.setdefault(cq, []).append(
+                    model_workload(wl, cq, seq=self._seq(wl), reserved_at=reserved_at)
+                )
+        return snapshot
+
+    def _seq(self, wl: dict) -> int:
+        return self.seq.get(wl["metadata"]["uid"], _int(wl["metadata"].get("resourceVersion")))
+
+    def _schedule(self, world: World) -> bool:
+        """One admission cycle; True when it admitted or parked something (worth another cycle)."""
+        now = self.clock.timestamp()
+        pending: dict[str, list[model.Workload]] = {}
+        objects: dict[str, dict] = {}
+        for wl in world.workloads:
+            if not is_queued(wl):
+                continue
+            cq_name, blocked = queue_blocker(wl, world)
+            if blocked:
+                self._set_pending(wl, "Inadmissible", blocked, now)
+                continue
+            uid = wl["metadata"]["uid"]
+            objects[uid] = wl
+            pending.setdefault(cq_name, []).append(
+                model_workload(wl, cq_name, seq=self._seq(wl), inadmissible=uid in self.parked)
+            )
+        if not pending:
+            return False
+        progressed = False
+        for decision in scheduler.schedule_cycle(self._snapshot(world), pending):
+            wl = objects.get(decision.workload.uid)
+            if wl is None:
+                continue
+            if isinstance(decision, model.Admit):
+                self._admit(wl, decision.admission, world)
+                progressed = True
+            elif isinstance(decision, model.Preempt):
+                self._preempt(wl, decision, world, now)
+            else:
+                self._set_pending(wl, decision.reason, decision.message, now)
+                if decision.inadmissible and wl["metadata"]["uid"] not in self.parked:
+                    self.parked.add(wl["metadata"]["uid"])
+                    progressed = True
+        return progressed
+
+    def _set_pending(self, wl: dict, reason: str, message: str, now: str) -> None:
+        before = find_condition(wl, "QuotaReserved") or {}
+
+        def change(obj: dict) -> None:
+            set_condition(obj, "QuotaReserved", "False", reason, message, now)
+            obj["status"]["resourceRequests"] = resource_requests(obj)
+
+        self._mutate(WORKLOAD_KEY, wl, change, status=True)
+        if (before.get("reason"), before.get("message")) != (reason, message):
+            self._event(wl, "Warning", "Pending", message, ADMISSION_COMPONENT)
+
+    def _admit(self, wl: dict, admission: model.Admission, world: World) -> None:
+        now = self.clock.timestamp()
+        cq = admission.cluster_queue
+
+        def change(obj: dict) -> None:
+            status = obj.setdefault("status", {})
+            status["admission"] = admission_dict(admission)
+            status.pop("resourceRequests", None)
+            set_condition(
+                obj, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}", now
+            )
+            set_condition(obj, "Admitted", "True", "Admitted", MSG_ADMITTED, now)
+            set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
+            for type_ in ("Evicted", "Preempted"):
+                previous = find_condition(obj, type_)
+                if previous and previous.get("status") == "True":
+                    set_condition(
+                        obj,
+                        type_,
+                        "False",
+                        "QuotaReserved",
+                        f"Previously: {previous.get('message', '')}",
+                        now,
+                    )
+
+        admitted = self._mutate(WORKLOAD_KEY, wl, change, status=True)
+        if admitted is None:
+            return
+        self.reserved_at[admitted["metadata"]["uid"]] = self.clock.now().timestamp()
+        waited = max(
+            0, int(self.clock.now().timestamp() - timestamp_seconds(wl["metadata"].get("creationTimestamp")))
+        )
+        self._event(
+            admitted,
+            "Normal",
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {cq}, wait time since queued was {waited}s",
+            ADMISSION_COMPONENT,
+        )
+        self._event(
+            admitted,
+            "Normal",
+            "Admitted",
+            f"Admitted by ClusterQueue {cq}, wait time since reservation was 0s",
+            ADMISSION_COMPONENT,
+        )
+        self.parked.discard(wl["metadata"]["uid"])
+        for ref in admitted["metadata"].get("ownerReferences") or []:
+            kind = jobs.JOB_KINDS_BY_KIND.get(ref.get("kind"))
+            if kind is None or not ref.get("controller"):
+                continue
+            try:
+                job = self.store.get(kind.key, ref["name"], namespace=admitted["metadata"]["namespace"])
+            except ApiError:
+                continue
+            if jobs.is_suspended(kind, job):
+                self._start_job(kind, job, admitted, world)
+
+    def _preempt(self, wl: dict, decision: model.Preempt, world: World, now: str) -> None:
+        by_uid = {w["metadata"]["uid"]: w for w in world.workloads}
+        for victim in decision.victims:
+            target = by_uid.get(victim.workload.uid)
+            if target is None or victim.workload.evicted or is_evicting(target):
+                continue
+            self._evict(target, "Preempted", victim.message, preempted_reason=victim.reason)
+            self._event(
+                wl,
+                "Normal",
+                "PreemptedWorkload",
+                f"Preempted workload {victim.workload.key}",
+                ADMISSION_COMPONENT,
+            )
+        self._set_pending(wl, "Pending", decision.pending_message, now)
+
+    # -------------------------------------------------------------------------------- queue status
+
+    def _write_queue_statuses(self, world: World) -> None:
+        now = self.clock.timestamp()
+        queued = queued_by_cluster_queue(world)
+        for name, cq in world.cluster_queues.items():
+            active, reason, message = cluster_queue_active(cq, world.flavors)
+            status = cluster_queue_status(cq, world, len(queued.get(name, [])))
+
+            def change(obj: dict, status=status, active=active, reason=reason, message=message) -> None:
+                obj["status"] = copy.deepcopy(status)
+                set_condition(obj, "Active", "True" if active else "False", reason, message, now)
+
+            self._mutate(CQ_KEY, cq, change, status=True)
+        lq_pending: dict[tuple[str, str], int] = {}
+        for wl in world.workloads:
+            if is_queued(wl):
+                key = (wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", ""))
+                lq_pending[key] = lq_pending.get(key, 0) + 1
+        for key, lq in world.local_queues.items():
+            state = local_queue_active(lq, world)
+            status = local_queue_status(lq, world, lq_pending.get(key, 0))
+
+            def change(obj: dict, status=status, state=state) -> None:
+                obj["status"] = copy.deepcopy(status)
+                set_condition(obj, "Active", *state, now)
+
+            self._mutate(LQ_KEY, lq, change, status=True)
+
+
+def _int(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,393 @@
+"""Kueue's job integration for KubeRay objects, as pure functions over plain dicts.
+
+Kueue v0.19 treats a RayJob, a RayCluster or a RayService as a "generic job": it builds PodSets from the
+Ray cluster spec, names and owns a Workload for it, and on admission flips ``suspend`` off and injects the
+assigned ResourceFlavors into the pod templates (restoring them on eviction). Everything here is decision
+logic without I/O so that the controller stays a thin loop and the rules can be unit tested with dicts.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from kubesim.kueue import quantity
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+LOCAL_QUEUE_POD_LABEL = "kueue.x-k8s.io/local-queue-name"
+CLUSTER_QUEUE_POD_LABEL = "kueue.x-k8s.io/cluster-queue-name"
+ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+WORKLOAD_KEY = "workloads.kueue.x-k8s.io"
+MAX_POD_SETS = 18
+MAX_NAME_PREFIX = 253 - 6
+
+HEAD_POD_SET = "head"
+SUBMITTER_POD_SET = "submitter"
+SUBMITTER_CONTAINER = "ray-job-submitter"
+
+# KubeRay's default submitter container resources (K8sJobMode), which Kueue accounts for.
+SUBMITTER_REQUESTS = {"cpu": "500m", "memory": "200Mi"}
+SUBMITTER_LIMITS = {"cpu": "1", "memory": "1Gi"}
+SUBMITTER_IMAGE = "rayproject/ray:2.46.0"
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """One integration (ray.io/rayjob, ray.io/raycluster, ray.io/rayservice) and where its fields live."""
+
+    kind: str
+    key: str
+    cluster_spec_field: str | None  # None: the spec itself is the RayCluster spec
+
+    @property
+    def api_version(self) -> str:
+        return "ray.io/v1"
+
+
+RAYJOB = JobKind("RayJob", "rayjobs.ray.io", "rayClusterSpec")
+RAYCLUSTER = JobKind("RayCluster", "rayclusters.ray.io", None)
+RAYSERVICE = JobKind("RayService", "rayservices.ray.io", "rayClusterConfig")
+JOB_KINDS = {k.key: k for k in (RAYJOB, RAYCLUSTER, RAYSERVICE)}
+JOB_KINDS_BY_KIND = {k.kind: k for k in (RAYJOB, RAYCLUSTER, RAYSERVICE)}
+
+
+# ----------------------------------------------------------------------------------------------- naming
+
+
+def workload_name(kind: str, group: str, name: str, uid: str) -> str:
+    """Upstream ``GetWorkloadNameForOwnerWithGVK``: ``<kind>-<name>-<sha1(kind, group, name, uid)[:5]>``.
+
+    The hash keeps a re-created job (same name, new uid) from adopting the old job's Workload.
+    """
+    prefix = f"{kind.lower()}-{name}"[:MAX_NAME_PREFIX]
+    digest = hashlib.sha1(f"{kind}\n{group}\n{name}\n{uid}".encode()).hexdigest()[:5]
+    return f"{prefix}-{digest}"
+
+
+def workload_name_for(kind: JobKind, job: dict) -> str:
+    meta = job["metadata"]
+    return workload_name(kind.kind, "ray.io", meta["name"], meta["uid"])
+
+
+# ----------------------------------------------------------------------------------------------- state
+
+
+def queue_name(job: dict) -> str:
+    return (job.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL, "")
+
+
+def priority_class_name(job: dict) -> str:
+    return (job.get("metadata", {}).get("labels") or {}).get(PRIORITY_CLASS_LABEL, "")
+
+
+def cluster_spec(kind: JobKind, job: dict) -> dict | None:
+    spec = job.get("spec") or {}
+    if kind.cluster_spec_field is None:
+        return spec
+    return spec.get(kind.cluster_spec_field)
+
+
+def owned_by_ray_controller(job: dict) -> bool:
+    """A RayCluster created by a RayJob or RayService: its parent is the Kueue-managed job, not it."""
+    return any(
+        ref.get("controller") and ref.get("kind") in ("RayJob", "RayService")
+        for ref in job.get("metadata", {}).get("ownerReferences") or []
+    )
+
+
+def is_managed(kind: JobKind, job: dict) -> bool:
+    """Whether Kueue manages this object (``manageJobsWithoutQueueName`` is false, as shipped).
+
+    A RayJob that only targets an existing cluster (clusterSelector, no rayClusterSpec) is skipped, and so
+    is a RayCluster that a RayJob/RayService owns (Kueue admits the parent instead).
+    """
+    if not queue_name(job):
+        return False
+    if kind is RAYJOB:
+        spec = job.get("spec") or {}
+        return bool(spec.get("rayClusterSpec")) or not spec.get("clusterSelector")
+    if kind is RAYCLUSTER:
+        return not owned_by_ray_controller(job)
+    return True
+
+
+def is_suspended(kind: JobKind, job: dict) -> bool:
+    spec = job.get("spec") or {}
+    if kind is RAYSERVICE:
+        return bool((spec.get("rayClusterConfig") or {}).get("suspend"))
+    return bool(spec.get("suspend"))
+
+
+def is_active(kind: JobKind, job: dict) -> bool:
+    """Upstream ``IsActive``: the job still holds (or is acquiring) resources on the cluster.
+
+    Kueue creates a Workload only for an inactive job, and clears an evicted Workload's admission only once
+    the job stopped being active (KubeRay finished suspending it).
+    """
+    status = job.get("status") or {}
+    if kind is RAYJOB:
+        return status.get("jobDeploymentStatus", "") not in ("", "Suspended")
+    if kind is RAYCLUSTER:
+        return status.get("state") == "ready"
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def finished(kind: JobKind, job: dict) -> tuple[bool, str, str]:
+    """(finished, Finished-condition reason, message); RayJob: Complete/Failed, success iff SUCCEEDED."""
+    status = job.get("status") or {}
+    if kind is RAYJOB:
+        if status.get("jobDeploymentStatus") not in ("Complete", "Failed"):
+            return False, "", ""
+        reason = "Succeeded" if status.get("jobStatus") == "SUCCEEDED" else "Failed"
+        return True, reason, status.get("message", "")
+    if kind is RAYCLUSTER and status.get("state") == "failed":
+        return True, "Failed", status.get("reason", "")
+    return False, "", ""
+
+
+def is_on_hold(kind: JobKind, job: dict) -> bool:
+    """RayJob ``ValidationFailed``: KubeRay gave up on it, so Kueue releases its quota without finishing it."""
+    return kind is RAYJOB and (job.get("status") or {}).get("jobDeploymentStatus") == "ValidationFailed"
+
+
+def pods_ready(kind: JobKind, job: dict) -> bool:
+    status = job.get("status") or {}
+    if kind is RAYJOB:
+        return (status.get("rayClusterStatus") or {}).get("state") == "ready"
+    if kind is RAYCLUSTER:
+        return status.get("state") == "ready"
+    return is_active(kind, job)
+
+
+# ----------------------------------------------------------------------------------------------- pod sets
+
+
+def default_submitter_template() -> dict:
+    """KubeRay's default submitter pod template (K8sJobMode) that Kueue accounts for and writes on start."""
+    return {
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": SUBMITTER_CONTAINER,
+                    "image": SUBMITTER_IMAGE,
+                    "resources": {"requests": dict(SUBMITTER_REQUESTS), "limits": dict(SUBMITTER_LIMITS)},
+                }
+            ],
+        }
+    }
+
+
+def worker_count(group: dict) -> int:
+    count = group.get("replicas", 1)
+    count = 1 if count is None else int(count)
+    hosts = int(group.get("numOfHosts") or 1)
+    return count * hosts if hosts > 1 else count
+
+
+def build_pod_sets(kind: JobKind, job: dict) -> list[dict]:
+    """Workload ``spec.podSets`` of a job: ``head``, one per worker group, then (RayJob K8sJobMode) ``submitter``.
+
+    The templates are copies of the job's, so a Workload also records what the pod templates looked like
+    before admission (used to restore them on eviction).
+    """
+    rc_spec = cluster_spec(kind, job) or {}
+    head_template = copy.deepcopy((rc_spec.get("headGroupSpec") or {}).get("template") or {})
+    if rc_spec.get("enableInTreeAutoscaling"):
+        options = rc_spec.get("autoscalerOptions") or {}
+        resources = options.get("resources") or {
+            "requests": {"cpu": "500m", "memory": "512Mi"},
+            "limits": {"cpu": "500m", "memory": "512Mi"},
+        }
+        containers = head_template.setdefault("spec", {}).setdefault("containers", [])
+        containers.append({"name": "autoscaler", "resources": copy.deepcopy(resources)})
+    pod_sets = [{"name": HEAD_POD_SET, "count": 1, "template": head_template}]
+    for group in rc_spec.get("workerGroupSpecs") or []:
+        pod_sets.append(
+            {
+                "name": str(group.get("groupName", "")).lower(),
+                "count": worker_count(group),
+                "template": copy.deepcopy(group.get("template") or {}),
+            }
+        )
+    if kind is RAYJOB:
+        spec = job.get("spec") or {}
+        mode = spec.get("submissionMode") or "K8sJobMode"
+        if mode == "K8sJobMode":
+            template = copy.deepcopy(spec.get("submitterPodTemplate") or default_submitter_template())
+            pod_sets.append({"name": SUBMITTER_POD_SET, "count": 1, "template": template})
+        elif mode == "SidecarMode":
+            containers = pod_sets[0]["template"].setdefault("spec", {}).setdefault("containers", [])
+            containers.append(
+                {"name": SUBMITTER_CONTAINER, "resources": {"requests": dict(SUBMITTER_REQUESTS)}}
+            )
+    return pod_sets
+
+
+def container_requests(container: dict) -> dict[str, str]:
+    """Requests of one container, with limits standing in for missing requests (as Kueue does)."""
+    resources = container.get("resources") or {}
+    merged = dict(resources.get("limits") or {})
+    merged.update(resources.get("requests") or {})
+    return {name: str(value) for name, value in merged.items()}
+
+
+def pod_requests(pod_spec: dict) -> dict[str, int]:
+    """Per-pod requests as Kueue computes them: containers summed (limits fill missing requests), the
+    largest init container if bigger, plus the pod overhead."""
+    total: dict[str, int] = {}
+    for container in pod_spec.get("containers") or []:
+        for name, value in container_requests(container).items():
+            total[name] = total.get(name, 0) + quantity.to_canonical(name, value)
+    for container in pod_spec.get("initContainers") or []:
+        for name, value in container_requests(container).items():
+            total[name] = max(total.get(name, 0), quantity.to_canonical(name, value))
+    for name, value in (pod_spec.get("overhead") or {}).items():
+        total[name] = total.get(name, 0) + quantity.to_canonical(name, value)
+    return total
+
+
+# ----------------------------------------------------------------------------------------------- workload
+
+
+def build_workload(kind: JobKind, job: dict, *, priority: int, priority_class: str | None) -> dict:
+    """The Workload Kueue creates for ``job``: owned by it, found by the job-uid label, in its queue."""
+    meta = job["metadata"]
+    spec: dict[str, Any] = {
+        "queueName": queue_name(job),
+        "priority": priority,
+        "podSets": build_pod_sets(kind, job),
+        "active": True,
+    }
+    if priority_class:
+        spec["priorityClassRef"] = {
+            "group": KUEUE_GROUP,
+            "kind": "WorkloadPriorityClass",
+            "name": priority_class,
+        }
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": workload_name_for(kind, job),
+            "namespace": meta["namespace"],
+            "labels": {JOB_UID_LABEL: meta["uid"]},
+            "ownerReferences": [
+                {
+                    "apiVersion": kind.api_version,
+                    "kind": kind.kind,
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+# ----------------------------------------------------------------------------------------------- start / stop
+
+
+def _pod_templates(kind: JobKind, job: dict, *, create_submitter: bool) -> list[tuple[str, dict]]:
+    """(pod set name, template dict inside ``job``) in pod set order, for in-place edits."""
+    rc_spec = cluster_spec(kind, job)
+    if rc_spec is None:
+        return []
+    head = rc_spec.setdefault("headGroupSpec", {}).setdefault("template", {})
+    templates = [(HEAD_POD_SET, head)]
+    for group in rc_spec.get("workerGroupSpecs") or []:
+        templates.append((str(group.get("groupName", "")).lower(), group.setdefault("template", {})))
+    if kind is RAYJOB:
+        spec = job["spec"]
+        if (spec.get("submissionMode") or "K8sJobMode") == "K8sJobMode":
+            if spec.get("submitterPodTemplate") is None and create_submitter:
+                spec["submitterPodTemplate"] = default_submitter_template()
+            if spec.get("submitterPodTemplate") is not None:
+                templates.append((SUBMITTER_POD_SET, spec["submitterPodTemplate"]))
+    return templates
+
+
+def set_suspend(kind: JobKind, job: dict, suspend: bool) -> None:
+    spec = job.setdefault("spec", {})
+    if kind is RAYSERVICE:
+        spec.setdefault("rayClusterConfig", {})["suspend"] = suspend
+    else:
+        spec["suspend"] = suspend
+
+
+def pod_set_infos(workload: dict, flavors: dict[str, dict], local_queue: str) -> dict[str, dict]:
+    """What admission injects per pod set: flavor node labels + tolerations, and Kueue's pod labels."""
+    admission = (workload.get("status") or {}).get("admission") or {}
+    cluster_queue = admission.get("clusterQueue", "")
+    infos = {}
+    for assignment in admission.get("podSetAssignments") or []:
+        node_selector: dict[str, str] = {}
+        tolerations: list[dict] = []
+        for flavor_name in dict.fromkeys((assignment.get("flavors") or {}).values()):
+            flavor_spec = (flavors.get(flavor_name) or {}).get("spec") or {}
+            node_selector.update(flavor_spec.get("nodeLabels") or {})
+            tolerations.extend(t for t in flavor_spec.get("tolerations") or [] if t not in tolerations)
+        infos[assignment["name"]] = {
+            "labels": {
+                PODSET_LABEL: assignment["name"],
+                LOCAL_QUEUE_POD_LABEL: local_queue,
+                CLUSTER_QUEUE_POD_LABEL: cluster_queue,
+            },
+            "nodeSelector": node_selector,
+            "tolerations": tolerations,
+        }
+    return infos
+
+
+def start_job(kind: JobKind, job: dict, infos: dict[str, dict]) -> dict:
+    """Upstream ``RunWithPodSetsInfo``: a copy of ``job`` unsuspended with the admission merged in."""
+    started = copy.deepcopy(job)
+    set_suspend(kind, started, False)
+    for name, template in _pod_templates(kind, started, create_submitter=True):
+        info = infos.get(name)
+        if info is None:
+            continue
+        template.setdefault("metadata", {}).setdefault("labels", {}).update(info["labels"])
+        pod_spec = template.setdefault("spec", {})
+        if info["nodeSelector"]:
+            pod_spec.setdefault("nodeSelector", {}).update(info["nodeSelector"])
+        if info["tolerations"]:
+            existing = pod_spec.setdefault("tolerations", [])
+            existing.extend(t for t in info["tolerations"] if t not in existing)
+    return started
+
+
+def stop_job(kind: JobKind, job: dict, original_pod_sets: list[dict]) -> dict:
+    """Upstream ``Suspend`` + ``RestorePodSetsInfo``: a copy of ``job`` suspended, templates as recorded.
+
+    The Workload's pod sets were copied from the job before admission, so their labels, node selectors
+    and tolerations are exactly what the job had before Kueue injected anything.
+    """
+    stopped = copy.deepcopy(job)
+    set_suspend(kind, stopped, True)
+    recorded = {ps["name"]: ps.get("template") or {} for ps in original_pod_sets}
+    for name, template in _pod_templates(kind, stopped, create_submitter=False):
+        if name not in recorded:
+            continue
+        original = recorded[name]
+        _restore_field(template.setdefault("metadata", {}), original.get("metadata") or {}, "labels")
+        pod_spec = template.setdefault("spec", {})
+        for field in ("nodeSelector", "tolerations"):
+            _restore_field(pod_spec, original.get("spec") or {}, field)
+    return stopped
+
+
+def _restore_field(target: dict, original: dict, field: str) -> None:
+    if original.get(field):
+        target[field] = copy.deepcopy(original[field])
+    else:
+        target.pop(field, None)

@@ -1,0 +1,144 @@
+"""Kueue's visibility API (``visibility.kueue.x-k8s.io/v1beta2``): pending workloads and their positions.
+
+Upstream serves it from an aggregated API server embedded in the Kueue manager; here it is a handler
+registered with the cluster. Positions are computed on demand from the queued Workloads, ordered as the
+ClusterQueue's queue orders them (priority desc, then queue timestamp), 0-based; the LocalQueue view
+filters the ClusterQueue list and keeps each workload's ClusterQueue position.
+"""
+
+from __future__ import annotations
+
+from kubesim.kueue import scheduler
+from kubesim.kueue.controller import World, model_workload, queued_by_cluster_queue
+from kubesim.store import ApiError
+
+GROUP = "visibility.kueue.x-k8s.io"
+VERSION = "v1beta2"
+DEFAULT_LIMIT = 1000
+MAX_LIMIT = 100000
+
+RESOURCES = [
+    {
+        "name": "clusterqueues",
+        "singularName": "clusterqueue",
+        "namespaced": False,
+        "kind": "ClusterQueue",
+        "verbs": ["get"],
+    },
+    {
+        "name": "clusterqueues/pendingworkloads",
+        "singularName": "",
+        "namespaced": False,
+        "kind": "PendingWorkloadsSummary",
+        "verbs": ["get"],
+    },
+    {
+        "name": "localqueues",
+        "singularName": "localqueue",
+        "namespaced": True,
+        "kind": "LocalQueue",
+        "verbs": ["get"],
+    },
+    {
+        "name": "localqueues/pendingworkloads",
+        "singularName": "",
+        "namespaced": True,
+        "kind": "PendingWorkloadsSummary",
+        "verbs": ["get"],
+    },
+]
+
+
+def not_found(resource: str, name: str) -> ApiError:
+    return ApiError(
+        404,
+        "NotFound",
+        f'{resource}.{GROUP} "{name}" not found',
+        {"name": name, "group": GROUP, "kind": resource},
+    )
+
+
+def pending_items(world: World, cq_name: str, seq: dict[str, int]) -> list[dict]:
+    """Every queued workload of ``cq_name`` as a ``PendingWorkload``, in queue order, with positions."""
+    queued = {wl["metadata"]["uid"]: wl for wl in queued_by_cluster_queue(world).get(cq_name, [])}
+    models = [
+        model_workload(wl, cq_name, seq=seq.get(uid, int(wl["metadata"].get("resourceVersion") or 0)))
+        for uid, wl in queued.items()
+    ]
+    items = []
+    per_local_queue: dict[tuple[str, str], int] = {}
+    for position, item in enumerate(scheduler.ordered(models)):
+        wl = queued[item.uid]
+        meta = wl["metadata"]
+        local = (meta["namespace"], item.local_queue)
+        items.append(
+            {
+                "metadata": {
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "creationTimestamp": meta.get("creationTimestamp"),
+                    "ownerReferences": [
+                        {k: ref[k] for k in ("apiVersion", "kind", "name", "uid") if k in ref}
+                        for ref in meta.get("ownerReferences") or []
+                    ],
+                },
+                "priority": item.priority,
+                "localQueueName": item.local_queue,
+                "positionInClusterQueue": position,
+                "positionInLocalQueue": per_local_queue.get(local, 0),
+            }
+        )
+        per_local_queue[local] = per_local_queue.get(local, 0) + 1
+    return items
+
+
+def _page(items: list[dict], query: dict) -> list[dict]:
+    try:
+        limit = min(int(query.get("limit", DEFAULT_LIMIT)), MAX_LIMIT)
+        offset = int(query.get("offset", 0))
+    except ValueError as err:
+        raise ApiError(400, "BadRequest", f"invalid limit or offset: {err}") from err
+    if limit < 0 or offset < 0:
+        raise ApiError(400, "BadRequest", "limit and offset must not be negative")
+    return items[offset : offset + limit]
+
+
+def summary(items: list[dict]) -> dict:
+    return {
+        "kind": "PendingWorkloadsSummary",
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "metadata": {"creationTimestamp": None},
+        "items": items,
+    }
+
+
+def make_handler(store, seq: dict[str, int]):
+    """``handler(path, query)`` for ``cluster.register_api``; ``seq`` is the controller's creation order."""
+
+    def handler(path: str, query: dict) -> dict:
+        parts = [p for p in path.split("/") if p]
+        world = World.read(store)
+        if len(parts) == 3 and parts[0] == "clusterqueues" and parts[2] == "pendingworkloads":
+            if parts[1] not in world.cluster_queues:
+                raise not_found("clusterqueues", parts[1])
+            return summary(_page(pending_items(world, parts[1], seq), query))
+        if (
+            len(parts) == 5
+            and parts[0] == "namespaces"
+            and parts[2] == "localqueues"
+            and parts[4] == "pendingworkloads"
+        ):
+            namespace, name = parts[1], parts[3]
+            lq = world.local_queues.get((namespace, name))
+            if lq is None:
+                raise not_found("localqueues", name)
+            cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
+            items = [
+                item
+                for item in pending_items(world, cq_name, seq)
+                if item["metadata"]["namespace"] == namespace and item["localQueueName"] == name
+            ]
+            return summary(_page(items, query))
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+
+    return handler

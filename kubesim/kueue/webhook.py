@@ -1,0 +1,250 @@
+"""Kueue's admission webhooks for RayJob / RayCluster / RayService (mutating ``m*.kb.io``, validating
+``v*.kb.io``), run as a store admission hook: the same place the API server calls real webhooks.
+
+Mutation (create only): default the queue label to ``default`` when a LocalQueue named ``default`` exists
+in the namespace, and default managed jobs to suspended so that nothing runs before Kueue admits it.
+Validation (create and update): the rules Kueue v0.19.2 enforces, denied with the API server's wording
+``admission webhook "<name>" denied the request: <field errors>`` (403 Forbidden).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+from kubesim.kueue import jobs
+from kubesim.kueue.jobs import RAYCLUSTER, RAYJOB, RAYSERVICE, JobKind
+from kubesim.store import ApiError
+
+WEBHOOK_NAMES = {
+    RAYJOB.key: "vrayjob.kb.io",
+    RAYCLUSTER.key: "vraycluster.kb.io",
+    RAYSERVICE.key: "vrayservice.kb.io",
+}
+DEFAULT_LOCAL_QUEUE = "default"
+LOCAL_QUEUE_KEY = "localqueues.kueue.x-k8s.io"
+IMMUTABLE = "field is immutable"
+
+
+# ----------------------------------------------------------------------------------------------- field errors
+
+
+def _go_value(value: object) -> str:
+    """How apimachinery's ``field.Error`` prints a bad value (``%v`` / ``%q`` / ``%#v``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        items = ", ".join(f"{json.dumps(str(k))}:{json.dumps(str(v))}" for k, v in sorted(value.items()))
+        return "map[string]string{" + items + "}"
+    return str(value)
+
+
+def invalid(path: str, value: object, detail: str) -> str:
+    return f"{path}: Invalid value: {_go_value(value)}: {detail}"
+
+
+def required(path: str, detail: str) -> str:
+    return f"{path}: Required value: {detail}"
+
+
+def forbidden(path: str, detail: str) -> str:
+    return f"{path}: Forbidden: {detail}"
+
+
+def too_many(path: str, actual: int, maximum: int) -> str:
+    return f"{path}: Too many: {actual}: must have at most {maximum} items"
+
+
+def aggregate(errors: list[str]) -> str:
+    """``field.ErrorList.ToAggregate().Error()``: one message as is, several as ``[a, b]`` (deduplicated)."""
+    unique = list(dict.fromkeys(errors))
+    return unique[0] if len(unique) == 1 else "[" + ", ".join(unique) + "]"
+
+
+# ----------------------------------------------------------------------------------------------- rules
+
+
+def _label_path(key: str) -> str:
+    return f"metadata.labels[{key}]"
+
+
+def _dns1123_subdomain_errors(value: str) -> list[str]:
+    errors = []
+    if len(value) > 253:
+        errors.append("must be no more than 253 characters")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", value):
+        errors.append(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+            "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+            "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+        )
+    return errors
+
+
+def _cluster_spec_errors(job: dict, rc_spec: dict, path: str) -> list[str]:
+    """``raycluster.ValidateCreate``: autoscaling only as an elastic job, ≤ 18 pod sets, no worker "head"."""
+    errors = []
+    annotations = job.get("metadata", {}).get("annotations") or {}
+    if rc_spec.get("enableInTreeAutoscaling") and annotations.get(jobs.ELASTIC_JOB_ANNOTATION) != "true":
+        errors.append(
+            invalid(
+                f"{path}.enableInTreeAutoscaling",
+                True,
+                "a kueue managed job should only use autoscaling when workload slicing is enabled",
+            )
+        )
+    groups = rc_spec.get("workerGroupSpecs") or []
+    if len(groups) + 1 > jobs.MAX_POD_SETS:
+        errors.append(too_many(f"{path}.workerGroupSpecs", len(groups) + 1, jobs.MAX_POD_SETS))
+    for index, group in enumerate(groups):
+        if group.get("groupName") == jobs.HEAD_POD_SET:
+            errors.append(
+                forbidden(
+                    f"{path}.workerGroupSpecs[{index}].groupName", '"head" is reserved for the head group'
+                )
+            )
+    return errors
+
+
+def _queue_name_errors(job: dict) -> list[str]:
+    name = jobs.queue_name(job)
+    if jobs.QUEUE_LABEL not in (job.get("metadata", {}).get("labels") or {}):
+        return []
+    problems = _dns1123_subdomain_errors(name)
+    return [invalid(_label_path(jobs.QUEUE_LABEL), name, ",".join(problems))] if problems else []
+
+
+def validate_create(kind: JobKind, job: dict) -> list[str]:
+    """Field errors for a new (or updated) managed job, in upstream's order."""
+    if not jobs.queue_name(job):
+        return []
+    errors: list[str] = []
+    if kind is RAYJOB:
+        spec = job.get("spec") or {}
+        has_selector = bool(spec.get("clusterSelector"))
+        has_cluster_spec = spec.get("rayClusterSpec") is not None
+        if has_selector and has_cluster_spec:
+            return [
+                invalid(
+                    "spec.clusterSelector",
+                    spec["clusterSelector"],
+                    "a kueue managed job should not use an existing cluster",
+                )
+            ]
+        if has_selector:
+            return []
+        if not has_cluster_spec:
+            return [
+                required(
+                    "spec.rayClusterSpec",
+                    "rayClusterSpec is required for Kueue-managed jobs that don't use clusterSelector",
+                )
+            ]
+        if not spec.get("shutdownAfterJobFinishes", False):
+            errors.append(
+                invalid(
+                    "spec.shutdownAfterJobFinishes",
+                    bool(spec.get("shutdownAfterJobFinishes", False)),
+                    "a kueue managed job should delete the cluster after finishing",
+                )
+            )
+        errors += _cluster_spec_errors(job, spec["rayClusterSpec"], "spec.rayClusterSpec")
+    elif kind is RAYCLUSTER:
+        if jobs.owned_by_ray_controller(job):
+            return []
+        errors += _cluster_spec_errors(job, job.get("spec") or {}, "spec")
+    else:
+        errors += _cluster_spec_errors(
+            job, (job.get("spec") or {}).get("rayClusterConfig") or {}, "spec.rayClusterConfig"
+        )
+    return errors + _queue_name_errors(job)
+
+
+def validate_update(kind: JobKind, old: dict, new: dict, default_queue_exists: bool) -> list[str]:
+    """``ValidateJobOnUpdate`` then the create rules: queue and priority labels vs. suspension."""
+    if not jobs.queue_name(new):
+        return []
+    errors: list[str] = []
+    suspended = jobs.is_suspended(kind, new)
+    old_queue, new_queue = jobs.queue_name(old), jobs.queue_name(new)
+    if not suspended and old_queue != new_queue:
+        errors.append(invalid(_label_path(jobs.QUEUE_LABEL), new_queue, IMMUTABLE))
+    if not new_queue and old_queue and default_queue_exists:
+        errors.append(
+            invalid(
+                _label_path(jobs.QUEUE_LABEL),
+                "",
+                "queue-name must not be empty in namespace with default queue",
+            )
+        )
+    old_class, new_class = jobs.priority_class_name(old), jobs.priority_class_name(new)
+    if not suspended and not old_class and new_class:
+        errors.append(
+            invalid(
+                _label_path(jobs.PRIORITY_CLASS_LABEL),
+                new_class,
+                "WorkloadPriorityClass cannot be added to a non-suspended workload",
+            )
+        )
+    elif old_class and not new_class:
+        errors.append(
+            invalid(
+                _label_path(jobs.PRIORITY_CLASS_LABEL),
+                "",
+                "WorkloadPriorityClass cannot be removed from a workload",
+            )
+        )
+    return errors + validate_create(kind, new)
+
+
+# ----------------------------------------------------------------------------------------------- defaulting
+
+
+def apply_defaults(kind: JobKind, job: dict, default_queue_exists: bool) -> None:
+    """Mutating webhook on create: default the queue label, then suspend a managed job."""
+    if kind is RAYCLUSTER and jobs.owned_by_ray_controller(job):
+        return
+    if not jobs.queue_name(job) and default_queue_exists:
+        job.setdefault("metadata", {}).setdefault("labels", {})[jobs.QUEUE_LABEL] = DEFAULT_LOCAL_QUEUE
+    if jobs.is_managed(kind, job) and not jobs.is_suspended(kind, job):
+        jobs.set_suspend(kind, job, True)
+
+
+# ----------------------------------------------------------------------------------------------- hook
+
+
+def make_admission_hook(store) -> Callable[[str, object, dict, dict | None], None]:
+    """The store admission hook standing in for Kueue's webhook configurations."""
+
+    def default_queue_exists(namespace: str | None) -> bool:
+        try:
+            store.get(LOCAL_QUEUE_KEY, DEFAULT_LOCAL_QUEUE, namespace=namespace)
+        except ApiError:
+            return False
+        return True
+
+    def hook(operation: str, rt, obj: dict, old: dict | None) -> None:
+        kind = jobs.JOB_KINDS.get(rt.key)
+        if kind is None:
+            return
+        namespace = obj.get("metadata", {}).get("namespace") or (old or {}).get("metadata", {}).get(
+            "namespace"
+        )
+        has_default = default_queue_exists(namespace)
+        if operation == "CREATE":
+            apply_defaults(kind, obj, has_default)
+            errors = validate_create(kind, obj)
+        else:
+            errors = validate_update(kind, old or {}, obj, has_default)
+        if errors:
+            message = f'admission webhook "{WEBHOOK_NAMES[kind.key]}" denied the request: {aggregate(errors)}'
+            raise ApiError(403, "Forbidden", message)
+
+    return hook

@@ -1,0 +1,152 @@
+"""Kueue's RayJob webhook as the API server runs it: defaulting and denials with upstream's messages."""
+
+import pytest
+
+from kubesim.clock import Clock
+from kubesim.kueue.jobs import PRIORITY_CLASS_LABEL, QUEUE_LABEL
+from kubesim.kueue.webhook import make_admission_hook
+from kubesim.resources import Registry
+from kubesim.store import ApiError, Store
+from tests.conftest import CRDS_DIR
+
+RAYJOBS = "rayjobs.ray.io"
+DENIED = 'admission webhook "vrayjob.kb.io" denied the request: '
+
+
+@pytest.fixture
+def store() -> Store:
+    store = Store(Registry(CRDS_DIR), Clock())
+    store.add_admission_hook(make_admission_hook(store))
+    return store
+
+
+def container(cpu: str = "1") -> dict:
+    return {"name": "ray", "image": "rayproject/ray:2.46.0", "resources": {"requests": {"cpu": cpu}}}
+
+
+def rayjob(name: str = "job", *, queue: str | None = "user-queue", **spec) -> dict:
+    body = {
+        "entrypoint": "python main.py",
+        "shutdownAfterJobFinishes": True,
+        "rayClusterSpec": {
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container()]}}}
+        },
+    }
+    body.update(spec)
+    labels = {QUEUE_LABEL: queue} if queue else {}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": body,
+    }
+
+
+def denial(store: Store, job: dict) -> str:
+    with pytest.raises(ApiError) as caught:
+        store.create(RAYJOBS, job)
+    assert (caught.value.code, caught.value.reason) == (403, "Forbidden")
+    return caught.value.message
+
+
+def worker(group: str) -> dict:
+    return {
+        "groupName": group,
+        "replicas": 1,
+        "rayStartParams": {},
+        "template": {"spec": {"containers": [container()]}},
+    }
+
+
+def test_managed_rayjob_is_created_suspended(store):
+    created = store.create(RAYJOBS, rayjob())
+    assert created["spec"]["suspend"] is True
+
+
+def test_unmanaged_rayjob_is_left_alone(store):
+    created = store.create(RAYJOBS, rayjob(queue=None, shutdownAfterJobFinishes=False))
+    assert not created["spec"].get("suspend")
+
+
+def test_queue_label_defaults_to_the_default_local_queue(store):
+    store.create(
+        "localqueues.kueue.x-k8s.io",
+        {"metadata": {"name": "default", "namespace": "default"}, "spec": {"clusterQueue": "cq"}},
+    )
+    created = store.create(RAYJOBS, rayjob(queue=None))
+    assert created["metadata"]["labels"][QUEUE_LABEL] == "default"
+    assert created["spec"]["suspend"] is True
+
+
+def test_shutdown_after_job_finishes_is_required(store):
+    assert denial(store, rayjob(shutdownAfterJobFinishes=False)) == (
+        DENIED
+        + "spec.shutdownAfterJobFinishes: Invalid value: false: a kueue managed job should delete the cluster after finishing"
+    )
+
+
+def test_cluster_selector_with_cluster_spec_is_rejected(store):
+    assert denial(store, rayjob(clusterSelector={"ray.io/cluster": "c1"})) == (
+        DENIED
+        + 'spec.clusterSelector: Invalid value: map[string]string{"ray.io/cluster":"c1"}: '
+        + "a kueue managed job should not use an existing cluster"
+    )
+
+
+def test_missing_ray_cluster_spec_is_rejected(store):
+    job = rayjob()
+    del job["spec"]["rayClusterSpec"]
+    assert denial(store, job) == (
+        DENIED
+        + "spec.rayClusterSpec: Required value: rayClusterSpec is required for Kueue-managed jobs that don't use clusterSelector"
+    )
+
+
+def test_cluster_selector_only_is_allowed_and_not_suspended(store):
+    job = rayjob(clusterSelector={"ray.io/cluster": "c1"})
+    del job["spec"]["rayClusterSpec"]
+    assert not store.create(RAYJOBS, job)["spec"].get("suspend")
+
+
+def test_autoscaling_needs_the_elastic_job_annotation(store):
+    job = rayjob()
+    job["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] = True
+    assert denial(store, job) == (
+        DENIED
+        + "spec.rayClusterSpec.enableInTreeAutoscaling: Invalid value: true: "
+        + "a kueue managed job should only use autoscaling when workload slicing is enabled"
+    )
+    job["metadata"]["annotations"] = {"kueue.x-k8s.io/elastic-job": "true"}
+    assert store.create(RAYJOBS, job)["spec"]["suspend"] is True
+
+
+def test_worker_group_named_head_and_too_many_pod_sets_are_reported_together(store):
+    job = rayjob()
+    job["spec"]["rayClusterSpec"]["workerGroupSpecs"] = [worker("head")] + [
+        worker(f"g{i}") for i in range(17)
+    ]
+    assert denial(store, job) == (
+        DENIED
+        + "[spec.rayClusterSpec.workerGroupSpecs: Too many: 19: must have at most 18 items, "
+        + 'spec.rayClusterSpec.workerGroupSpecs[0].groupName: Forbidden: "head" is reserved for the head group]'
+    )
+
+
+def test_priority_class_cannot_be_added_to_a_running_job(store):
+    created = store.create(RAYJOBS, rayjob())
+    created["spec"]["suspend"] = False
+    running = store.update(RAYJOBS, created)
+    running["metadata"]["labels"][PRIORITY_CLASS_LABEL] = "prod"
+    with pytest.raises(ApiError) as caught:
+        store.update(RAYJOBS, running)
+    assert caught.value.message == (
+        DENIED
+        + 'metadata.labels[kueue.x-k8s.io/priority-class]: Invalid value: "prod": '
+        + "WorkloadPriorityClass cannot be added to a non-suspended workload"
+    )
+
+
+def test_priority_class_may_be_added_while_suspended(store):
+    created = store.create(RAYJOBS, rayjob())
+    created["metadata"]["labels"][PRIORITY_CLASS_LABEL] = "prod"
+    assert store.update(RAYJOBS, created)["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "prod"
