@@ -1,0 +1,63 @@
+"""`python -m kubesim serve`: the simulated cluster as a standalone process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from kubesim.api_server import start_server, write_kubeconfig
+from kubesim.cluster import Cluster
+from kubesim.store import ApiError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m kubesim", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the Kubernetes API with KubeRay and Kueue behind it")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on start)")
+    serve.add_argument("--kubeconfig-out", metavar="FILE", help="write a kubeconfig for this server")
+    serve.add_argument("--crds", metavar="DIR", help="CRD YAMLs: schemas and printer columns")
+    serve.add_argument(
+        "--apply",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="file or dir created at start (repeatable)",
+    )
+    serve.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per real second")
+    return parser
+
+
+async def serve(args: argparse.Namespace) -> None:
+    cluster = Cluster(crds_dir=args.crds, time_scale=args.time_scale)
+    server = await start_server(cluster, host=args.host, port=args.port, apply=args.apply)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        if args.kubeconfig_out:
+            write_kubeconfig(args.kubeconfig_out, server.url)
+        print(f"kubesim listening on {server.url}", flush=True)
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(args))
+    except (FileNotFoundError, ValueError, ApiError) as exc:  # bad options or manifests
+        print(f"kubesim: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

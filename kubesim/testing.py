@@ -1,0 +1,199 @@
+"""run_kubesim(): a kubesim for a test, in a thread of this process or as a subprocess.
+
+"thread" is fast and exposes the in-process Cluster for white-box checks; "subprocess" runs exactly
+what a developer runs (`python -m kubesim serve`), so the CLI and the kubeconfig it writes are tested too.
+Either way the caller gets a URL and a kubeconfig path and talks HTTP through the official clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubesim.api_server import start_server, write_kubeconfig
+from kubesim.cluster import CONTROLLERS, Cluster
+
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Kubesim:
+    """A running kubesim. ``cluster`` is the in-process Cluster (thread mode) or None (subprocess)."""
+
+    url: str
+    kubeconfig: str
+    cluster: Cluster | None = None
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
+
+    def stats(self) -> dict:
+        return self._request("GET", "/kubesim/stats")
+
+    def requests(self) -> list[dict]:
+        return self._request("GET", "/kubesim/requests")
+
+    def clear_requests(self) -> None:
+        self._request("DELETE", "/kubesim/requests")
+
+    def set_faults(self, **settings) -> dict:
+        return self._request("POST", "/kubesim/faults", settings)
+
+    def reset_faults(self) -> dict:
+        return self._request("DELETE", "/kubesim/faults")
+
+    def call(self, fn: Callable, *args):
+        """Run ``fn(*args)`` on the cluster's event loop (thread mode): the store is not thread-safe."""
+        if self._loop is None:
+            raise RuntimeError("call() needs mode='thread'")
+
+        async def invoke():
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result(timeout=30)
+
+    def _request(self, method: str, path: str, body: dict | None = None):
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+
+@contextlib.contextmanager
+def run_kubesim(
+    *,
+    crds_dir: str | Path | None = None,
+    apply: Iterable[str | Path] = (),
+    time_scale: float = 1.0,
+    mode: str = "thread",
+    kubeconfig_path: str | Path | None = None,
+    controllers: Iterable[str] = CONTROLLERS,
+) -> Iterator[Kubesim]:
+    """Start kubesim, wait until GET /version answers, yield it, stop it.
+
+    ``controllers`` (thread mode only) lets API-level tests run the bare API server with no controller
+    reacting to their objects; the subprocess always runs the CLI, which runs them all.
+    """
+    with contextlib.ExitStack() as stack:
+        if kubeconfig_path is None:
+            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="kubesim-"))
+            kubeconfig_path = Path(directory) / "kubeconfig"
+        if mode == "thread":
+            server = _run_in_thread(
+                crds_dir, list(apply), time_scale, Path(kubeconfig_path), tuple(controllers)
+            )
+        elif mode == "subprocess":
+            if tuple(controllers) != CONTROLLERS:
+                raise ValueError("mode='subprocess' runs the CLI, which always runs every controller")
+            server = _run_subprocess(crds_dir, list(apply), time_scale, Path(kubeconfig_path))
+        else:
+            raise ValueError(f"mode must be 'thread' or 'subprocess', not {mode!r}")
+        yield stack.enter_context(server)
+
+
+@contextlib.contextmanager
+def _run_in_thread(
+    crds_dir, apply: list, time_scale: float, kubeconfig_path: Path, controllers: tuple[str, ...]
+) -> Iterator[Kubesim]:
+    loop = asyncio.new_event_loop()
+    started: Future = Future()
+    stopping = asyncio.Event()
+
+    async def main() -> None:
+        try:
+            cluster = Cluster(crds_dir=crds_dir, time_scale=time_scale, controllers=controllers)
+            server = await start_server(cluster, host="127.0.0.1", port=0, apply=apply)
+        except BaseException as exc:
+            started.set_exception(exc)
+            return
+        started.set_result(server)
+        try:
+            await stopping.wait()
+        finally:
+            await server.stop()
+            await _cancel_leftover_tasks()  # e.g. handlers of watches a client left open, as asyncio.run does
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), name="kubesim", daemon=True)
+    thread.start()
+    try:
+        server = started.result(timeout=READY_TIMEOUT_S)
+        write_kubeconfig(kubeconfig_path, server.url)
+        _wait_ready(server.url, deadline=time.monotonic() + READY_TIMEOUT_S)
+        yield Kubesim(server.url, str(kubeconfig_path), server.cluster, loop)
+    finally:
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(stopping.set)
+        thread.join(timeout=30)
+        if not thread.is_alive():
+            loop.close()
+
+
+@contextlib.contextmanager
+def _run_subprocess(crds_dir, apply: list, time_scale: float, kubeconfig_path: Path) -> Iterator[Kubesim]:
+    """Run the CLI; on a clean exit of the ``with`` body, also require a clean exit of kubesim on SIGTERM."""
+    command = [
+        sys.executable,
+        "-m",
+        "kubesim",
+        "serve",
+        "--port",
+        "0",
+        "--kubeconfig-out",
+        str(kubeconfig_path),
+    ]
+    command += ["--time-scale", str(time_scale)]
+    if crds_dir is not None:
+        command += ["--crds", str(crds_dir)]
+    for path in apply:
+        command += ["--apply", str(path)]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1]
+    )
+    try:
+        line = process.stdout.readline()
+        if not line.startswith("kubesim listening on "):
+            process.wait(timeout=10)
+            raise RuntimeError(f"kubesim did not start (exit {process.returncode}): {line!r}")
+        url = line.split()[-1]
+        _wait_ready(url, deadline=time.monotonic() + READY_TIMEOUT_S)
+        yield Kubesim(url, str(kubeconfig_path))
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+    if process.returncode != 0:
+        raise RuntimeError(f"kubesim exited with code {process.returncode} on SIGTERM")
+
+
+async def _cancel_leftover_tasks() -> None:
+    leftover = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in leftover:
+        task.cancel()
+    await asyncio.gather(*leftover, return_exceptions=True)
+
+
+def _wait_ready(url: str, *, deadline: float) -> None:
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/version", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError):
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)

@@ -1,0 +1,76 @@
+"""KubeRay over HTTP: a RayJob created and watched with the official client, its driver log read back."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client, config, watch
+
+from kubesim.testing import run_kubesim
+from tests.integration.conftest import CRDS_DIR
+
+TIME_SCALE = 500.0  # a 10 s RayJob takes 20 ms
+
+
+@pytest.fixture(scope="module")
+def api():
+    with run_kubesim(crds_dir=CRDS_DIR, time_scale=TIME_SCALE, controllers=("kubesim.kuberay",)) as sim:
+        api_client = config.new_client_from_config(config_file=sim.kubeconfig)
+        yield api_client
+        api_client.close()
+
+
+def manifest(name: str) -> dict:
+    container = {
+        "name": "ray-head",
+        "image": "rayproject/ray:2.52.0",
+        "resources": {"requests": {"cpu": "1"}},
+    }
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "annotations": {"kubesim.dev/duration": "10", "kubesim.dev/startup": "2"}},
+        "spec": {
+            "entrypoint": "python train.py",
+            "shutdownAfterJobFinishes": True,
+            "rayClusterSpec": {
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container]}}}
+            },
+        },
+    }
+
+
+def test_rayjob_completes_and_its_submitter_log_is_readable(api, unique_name):
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    created = custom.create_namespaced_custom_object(
+        "ray.io", "v1", "default", "rayjobs", manifest(unique_name)
+    )
+    seen = []
+    stream = watch.Watch().stream(
+        custom.list_namespaced_custom_object,
+        "ray.io",
+        "v1",
+        "default",
+        "rayjobs",
+        field_selector=f"metadata.name={unique_name}",
+        resource_version=created["metadata"]["resourceVersion"],
+        timeout_seconds=20,
+    )
+    status = {}
+    for event in stream:
+        status = event["object"].get("status") or {}
+        state = status.get("jobDeploymentStatus")
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        if state in ("Complete", "Failed"):
+            break
+    assert seen[-1] == "Complete" and "Initializing" in seen and "Running" in seen
+    assert status["jobStatus"] == "SUCCEEDED"
+
+    pods = core.list_namespaced_pod(
+        "default", label_selector=f"batch.kubernetes.io/job-name={unique_name}"
+    ).items
+    assert len(pods) == 1
+    log = core.read_namespaced_pod_log(pods[0].metadata.name, "default", container="ray-job-submitter")
+    assert f"Job '{status['jobId']}' submitted successfully" in log
+    assert f"Job '{status['jobId']}' succeeded" in log
