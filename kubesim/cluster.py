@@ -78,7 +78,10 @@ class Cluster:
         self._tasks.clear()
 
     def apply(self, path: str | Path) -> list[dict]:
-        """Create or replace every object in a YAML/JSON file or a directory tree (sorted, multi-doc).
+        """Create or replace every object in a YAML/JSON file or in a directory's files (sorted, multi-doc).
+
+        Like ``kubectl apply -f DIR`` without ``-R``, subdirectories are not read: our manifests keep
+        alternative setups (single-queue/, team-queues/) in subfolders that must be chosen explicitly.
 
         Namespaces go first, then cluster-scoped kinds, then namespaced ones, so a directory need not be
         ordered by dependency. CustomResourceDefinitions are skipped: the kinds are served already, and
@@ -119,7 +122,7 @@ def _apply_rank(rt: ResourceType) -> int:
 def _documents(path: Path) -> Iterator[dict]:
     if not path.exists():
         raise FileNotFoundError(f"--apply: {path} does not exist")
-    files = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES) if path.is_dir() else [path]
+    files = sorted(p for p in path.glob("*") if p.suffix in MANIFEST_SUFFIXES) if path.is_dir() else [path]
     for file in files:
         with file.open() as fh:
             for doc in yaml.safe_load_all(fh):

@@ -19,7 +19,10 @@ CRDS_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "crds"
 
 def test_apply_orders_namespaces_and_cluster_kinds_first_and_replaces(tmp_path):
     (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "1-queue.yaml").write_text(
+    (tmp_path / "a" / "ignored.yaml").write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: not-applied}\nspec: {}\n"
+    )
+    (tmp_path / "1-queue.yaml").write_text(
         "apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: lq, namespace: team}\n"
         "spec: {clusterQueue: cq}\n---\n"
         "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: cm}\n"
@@ -32,14 +35,15 @@ def test_apply_orders_namespaces_and_cluster_kinds_first_and_replaces(tmp_path):
     cluster = Cluster(crds_dir=CRDS_DIR, controllers=())
 
     applied = cluster.apply(tmp_path)
+    # like kubectl apply -f DIR without -R: the subfolder a/ is not applied
     assert [obj["kind"] for obj in applied] == ["Namespace", "ClusterQueue", "LocalQueue", "ConfigMap"]
     assert cluster.store.get("configmaps", "cm", namespace="default")["metadata"]["namespace"] == "default"
 
-    (tmp_path / "a" / "1-queue.yaml").write_text(
+    (tmp_path / "1-queue.yaml").write_text(
         "apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: lq, namespace: team}\n"
         "spec: {clusterQueue: other}\n"
     )
-    cluster.apply(tmp_path / "a" / "1-queue.yaml")
+    cluster.apply(tmp_path / "1-queue.yaml")
     replaced = cluster.store.get("localqueues.kueue.x-k8s.io", "lq", namespace="team")
     assert replaced["spec"]["clusterQueue"] == "other"
     assert replaced["metadata"]["generation"] == 2
