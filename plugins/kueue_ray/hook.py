@@ -1,0 +1,479 @@
+"""Talking to the cluster: RayJobs, their Kueue Workloads, queues, positions and submitter logs.
+
+Built on the cncf provider's ``KubernetesHook`` / ``AsyncKubernetesHook`` so that the one ``kubernetes``
+Airflow connection (kubeconfig path or content, in-cluster, context, SSL options) configures everything;
+there is no second way to point this project at a cluster.
+
+Retries follow the provider: reads and deletes go through ``generic_api_retry`` (429/5xx/connection
+errors, Retry-After honoured). The provider counts 409 as transient, which is wrong for the two places it
+means something here, so those are answered inside the retried function and never retried:
+
+* create -> 409 AlreadyExists means "a RayJob with this deterministic name exists": the caller adopts it;
+* delete with a uid precondition -> 409 Conflict means "that name now belongs to another object": we do
+  not delete it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
+from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
+from kubernetes.client.exceptions import ApiException
+from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
+from kueue_ray.capacity import find_shortfall, max_capacity
+from kueue_ray.errors import KueueRayError
+from kueue_ray.manifests import BuiltRayJob, explain_capacity_shortfall
+from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
+
+log = logging.getLogger(__name__)
+
+RAY_GROUP, RAY_VERSION, RAYJOB_PLURAL = "ray.io", "v1", "rayjobs"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+VISIBILITY_PATH = (
+    "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{name}/pendingworkloads"
+)
+SUBMITTER_CONTAINER = "ray-job-submitter"
+SUBMITTER_JOB_LABEL = "batch.kubernetes.io/job-name"
+
+DELETED, GONE, CONFLICT = "deleted", "gone", "conflict"
+
+
+class PreflightError(KueueRayError):
+    """The cluster cannot run this RayJob as configured; raised before anything is created."""
+
+
+@dataclass(frozen=True)
+class QueuePosition:
+    """Where a pending Workload stands (0-based, as Kueue's visibility API reports it)."""
+
+    in_local_queue: int
+    in_cluster_queue: int
+    pending_in_local_queue: int
+
+    def describe(self) -> str:
+        return (
+            f"position {self.in_local_queue + 1} of {self.pending_in_local_queue} pending in its LocalQueue "
+            f"({self.in_cluster_queue + 1} in the ClusterQueue)"
+        )
+
+
+@dataclass(frozen=True)
+class QueueCapacity:
+    """What preflight learned about the queue a RayJob is submitted to."""
+
+    cluster_queue: str
+    capacity: dict[str, dict[str, Decimal]]
+
+
+def position_from_summary(summary: dict, workload_name: str) -> QueuePosition | None:
+    """Find ``workload_name`` in a visibility ``PendingWorkloadsSummary``; None when it is not pending."""
+    items = summary.get("items") or []
+    for item in items:
+        if (item.get("metadata") or {}).get("name") == workload_name:
+            return QueuePosition(
+                in_local_queue=int(item.get("positionInLocalQueue", 0)),
+                in_cluster_queue=int(item.get("positionInClusterQueue", 0)),
+                pending_in_local_queue=len(items),
+            )
+    return None
+
+
+def _delete_options(uid: str, resource_version: str | None) -> dict:
+    preconditions = {"uid": uid}
+    if resource_version is not None:
+        preconditions["resourceVersion"] = resource_version
+    return {"preconditions": preconditions, "propagationPolicy": "Background"}
+
+
+def _newest(items: list[dict]) -> dict | None:
+    return max(items, key=lambda o: o["metadata"].get("creationTimestamp") or "", default=None)
+
+
+class RayJobHook(KubernetesHook):
+    """Synchronous access for the operator (worker side) and the sensor's poke mode."""
+
+    # --- RayJobs -------------------------------------------------------------------------------------
+
+    def create_or_get_rayjob(self, body: dict, namespace: str) -> tuple[dict, bool]:
+        """Create the RayJob; if its name is taken, return the existing object instead.
+
+        Returns (object, created). A create whose response was lost (a 5xx after the server stored it) is
+        retried and then answered with 409, which correctly turns into "adopt the one we made".
+        """
+        created = self._create_rayjob(body, namespace)
+        if created is not None:
+            return created, True
+        existing = self.get_rayjob(body["metadata"]["name"], namespace)
+        if existing is None:  # deleted between our create and get: try once more
+            created = self._create_rayjob(body, namespace)
+            if created is None:
+                raise PreflightError(
+                    "the RayJob name keeps changing hands while submitting",
+                    field="metadata.name",
+                    value=body["metadata"]["name"],
+                    fix="check for another controller creating or deleting RayJobs with this name",
+                )
+            return created, True
+        return existing, False
+
+    @generic_api_retry
+    def _create_rayjob(self, body: dict, namespace: str) -> dict | None:
+        try:
+            return self.custom_object_client.create_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, body
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+
+    @generic_api_retry
+    def get_rayjob(self, name: str, namespace: str) -> dict | None:
+        try:
+            return self.custom_object_client.get_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    @generic_api_retry
+    def delete_rayjob(self, name: str, namespace: str, uid: str, resource_version: str | None = None) -> str:
+        """Delete exactly this RayJob (its RayCluster and submitter follow by garbage collection).
+
+        Preconditions make it safe against a new try that replaced or re-claimed the name meanwhile:
+        ``uid`` always, ``resource_version`` when the caller decided from a specific version. Returns
+        DELETED, GONE (404, idempotent) or CONFLICT (409: a precondition no longer holds; not deleted).
+        """
+        try:
+            self.custom_object_client.delete_namespaced_custom_object(
+                RAY_GROUP,
+                RAY_VERSION,
+                namespace,
+                RAYJOB_PLURAL,
+                name,
+                body=_delete_options(uid, resource_version),
+            )
+            return DELETED
+        except ApiException as exc:
+            if exc.status == 404:
+                return GONE
+            if exc.status == 409:
+                return CONFLICT
+            raise
+
+    def wait_until_gone(self, name: str, namespace: str, uid: str, timeout: float = 120.0) -> None:
+        """Wait for a deleted RayJob to disappear (KubeRay's finalizer stops the Ray job first)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            current = self.get_rayjob(name, namespace)
+            if current is None or current["metadata"].get("uid") != uid:
+                return
+            time.sleep(0.5)
+        raise PreflightError(
+            "the previous RayJob with this name is still being deleted",
+            field="metadata.name",
+            value=name,
+            fix="check KubeRay's finalizer on the RayJob (kubectl describe rayjob) and retry the task",
+        )
+
+    def delete_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> str:
+        """Delete the RayJob only while ``owner`` (one task try) still owns it; DELETED, GONE or CONFLICT.
+
+        Reads and deletes with the read version as precondition, so a new try re-annotating the RayJob in
+        between turns the delete into a no-op instead of killing the job that try adopted.
+        """
+        for _ in range(5):
+            rayjob = self.get_rayjob(name, namespace)
+            if rayjob is None or rayjob["metadata"].get("uid") != uid:
+                return GONE
+            if AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations")) != owner:
+                return CONFLICT
+            result = self.delete_rayjob(name, namespace, uid, rayjob["metadata"].get("resourceVersion"))
+            if result != CONFLICT:
+                return result
+        return CONFLICT
+
+    def read_state(self, name: str, namespace: str, uid: str) -> tuple[dict | None, dict | None]:
+        """(RayJob, Workload) now; the RayJob is None once it is gone or replaced by another uid."""
+        rayjob = self.get_rayjob(name, namespace)
+        if rayjob is None or rayjob["metadata"].get("uid") != uid:
+            return None, None
+        return rayjob, self.find_workload(uid, namespace)
+
+    def claim_rayjob(self, rayjob: dict, owner: AirflowIdentity) -> dict:
+        """Record ``owner`` (this task try) in the RayJob's annotations, for exactly this RayJob.
+
+        Used when a retry adopts a RayJob: the try number moves to the new try, so the previous try's
+        trigger no longer owns it and its on_kill leaves it alone. The patch carries the version it was
+        decided on (optimistic lock); controllers update status all the time, so a conflict re-reads
+        and tries again while the object is still the same uid.
+        """
+        metadata = rayjob["metadata"]
+        name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
+        for _ in range(10):
+            patch = {
+                "metadata": {
+                    "resourceVersion": metadata["resourceVersion"],
+                    "annotations": owner.annotations(),
+                }
+            }
+            try:
+                return self.custom_object_client.patch_namespaced_custom_object(
+                    RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, name, patch
+                )
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            current = self.get_rayjob(name, namespace)
+            if current is None or current["metadata"].get("uid") != uid:
+                break
+            metadata = current["metadata"]
+        raise PreflightError(
+            "could not take over the RayJob an earlier try submitted: it changed or disappeared meanwhile",
+            field="metadata.name",
+            value=name,
+            fix="retry the task",
+        )
+
+    # --- Kueue objects -------------------------------------------------------------------------------
+
+    @generic_api_retry
+    def find_workload(self, uid: str, namespace: str) -> dict | None:
+        """The Workload Kueue made for the RayJob with this uid (newest if several), or None yet."""
+        result = self.custom_object_client.list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", label_selector=f"{JOB_UID_LABEL}={uid}"
+        )
+        return _newest(result.get("items") or [])
+
+    @generic_api_retry
+    def _get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
+        api = self.custom_object_client
+        try:
+            if namespace is None:
+                return api.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
+            return api.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    @generic_api_retry
+    def _list_kueue_objects(self, plural: str, namespace: str | None = None) -> list[dict]:
+        api = self.custom_object_client
+        if namespace is None:
+            result = api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural)
+        else:
+            result = api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural)
+        return result.get("items") or []
+
+    def check_queue(self, namespace: str, queue: str, priority: str | None) -> QueueCapacity:
+        """Preflight: the LocalQueue exists here, the WorkloadPriorityClass exists, and the ClusterQueue
+        behind them exists; returns that ClusterQueue's maximum capacity (with cohort borrowing).
+
+        Each error names the field, the value and the fix, because Kueue itself would only leave the
+        RayJob queued forever with a message nobody reads.
+        """
+        local_queue = self._get_kueue_object("localqueues", queue, namespace)
+        if local_queue is None:
+            names = sorted(q["metadata"]["name"] for q in self._list_kueue_objects("localqueues", namespace))
+            raise PreflightError(
+                f"LocalQueue {queue!r} does not exist in namespace {namespace!r}",
+                field="queue",
+                value=queue,
+                fix=f"use one of {names}" if names else f"create a LocalQueue in namespace {namespace!r}",
+            )
+        if priority is not None and self._get_kueue_object("workloadpriorityclasses", priority) is None:
+            names = sorted(c["metadata"]["name"] for c in self._list_kueue_objects("workloadpriorityclasses"))
+            raise PreflightError(
+                f"WorkloadPriorityClass {priority!r} does not exist, so Kueue would never create a Workload",
+                field="priority",
+                value=priority,
+                fix=f"use one of {names}" if names else "create the WorkloadPriorityClass",
+            )
+        cq_name = (local_queue.get("spec") or {}).get("clusterQueue")
+        cluster_queue = self._get_kueue_object("clusterqueues", cq_name) if cq_name else None
+        if cluster_queue is None:
+            raise PreflightError(
+                f"LocalQueue {queue!r} points to ClusterQueue {cq_name!r}, which does not exist",
+                field="queue",
+                value=queue,
+                fix=f"create ClusterQueue {cq_name!r} or point the LocalQueue at an existing one",
+            )
+        if (cluster_queue.get("spec") or {}).get("stopPolicy", "None") != "None":
+            log.warning("ClusterQueue %s is stopped: the RayJob will wait until it is resumed", cq_name)
+        cohort_members: list[dict] = []
+        cohorts: list[dict] = []
+        if (cluster_queue.get("spec") or {}).get("cohortName"):
+            cohort_members = self._list_kueue_objects("clusterqueues")
+            cohorts = self._list_kueue_objects("cohorts")
+        capacity = max_capacity(cluster_queue, cluster_queues=cohort_members, cohorts=cohorts)
+        return QueueCapacity(cluster_queue=cq_name, capacity=capacity)
+
+    def preflight(
+        self, built: BuiltRayJob, namespace: str, queue: str, priority: str | None
+    ) -> QueueCapacity:
+        """Everything that can be known to fail before submitting: queue, priority class, capacity."""
+        queue_capacity = self.check_queue(namespace, queue, priority)
+        shortfall = find_shortfall(built.pod_sets, queue_capacity.capacity)
+        if shortfall is not None:
+            resource, available = shortfall
+            problem, _, fix = explain_capacity_shortfall(
+                built.pod_sets, resource, available, queue_capacity.cluster_queue
+            ).partition("; ")
+            raise PreflightError(
+                f"{problem}, counting what its cohort can lend",
+                field=f"resources[{resource}]",
+                value=built.total_request.get(resource),
+                fix=fix,
+            )
+        return queue_capacity
+
+    def queue_position(self, namespace: str, queue: str, workload_name: str) -> QueuePosition | None:
+        """Position from Kueue's visibility API; None when it is not served, not allowed, or not pending."""
+        try:
+            summary = self.api_client.call_api(
+                VISIBILITY_PATH.format(namespace=namespace, name=queue),
+                "GET",
+                response_types_map={200: "object"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+            )
+        except ApiException as exc:
+            if exc.status in (403, 404, 503):
+                return None
+            raise
+        return position_from_summary(summary or {}, workload_name)
+
+    # --- logs ----------------------------------------------------------------------------------------
+
+    def submitter_log_tail(self, rayjob_name: str, namespace: str, tail_lines: int = 50) -> str | None:
+        """The last lines of the RayJob's submitter (K8sJobMode) — the driver's output as Ray printed it.
+
+        None when there is no submitter pod (HTTPMode, or it was deleted on preemption/retry).
+        """
+        try:
+            pods = self.core_v1_client.list_namespaced_pod(
+                namespace, label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}"
+            ).items
+            if not pods:
+                return None
+            newest = max(pods, key=lambda p: p.metadata.creation_timestamp or 0)
+            response = self.core_v1_client.read_namespaced_pod_log(
+                newest.metadata.name,
+                namespace,
+                container=SUBMITTER_CONTAINER,
+                tail_lines=tail_lines,
+                _preload_content=False,  # raw bytes: the generated client would return their repr()
+            )
+            return response.data.decode("utf-8", errors="replace")
+        except ApiException as exc:
+            if exc.status in (400, 403, 404):
+                return None
+            raise
+
+
+class AsyncRayJobHook(AsyncKubernetesHook):
+    """The few one-off async calls of the triggerer (the watch hub does the streaming)."""
+
+    @generic_api_retry
+    async def get_rayjob(self, name: str, namespace: str, api_client: Any = None) -> dict | None:
+        async with self._client(api_client) as client:
+            try:
+                return await AsyncCustomObjectsApi(client).get_namespaced_custom_object(
+                    RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, name
+                )
+            except AsyncApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+    @generic_api_retry
+    async def find_workload(self, uid: str, namespace: str, api_client: Any = None) -> dict | None:
+        async with self._client(api_client) as client:
+            result = await AsyncCustomObjectsApi(client).list_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", label_selector=f"{JOB_UID_LABEL}={uid}"
+            )
+        return _newest(result.get("items") or [])
+
+    @generic_api_retry
+    async def delete_rayjob(
+        self, name: str, namespace: str, uid: str, resource_version: str | None = None
+    ) -> str:
+        """As RayJobHook.delete_rayjob: DELETED, GONE or CONFLICT."""
+        async with self.get_conn() as client:
+            try:
+                await AsyncCustomObjectsApi(client).delete_namespaced_custom_object(
+                    RAY_GROUP,
+                    RAY_VERSION,
+                    namespace,
+                    RAYJOB_PLURAL,
+                    name,
+                    body=_delete_options(uid, resource_version),
+                )
+                return DELETED
+            except AsyncApiException as exc:
+                if exc.status == 404:
+                    return GONE
+                if exc.status == 409:
+                    return CONFLICT
+                raise
+
+    async def delete_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> str:
+        """As RayJobHook.delete_if_owned: only while ``owner`` still owns it; DELETED, GONE or CONFLICT."""
+        for _ in range(5):
+            rayjob = await self.get_rayjob(name, namespace)
+            if rayjob is None or rayjob["metadata"].get("uid") != uid:
+                return GONE
+            if AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations")) != owner:
+                return CONFLICT
+            result = await self.delete_rayjob(name, namespace, uid, rayjob["metadata"].get("resourceVersion"))
+            if result != CONFLICT:
+                return result
+        return CONFLICT
+
+    async def queue_position(
+        self, namespace: str, queue: str, workload_name: str, api_client: Any = None
+    ) -> QueuePosition | None:
+        """As RayJobHook.queue_position; never raises for an unavailable visibility API."""
+        try:
+            async with self._client(api_client) as client:
+                summary = await client.call_api(
+                    VISIBILITY_PATH.format(namespace=namespace, name=queue),
+                    "GET",
+                    response_types_map={200: "object"},
+                    auth_settings=["BearerToken"],
+                    _return_http_data_only=True,
+                )
+        except AsyncApiException as exc:
+            if exc.status in (403, 404, 503):
+                return None
+            raise
+        return position_from_summary(summary or {}, workload_name)
+
+    def _client(self, api_client: Any):
+        """Use the caller's long-lived ApiClient (the hub's) when given, else a fresh one from the connection."""
+        if api_client is not None:
+            return _Borrowed(api_client)
+        return self.get_conn()
+
+
+class _Borrowed:
+    """An async context manager lending an ApiClient someone else owns and closes."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api_client = api_client
+
+    async def __aenter__(self) -> Any:
+        return self.api_client
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None

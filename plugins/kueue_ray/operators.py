@@ -1,0 +1,487 @@
+"""SubmitRayJobOperator: run a task as a KubeRay RayJob that Kueue queues, prioritises and admits.
+
+Importing this module (as every DAG file does) imports neither ``kubernetes`` nor the hook: parsing a
+DAG must stay cheap. Everything that talks to the cluster is imported inside the methods that run on a
+worker or the triggerer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from kueue_ray.errors import KueueRayError
+from kueue_ray.links import RAYJOB_XCOM_KEY, KueueWorkloadLink, RayDashboardLink
+from kueue_ray.naming import QUEUE_LABEL, AirflowIdentity
+from kueue_ray.status import TERMINAL_PHASES, Phase, observe
+from kueue_ray.timeline import Timeline
+from kueue_ray.trigger import (
+    DELETED,
+    INADMISSIBLE,
+    POSITION_PHASES,
+    QUEUE_TIMEOUT,
+    RUN_TIMEOUT,
+    SUCCESS,
+    TOO_MANY_PREEMPTIONS,
+    RayJobTrigger,
+    Verdict,
+    describe_transition,
+    event_payload,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from kueue_ray.hook import RayJobHook
+
+TIMELINE_XCOM_KEY = "timeline"
+GAVE_UP = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS})
+"""Verdicts that end the wait while the RayJob itself is still queued or running."""
+
+
+def task_identity(context: Context) -> AirflowIdentity:
+    """The task try running now, as the RayJob's annotations record it."""
+    ti = context["ti"]
+    map_index = getattr(ti, "map_index", -1)
+    return AirflowIdentity(
+        dag_id=ti.dag_id,
+        task_id=ti.task_id,
+        run_id=ti.run_id,
+        map_index=-1 if map_index is None else int(map_index),
+        try_number=int(getattr(ti, "try_number", 1) or 1),
+    )
+
+
+def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """What the links and downstream tasks need to know about the RayJob (the ``rayjob`` XCom)."""
+    metadata = rayjob.get("metadata") or {}
+    status = rayjob.get("status") or {}
+    details = {
+        "name": metadata.get("name"),
+        "namespace": metadata.get("namespace"),
+        "uid": metadata.get("uid"),
+        "ray_cluster": status.get("rayClusterName"),
+        "job_id": status.get("jobId"),
+        "dashboard_url": status.get("dashboardURL"),
+        **extra,
+    }
+    for key in ("workload_name", "cluster_queue", "ray_cluster", "job_id", "dashboard_url"):
+        if payload and payload.get(key):
+            details[key] = payload[key]
+    return details
+
+
+class WorkerWait:
+    """The trigger's rules, one synchronous read at a time: ``deferrable=False`` and the sensor's poke mode.
+
+    Same observe() / Watchdog / Timeline as the trigger, so a task tells the same story whether it
+    waited in the triggerer or in a worker slot.
+    """
+
+    def __init__(self, trigger: RayJobTrigger, log: Any) -> None:
+        self.trigger = trigger
+        self.log = log
+        self.timeline = Timeline.from_dict(trigger.timeline)
+        self.watchdog = trigger.make_watchdog()
+        self.last_said: tuple | None = None
+
+    def step(self, hook: RayJobHook) -> dict[str, Any] | None:
+        """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
+        trigger = self.trigger
+        ids = {"name": trigger.name, "namespace": trigger.namespace, "uid": trigger.uid}
+        extra = {"queue": trigger.queue, "priority": trigger.priority}
+        now = datetime.now(UTC)
+        rayjob, workload = hook.read_state(trigger.name, trigger.namespace, trigger.uid)
+        if rayjob is None:
+            message = f"RayJob {trigger.namespace}/{trigger.name} (uid {trigger.uid}) was deleted before it finished"
+            return event_payload(
+                Verdict(DELETED, "RayJobDeleted", message), None, self.timeline, **ids, **extra
+            )
+        observation = observe(rayjob, workload)
+        self.timeline.record(observation, now)
+        said = (observation.phase, observation.reason, observation.message)
+        if said != self.last_said:
+            self.last_said = said
+            position = None
+            queue = trigger.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
+            if observation.phase in POSITION_PHASES and observation.workload_name and queue:
+                found = hook.queue_position(trigger.namespace, queue, observation.workload_name)
+                position = found.describe() if found else None
+            self.log.info(describe_transition(trigger.namespace, trigger.name, observation, position))
+        verdict = self.watchdog.check(observation, workload, now)
+        if verdict is None:
+            return None
+        return event_payload(verdict, observation, self.timeline, **ids, **extra)
+
+
+def wait_in_worker(
+    hook: RayJobHook, trigger: RayJobTrigger, log: Any, poll_interval: float
+) -> dict[str, Any]:
+    """Hold the worker slot and read every ``poll_interval`` seconds until waiting is over."""
+    wait = WorkerWait(trigger, log)
+    while (event := wait.step(hook)) is None:
+        time.sleep(poll_interval)
+    return event
+
+
+def finish(
+    operator: BaseOperator, context: Context, event: Mapping[str, Any], *, log_tail_lines: int
+) -> dict:
+    """Shared end of waiting (operator and sensor): timeline to XCom, driver log to the task log, raise
+    on anything but success."""
+    ti = context["ti"]
+    timeline = event.get("timeline") or {}
+    ti.xcom_push(key=TIMELINE_XCOM_KEY, value=timeline)
+    name, namespace = event["name"], event["namespace"]
+    operator.log.info(
+        "RayJob %s/%s ended %s after %.1fs queued and %.1fs running; %d admission(s), %d preemption(s)",
+        namespace,
+        name,
+        event.get("phase") or event["status"],
+        timeline.get("queued_seconds") or 0.0,
+        timeline.get("running_seconds") or 0.0,
+        len(timeline.get("admissions") or ()),
+        len(timeline.get("preemptions") or ()),
+    )
+    for preemption in timeline.get("preemptions") or ():
+        operator.log.info("  preempted at %s: %s", preemption.get("at"), preemption.get("message"))
+    if log_tail_lines > 0 and event.get("status") != DELETED:
+        from kueue_ray.hook import RayJobHook
+
+        tail = RayJobHook(kubernetes_conn_id=operator.kubernetes_conn_id).submitter_log_tail(
+            name, namespace, log_tail_lines
+        )
+        if tail:
+            operator.log.info("Last %d lines of the Ray driver (submitter) log:\n%s", log_tail_lines, tail)
+    if event["status"] != SUCCESS:
+        raise AirflowException(
+            f"RayJob {namespace}/{name} did not succeed ({event['status']}, {event.get('reason')}): {event.get('message')}"
+        )
+    return {"name": name, "namespace": namespace, "uid": event["uid"]}
+
+
+class SubmitRayJobOperator(BaseOperator):
+    """Submit a RayJob to a Kueue LocalQueue with a WorkloadPriorityClass, and wait for it.
+
+    The RayJob is built from a Jinja template (``include/manifests/rayjobs/<name>.yaml.j2``, a path, or a
+    dict) and checked before anything reaches the cluster: the manifest is validated, the LocalQueue and
+    WorkloadPriorityClass must exist, and the request must fit the ClusterQueue's maximum capacity
+    (counting cohort borrowing). Then it is created under a deterministic name: a retry of the same task
+    adopts the RayJob an earlier try submitted (or replaces it if that one failed) instead of queueing a
+    duplicate.
+
+    Waiting is deferred to the triggerer by default, where one shared watch serves all waiting tasks.
+    The task log tells what happens and why (queued with position, admitted with flavors, running,
+    preempted, requeued, ...). Queueing is normal: no timeout counts queue time unless ``queue_timeout`` is
+    set. The task fails with Kueue's/KubeRay's message when the RayJob fails, stays inadmissible longer
+    than ``inadmissible_grace``, or exceeds a timeout or ``max_preemptions``.
+
+    .. code-block:: python
+
+        from kueue_ray.operators import SubmitRayJobOperator
+
+        train = SubmitRayJobOperator(
+            task_id="train",
+            template="llm-train",
+            values={"epochs": "{{ params.epochs }}"},
+            queue="team-a",
+            priority="prod-priority",
+            priority_policy={"allowed": ["dev-priority", "prod-priority"]},
+            run_timeout=6 * 3600,
+        )
+
+    :param template: template name in ``include/manifests/rayjobs``, a file path, or a RayJob dict.
+    :param queue: Kueue LocalQueue in ``namespace`` (templated; kept as ``local_queue``, because
+        ``BaseOperator.queue`` is the Airflow executor queue — set that one with ``executor_queue``).
+    :param priority: WorkloadPriorityClass; with ``priority_policy`` it is the DAG's default priority.
+    :param namespace: namespace of the RayJob.
+    :param values: template variables.
+    :param entrypoint / image / runtime_env / worker_replicas / annotations: overrides applied to the
+        rendered RayJob (see ``kueue_ray.manifests.build_rayjob``).
+    :param ray_resources: per-group container resources, ``manifests.build_rayjob(resources=...)``
+        (not ``resources``: that name is BaseOperator's executor resources and cannot be templated).
+    :param priority_policy: enable run-type-aware priorities (``kueue_ray.priority.resolve_priority``):
+        {"allowed": [low, ..., high] or {name: value}, "allow_backfill_priority": False,
+        "backfill_priority": "dev-priority"}. Manual runs may choose with the ``priority`` param.
+    :param kubernetes_conn_id: Airflow ``kubernetes`` connection.
+    :param wait_for_completion: wait for the RayJob to finish (else return after submitting).
+    :param deferrable: wait in the triggerer (default) instead of holding a worker slot.
+    :param queue_timeout / run_timeout: seconds; see ``kueue_ray.trigger.Watchdog``.
+    :param fail_on_inadmissible / inadmissible_grace / max_preemptions: see ``Watchdog``.
+    :param poll_interval: seconds between reads when waiting in the worker (``deferrable=False``).
+    :param resync_interval: the trigger's safety-net re-read interval, seconds.
+    :param log_tail_lines: driver (submitter) log lines copied into the task log at the end.
+    :param ray_dashboard_url_template / workload_url_template: extra link templates (see ``links``).
+    """
+
+    template_fields: Sequence[str] = (
+        "template",
+        "values",
+        "entrypoint",
+        "image",
+        "runtime_env",
+        "worker_replicas",
+        "ray_resources",
+        "annotations",
+        "local_queue",
+        "priority",
+        "namespace",
+    )
+    template_fields_renderers = {
+        "values": "json",
+        "runtime_env": "json",
+        "ray_resources": "json",
+        "template": "yaml",
+    }
+    operator_extra_links = (RayDashboardLink(), KueueWorkloadLink())
+    ui_color = "#e8f1fb"
+
+    def __init__(
+        self,
+        *,
+        template: str | Mapping[str, Any],
+        queue: str,
+        priority: str,
+        namespace: str = "default",
+        values: Mapping[str, Any] | None = None,
+        entrypoint: str | None = None,
+        image: str | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
+        worker_replicas: int | Mapping[str, int] | None = None,
+        ray_resources: Mapping[str, Mapping[str, str | int]] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        priority_policy: Mapping[str, Any] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        wait_for_completion: bool = True,
+        deferrable: bool = True,
+        queue_timeout: float | None = None,
+        run_timeout: float | None = None,
+        fail_on_inadmissible: bool = True,
+        inadmissible_grace: float = 60.0,
+        max_preemptions: int | None = None,
+        poll_interval: float = 5.0,
+        resync_interval: float = 300.0,
+        log_tail_lines: int = 50,
+        ray_dashboard_url_template: str | None = None,
+        workload_url_template: str | None = None,
+        executor_queue: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if executor_queue is not None:
+            kwargs["queue"] = executor_queue
+        super().__init__(**kwargs)
+        self.template = template
+        self.local_queue = queue
+        self.priority = priority
+        self.namespace = namespace
+        self.values = values
+        self.entrypoint = entrypoint
+        self.image = image
+        self.runtime_env = runtime_env
+        self.worker_replicas = worker_replicas
+        self.ray_resources = ray_resources
+        self.annotations = annotations
+        self.priority_policy = dict(priority_policy) if priority_policy else None
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.wait_for_completion = wait_for_completion
+        self.deferrable = deferrable
+        self.queue_timeout = queue_timeout
+        self.run_timeout = run_timeout
+        self.fail_on_inadmissible = fail_on_inadmissible
+        self.inadmissible_grace = inadmissible_grace
+        self.max_preemptions = max_preemptions
+        self.poll_interval = poll_interval
+        self.resync_interval = resync_interval
+        self.log_tail_lines = log_tail_lines
+        self.ray_dashboard_url_template = ray_dashboard_url_template
+        self.workload_url_template = workload_url_template
+        self.rayjob_details: dict[str, Any] | None = None
+        self._owned: tuple[str, str, str, AirflowIdentity] | None = None
+
+    # --- decisions -----------------------------------------------------------------------------------
+
+    def resolve_priority(self, context: Context) -> str:
+        """The WorkloadPriorityClass for this run; with a policy, from the run type and params."""
+        if not self.priority_policy:
+            return self.priority
+        from kueue_ray.priority import resolve_priority
+
+        policy = self.priority_policy
+        dag_run = context.get("dag_run")
+        extras = [
+            getattr(event, "extra", None)
+            for events in (context.get("triggering_asset_events") or {}).values()
+            for event in events
+        ]
+        decision = resolve_priority(
+            run_type=getattr(dag_run, "run_type", "manual"),
+            params=context.get("params"),
+            default_priority=self.priority,
+            allowed=policy["allowed"],
+            allow_backfill_priority=bool(policy.get("allow_backfill_priority", False)),
+            backfill_priority=policy.get("backfill_priority", "dev-priority"),
+            asset_events_extra=extras,
+        )
+        self.log.info("Priority %s (%s): %s", decision.priority_class, decision.source, decision.note)
+        return decision.priority_class
+
+    # --- execution -----------------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> dict[str, Any] | None:
+        from kueue_ray.hook import RayJobHook
+        from kueue_ray.manifests import build_rayjob
+
+        identity = task_identity(context)
+        try:
+            priority = self.resolve_priority(context)
+            built = build_rayjob(
+                self.template,
+                name=identity.rayjob_name(),
+                namespace=self.namespace,
+                queue=self.local_queue,
+                priority=priority,
+                identity=identity,
+                values=self.values,
+                entrypoint=self.entrypoint,
+                image=self.image,
+                runtime_env=self.runtime_env,
+                worker_replicas=self.worker_replicas,
+                resources=self.ray_resources,
+                annotations=self.annotations,
+            )
+            hook = RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
+            queue_capacity = hook.preflight(built, self.namespace, self.local_queue, priority)
+        except KueueRayError as error:
+            # The DAG or the cluster's queues need fixing: retrying the same inputs cannot help.
+            raise AirflowFailException(str(error)) from error
+        self.log.info(
+            "Preflight ok: LocalQueue %s -> ClusterQueue %s; RayJob requests %s in total",
+            self.local_queue,
+            queue_capacity.cluster_queue,
+            built.total_request,
+        )
+        rayjob = self.submit(hook, built.body, identity)
+        metadata = rayjob["metadata"]
+        self._owned = (metadata["name"], self.namespace, metadata["uid"], identity)
+        self.rayjob_details = rayjob_details(rayjob, queue=self.local_queue, priority=priority)
+        context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
+        reference = {"name": metadata["name"], "namespace": self.namespace, "uid": metadata["uid"]}
+        if not self.wait_for_completion:
+            return reference
+
+        trigger = RayJobTrigger(
+            name=metadata["name"],
+            namespace=self.namespace,
+            uid=metadata["uid"],
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            queue=self.local_queue,
+            priority=priority,
+            queue_timeout=self.queue_timeout,
+            run_timeout=self.run_timeout,
+            fail_on_inadmissible=self.fail_on_inadmissible,
+            inadmissible_grace=self.inadmissible_grace,
+            max_preemptions=self.max_preemptions,
+            owner=vars(identity).copy(),
+            submitted_at=metadata.get("creationTimestamp") or datetime.now(UTC).isoformat(),
+            resync_interval=self.resync_interval,
+        )
+        if self.deferrable and observe(rayjob, None).phase not in TERMINAL_PHASES:
+            self.defer(trigger=trigger, method_name="execute_complete")
+        return self.execute_complete(context, wait_in_worker(hook, trigger, self.log, self.poll_interval))
+
+    def submit(self, hook: RayJobHook, body: dict, identity: AirflowIdentity) -> dict:
+        """Create the RayJob, or adopt / replace the one an earlier try of this task made.
+
+        * not there -> created;
+        * there, made by this task (any try) and active or succeeded -> adopted, and re-annotated with
+          this try number so the earlier try's trigger will not delete it on kill;
+        * there, made by this task, and failed / stopped / deactivated -> deleted and created afresh;
+        * there, made by anything else -> error: we never touch what is not ours.
+        """
+        name = body["metadata"]["name"]
+        rayjob, created = hook.create_or_get_rayjob(body, self.namespace)
+        if created:
+            self.log.info("Created RayJob %s/%s (uid %s)", self.namespace, name, rayjob["metadata"]["uid"])
+            return rayjob
+        holder = AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations"))
+        if not identity.same_task(holder):
+            raise AirflowException(
+                f"RayJob {self.namespace}/{name} already exists and belongs to {holder or 'something else'}, "
+                f"not to {identity.dag_id}.{identity.task_id} run {identity.run_id}; delete it or rename the task"
+            )
+        workload = hook.find_workload(rayjob["metadata"]["uid"], self.namespace)
+        observation = observe(rayjob, workload)
+        if observation.terminal and observation.phase is not Phase.SUCCEEDED:
+            self.log.info(
+                "RayJob %s/%s from try %s ended %s (%s); replacing it",
+                self.namespace,
+                name,
+                holder.try_number,
+                observation.phase.value,
+                observation.message,
+            )
+            uid = rayjob["metadata"]["uid"]
+            hook.delete_rayjob(name, self.namespace, uid)
+            hook.wait_until_gone(name, self.namespace, uid)
+            rayjob, created = hook.create_or_get_rayjob(body, self.namespace)
+            if not created:
+                raise AirflowException(
+                    f"RayJob {self.namespace}/{name} was re-created by someone else meanwhile"
+                )
+            self.log.info("Created RayJob %s/%s (uid %s)", self.namespace, name, rayjob["metadata"]["uid"])
+            return rayjob
+        self.log.info(
+            "Adopting RayJob %s/%s (uid %s) submitted by try %s: %s",
+            self.namespace,
+            name,
+            rayjob["metadata"]["uid"],
+            holder.try_number,
+            observation.describe(),
+        )
+        if holder.try_number != identity.try_number:
+            rayjob = hook.claim_rayjob(rayjob, identity)
+        return rayjob
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Resume after waiting: timeline to XCom, driver log to the task log, raise unless succeeded."""
+        identity = {"metadata": {key: event.get(key) for key in ("name", "namespace", "uid")}}
+        self.rayjob_details = rayjob_details(
+            identity, event, queue=event.get("queue") or self.local_queue, priority=event.get("priority")
+        )
+        context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
+        if event["status"] in GAVE_UP:
+            self._withdraw(context, event)
+        return finish(self, context, event, log_tail_lines=self.log_tail_lines)
+
+    def _withdraw(self, context: Context, event: dict[str, Any]) -> None:
+        """We stop waiting for a RayJob that has not finished: take it out of the queue (or stop it) rather
+        than leave it to be admitted later with nobody waiting. Only if this try still owns it."""
+        from kueue_ray.hook import RayJobHook
+
+        result = RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).delete_if_owned(
+            event["name"], event["namespace"], event["uid"], task_identity(context)
+        )
+        self.log.info(
+            "Gave up on RayJob %s/%s (%s): delete -> %s",
+            event["namespace"],
+            event["name"],
+            event["status"],
+            result,
+        )
+
+    def on_kill(self) -> None:
+        """Killed while waiting in the worker (deferrable=False): delete the RayJob if this try owns it."""
+        if self._owned is None:
+            return
+        from kueue_ray.hook import RayJobHook
+
+        name, namespace, uid, identity = self._owned
+        result = RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).delete_if_owned(
+            name, namespace, uid, identity
+        )
+        self.log.info("on_kill: RayJob %s/%s %s", namespace, name, result)

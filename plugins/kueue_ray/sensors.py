@@ -1,0 +1,162 @@
+"""RayJobSensor: wait for a RayJob someone else submitted (often SubmitRayJobOperator with
+``wait_for_completion=False``), with the same rules and the same story in the log as the operator.
+
+Deferrable by default (one shared watch in the triggerer); ``deferrable=False`` pokes with the sync hook
+in ``poke`` or ``reschedule`` mode. The sensor never deletes the RayJob, not even on kill: it watches, it
+does not own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException
+
+from kueue_ray.links import RAYJOB_XCOM_KEY, KueueWorkloadLink, RayDashboardLink
+from kueue_ray.operators import WorkerWait, finish, rayjob_details
+from kueue_ray.trigger import RayJobTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class RayJobSensor(BaseSensorOperator):
+    """Wait until a RayJob finishes, through Kueue queueing, admission and preemption.
+
+    Name the RayJob directly (``rayjob_name`` + ``namespace``, both templated) or point at the task that
+    submitted it (``submit_task_id``: its ``rayjob`` XCom gives name, namespace and uid). On success it
+    returns ``{name, namespace, uid}`` and pushes the timeline (XCom key ``timeline``): submission,
+    each admission (ClusterQueue, flavors), preemptions with reasons, finish time, queued / running
+    seconds, final phase and resource-seconds per resource.
+
+    .. code-block:: python
+
+        wait = RayJobSensor(task_id="wait_for_training", submit_task_id="train", run_timeout=4 * 3600)
+
+    :param rayjob_name: RayJob name (templated).
+    :param namespace: its namespace (templated; default "default").
+    :param submit_task_id: take name / namespace / uid from this task's ``rayjob`` XCom instead.
+    :param kubernetes_conn_id: Airflow ``kubernetes`` connection.
+    :param deferrable: wait in the triggerer (default); else poke / reschedule with the sync hook.
+    :param queue_timeout / run_timeout / fail_on_inadmissible / inadmissible_grace / max_preemptions:
+        see ``kueue_ray.trigger.Watchdog``. In reschedule mode the inadmissible grace restarts with
+        every poke; use poke mode or deferral when it matters.
+    :param resync_interval: the trigger's safety-net re-read interval, seconds.
+    :param log_tail_lines: driver (submitter) log lines copied into the task log at the end.
+    """
+
+    template_fields: Sequence[str] = ("rayjob_name", "namespace", "submit_task_id")
+    operator_extra_links = (RayDashboardLink(), KueueWorkloadLink())
+
+    def __init__(
+        self,
+        *,
+        rayjob_name: str | None = None,
+        namespace: str = "default",
+        submit_task_id: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        deferrable: bool = True,
+        queue_timeout: float | None = None,
+        run_timeout: float | None = None,
+        fail_on_inadmissible: bool = True,
+        inadmissible_grace: float = 60.0,
+        max_preemptions: int | None = None,
+        resync_interval: float = 300.0,
+        log_tail_lines: int = 50,
+        ray_dashboard_url_template: str | None = None,
+        workload_url_template: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not rayjob_name and not submit_task_id:
+            raise ValueError("RayJobSensor needs rayjob_name or submit_task_id")
+        self.rayjob_name = rayjob_name
+        self.namespace = namespace
+        self.submit_task_id = submit_task_id
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.deferrable = deferrable
+        self.queue_timeout = queue_timeout
+        self.run_timeout = run_timeout
+        self.fail_on_inadmissible = fail_on_inadmissible
+        self.inadmissible_grace = inadmissible_grace
+        self.max_preemptions = max_preemptions
+        self.resync_interval = resync_interval
+        self.log_tail_lines = log_tail_lines
+        self.ray_dashboard_url_template = ray_dashboard_url_template
+        self.workload_url_template = workload_url_template
+        self.rayjob_details: dict[str, Any] | None = None
+        self._trigger: RayJobTrigger | None = None
+        self._wait: WorkerWait | None = None
+
+    def _target(self, context: Context) -> dict[str, Any]:
+        """Name, namespace and uid of the RayJob to wait for; the RayJob must exist."""
+        from kueue_ray.hook import RayJobHook
+
+        if self.submit_task_id:
+            reference = context["ti"].xcom_pull(task_ids=self.submit_task_id, key=RAYJOB_XCOM_KEY)
+            if not reference:
+                raise AirflowException(
+                    f"submit_task_id={self.submit_task_id!r} pushed no {RAYJOB_XCOM_KEY!r} XCom; "
+                    "is it a SubmitRayJobOperator that ran before this sensor?"
+                )
+            name, namespace = reference["name"], reference["namespace"]
+        else:
+            name, namespace = self.rayjob_name, self.namespace
+        rayjob = RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).get_rayjob(name, namespace)
+        if rayjob is None:
+            raise AirflowException(f"RayJob {namespace}/{name} does not exist")
+        if self.submit_task_id and reference.get("uid") not in (None, rayjob["metadata"]["uid"]):
+            raise AirflowException(
+                f"RayJob {namespace}/{name} was replaced (uid {rayjob['metadata']['uid']}, "
+                f"expected {reference['uid']}); not waiting for an object the submitting task did not create"
+            )
+        return rayjob
+
+    def _make_trigger(self, rayjob: dict) -> RayJobTrigger:
+        metadata = rayjob["metadata"]
+        return RayJobTrigger(
+            name=metadata["name"],
+            namespace=metadata["namespace"],
+            uid=metadata["uid"],
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            queue_timeout=self.queue_timeout,
+            run_timeout=self.run_timeout,
+            fail_on_inadmissible=self.fail_on_inadmissible,
+            inadmissible_grace=self.inadmissible_grace,
+            max_preemptions=self.max_preemptions,
+            owner=None,  # a sensor watches; on_kill must never delete what it does not own
+            submitted_at=metadata.get("creationTimestamp") or datetime.now(UTC).isoformat(),
+            resync_interval=self.resync_interval,
+        )
+
+    def execute(self, context: Context) -> Any:
+        rayjob = self._target(context)
+        self._trigger = self._make_trigger(rayjob)
+        self.rayjob_details = rayjob_details(rayjob)
+        context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
+        if self.deferrable:
+            self.defer(
+                trigger=self._trigger,
+                method_name="execute_complete",
+                timeout=timedelta(seconds=self.timeout) if self.timeout else None,
+            )
+        return super().execute(context)
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        from kueue_ray.hook import RayJobHook
+
+        if self._wait is None:  # kept across pokes in poke mode; rebuilt per poke in reschedule mode
+            self._wait = WorkerWait(self._trigger, self.log)
+        event = self._wait.step(RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id))
+        if event is None:
+            return PokeReturnValue(is_done=False)
+        return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, event))
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        identity = {"metadata": {key: event.get(key) for key in ("name", "namespace", "uid")}}
+        self.rayjob_details = rayjob_details(identity, event)
+        context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
+        return finish(self, context, event, log_tail_lines=self.log_tail_lines)

@@ -1,0 +1,460 @@
+"""RayJobTrigger: wait in the triggerer, event-driven, until a RayJob is done or waiting must stop.
+
+The trigger subscribes to the process-wide watch hub (one watch per namespace for all triggers), feeds
+every change through ``status.observe`` into a ``Timeline``, and writes each transition to the task log
+with Kueue's or KubeRay's own words and the queue position, so the log tells the whole story:
+queued -> admitted -> running -> preempted -> queued -> ... -> succeeded.
+
+It fires exactly one TriggerEvent, and only when waiting is over (``Watchdog``): a terminal phase,
+inadmissible for longer than the grace period, a queue or run timeout, too many preemptions, or the RayJob
+deleted under us. Everything else is logged, not reported.
+
+Side effects are limited to ``on_kill`` (a user marked the task failed/success or cleared it), which
+deletes the RayJob only if this very task try still owns it: a cleared task's new try may already have
+adopted the RayJob, and Airflow may briefly run a trigger twice. ``cleanup`` deletes nothing, because it
+also runs on every triggerer restart.
+
+Importing this module does not import ``kubernetes``; the hub and hook are imported inside ``run``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
+from kueue_ray.status import Observation, Phase, observe
+from kueue_ray.timeline import Timeline, to_epoch
+
+SUCCESS = "success"
+FAILED = "failed"
+INADMISSIBLE = "inadmissible"
+QUEUE_TIMEOUT = "queue_timeout"
+RUN_TIMEOUT = "run_timeout"
+TOO_MANY_PREEMPTIONS = "too_many_preemptions"
+DELETED = "deleted"
+
+WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE})
+ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
+POSITION_PHASES = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
+DEFAULT_RESYNC_SECONDS = 300.0
+UNWATCHED_POLL_SECONDS = 15.0
+"""Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why waiting is over. ``status`` is SUCCESS or one of the failure kinds above."""
+
+    status: str
+    reason: str
+    message: str
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def _quota_condition(workload: dict | None) -> dict:
+    for condition in ((workload or {}).get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "QuotaReserved":
+            return condition
+    return {}
+
+
+@dataclass
+class Watchdog:
+    """When to stop waiting: pure rules shared by the trigger, the operator's worker wait and the sensor.
+
+    Queueing is normal under Kueue, so nothing counts from submission by default. Each clock measures what
+    its name says, preferring the Workload's condition timestamps so a triggerer restart does not reset it:
+
+    * ``queue_timeout``: waiting for admission this time — since submission, or since the last admission
+      was lost (preemption);
+    * ``run_timeout``: since the last admission (quota reservation);
+    * ``inadmissible_grace``: how long Kueue has kept saying "cannot be admitted";
+    * ``max_preemptions``: how often Kueue may take the quota away before we give up.
+    """
+
+    submitted_at: datetime
+    queue_timeout: float | None = None
+    run_timeout: float | None = None
+    fail_on_inadmissible: bool = True
+    inadmissible_grace: float = 60.0
+    max_preemptions: int | None = None
+    inadmissible_since: datetime | None = None
+    waiting_since: datetime | None = None
+    admitted_since: datetime | None = None
+
+    def check(self, observation: Observation, workload: dict | None, now: datetime) -> Verdict | None:
+        """A Verdict when waiting is over, None to keep waiting."""
+        self._track(observation, workload, now)
+        phase = observation.phase
+        if observation.terminal:
+            return Verdict(
+                SUCCESS if phase is Phase.SUCCEEDED else FAILED, observation.reason, observation.message
+            )
+        if self.max_preemptions is not None and observation.preemptions > self.max_preemptions:
+            return Verdict(
+                TOO_MANY_PREEMPTIONS,
+                "MaxPreemptionsExceeded",
+                f"preempted {observation.preemptions} times, more than max_preemptions={self.max_preemptions}; "
+                f"Kueue says: {observation.describe()}",
+            )
+        if phase is Phase.INADMISSIBLE and self.fail_on_inadmissible:
+            waited = (now - self.inadmissible_since).total_seconds()
+            if waited >= self.inadmissible_grace:
+                return Verdict(
+                    INADMISSIBLE,
+                    observation.reason,
+                    f"Kueue cannot admit it: {observation.message} (unchanged for {waited:.0f}s, "
+                    f"inadmissible_grace={self.inadmissible_grace:g}s)",
+                )
+        if phase in WAITING_PHASES and self.queue_timeout is not None:
+            waited = (now - self.waiting_since).total_seconds()
+            if waited >= self.queue_timeout:
+                return Verdict(
+                    QUEUE_TIMEOUT,
+                    "QueueTimeout",
+                    f"not admitted within queue_timeout={self.queue_timeout:g}s (waiting since "
+                    f"{self.waiting_since.isoformat()}); Kueue says: {observation.describe()}",
+                )
+        if phase in ADMITTED_PHASES and self.run_timeout is not None:
+            ran = (now - self.admitted_since).total_seconds()
+            if ran >= self.run_timeout:
+                return Verdict(
+                    RUN_TIMEOUT,
+                    "RunTimeout",
+                    f"still {phase.value} {ran:.0f}s after its last admission at "
+                    f"{self.admitted_since.isoformat()} (run_timeout={self.run_timeout:g}s)",
+                )
+        return None
+
+    def seconds_until_next_deadline(self, now: datetime) -> float | None:
+        """How long one may wait for the next change before a deadline needs checking."""
+        deadlines = []
+        if self.inadmissible_since is not None and self.fail_on_inadmissible:
+            deadlines.append(self.inadmissible_since.timestamp() + self.inadmissible_grace)
+        if self.waiting_since is not None and self.queue_timeout is not None:
+            deadlines.append(self.waiting_since.timestamp() + self.queue_timeout)
+        if self.admitted_since is not None and self.run_timeout is not None:
+            deadlines.append(self.admitted_since.timestamp() + self.run_timeout)
+        return max(0.0, min(deadlines) - now.timestamp()) if deadlines else None
+
+    def _track(self, observation: Observation, workload: dict | None, now: datetime) -> None:
+        phase = observation.phase
+        quota = _quota_condition(workload)
+        changed_at = _parse_time(quota.get("lastTransitionTime"))
+        reserved = quota.get("status") == "True"
+        if phase in WAITING_PHASES:
+            self.admitted_since = None
+            if self.waiting_since is None:
+                candidates = [self.submitted_at]
+                if changed_at is not None and not reserved:
+                    candidates.append(changed_at)  # when it lost (or never got) its quota
+                self.waiting_since = max(candidates)
+        elif phase in ADMITTED_PHASES:
+            self.waiting_since = None
+            if self.admitted_since is None:
+                self.admitted_since = (changed_at if reserved else None) or now
+        else:  # PREEMPTED (quota being released) or terminal: neither clock runs
+            self.waiting_since = None
+            self.admitted_since = None
+        if phase is not Phase.INADMISSIBLE:
+            self.inadmissible_since = None
+        elif self.inadmissible_since is None:
+            self.inadmissible_since = now
+
+
+def event_payload(
+    verdict: Verdict,
+    observation: Observation | None,
+    timeline: Timeline,
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The TriggerEvent payload (also what the worker-side wait and the sensor produce): JSON only.
+
+    ``extra`` carries context the resumed task wants back (e.g. queue and priority).
+    """
+    payload: dict[str, Any] = {
+        "status": verdict.status,
+        "reason": verdict.reason,
+        "message": verdict.message,
+        "name": name,
+        "namespace": namespace,
+        "uid": uid,
+        "phase": observation.phase.value if observation else None,
+        "timeline": timeline.to_dict(),
+        **extra,
+    }
+    if observation is not None:
+        payload.update(
+            cluster_queue=observation.cluster_queue,
+            workload_name=observation.workload_name,
+            job_id=observation.job_id,
+            ray_cluster=observation.ray_cluster,
+            dashboard_url=observation.dashboard_url,
+            preemptions=observation.preemptions,
+            failed_attempts=observation.failed_attempts,
+        )
+    return payload
+
+
+def describe_transition(namespace: str, name: str, observation: Observation, position: str | None) -> str:
+    """One task-log line for a transition, quoting Kueue / KubeRay."""
+    line = f"RayJob {namespace}/{name}: {observation.describe()}"
+    if observation.phase is Phase.ADMITTED and observation.flavors:
+        flavors = ", ".join(
+            f"{pod_set}={sorted(set(assigned.values()))}" for pod_set, assigned in observation.flavors.items()
+        )
+        line += f" [ClusterQueue {observation.cluster_queue}; flavors {flavors}]"
+    if observation.phase is Phase.RUNNING and observation.job_id:
+        line += f" [Ray job {observation.job_id} on RayCluster {observation.ray_cluster}]"
+    if observation.preemptions:
+        line += f" [preempted {observation.preemptions}x so far]"
+    if position:
+        line += f" — {position}"
+    return line
+
+
+def _watched(rayjob: dict) -> bool:
+    """Whether the hub's RayJob watch (label-selected to this project's RayJobs) sees this one."""
+    labels = (rayjob.get("metadata") or {}).get("labels") or {}
+    return labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+
+
+async def _apply(
+    update: Any, rayjob: dict, workload: dict | None, subscription: Any
+) -> tuple[dict | None, dict | None]:
+    """The (RayJob, Workload) pair after one hub update.
+
+    Updates queued while the first read ran may be older than what it returned: those are skipped, so
+    the state never moves backwards. A RayJob outside the hub's watch is re-read whenever Kueue changes
+    its Workload, since that is when its status matters.
+    """
+    from kueue_ray.hub import RAYJOB, resource_version_newer
+
+    current = rayjob if update.kind == RAYJOB else workload
+    if update.object is not None and not resource_version_newer(update.object, current):
+        return rayjob, workload
+    if update.kind == RAYJOB:
+        return update.object, workload
+    if not _watched(rayjob):
+        rayjob = (await subscription.current(refresh=True))[0]
+    return rayjob, update.object
+
+
+class RayJobTrigger(BaseTrigger):
+    """Wait for one RayJob (by name and uid) through queueing, admission, preemption and completion.
+
+    :param name: RayJob name.
+    :param namespace: its namespace.
+    :param uid: its uid; another object later created under the same name is not "ours".
+    :param kubernetes_conn_id: the Airflow ``kubernetes`` connection.
+    :param queue: the LocalQueue (for queue positions); read from the RayJob's label when None.
+    :param priority: the WorkloadPriorityClass (for the log).
+    :param queue_timeout: seconds a wait for admission may last; None (default) waits as long as it takes.
+    :param run_timeout: seconds since the last admission; None for no limit.
+    :param fail_on_inadmissible: stop when Kueue reports the job cannot be admitted...
+    :param inadmissible_grace: ...for this many seconds without change.
+    :param max_preemptions: stop after more preemptions than this; None for no limit.
+    :param owner: the task try that owns the RayJob: {dag_id, run_id, task_id, map_index, try_number}.
+    :param submitted_at: ISO time of submission (queue clock start).
+    :param resync_interval: seconds between safety-net re-reads of the RayJob and Workload.
+    :param timeline: a Timeline dict to continue (None starts a new one).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        namespace: str,
+        uid: str,
+        kubernetes_conn_id: str = "kubernetes_default",
+        queue: str | None = None,
+        priority: str | None = None,
+        queue_timeout: float | None = None,
+        run_timeout: float | None = None,
+        fail_on_inadmissible: bool = True,
+        inadmissible_grace: float = 60.0,
+        max_preemptions: int | None = None,
+        owner: dict[str, Any] | None = None,
+        submitted_at: str | None = None,
+        resync_interval: float = DEFAULT_RESYNC_SECONDS,
+        timeline: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.name = name
+        self.namespace = namespace
+        self.uid = uid
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.queue = queue
+        self.priority = priority
+        self.queue_timeout = queue_timeout
+        self.run_timeout = run_timeout
+        self.fail_on_inadmissible = fail_on_inadmissible
+        self.inadmissible_grace = inadmissible_grace
+        self.max_preemptions = max_preemptions
+        self.owner = dict(owner) if owner else None
+        self.submitted_at = submitted_at
+        self.resync_interval = resync_interval
+        self.timeline = timeline
+        self._fired = False
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "name": self.name,
+                "namespace": self.namespace,
+                "uid": self.uid,
+                "kubernetes_conn_id": self.kubernetes_conn_id,
+                "queue": self.queue,
+                "priority": self.priority,
+                "queue_timeout": self.queue_timeout,
+                "run_timeout": self.run_timeout,
+                "fail_on_inadmissible": self.fail_on_inadmissible,
+                "inadmissible_grace": self.inadmissible_grace,
+                "max_preemptions": self.max_preemptions,
+                "owner": self.owner,
+                "submitted_at": self.submitted_at,
+                "resync_interval": self.resync_interval,
+                "timeline": self.timeline,
+            },
+        )
+
+    def make_watchdog(self) -> Watchdog:
+        submitted = _parse_time(self.submitted_at) or utcnow()
+        return Watchdog(
+            submitted_at=submitted,
+            queue_timeout=self.queue_timeout,
+            run_timeout=self.run_timeout,
+            fail_on_inadmissible=self.fail_on_inadmissible,
+            inadmissible_grace=self.inadmissible_grace,
+            max_preemptions=self.max_preemptions,
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from kueue_ray.hub import HUB
+
+        timeline = Timeline.from_dict(self.timeline)
+        if timeline.submitted_at is None and self.submitted_at:
+            timeline.submitted_at = to_epoch(self.submitted_at)
+        watchdog = self.make_watchdog()
+        last_said: tuple[str, str, str] | None = None
+        self.log.info(
+            "Waiting for RayJob %s/%s (uid %s, queue %s, priority %s) through the shared watch",
+            self.namespace,
+            self.name,
+            self.uid,
+            self.queue,
+            self.priority,
+        )
+        async with HUB.subscribe(
+            self.kubernetes_conn_id, self.namespace, self.name, self.uid
+        ) as subscription:
+            rayjob, workload = await subscription.current()
+            resync = self.resync_interval
+            if rayjob is not None and not _watched(rayjob):
+                resync = min(resync, UNWATCHED_POLL_SECONDS)
+                self.log.info(
+                    "RayJob %s/%s lacks label %s=%s (not submitted by this project): re-reading it every %gs "
+                    "and on every Workload change",
+                    self.namespace,
+                    self.name,
+                    MANAGED_BY_LABEL,
+                    MANAGED_BY_VALUE,
+                    resync,
+                )
+            next_resync = time.monotonic() + resync
+            while True:
+                now = utcnow()
+                if rayjob is None:
+                    verdict = Verdict(
+                        DELETED,
+                        "RayJobDeleted",
+                        f"RayJob {self.namespace}/{self.name} (uid {self.uid}) was deleted before it finished",
+                    )
+                    self.log.error(verdict.message)
+                    yield self._fire(verdict, None, timeline)
+                    return
+                observation = observe(rayjob, workload)
+                timeline.record(observation, now)
+                said = (observation.phase.value, observation.reason, observation.message)
+                if said != last_said:
+                    last_said = said
+                    position = await self._position(rayjob, observation, subscription.api_client)
+                    self.log.info(describe_transition(self.namespace, self.name, observation, position))
+                verdict = watchdog.check(observation, workload, now)
+                if verdict is not None:
+                    yield self._fire(verdict, observation, timeline)
+                    return
+                wait = next_resync - time.monotonic()
+                deadline = watchdog.seconds_until_next_deadline(now)
+                if deadline is not None:
+                    wait = min(wait, deadline + 0.05)
+                update = await subscription.next_update(max(0.0, wait))
+                if update is None:
+                    if time.monotonic() >= next_resync:
+                        rayjob, workload = await subscription.current(refresh=True)
+                        next_resync = time.monotonic() + resync
+                    continue
+                rayjob, workload = await _apply(update, rayjob, workload, subscription)
+
+    def _fire(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> TriggerEvent:
+        self._fired = True
+        payload = event_payload(
+            verdict,
+            observation,
+            timeline,
+            name=self.name,
+            namespace=self.namespace,
+            uid=self.uid,
+            queue=self.queue,
+            priority=self.priority,
+        )
+        return TriggerEvent(payload)
+
+    async def _position(self, rayjob: dict, observation: Observation, api_client: Any) -> str | None:
+        if observation.phase not in POSITION_PHASES or not observation.workload_name:
+            return None
+        queue = self.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+        if not queue:
+            return None
+        from kueue_ray.hook import AsyncRayJobHook
+
+        try:
+            position = await AsyncRayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).queue_position(
+                self.namespace, queue, observation.workload_name, api_client=api_client
+            )
+        except Exception as exc:  # noqa: BLE001 - a position is a nicety; never fail the wait for it
+            self.log.debug("Queue position unavailable: %s", exc)
+            return None
+        return position.describe() if position else None
+
+    async def on_kill(self) -> None:
+        """A user killed the task (mark failed / success, clear): delete the RayJob if this try owns it."""
+        if self._fired:
+            return
+        from kueue_ray.hook import AsyncRayJobHook
+
+        if not self.owner:
+            self.log.info("Not deleting RayJob %s/%s: this task only watches it", self.namespace, self.name)
+            return
+        result = await AsyncRayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).delete_if_owned(
+            self.name, self.namespace, self.uid, AirflowIdentity(**self.owner)
+        )
+        self.log.info("Task killed: RayJob %s/%s (uid %s): %s", self.namespace, self.name, self.uid, result)

@@ -1,0 +1,76 @@
+"""RayJobSensor against kubesim: deferred (shared watch) and poke mode tell the same story."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.sensors import RayJobSensor
+
+
+def submit(queues, body, context) -> dict:
+    return SubmitRayJobOperator(
+        task_id="train",
+        template=body,
+        queue=queues.local_queue,
+        priority=queues.low,
+        namespace=queues.namespace,
+        wait_for_completion=False,
+    ).execute(context)
+
+
+async def first_event(trigger) -> dict:
+    events = trigger.run()
+    try:
+        return (await asyncio.wait_for(events.__anext__(), 60)).payload
+    finally:
+        await events.aclose()
+
+
+def test_deferred_sensor_follows_the_submitting_task(queues, rayjob_body, task_context):
+    context = task_context("train")
+    reference = submit(queues, rayjob_body(duration="2"), context)
+    sensor = RayJobSensor(task_id="wait", submit_task_id="train", log_tail_lines=0)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(context)
+    trigger = deferred.value.trigger
+    assert (trigger.name, trigger.uid, trigger.owner) == (reference["name"], reference["uid"], None)
+
+    event = asyncio.run(first_event(trigger))
+    assert sensor.execute_complete(context, event=event) == reference
+    timeline = context["ti"].xcom["timeline"]
+    assert timeline["final_phase"] == "SUCCEEDED"
+    assert timeline["admissions"][0]["cluster_queue"] == queues.cluster_queue
+    assert timeline["finished_at"] is not None
+
+    # A watching sensor never deletes the RayJob, even when its task is killed.
+    asyncio.run(trigger.on_kill())
+    assert [r["metadata"]["uid"] for r in queues.rayjobs()] == [reference["uid"]]
+
+
+def test_poke_mode_waits_with_the_same_rules_and_fails_with_the_ray_message(
+    queues, rayjob_body, task_context
+):
+    context = task_context("train")
+    reference = submit(queues, rayjob_body(duration="2", outcome="AppFailed"), context)
+    sensor = RayJobSensor(
+        task_id="wait",
+        rayjob_name=reference["name"],
+        namespace=queues.namespace,
+        deferrable=False,
+        mode="poke",
+        poke_interval=0.1,
+        timeout=60,
+        log_tail_lines=0,
+    )
+    with pytest.raises(AirflowException, match=r"did not succeed \(failed, AppFailed\)"):
+        sensor.execute(context)
+    assert context["ti"].xcom["timeline"]["final_phase"] == "FAILED"
+
+
+def test_sensor_refuses_a_rayjob_that_does_not_exist(queues, task_context):
+    sensor = RayJobSensor(task_id="wait", rayjob_name="nope", namespace=queues.namespace)
+    with pytest.raises(AirflowException, match=f"RayJob {queues.namespace}/nope does not exist"):
+        sensor.execute(task_context("wait"))

@@ -1,0 +1,191 @@
+"""SubmitRayJobOperator without a cluster: what it submits, how it defers, how it ends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from kueue_ray.hook import QueueCapacity, RayJobHook
+from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.trigger import RayJobTrigger
+
+ROOT = Path(__file__).resolve().parents[3]
+
+TEMPLATE = {
+    "apiVersion": "ray.io/v1",
+    "kind": "RayJob",
+    "metadata": {"name": "x"},
+    "spec": {
+        "entrypoint": "python train.py",
+        "submissionMode": "HTTPMode",
+        "rayClusterSpec": {
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "ray-head",
+                                "image": "rayproject/ray:2.46.0",
+                                "resources": {"requests": {"cpu": "1"}},
+                            }
+                        ]
+                    }
+                },
+            }
+        },
+    },
+}
+
+
+class TI:
+    dag_id, task_id, run_id, map_index, try_number = "pipe", "train", "scheduled__2026-12-01", -1, 1
+
+    def __init__(self):
+        self.xcom = {}
+
+    def xcom_push(self, key, value):
+        self.xcom[key] = value
+
+
+class DagRun:
+    def __init__(self, run_type):
+        self.run_type = run_type
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    """The hook's cluster-facing calls, answered in memory: records what would be created."""
+    created = []
+
+    def preflight(self, built, namespace, queue, priority):
+        return QueueCapacity(cluster_queue="cq", capacity={})
+
+    def create_or_get(self, body, namespace):
+        obj = {
+            **body,
+            "metadata": {
+                **body["metadata"],
+                "namespace": namespace,
+                "uid": "uid-1",
+                "resourceVersion": "7",
+                "creationTimestamp": "2026-12-01T12:00:00Z",
+            },
+        }
+        created.append(obj)
+        return obj, True
+
+    monkeypatch.setattr(RayJobHook, "preflight", preflight)
+    monkeypatch.setattr(RayJobHook, "create_or_get_rayjob", create_or_get)
+    return created
+
+
+def operator(**kwargs):
+    defaults = dict(
+        task_id="train", template=TEMPLATE, queue="team-a", priority="prod-priority", namespace="ml"
+    )
+    defaults.update(kwargs)
+    return SubmitRayJobOperator(**defaults)
+
+
+def test_execute_submits_and_defers_to_the_trigger(cluster):
+    ti = TI()
+    context = {"ti": ti, "dag_run": DagRun("scheduled"), "params": {}}
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(queue_timeout=600, max_preemptions=2).execute(context)
+    [body] = cluster
+    labels = body["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert labels["kueue.x-k8s.io/priority-class"] == "prod-priority"
+    assert body["spec"]["suspend"] is True
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, RayJobTrigger)
+    assert deferred.value.method_name == "execute_complete"
+    assert (trigger.name, trigger.namespace, trigger.uid) == (body["metadata"]["name"], "ml", "uid-1")
+    assert (trigger.queue_timeout, trigger.max_preemptions, trigger.run_timeout) == (600, 2, None)
+    assert trigger.owner == {
+        "dag_id": "pipe",
+        "task_id": "train",
+        "run_id": "scheduled__2026-12-01",
+        "map_index": -1,
+        "try_number": 1,
+    }
+    assert ti.xcom["rayjob"]["uid"] == "uid-1"
+
+
+def test_backfill_runs_are_clamped_to_the_backfill_priority(cluster):
+    context = {"ti": TI(), "dag_run": DagRun("backfill"), "params": {"priority": "prod-priority"}}
+    policy = {"allowed": ["dev-priority", "prod-priority"]}
+    with pytest.raises(TaskDeferred):
+        operator(priority_policy=policy).execute(context)
+    assert cluster[0]["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "dev-priority"
+
+
+def test_execute_complete_pushes_the_timeline_and_fails_loudly():
+    ti = TI()
+    event = {
+        "status": "failed",
+        "reason": "AppFailed",
+        "phase": "FAILED",
+        "message": "Job failed due to an application error: CUDA out of memory",
+        "name": "j",
+        "namespace": "ml",
+        "uid": "u",
+        "timeline": {"queued_seconds": 61.0},
+    }
+    with pytest.raises(
+        AirflowException, match=r"did not succeed \(failed, AppFailed\): .*CUDA out of memory"
+    ):
+        operator(log_tail_lines=0).execute_complete({"ti": ti}, event=event)
+    assert ti.xcom["timeline"] == {"queued_seconds": 61.0}
+    ok = {**event, "status": "success", "phase": "SUCCEEDED"}
+    assert operator(log_tail_lines=0).execute_complete({"ti": ti}, event=ok) == {
+        "name": "j",
+        "namespace": "ml",
+        "uid": "u",
+    }
+
+
+def test_importing_the_operator_and_sensor_does_not_import_kubernetes():
+    code = (
+        "import sys; import kueue_ray.operators, kueue_ray.sensors; "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'kubernetes_asyncio')]"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT / "plugins")}
+    )
+
+
+def test_extra_links_render_from_what_the_task_knows():
+    from kueue_ray.links import KueueWorkloadLink, RayDashboardLink
+
+    op = operator(
+        ray_dashboard_url_template="https://ray.example.com/{namespace}/{ray_cluster}/#/jobs/{job_id}"
+    )
+    op.rayjob_details = {
+        "name": "j",
+        "namespace": "ml",
+        "uid": "u",
+        "workload_name": "rayjob-j-1a2b3",
+        "ray_cluster": "j-abcde",
+        "job_id": "j-xyz",
+        "dashboard_url": "j-abcde-head-svc.ml.svc:8265",
+    }
+    assert RayDashboardLink().get_link(op, ti_key=None) == "https://ray.example.com/ml/j-abcde/#/jobs/j-xyz"
+    assert KueueWorkloadLink().get_link(op, ti_key=None) == "kubectl -n ml describe workload rayjob-j-1a2b3"
+    plain = operator(kubernetes_conn_id="")
+    plain.rayjob_details = {**op.rayjob_details, "job_id": None}
+    assert RayDashboardLink().get_link(plain, ti_key=None) == "http://j-abcde-head-svc.ml.svc:8265"
+    # Fields not known yet (still queued) give no link rather than a broken one.
+    op.rayjob_details = {**op.rayjob_details, "ray_cluster": None}
+    assert RayDashboardLink().get_link(op, ti_key=None) == ""
+
+
+def test_the_kueue_queue_does_not_replace_the_airflow_executor_queue():
+    op = operator(executor_queue="gpu-workers")
+    assert (op.local_queue, op.queue) == ("team-a", "gpu-workers")
+    assert "local_queue" in op.template_fields and "queue" not in op.template_fields
+    assert operator().queue != "team-a"

@@ -1,0 +1,135 @@
+"""RayJobTrigger's contract with the triggerer (serialization) and the Watchdog's rules for when to stop."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk.serde import deserialize, serialize
+from kueue_ray.status import Observation, Phase
+from kueue_ray.trigger import (
+    INADMISSIBLE,
+    QUEUE_TIMEOUT,
+    RUN_TIMEOUT,
+    SUCCESS,
+    TOO_MANY_PREEMPTIONS,
+    RayJobTrigger,
+    Watchdog,
+    describe_transition,
+)
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def obs(phase: Phase, reason: str = "", message: str = "", preemptions: int = 0) -> Observation:
+    return Observation(
+        phase=phase,
+        terminal=phase in (Phase.SUCCEEDED, Phase.FAILED),
+        reason=reason,
+        message=message,
+        preemptions=preemptions,
+    )
+
+
+def workload(reserved: bool, since: datetime) -> dict:
+    return {
+        "status": {
+            "conditions": [
+                {
+                    "type": "QuotaReserved",
+                    "status": "True" if reserved else "False",
+                    "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            ]
+        }
+    }
+
+
+def test_serialize_round_trip_through_airflow_serde():
+    trigger = RayJobTrigger(
+        name="pipe-train-0123456789",
+        namespace="ml",
+        uid="8c5f7c9e-1",
+        queue="team-a",
+        priority="prod-priority",
+        queue_timeout=3600.0,
+        run_timeout=None,
+        inadmissible_grace=30.0,
+        max_preemptions=3,
+        owner={"dag_id": "pipe", "run_id": "manual__1", "task_id": "train", "map_index": -1, "try_number": 2},
+        submitted_at="2026-12-01T12:00:00+00:00",
+        timeline={"queued_seconds": 4.5, "admissions": []},
+    )
+    classpath, kwargs = trigger.serialize()
+    # What the worker stores and the triggerer reads back: JSON after Airflow's serde.
+    stored = json.loads(json.dumps(serialize(kwargs)))
+    module, _, name = classpath.rpartition(".")
+    rebuilt = getattr(importlib.import_module(module), name)(**deserialize(stored))
+    assert rebuilt.serialize() == (classpath, kwargs)
+    assert classpath == "kueue_ray.trigger.RayJobTrigger"
+
+
+def test_queueing_is_normal_without_a_queue_timeout():
+    dog = Watchdog(submitted_at=T0)
+    assert dog.check(obs(Phase.QUEUED, "Pending"), workload(False, T0), at(86400)) is None
+    assert dog.seconds_until_next_deadline(at(86400)) is None
+
+
+def test_queue_timeout_counts_from_the_last_loss_of_quota():
+    dog = Watchdog(submitted_at=T0, queue_timeout=60)
+    # Preempted at t=100: the Workload's QuotaReserved went False then, so the wait started then.
+    assert dog.check(obs(Phase.QUEUED, "Pending"), workload(False, at(100)), at(150)) is None
+    assert dog.seconds_until_next_deadline(at(150)) == 10
+    verdict = dog.check(
+        obs(Phase.QUEUED, "Pending", "insufficient unused quota"), workload(False, at(100)), at(161)
+    )
+    assert verdict.status == QUEUE_TIMEOUT
+    assert "queue_timeout=60s" in verdict.message and "insufficient unused quota" in verdict.message
+
+
+def test_run_timeout_counts_from_the_last_admission_and_restarts_after_preemption():
+    dog = Watchdog(submitted_at=T0, run_timeout=100)
+    assert dog.check(obs(Phase.RUNNING), workload(True, at(10)), at(90)) is None
+    assert dog.check(obs(Phase.PREEMPTED, "Preempted"), workload(True, at(10)), at(95)) is None
+    assert dog.check(obs(Phase.QUEUED), workload(False, at(96)), at(100)) is None
+    assert dog.check(obs(Phase.RUNNING), workload(True, at(150)), at(200)) is None
+    assert dog.check(obs(Phase.RUNNING), workload(True, at(150)), at(251)).status == RUN_TIMEOUT
+
+
+def test_inadmissible_fails_only_after_the_grace_period_and_resets_when_it_clears():
+    dog = Watchdog(submitted_at=T0, inadmissible_grace=30)
+    stuck = obs(Phase.INADMISSIBLE, "Inadmissible", "LocalQueue lq doesn't exist")
+    assert dog.check(stuck, workload(False, T0), at(0)) is None
+    assert dog.check(obs(Phase.QUEUED), workload(False, T0), at(20)) is None
+    assert dog.check(stuck, workload(False, T0), at(25)) is None
+    verdict = dog.check(stuck, workload(False, T0), at(56))
+    assert verdict.status == INADMISSIBLE and "LocalQueue lq doesn't exist" in verdict.message
+    tolerant = Watchdog(submitted_at=T0, fail_on_inadmissible=False, inadmissible_grace=0)
+    assert tolerant.check(stuck, workload(False, T0), at(1000)) is None
+
+
+def test_max_preemptions_and_terminal_phases():
+    dog = Watchdog(submitted_at=T0, max_preemptions=1)
+    assert dog.check(obs(Phase.RUNNING, preemptions=1), None, at(1)) is None
+    assert dog.check(obs(Phase.QUEUED, preemptions=2), None, at(2)).status == TOO_MANY_PREEMPTIONS
+    assert Watchdog(submitted_at=T0).check(obs(Phase.SUCCEEDED, "Succeeded"), None, at(3)).status == SUCCESS
+    failed = Watchdog(submitted_at=T0).check(obs(Phase.FAILED, "AppFailed", "boom"), None, at(3))
+    assert (failed.status, failed.message) == ("failed", "boom")
+
+
+def test_transition_line_quotes_kueue_and_adds_the_queue_position():
+    line = describe_transition(
+        "ml",
+        "job",
+        obs(Phase.QUEUED, "Pending", "insufficient unused quota for cpu, 2 more needed"),
+        "position 2 of 3 pending in its LocalQueue (4 in the ClusterQueue)",
+    )
+    assert line == (
+        "RayJob ml/job: QUEUED (Pending): insufficient unused quota for cpu, 2 more needed"
+        " — position 2 of 3 pending in its LocalQueue (4 in the ClusterQueue)"
+    )
