@@ -33,8 +33,8 @@ metadata:
 @pytest.fixture
 def manifests(tmp_path) -> Path:
     directory = tmp_path / "manifests"
-    (directory / "nested").mkdir(parents=True)
-    (directory / "nested" / "queues.yaml").write_text(MANIFEST)
+    directory.mkdir()
+    (directory / "queues.yaml").write_text(MANIFEST)
     return directory
 
 
