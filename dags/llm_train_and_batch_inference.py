@@ -1,0 +1,185 @@
+"""Train an LLM as a Kueue-admitted RayJob, publish the model as an Asset, then run batch inference on
+the latest published model — the AKS example's steps 3 and 4.
+
+The Asset is the link between the two halves: inference reads the model path from the newest asset
+event, so with ``train`` off a run does inference alone on the latest model someone trained.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Asset, Param, task
+from airflow.sdk.exceptions import AirflowException
+from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.sensors import RayJobSensor
+
+NAMESPACE = "ray"
+PRIORITY_CLASSES = {"dev-priority": 100, "prod-priority": 1000}
+
+LLM_MODEL = Asset(name="llm_finetuned_model", uri="file:///mnt/models/llm-finetuned")
+"""Each successful training run adds an event whose extra names the model path, RayJob, queue, priority
+and timeline."""
+
+DOC = """
+### LLM train and batch inference
+
+1. **should_train** (param **train**): off skips training and publishing.
+2. **train** / **wait_train**: fine-tune a causal LM with Ray Train as a RayJob in Kueue.
+3. **publish_model**: an event on the asset `llm_finetuned_model` (model path, RayJob, queue, priority,
+   timeline).
+4. **latest_model**: the model path of the newest event of that asset — the one just published, or, with
+   training off, the latest model any run published.
+5. **batch_inference** / **wait_inference**: vLLM on Ray Data over the prompts, as a second RayJob.
+
+Both RayJobs use 4-GPU workers: use the team-queues setup (`team-a` / `team-b`).
+Priority follows the project policy (scheduled: `dev-priority`, manual: the form, backfill: `dev-priority`).
+"""
+
+
+def safe_run_id(run_id: str) -> str:
+    return run_id.replace(":", "-").replace("+", "-")
+
+
+with DAG(
+    dag_id="llm_train_and_batch_inference",
+    description="LLM fine-tune (RayJob) -> model asset -> vLLM batch inference (RayJob)",
+    doc_md=DOC,
+    schedule="@weekly",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    render_template_as_native_obj=True,  # int params stay ints in the RayJob (replicas, epochs)
+    max_active_runs=1,  # inference must read the model its own run published
+    tags=["ray", "kueue", "training", "inference", "llm"],
+    default_args={
+        "owner": "llm-platform",
+        "retries": 2,
+        "retry_delay": timedelta(minutes=2),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=30),
+    },
+    params={
+        "priority": Param(
+            "dev-priority",
+            type="string",
+            enum=list(PRIORITY_CLASSES),
+            values_display={
+                "dev-priority": "dev-priority (100): waits behind production, may be preempted",
+                "prod-priority": "prod-priority (1000): admitted first, preempts dev-priority work",
+            },
+            title="Priority",
+            description="WorkloadPriorityClass of both RayJobs for manual runs.",
+            section="Scheduling",
+        ),
+        "queue": Param(
+            "team-a",
+            type="string",
+            enum=["default", "team-a", "team-b"],
+            title="LocalQueue",
+            description="Kueue LocalQueue in namespace ray.",
+            section="Scheduling",
+        ),
+        "train": Param(
+            True,
+            type="boolean",
+            title="Train a new model",
+            description="Off: run batch inference alone on the latest published model.",
+            section="Training",
+        ),
+        "base_model": Param("meta-llama/Llama-3.2-1B", type="string", title="Base model", section="Training"),
+        "dataset": Param("tatsu-lab/alpaca", type="string", title="Training dataset", section="Training"),
+        "epochs": Param(1, type="integer", minimum=1, maximum=10, title="Epochs", section="Training"),
+        "input_path": Param("az://datasets/prompts/", type="string", title="Prompts", section="Inference"),
+        "output_path": Param(
+            "az://datasets/completions/", type="string", title="Completions", section="Inference"
+        ),
+        "inference_workers": Param(
+            2, type="integer", minimum=1, maximum=8, title="Inference GPU workers", section="Inference"
+        ),
+    },
+):
+
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def should_train(**context) -> bool:
+        return bool(context["params"]["train"])
+
+    train = SubmitRayJobOperator(
+        task_id="train",
+        template="llm-train",
+        namespace=NAMESPACE,
+        queue="{{ params.queue }}",
+        priority="dev-priority",
+        priority_policy={"allowed": PRIORITY_CLASSES},
+        values={
+            "base_model": "{{ params.base_model }}",
+            "dataset": "{{ params.dataset }}",
+            "epochs": "{{ params.epochs }}",
+            "output_dir": "/mnt/models/llm-finetuned/{{ run_id | replace(':', '-') | replace('+', '-') }}",
+        },
+        wait_for_completion=False,
+    )
+    wait_train = RayJobSensor(
+        task_id="wait_train", submit_task_id="train", namespace=NAMESPACE, run_timeout=12 * 3600
+    )
+
+    @task(outlets=[LLM_MODEL])
+    def publish_model(**context) -> dict:
+        """Record the trained model, and how it was produced, as an asset event."""
+        ti = context["ti"]
+        rayjob = ti.xcom_pull(task_ids="train", key="rayjob") or {}
+        timeline = ti.xcom_pull(task_ids="wait_train", key="timeline") or {}
+        extra = {
+            "model_path": f"/mnt/models/llm-finetuned/{safe_run_id(context['run_id'])}",
+            "rayjob": f"{rayjob.get('namespace')}/{rayjob.get('name')}",
+            "queue": rayjob.get("queue"),
+            "priority": rayjob.get("priority"),
+            "timeline": {
+                key: timeline.get(key)
+                for key in (
+                    "submitted_at",
+                    "finished_at",
+                    "queued_seconds",
+                    "running_seconds",
+                    "preemption_count",
+                )
+            },
+        }
+        context["outlet_events"][LLM_MODEL].extra = extra
+        return extra
+
+    @task(inlets=[LLM_MODEL], trigger_rule="none_failed")
+    def latest_model(**context) -> str:
+        """The model path of the newest event of the model asset."""
+        events = context["inlet_events"][LLM_MODEL]
+        if not events:
+            raise AirflowException(
+                f"asset {LLM_MODEL.name} has no events yet: run once with train on before inference alone"
+            )
+        event = events[-1]
+        print(
+            f"Using model {event.extra.get('model_path')} from {event.extra.get('rayjob')} ({event.timestamp})"
+        )
+        return event.extra["model_path"]
+
+    model_path = latest_model()
+    batch_inference = SubmitRayJobOperator(
+        task_id="batch_inference",
+        template="batch-inference",
+        namespace=NAMESPACE,
+        queue="{{ params.queue }}",
+        priority="dev-priority",
+        priority_policy={"allowed": PRIORITY_CLASSES},
+        values={
+            "model_path": model_path,
+            "input_path": "{{ params.input_path }}",
+            "output_path": "{{ params.output_path }}",
+            "gpu_workers": "{{ params.inference_workers }}",
+        },
+        wait_for_completion=False,
+    )
+    wait_inference = RayJobSensor(
+        task_id="wait_inference", submit_task_id="batch_inference", namespace=NAMESPACE, run_timeout=6 * 3600
+    )
+
+    should_train() >> train >> wait_train >> publish_model() >> model_path
+    model_path >> batch_inference >> wait_inference
