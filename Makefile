@@ -21,8 +21,20 @@ test: venv
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
+demo: venv
+	$(BIN)/python -m devtools.demo
+
+# The same suite with the e2e fault test at full load (CI runs a smaller one).
+test-full: venv
+	$(BIN)/ruff check .
+	E2E_FULL=1 $(BIN)/python -m pytest
+
 lint: venv
 	$(BIN)/ruff check .
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# Benchmarks (not part of `make test`); `$(BIN)/python -m bench.run --profile full` for the bigger N.
+bench: venv
+	$(BIN)/python -m bench.run --profile quick

@@ -1,0 +1,111 @@
+"""`python -m bench.run --profile quick|full`: every benchmark in one run, printed next to its target.
+
+The quick profile (`make bench`) keeps the whole run in a few minutes on a 2-core machine: trigger scale at
+N = 100 and 1000, fan-out with fewer writes, and no Airflow end-to-end run (``--only e2e`` runs 5). The
+full profile adds N = 3000, longer windows and 50 end-to-end runs. The JSON of
+the run goes to ``--out`` (default: a file in the temp directory) and a Markdown summary to stdout, which
+is what bench/README.md quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+PROFILES = {
+    "quick": {
+        "admission": {"sizes": (250, 500, 1000, 2000), "repeats": 20},
+        "fanout": {"objects": 5000, "watchers": 1000, "writes": 20, "rate_hz": 2.0},
+        "trigger": {"sizes": (100, 1000), "windows": (5.0, 10.0), "poll_window": 12.0},
+        "e2e": None,  # a real Airflow takes minutes to start here: `--only e2e` runs it (5 runs)
+    },
+    "full": {
+        "admission": {"sizes": (250, 500, 1000, 2000), "repeats": 50},
+        "fanout": {"objects": 5000, "watchers": 1000, "writes": 120, "rate_hz": 2.0},
+        "trigger": {"sizes": (100, 1000, 3000), "windows": (20.0, 40.0), "poll_window": 25.0},
+        "e2e": {"runs": 50},
+    },
+}
+
+
+def machine() -> dict:
+    """What the figures were measured on: the README's machine line."""
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory = subprocess.run(["free", "-h"], capture_output=True, text=True, check=False).stdout.splitlines()
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory": memory[1].split()[1] if len(memory) > 1 else "?",
+        "python": platform.python_version(),
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def run(profile: str, only: set[str] | None, out: Path) -> dict:
+    from bench import admission, airflow_e2e, fanout, parse, trigger_scale
+
+    settings = PROFILES[profile]
+    results: dict = {
+        "profile": profile,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+    }
+    steps = [
+        ("admission", lambda: admission.run(**settings["admission"])),
+        ("parse", parse.run),
+        ("fanout", lambda: fanout.run(**settings["fanout"])),
+        ("trigger", lambda: trigger_scale.run(**settings["trigger"])),
+        ("e2e", lambda: airflow_e2e.run(**(settings["e2e"] or {"runs": 5}))),
+    ]
+    for name, step in steps:
+        if (only and name not in only) or (not only and name == "e2e" and settings["e2e"] is None):
+            continue
+        started = time.monotonic()
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        try:
+            results[name] = step()
+        except Exception as exc:  # noqa: BLE001 - one broken piece must not hide the other figures
+            results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        results[name]["elapsed_s"] = round(time.monotonic() - started, 1)
+        results[name]["load_average_after"] = os.getloadavg()
+        out.write_text(json.dumps(results, indent=1, default=str))  # what was measured survives a later crash
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    parser.add_argument(
+        "--only", action="append", help="admission | parse | fanout | trigger | e2e (repeatable)"
+    )
+    parser.add_argument("--out", help="write the JSON results here")
+    parser.add_argument("--trigger-sizes", help="comma-separated N for the trigger benchmark, e.g. 100,1000")
+    args = parser.parse_args(argv)
+    if args.trigger_sizes:
+        PROFILES[args.profile]["trigger"]["sizes"] = tuple(int(n) for n in args.trigger_sizes.split(","))
+    out = Path(args.out) if args.out else Path(tempfile.gettempdir()) / f"bench-{args.profile}.json"
+    results = run(args.profile, set(args.only) if args.only else None, out)
+    from bench.report import render
+
+    print(render(results))
+    print(f"\n(JSON: {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

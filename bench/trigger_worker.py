@@ -1,0 +1,113 @@
+"""The measured process of the trigger benchmark: N RayJobTriggers on one event loop, as a triggerer runs them.
+
+Run as ``python -m bench.trigger_worker JOBS.json LOG`` with ``AIRFLOW_CONN_KUBERNETES_DEFAULT`` pointing at
+kubesim. ``JOBS.json`` is ``{"namespace", "queue", "resync_interval", "jobs": [{"name", "uid"}]}``.
+
+It talks to its parent over pipes, so the parent can cut the run into phases without touching this
+process's CPU or memory: each fired TriggerEvent is one stdout line ``{"fired", "t", "status"}`` (``t`` is
+the wall time the event was yielded); a ``usage`` line on stdin answers ``{"usage": {...}}`` with the CPU
+seconds and RSS so far; ``quit`` (or EOF) ends the process. Trigger log lines go to a file at INFO, as the
+triggerer writes task logs, so their formatting cost is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import resource
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def usage() -> dict:
+    """CPU seconds (user + system) and RSS of this process: peak from getrusage, current from /proc."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    current_kib = 0
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            current_kib = int(line.split()[1])
+    return {
+        "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
+        "peak_rss_mib": round(ru.ru_maxrss / 1024, 1),
+        "rss_mib": round(current_kib / 1024, 1),
+    }
+
+
+PREFIX = "@bench "
+"""Marks protocol lines; anything else on the channel (a library printing) is ignored by the parent."""
+_channel = sys.stdout
+
+
+def take_stdout(log_path: str) -> None:
+    """Keep the real stdout for the protocol and send everything else written to fd 1 or 2 (Airflow's
+    structlog prints trigger logs to stdout) into the log file."""
+    global _channel
+    _channel = os.fdopen(os.dup(1), "w")
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    sys.stdout = sys.stderr = open(log_path, "a")  # noqa: SIM115 - lives as long as the process
+
+
+def emit(record: dict) -> None:
+    _channel.write(PREFIX + json.dumps(record) + "\n")
+    _channel.flush()
+
+
+def read_commands(loop: asyncio.AbstractEventLoop, commands: asyncio.Queue) -> None:
+    """Feed stdin lines into ``commands`` (from a thread); EOF means quit."""
+    for line in sys.stdin:
+        loop.call_soon_threadsafe(commands.put_nowait, line.strip())
+    loop.call_soon_threadsafe(commands.put_nowait, "quit")
+
+
+async def wait_one(trigger, fired: list) -> None:
+    async for event in trigger.run():
+        fired.append(trigger.name)
+        emit({"fired": trigger.name, "t": time.time(), "status": event.payload.get("status")})
+        return
+
+
+async def main(spec_path: str, log_path: str) -> None:
+    from kueue_ray.trigger import RayJobTrigger
+
+    take_stdout(log_path)
+    spec = json.loads(Path(spec_path).read_text())
+    handler = logging.FileHandler(log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    triggers = [
+        RayJobTrigger(
+            name=job["name"],
+            namespace=spec["namespace"],
+            uid=job["uid"],
+            queue=spec["queue"],
+            fail_on_inadmissible=False,
+            resync_interval=spec["resync_interval"],
+        )
+        for job in spec["jobs"]
+    ]
+    fired: list[str] = []
+    tasks = [asyncio.create_task(wait_one(trigger, fired)) for trigger in triggers]
+    commands: asyncio.Queue[str] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+    threading.Thread(target=read_commands, args=(loop, commands), daemon=True).start()
+    emit({"started": len(tasks), "usage": usage()})
+    while True:
+        command = await commands.get()
+        if command == "usage":
+            emit({"usage": usage(), "fired_total": len(fired)})
+        elif command == "quit":
+            break
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    emit({"final": usage()})
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "/dev/null"))
