@@ -1,0 +1,238 @@
+"""Run a real `airflow standalone` (scheduler, dag-processor, triggerer, api-server) for `make run`,
+`make demo` and the end-to-end tests, and talk to it through its REST API like a user or CI would.
+
+Why a harness of our own: `airflow standalone` spawns its components by the name `airflow` from PATH, does
+not stop its children on SIGTERM, and prints its password once. Starting it in its own session and
+signalling the whole process group is the reliable way to stop everything (reference/airflow-3.3.md §6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+USERNAME = "admin"
+PASSWORD = "admin"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def kubernetes_connection_uri(kubeconfig: str | os.PathLike) -> str:
+    """The `kubernetes_default` connection as the cncf provider reads it, pointing at a kubeconfig file."""
+    return json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}})
+
+
+def airflow_environment(
+    home: Path, *, port: int, kubeconfig: str | os.PathLike | None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Environment for every Airflow component: our dags/ and plugins/, loopback only, SQLite, fast parsing."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__CORE__PARALLELISM": "16",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "10",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
+        }
+    )
+    if kubeconfig is not None:
+        env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = kubernetes_connection_uri(kubeconfig)
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class Airflow:
+    """A running standalone Airflow and an authenticated REST client for it."""
+
+    url: str
+    home: Path
+    env: dict[str, str]
+    process: subprocess.Popen
+    log_path: Path
+    client: httpx.Client = field(init=False)
+    extra_processes: list[subprocess.Popen] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.client = httpx.Client(base_url=self.url, timeout=30)
+
+    def login(self) -> None:
+        response = self.client.post("/auth/token", json={"username": USERNAME, "password": PASSWORD})
+        response.raise_for_status()
+        self.client.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
+
+    def api(self, method: str, path: str, **kwargs) -> httpx.Response:
+        return self.client.request(method, f"/api/v2{path}", **kwargs)
+
+    def cli(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run the `airflow` CLI against the same metadata DB, as an operator would from a shell."""
+        return subprocess.run(
+            [str(Path(sys.executable).parent / "airflow"), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
+        )
+
+    def wait_for_dags(self, dag_ids: list[str], timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        missing = set(dag_ids)
+        while missing and time.monotonic() < deadline:
+            for dag_id in list(missing):
+                if self.api("GET", f"/dags/{dag_id}").status_code == 200:
+                    missing.discard(dag_id)
+            if missing:
+                time.sleep(1)
+        if missing:
+            raise TimeoutError(f"DAGs not parsed within {timeout}s: {sorted(missing)}; see {self.log_path}")
+
+    def component_processes(self, component: str) -> list:
+        """The live processes of one standalone component (``triggerer``, ``scheduler``, ...): every
+        descendant of the standalone process started as ``airflow <component>``, plus any we restarted."""
+        import psutil
+
+        try:
+            children = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        found = []
+        for child in children:
+            try:
+                cmdline = child.cmdline()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if len(cmdline) >= 2 and Path(cmdline[-2]).name == "airflow" and cmdline[-1] == component:
+                found.append(child)
+        found += [p for p in self.extra_processes if p.poll() is None and component in p.args]
+        return found
+
+    def kill_triggerer(self) -> int:
+        """SIGKILL the triggerer (a crash: no cleanup, no graceful hand-over); returns how many died.
+
+        `airflow standalone` does not restart a component that dies: call `start_component("triggerer")`."""
+        import psutil
+
+        killed = self.component_processes("triggerer")
+        for process in killed:
+            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+                process.kill()
+        for process in killed:
+            with contextlib.suppress(psutil.NoSuchProcess, subprocess.TimeoutExpired, psutil.TimeoutExpired):
+                process.wait(timeout=30)
+        return len(killed)
+
+    def start_component(self, component: str) -> subprocess.Popen:
+        """Start `airflow <component>` (e.g. `triggerer`) with the standalone's environment, in a session
+        of its own (like the standalone itself) so `stop` can end it and its children together. This is
+        what a process supervisor does in production; `airflow standalone` never restarts a component."""
+        log = (self.home / f"{component}-restarted.log").open("ab")
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "airflow"), component],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=self.home,
+        )
+        self.extra_processes.append(process)
+        return process
+
+    def stop(self) -> None:
+        for extra in self.extra_processes:
+            _stop_group(extra)
+        _stop_group(self.process)
+        self.client.close()
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the process group a process leads; after 30 s (or once the leader is gone) SIGKILL what is
+    left of the group, so a component still shutting down cannot outlive its standalone as an orphan."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def start_airflow(
+    home: Path,
+    *,
+    kubeconfig: str | os.PathLike | None,
+    port: int | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    timeout: float = 180,
+) -> Airflow:
+    """Start `airflow standalone` in its own process group and wait until its API answers and we are logged in."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "passwords.json").write_text(json.dumps({USERNAME: PASSWORD}))
+    port = port or free_port()
+    env = airflow_environment(home, port=port, kubeconfig=kubeconfig, extra=extra_env)
+    log_path = home / "standalone.log"
+    log = log_path.open("ab")
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "airflow"), "standalone"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=home,
+    )
+    airflow = Airflow(url=f"http://127.0.0.1:{port}", home=home, env=env, process=process, log_path=log_path)
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"airflow standalone exited with {process.returncode}; see {log_path}")
+        try:
+            if airflow.client.get("/api/v2/version").status_code == 200:
+                airflow.login()
+                return airflow
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            airflow.stop()
+            raise TimeoutError(f"airflow standalone not ready within {timeout}s; see {log_path}")
+        time.sleep(1)
+
+
+@contextmanager
+def running_airflow(home: Path, **kwargs) -> Iterator[Airflow]:
+    airflow = start_airflow(home, **kwargs)
+    try:
+        yield airflow
+    finally:
+        airflow.stop()
