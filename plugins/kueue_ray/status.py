@@ -94,6 +94,10 @@ class Observation:
     workload_name: str | None = None
     job_deployment_status: str = ""
     job_status: str = ""
+    last_preemption: dict[str, str] | None = None
+    """Kueue's words for the latest preemption, ``{"reason": "InClusterQueue", "message": "Preempted to
+    accommodate ..."}``, kept after re-admission (Kueue then prefixes it with "Previously: "), so a log
+    or timeline written after the fact still quotes why the job was stopped."""
 
     @property
     def succeeded(self) -> bool:
@@ -139,6 +143,7 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
         "workload_name": ((workload or {}).get("metadata") or {}).get("name"),
         "job_deployment_status": deployment,
         "job_status": job_status,
+        "last_preemption": last_preemption(workload),
     }
 
     def result(phase: Phase, reason: str, message: str) -> Observation:
@@ -249,6 +254,19 @@ def is_never_fits(message: str) -> bool:
         if permanent and not temporary:
             return True
     return False
+
+
+def last_preemption(workload: dict | None) -> dict[str, str] | None:
+    """The ``Preempted`` condition's reason and message, current or historical ("Previously: ...")."""
+    for condition in ((workload or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") != "Preempted":
+            continue
+        message = str(condition.get("message") or "")
+        if condition.get("status") == "True":
+            return {"reason": str(condition.get("reason") or "Preempted"), "message": message}
+        if message.startswith("Previously: "):
+            return {"reason": "Preempted", "message": message.removeprefix("Previously: ")}
+    return None
 
 
 def count_preemptions(workload: dict | None) -> int:

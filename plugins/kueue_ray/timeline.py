@@ -83,13 +83,19 @@ class Timeline:
         elif current in _ADMITTED_PHASES and observation.resource_usage:
             self.resource_usage = dict(observation.resource_usage)
 
+        # Kueue's Preempted condition says why (InClusterQueue, InCohortReclamation, ...) in its own words;
+        # the Evicted reason alone is just "Preempted".
+        kueue_words = observation.last_preemption or {
+            "reason": observation.reason,
+            "message": observation.message,
+        }
         if current is Phase.PREEMPTED and previous is not Phase.PREEMPTED:
-            self.preemptions.append({"at": now, "reason": observation.reason, "message": observation.message})
+            self.preemptions.append({"at": now, **kueue_words})
             if observation.preemptions > self.preemption_count:
                 self.preemption_count += 1
         while observation.preemptions > self.preemption_count:
             # The PREEMPTED moment itself was not observed (e.g. RUNNING straight to QUEUED).
-            self.preemptions.append({"at": now, "reason": "Preempted", "message": observation.message})
+            self.preemptions.append({"at": now, **kueue_words})
             self.preemption_count += 1
 
         if current in TERMINAL_PHASES and self.finished_at is None:

@@ -242,6 +242,18 @@ def test_preempted_while_cluster_is_torn_down_then_queued_again():
     )
     obs = observe(rayjob("Suspended"), requeued)
     assert (obs.phase, obs.preemptions, obs.terminal) == (Phase.QUEUED, 2, False)
+    assert obs.last_preemption == {"reason": "InClusterQueue", "message": PREEMPTED_MSG}
+
+
+def test_last_preemption_survives_readmission_without_the_previously_prefix():
+    readmitted = workload(
+        RESERVED, cond("Preempted", "False", "QuotaReserved", "Previously: " + PREEMPTED_MSG)
+    )
+    assert observe(rayjob("Running", suspend=False), readmitted).last_preemption == {
+        "reason": "Preempted",
+        "message": PREEMPTED_MSG,
+    }
+    assert observe(rayjob("Running", suspend=False), workload(RESERVED)).last_preemption is None
 
 
 def test_pods_ready_timeout_backoff_is_queued_and_says_until_when():

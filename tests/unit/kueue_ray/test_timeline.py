@@ -1,5 +1,6 @@
 """Timeline accounting: waits, admissions, preemptions and resource-seconds."""
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 
@@ -88,6 +89,16 @@ def test_missed_preempted_phase_is_still_recorded_once():
     )
     assert len(timeline.preemptions) == 1
     assert timeline.preemptions[0]["at"] == T0 + 10
+
+
+def test_missed_preemption_quotes_kueues_preempted_condition_not_the_pending_message():
+    kueue_words = {"reason": "InClusterQueue", "message": "Preempted to accommodate a workload (UID: 1)"}
+    requeued = obs(Phase.QUEUED, reason="Pending", message="couldn't assign flavors", preemptions=1)
+    requeued = dataclasses.replace(requeued, last_preemption=kueue_words)
+    timeline = feed(Timeline(), [(0, obs(Phase.RUNNING, admitted=True)), (10, requeued)])
+    assert [(p["reason"], p["message"]) for p in timeline.preemptions] == [
+        ("InClusterQueue", "Preempted to accommodate a workload (UID: 1)")
+    ]
 
 
 def test_pods_ready_timeout_eviction_is_listed_but_not_counted_as_preemption():
