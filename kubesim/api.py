@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 CLUSTER = web.AppKey("cluster", object)
 FAULTS = web.AppKey("faults", Faults)
 STATS = web.AppKey("stats", Stats)
-BOOKMARK_INTERVAL = web.AppKey("bookmark_interval", float)
+STREAMS = web.AppKey("streams", api_stream.StreamHub)
 
 PATCH_TYPES = {
     "application/merge-patch+json": "merge",
@@ -76,7 +76,7 @@ def make_app(cluster, *, bookmark_interval: float = 5.0) -> web.Application:
     app[CLUSTER] = cluster
     app[FAULTS] = Faults()
     app[STATS] = Stats()
-    app[BOOKMARK_INTERVAL] = bookmark_interval
+    app[STREAMS] = api_stream.StreamHub(bookmark_interval=bookmark_interval)
     for path in ("/version", "/version/"):  # the Python client asks for /version/
         app.router.add_get(path, _version)
     for probe in ("/healthz", "/readyz", "/livez"):
@@ -280,7 +280,7 @@ async def _serve_resource(
                 405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
             )
         pod = store.get(rt.key, target.name, namespace=namespace)
-        return await api_stream.serve_log(request, cluster, pod, query)
+        return await api_stream.serve_log(request, cluster, pod, query, hub=request.app[STREAMS])
     if method in ("GET", "HEAD"):
         if rbac_verb(method, target, query) == "watch":
             return await api_stream.serve_watch(
@@ -291,7 +291,7 @@ async def _serve_resource(
                 query,
                 faults=request.app[FAULTS],
                 stats=request.app[STATS],
-                bookmark_interval=request.app[BOOKMARK_INTERVAL],
+                hub=request.app[STREAMS],
             )
         if target.name:
             obj = store.get(rt.key, target.name, namespace=namespace)

@@ -1,14 +1,22 @@
 """Long-lived responses: watch streams and followed pod logs.
 
 A watch is a chunked response of newline-delimited `{"type", "object"}` events that stays open until the
-client leaves, `timeoutSeconds` passes, or a fault drops it. It never blocks longer than a second without
-checking whether the client is still there, so abandoned watches do not pile up in the store.
+client leaves, `timeoutSeconds` passes, or a fault drops it.
+
+It is built to fan one write out to a thousand open streams quickly, and to cost nothing while idle:
+
+- the store pushes each matching event into the stream synchronously (``Store.subscribe``), and the event's
+  JSON line is encoded once and shared by every stream that sees it the same way (``Delivery.line``);
+- a stream writes to its transport from one ``call_soon`` callback per burst of events, not from a
+  coroutine awaiting a queue, so a write wakes no task per watcher;
+- an open stream owns no periodic timer: ``timeoutSeconds`` / fault drops are one ``call_later`` each, and
+  one ``StreamHub`` per app runs the shared timers: a sweep that ends the streams whose client left, and
+  the BOOKMARK ticker.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import msgspec
 from aiohttp import web
@@ -17,10 +25,10 @@ from kubesim.api_paths import Target, is_true
 from kubesim.api_table import build_table, wants_table
 from kubesim.faults import Faults, Stats
 from kubesim.resources import ResourceType
-from kubesim.store import ApiError
+from kubesim.store import ApiError, Delivery
 
-_POLL_S = 1.0
-"""Longest wait between checks that the client is still connected."""
+SWEEP_S = 1.0
+"""How often the hub looks for streams whose client has gone (aiohttp does not cancel their handler)."""
 
 
 def _event_line(event_type: str, obj: dict) -> bytes:
@@ -39,9 +47,158 @@ def _expired(message: str) -> dict:
     }
 
 
-def _client_gone(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
+class _OpenResponse:
+    """A long-lived response the hub keeps an eye on; ``done`` resolves when it should end."""
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def client_gone(self) -> bool:
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
+
+    def finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def bookmark(self) -> None:
+        """Only watch streams send bookmarks."""
+
+
+class StreamHub:
+    """The open long-lived responses of one app and the timers they share.
+
+    Without it each stream would wake on its own to check for a departed client or to send a BOOKMARK:
+    with 1,000 watches that is 1,000 wakeups a second competing with the writes they are there to carry.
+    The timers run only while a stream is open.
+    """
+
+    def __init__(self, *, bookmark_interval: float, sweep_interval: float = SWEEP_S) -> None:
+        self.bookmark_interval = bookmark_interval
+        self.sweep_interval = sweep_interval
+        self._open: set[_OpenResponse] = set()
+        self._bookmarked: set[_OpenResponse] = set()
+        self._sweep: asyncio.TimerHandle | None = None
+        self._ticker: asyncio.TimerHandle | None = None
+
+    def add(self, response: _OpenResponse, *, bookmarks: bool = False) -> None:
+        loop = asyncio.get_running_loop()
+        self._open.add(response)
+        if self._sweep is None:
+            self._sweep = loop.call_later(self.sweep_interval, self._run_sweep)
+        if bookmarks:
+            self._bookmarked.add(response)
+            if self._ticker is None:
+                self._ticker = loop.call_later(self.bookmark_interval, self._run_ticker)
+
+    def discard(self, response: _OpenResponse) -> None:
+        self._open.discard(response)
+        self._bookmarked.discard(response)
+        if not self._open and self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        if not self._bookmarked and self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+
+    def _run_sweep(self) -> None:
+        for response in [r for r in self._open if r.client_gone()]:
+            response.finish()
+        self._sweep = asyncio.get_running_loop().call_later(self.sweep_interval, self._run_sweep)
+
+    def _run_ticker(self) -> None:
+        for response in self._bookmarked:
+            response.bookmark()
+        self._ticker = asyncio.get_running_loop().call_later(self.bookmark_interval, self._run_ticker)
+
+
+class _WatchStream(_OpenResponse):
+    """One HTTP watch: the store's subscriber and the writer of its chunked body.
+
+    Events queue as encoded lines until the transport is ready, then leave in one chunk per burst.
+    """
+
+    def __init__(
+        self, request: web.Request, cluster, rt: ResourceType, *, as_table: bool, include_object: str
+    ) -> None:
+        super().__init__(request)
+        self._cluster = cluster
+        self._rt = rt
+        self._as_table = as_table
+        self._include_object = include_object
+        self._transport: asyncio.Transport | None = None
+        self._lines: list[bytes] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._ending = False  # an ERROR event was queued: it is the last one
+
+    def deliver(self, delivery: Delivery) -> None:
+        """Called by the store inside each matching write: queue the line, never block."""
+        if self._ending or self.done.done():
+            return
+        if self._as_table and delivery.type != "ERROR":
+            obj = delivery.object
+            table = build_table(
+                self._rt.key,
+                self._rt.printer_columns,
+                [obj],
+                resource_version=obj.get("metadata", {}).get("resourceVersion", ""),
+                include_object=self._include_object,
+            )
+            self._lines.append(_event_line(delivery.type, table))
+        else:
+            self._lines.append(delivery.line())
+        self._ending = delivery.type == "ERROR"
+        self._schedule_flush()
+
+    def bookmark(self) -> None:
+        """A BOOKMARK at the store's current version: every earlier event is already queued before it."""
+        if self._ending or self.done.done():
+            return
+        rt = self._rt
+        obj = {
+            "kind": rt.kind,
+            "apiVersion": rt.api_version,
+            "metadata": {"resourceVersion": self._cluster.store.resource_version()},
+        }
+        self._lines.append(_event_line("BOOKMARK", obj))
+        self._schedule_flush()
+
+    def start(self, transport: asyncio.Transport | None) -> None:
+        """The headers are sent: events queued so far (the initial list or replay) may follow."""
+        if transport is None or transport.is_closing():
+            self.finish()
+            return
+        self._transport = transport
+        self._schedule_flush()
+
+    def finish(self) -> None:
+        self._write_queued()  # what happened before the end still goes out
+        super().finish()
+
+    def _schedule_flush(self) -> None:
+        if self._flush_handle is None and self._transport is not None and self._lines:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        if self.done.done():
+            return
+        self._write_queued()
+        if self._ending:
+            self.finish()
+
+    def _write_queued(self) -> None:
+        transport = self._transport
+        if transport is None or not self._lines or self.done.done():
+            return
+        if transport.is_closing():
+            self._lines.clear()
+            super().finish()
+            return
+        data = self._lines[0] if len(self._lines) == 1 else b"".join(self._lines)
+        self._lines.clear()
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # one HTTP/1.1 chunk (headers already sent)
 
 
 async def _open_stream(request: web.Request) -> web.StreamResponse:
@@ -60,46 +217,48 @@ async def serve_watch(
     *,
     faults: Faults,
     stats: Stats,
-    bookmark_interval: float,
+    hub: StreamHub,
 ) -> web.StreamResponse:
     resource_version = query.get("resourceVersion") or None
     field_selector = query.get("fieldSelector") or None
     if target.name:  # legacy /watch/.../<name>: a watch on one object
         by_name = f"metadata.name={target.name}"
         field_selector = f"{field_selector},{by_name}" if field_selector else by_name
-    as_table = wants_table(request.headers.get("Accept", ""))
     if resource_version not in (None, "0") and faults.take_watch_expiry():
         return await _send_expired(request, f"too old resource version: {resource_version} (kubesim fault)")
+    stream = _WatchStream(
+        request,
+        cluster,
+        rt,
+        as_table=wants_table(request.headers.get("Accept", "")),
+        include_object=query.get("includeObject", "Metadata"),
+    )
     try:
-        watcher = cluster.store.watch(
+        subscription = cluster.store.subscribe(
             rt.key,
+            stream.deliver,
             namespace=target.namespace or None,
             label_selector=query.get("labelSelector") or None,
             field_selector=field_selector,
             resource_version=resource_version,
-            copy_objects=False,  # events are only serialised onto the stream
         )
     except ApiError as error:
         if error.code == 410:
             return await _send_expired(request, error.message)
         raise
     stats.watch_opened()
+    limits = [v for v in (_float(query.get("timeoutSeconds")), faults.watch_drop_after_s) if v is not None]
+    timer = asyncio.get_running_loop().call_later(min(limits), stream.finish) if limits else None
     try:
         response = await _open_stream(request)
-        await _pump(
-            request,
-            response,
-            watcher,
-            cluster,
-            rt,
-            timeout=_float(query.get("timeoutSeconds")),
-            drop_after=faults.watch_drop_after_s,
-            bookmark_interval=bookmark_interval if is_true(query.get("allowWatchBookmarks")) else None,
-            as_table=as_table,
-            include_object=query.get("includeObject", "Metadata"),
-        )
+        stream.start(request.transport)
+        hub.add(stream, bookmarks=is_true(query.get("allowWatchBookmarks")))
+        await stream.done
     finally:
-        watcher.close()
+        subscription.close()
+        hub.discard(stream)
+        if timer is not None:
+            timer.cancel()
         stats.watch_closed()
     return response
 
@@ -116,57 +275,6 @@ def _float(value: str | None) -> float | None:
         return float(value) if value else None
     except ValueError:
         return None
-
-
-async def _pump(
-    request: web.Request,
-    response: web.StreamResponse,
-    watcher,
-    cluster,
-    rt: ResourceType,
-    *,
-    timeout: float | None,
-    drop_after: float | None,
-    bookmark_interval: float | None,
-    as_table: bool,
-    include_object: str,
-) -> None:
-    start = time.monotonic()
-    limits = [value for value in (timeout, drop_after) if value is not None]
-    deadline = start + min(limits) if limits else None
-    next_bookmark = start + bookmark_interval if bookmark_interval else None
-    while True:
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            return
-        wake = min(t for t in (deadline, next_bookmark, now + _POLL_S) if t is not None)
-        event = await watcher.next(timeout=max(0.0, wake - now))
-        if _client_gone(request):
-            return
-        try:
-            if event is not None:
-                obj = event.object
-                if as_table and event.type != "ERROR":
-                    obj = build_table(
-                        rt.key,
-                        rt.printer_columns,
-                        [obj],
-                        resource_version=obj.get("metadata", {}).get("resourceVersion", ""),
-                        include_object=include_object,
-                    )
-                await response.write(_event_line(event.type, obj))
-                if event.type == "ERROR":
-                    return
-            elif next_bookmark is not None and time.monotonic() >= next_bookmark:
-                bookmark = {
-                    "kind": rt.kind,
-                    "apiVersion": rt.api_version,
-                    "metadata": {"resourceVersion": cluster.store.resource_version()},
-                }
-                await response.write(_event_line("BOOKMARK", bookmark))
-                next_bookmark = time.monotonic() + bookmark_interval
-        except (ConnectionResetError, ConnectionError):
-            return
 
 
 def _log_container(pod: dict, requested: str | None) -> str | None:
@@ -202,9 +310,9 @@ def _int(value: str | None, name: str) -> int | None:
         raise ApiError(400, "BadRequest", f"{name} must be an integer, got {value!r}") from None
 
 
-async def serve_log(request: web.Request, cluster, pod: dict, query) -> web.StreamResponse:
+async def serve_log(request: web.Request, cluster, pod: dict, query, *, hub: StreamHub) -> web.StreamResponse:
     """GET pods/<name>/log: the buffered text, or with follow=true a chunked stream until the
-    container ends (``PodLogs.close``) or the client leaves."""
+    container ends (``PodLogs.close``) or the client leaves (noticed by the hub's sweep)."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     container = _log_container(pod, query.get("container") or None)
     tail_lines = _int(query.get("tailLines"), "tailLines")
@@ -226,15 +334,15 @@ async def serve_log(request: web.Request, cluster, pod: dict, query) -> web.Stre
     response = web.StreamResponse(headers={"Content-Type": "text/plain"})
     response.enable_chunked_encoding()
     await response.prepare(request)
+    watched = _OpenResponse(request)
+    hub.add(watched)
     pending: asyncio.Future | None = None
     try:
         while True:
             pending = pending or asyncio.ensure_future(anext(lines))
-            done, _ = await asyncio.wait({pending}, timeout=_POLL_S)
-            if _client_gone(request):
+            await asyncio.wait({pending, watched.done}, return_when=asyncio.FIRST_COMPLETED)
+            if watched.done.done() or watched.client_gone():
                 return response
-            if not done:
-                continue
             try:
                 line = pending.result()
             except StopAsyncIteration:
@@ -244,6 +352,7 @@ async def serve_log(request: web.Request, cluster, pod: dict, query) -> web.Stre
     except (ConnectionResetError, ConnectionError):
         return response
     finally:
+        hub.discard(watched)
         if pending is not None:
             pending.cancel()
         await lines.aclose()

@@ -19,6 +19,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import msgspec
 
@@ -329,6 +330,27 @@ class WatchEvent:
     object: dict
 
 
+class Delivery:
+    """One event as a watch sees it, shared by every watcher that sees the change the same way.
+
+    A write seen by 1,000 HTTP watch streams is serialised once, not 1,000 times: ``line()`` encodes
+    lazily and keeps the bytes, and the store hands the same ``Delivery`` to every subscriber.
+    """
+
+    __slots__ = ("type", "object", "_line")
+
+    def __init__(self, type_: str, obj: dict) -> None:
+        self.type = type_
+        self.object = obj  # frozen: never mutate
+        self._line: bytes | None = None
+
+    def line(self) -> bytes:
+        """The newline-terminated JSON ``{"type", "object"}`` watch line, encoded at most once."""
+        if self._line is None:
+            self._line = _encoder.encode({"type": self.type, "object": self.object}) + b"\n"
+        return self._line
+
+
 @dataclass(slots=True)
 class _Change:
     """One committed write, as kept in the history ring and handed to watchers."""
@@ -339,6 +361,16 @@ class _Change:
     type: str
     object: dict  # frozen: the committed object
     prev: dict | None  # frozen: the object before a MODIFIED
+    views: dict[str, Delivery] | None = None  # deliveries of ``object``, by event type
+
+    def delivery(self, type_: str) -> Delivery:
+        """The shared delivery of the committed object as ``type_`` (several filters may see it alike)."""
+        if self.views is None:
+            self.views = {}
+        found = self.views.get(type_)
+        if found is None:
+            found = self.views[type_] = Delivery(type_, self.object)
+        return found
 
 
 _CLOSED = object()
@@ -354,25 +386,128 @@ class _Filter:
     def passes(self, obj: dict) -> bool:
         return self.labels.matches(obj["metadata"].get("labels")) and self.fields.matches(obj)
 
-    def view(self, change: _Change) -> tuple[str, dict] | None:
+    def view(self, change: _Change) -> Delivery | None:
         """What a watch with this filter sees of a change: selector transitions of a MODIFIED become
         ADDED / DELETED, as the API server's watch cache reports them."""
         if self.labels.empty and self.fields.empty:
-            return change.type, change.object
+            return change.delivery(change.type)
         now = self.passes(change.object)
         if change.type != "MODIFIED" or change.prev is None:
-            return (change.type, change.object) if now else None
+            return change.delivery(change.type) if now else None
         before = self.passes(change.prev)
         if now:
-            return ("MODIFIED" if before else "ADDED"), change.object
+            return change.delivery("MODIFIED" if before else "ADDED")
         if before:
             # Upstream sends the last matching content stamped with the new resourceVersion.
             prev = change.prev
-            return "DELETED", {**prev, "metadata": {**prev["metadata"], "resourceVersion": str(change.rv)}}
+            stamped = {**prev, "metadata": {**prev["metadata"], "resourceVersion": str(change.rv)}}
+            return Delivery("DELETED", stamped)
         return None
 
 
-class Watcher:
+class _Fanout:
+    """The subscriptions of one kind in one namespace scope, grouped by filter.
+
+    Filters with an equality requirement (``team=a``, ``shard in (1,2)``) are indexed by it, so a write
+    evaluates only the filters its labels (before or after) could satisfy: 1,000 informers each
+    selecting their own label value cost a write two lookups, not 1,000 selector evaluations.
+    """
+
+    def __init__(self) -> None:
+        self.by_filter: dict[_Filter, set[Subscription]] = {}
+        self._unanchored: set[_Filter] = set()
+        self._anchored: dict[str, dict[str, set[_Filter]]] = {}  # label key -> value -> filters
+
+    @staticmethod
+    def _anchor(filter_: _Filter):
+        return next((r for r in filter_.labels.requirements if r.operator in ("=", "in")), None)
+
+    def add(self, subscription: Subscription) -> None:
+        filter_ = subscription.filter
+        subscriptions = self.by_filter.get(filter_)
+        if subscriptions is None:
+            subscriptions = self.by_filter[filter_] = set()
+            anchor = self._anchor(filter_)
+            if anchor is None:
+                self._unanchored.add(filter_)
+            else:
+                by_value = self._anchored.setdefault(anchor.key, {})
+                for value in anchor.values:
+                    by_value.setdefault(value, set()).add(filter_)
+        subscriptions.add(subscription)
+
+    def discard(self, subscription: Subscription) -> None:
+        filter_ = subscription.filter
+        subscriptions = self.by_filter.get(filter_)
+        if subscriptions is None:
+            return
+        subscriptions.discard(subscription)
+        if subscriptions:
+            return
+        del self.by_filter[filter_]
+        anchor = self._anchor(filter_)
+        if anchor is None:
+            self._unanchored.discard(filter_)
+            return
+        by_value = self._anchored[anchor.key]
+        for value in anchor.values:
+            filters = by_value.get(value)
+            if filters is not None:
+                filters.discard(filter_)
+                if not filters:
+                    del by_value[value]
+        if not by_value:
+            del self._anchored[anchor.key]
+
+    def candidates(self, change: _Change):
+        """The filters that may see ``change`` (a superset: each still decides with ``view``)."""
+        if not self._anchored:
+            return self.by_filter
+        found = list(self._unanchored)
+        seen: set[_Filter] = set()
+        for label, by_value in self._anchored.items():
+            for obj in (change.object, change.prev):
+                value = (obj["metadata"].get("labels") or {}).get(label) if obj is not None else None
+                for filter_ in by_value.get(value, ()) if value is not None else ():
+                    if filter_ not in seen:
+                        seen.add(filter_)
+                        found.append(filter_)
+        return found
+
+
+class Subscription:
+    """A watch in push form: the store calls ``deliver(delivery)`` synchronously inside every write it
+    matches, in resourceVersion order. For consumers that must not wait on a queue per event (the HTTP
+    watch streams); ``deliver`` must not block, raise, mutate the delivery, or (un)subscribe.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        key: str,
+        namespace: str | None,
+        filter_: _Filter,
+        deliver: Callable[[Delivery], None],
+    ) -> None:
+        self._store = store
+        self.key = key
+        self.namespace = namespace
+        self.filter = filter_
+        self.deliver = deliver
+        self.closed = False
+
+    def _offer(self, change: _Change) -> None:
+        if (delivery := self.filter.view(change)) is not None:
+            self.deliver(delivery)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._store._unregister(self)
+
+
+class Watcher(Subscription):
     """An async iterator of ``WatchEvent`` for one watch; events wait in its own unbounded queue.
 
     The store only ever ``put_nowait``s into the queue, so a slow consumer never slows a write.
@@ -381,21 +516,13 @@ class Watcher:
     def __init__(
         self, store: Store, key: str, namespace: str | None, filter_: _Filter, copy_objects: bool
     ) -> None:
-        self._store = store
-        self.key = key
-        self.namespace = namespace
-        self.filter = filter_
-        self._copy = copy_objects
         self._queue: asyncio.Queue = asyncio.Queue()
-        self.closed = False
+        super().__init__(store, key, namespace, filter_, self._queue.put_nowait)
+        self._copy = copy_objects
 
-    def _offer(self, change: _Change) -> None:
-        if (item := self.filter.view(change)) is not None:
-            self._queue.put_nowait(item)
-
-    def _event(self, item) -> WatchEvent:
-        type_, obj = item
-        return WatchEvent(type_, fast_copy(obj) if self._copy else obj)
+    def _event(self, delivery: Delivery) -> WatchEvent:
+        obj = delivery.object
+        return WatchEvent(delivery.type, fast_copy(obj) if self._copy else obj)
 
     def pending(self) -> int:
         """Events queued and not yet taken (for stats and back-pressure decisions)."""
@@ -428,14 +555,14 @@ class Watcher:
     def close(self) -> None:
         if self.closed:
             return
-        self.closed = True
-        self._store._unregister(self)
+        super().close()
         self._queue.put_nowait(_CLOSED)  # wake a consumer blocked in get()
 
 
 # --- the store ---------------------------------------------------------------------------------------
 
 AdmissionHook = Callable[[str, ResourceType, dict, "dict | None"], None]
+S = TypeVar("S", bound=Subscription)
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # upstream's generateName alphabet: no vowels, no words
 _PROPAGATION = (None, "Background", "Foreground", "Orphan")
@@ -445,6 +572,10 @@ FOREGROUND = "foregroundDeletion"
 def _spec_part(obj: dict) -> dict:
     """Everything that counts for ``generation``: the object minus metadata and status."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _filter(label_selector: str | None, field_selector: str | None) -> _Filter:
+    return _Filter(parse_label_selector(label_selector), parse_field_selector(field_selector))
 
 
 def _owner_uids(obj: dict) -> set[str]:
@@ -463,9 +594,9 @@ class Store:
         self._rv = 0
         self._history: deque[_Change] = deque(maxlen=history)
         self._evicted_rv = 0  # newest resourceVersion that fell out of the history
-        # key -> namespace (None: all) -> filter -> watchers: a write touches only its kind's watchers
-        # and evaluates each distinct filter once.
-        self._watchers: dict[str, dict[str | None, dict[_Filter, set[Watcher]]]] = {}
+        # key -> namespace (None: all) -> fan-out: a write touches only its kind's watchers and
+        # evaluates each distinct filter it could match once.
+        self._watchers: dict[str, dict[str | None, _Fanout]] = {}
         self._hooks: list[AdmissionHook] = []
         self._by_uid: dict[str, tuple[str, str, str]] = {}  # uid -> (key, namespace, name)
         self._dependents: dict[str, set[str]] = {}  # owner uid -> dependent uids
@@ -626,11 +757,34 @@ class Store:
         e.g. serialising them onto an HTTP stream), which saves a copy per event per watcher."""
         rt = self._type(key)
         ns = namespace if rt.namespaced and namespace else None
-        filter_ = _Filter(parse_label_selector(label_selector), parse_field_selector(field_selector))
-        watcher = Watcher(self, key, ns, filter_, copy_objects)
+        watcher = Watcher(self, key, ns, _filter(label_selector, field_selector), copy_objects)
+        return self._register(watcher, resource_version)
+
+    def subscribe(
+        self,
+        key: str,
+        deliver: Callable[[Delivery], None],
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+    ) -> Subscription:
+        """A watch whose events are pushed: ``deliver`` is called inside each matching write (and, before
+        this returns, for the initial or replayed events). Same semantics and errors as ``watch``;
+        deliveries carry the shared frozen objects, so ``deliver`` must treat them as read-only."""
+        rt = self._type(key)
+        ns = namespace if rt.namespaced and namespace else None
+        subscription = Subscription(self, key, ns, _filter(label_selector, field_selector), deliver)
+        return self._register(subscription, resource_version)
+
+    def _register(self, subscription: S, resource_version: str | None) -> S:
+        """Replay what the watch starts with (the current objects, or history after a version), then
+        add it to the fan-out: nothing can be written in between, as the store never awaits."""
+        key, ns = subscription.key, subscription.namespace
         if resource_version in (None, "", "0"):
             for obj in self._iter(key, ns):
-                watcher._offer(_Change(self._rv, key, ns or "", "ADDED", obj, None))
+                subscription._offer(_Change(self._rv, key, ns or "", "ADDED", obj, None))
         else:
             try:
                 since = int(resource_version)
@@ -640,9 +794,9 @@ class Store:
                 raise ApiError(410, "Expired", f"too old resource version: {since} ({self._evicted_rv})")
             for change in self._changes_since(since):
                 if change.key == key and (ns is None or change.namespace == ns):
-                    watcher._offer(change)
-        self._watchers.setdefault(key, {}).setdefault(ns, {}).setdefault(filter_, set()).add(watcher)
-        return watcher
+                    subscription._offer(change)
+        self._watchers.setdefault(key, {}).setdefault(ns, _Fanout()).add(subscription)
+        return subscription
 
     # -- lookups -----------------------------------------------------------------------------------
 
@@ -846,19 +1000,19 @@ class Store:
         if not by_ns:
             return
         for scope in (change.namespace, None) if change.namespace else (None,):
-            for filter_, watchers in by_ns.get(scope, {}).items():
-                item = filter_.view(change)
-                if item is not None:
-                    for watcher in watchers:
-                        watcher._queue.put_nowait(item)
+            fanout = by_ns.get(scope)
+            if fanout is None:
+                continue
+            for filter_ in fanout.candidates(change):
+                delivery = filter_.view(change)
+                if delivery is not None:
+                    for subscription in fanout.by_filter[filter_]:
+                        subscription.deliver(delivery)
 
-    def _unregister(self, watcher: Watcher) -> None:
-        by_filter = self._watchers.get(watcher.key, {}).get(watcher.namespace, {})
-        watchers = by_filter.get(watcher.filter)
-        if watchers is not None:
-            watchers.discard(watcher)
-            if not watchers:
-                del by_filter[watcher.filter]
+    def _unregister(self, subscription: Subscription) -> None:
+        fanout = self._watchers.get(subscription.key, {}).get(subscription.namespace)
+        if fanout is not None:
+            fanout.discard(subscription)
 
     # -- deletion and garbage collection -----------------------------------------------------------
 

@@ -13,6 +13,10 @@ over, then
 
 Every write re-reads the object first and mutates the fresh copy, so a pass never clobbers a concurrent
 change by KubeRay or a user (the store is synchronous, so read+write is atomic on the event loop).
+
+What a pass reads comes from a `ClusterView`, the equivalent of Kueue's informer caches: kept current by
+store subscriptions, so reading it copies nothing, and a pass costs O(changed + queue heads) rather than
+a fresh read of every object per admission cycle.
 """
 
 from __future__ import annotations
@@ -20,14 +24,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kubesim.clock import parse_time
 from kubesim.events import record_event
 from kubesim.kueue import jobs, model, quantity, scheduler
 from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY, JobKind
-from kubesim.store import ApiError
+from kubesim.store import ApiError, Delivery, fast_copy
 
 CQ_KEY = "clusterqueues.kueue.x-k8s.io"
 LQ_KEY = "localqueues.kueue.x-k8s.io"
@@ -156,27 +162,84 @@ class World:
 
     @classmethod
     def read(cls, store) -> World:
+        """The current objects: from the running controller's view when there is one (as Kueue's
+        visibility server answers from its in-memory queues), else a fresh read of the store."""
+        view = _VIEWS.get(store)
+        if view is not None:
+            return view.world()
+        return cls.build(lambda key: store.list(key)[0])
+
+    @classmethod
+    def build(cls, items: Callable[[str], list[dict]]) -> World:
+        """A World from ``items(key)``, which lists a kind's objects in the store's list order."""
+
         def by_name(key: str) -> dict[str, dict]:
-            return {o["metadata"]["name"]: o for o in store.list(key)[0]}
+            return {o["metadata"]["name"]: o for o in items(key)}
 
         return cls(
             flavors=by_name(RF_KEY),
             cluster_queues=by_name(CQ_KEY),
             cohorts=by_name(COHORT_KEY),
-            local_queues={
-                (o["metadata"]["namespace"], o["metadata"]["name"]): o for o in store.list(LQ_KEY)[0]
-            },
+            local_queues={(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in items(LQ_KEY)},
             priority_classes=by_name(WPC_KEY),
             namespace_labels={
                 n: o["metadata"].get("labels") or {} for n, o in by_name(NAMESPACE_KEY).items()
             },
-            workloads=store.list(WORKLOAD_KEY)[0],
+            workloads=items(WORKLOAD_KEY),
         )
 
     def local_queue_of(self, wl: dict) -> dict | None:
         return self.local_queues.get(
             (wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", ""))
         )
+
+
+class ClusterView:
+    """The current objects of the kinds Kueue watches, kept by store subscriptions (its informer caches).
+
+    The store calls back inside each write, so the view is never behind the store, not even behind the
+    controller's own writes within a pass, and reading it copies nothing. The objects are the store's
+    frozen ones: read-only. ``on_event(key, type, obj)`` is told of every change.
+    """
+
+    def __init__(self, store, keys: tuple[str, ...], on_event: Callable[[str, str, dict], None]) -> None:
+        self._objects: dict[str, dict[tuple[str, str], dict]] = {key: {} for key in keys}
+        self._on_event = on_event
+        self._world: World | None = None
+        self._subscriptions = [store.subscribe(key, functools.partial(self._deliver, key)) for key in keys]
+
+    def _deliver(self, key: str, delivery: Delivery) -> None:
+        obj = delivery.object
+        meta = obj["metadata"]
+        ident = (meta.get("namespace", ""), meta["name"])
+        if delivery.type == "DELETED":
+            self._objects[key].pop(ident, None)
+        else:
+            self._objects[key][ident] = obj
+        self._world = None
+        self._on_event(key, delivery.type, obj)
+
+    def get(self, key: str, namespace: str, name: str) -> dict | None:
+        return self._objects[key].get((namespace, name))
+
+    def items(self, key: str) -> list[dict]:
+        """A kind's objects in the store's list order (namespace, then name)."""
+        objects = self._objects[key]
+        return [objects[ident] for ident in sorted(objects)]
+
+    def world(self) -> World:
+        """A World of the current objects, rebuilt only after something changed."""
+        if self._world is None:
+            self._world = World.build(self.items)
+        return self._world
+
+    def close(self) -> None:
+        for subscription in self._subscriptions:
+            subscription.close()
+
+
+_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""store -> the ClusterView of the Kueue controller running on it (for ``World.read``)."""
 
 
 def stop_policy(obj: dict) -> str:
@@ -502,12 +565,15 @@ class KueueController:
         # Precise quota-reservation times: conditions only keep seconds, but preemption prefers the most
         # recently admitted candidate, so two admissions within one second must stay ordered.
         self.reserved_at: dict[str, float] = {}
+        # uid -> (what the model was built from, model.Workload): building one parses every quantity.
+        self._models: dict[str, tuple[tuple, model.Workload]] = {}
+        self.view: ClusterView | None = None
 
     # -------------------------------------------------------------------------------- loop
 
     async def run(self) -> None:
-        watchers = [(key, self.store.watch(key)) for key in WATCHED_KEYS]
-        pumps = [asyncio.create_task(self._pump(key, watcher)) for key, watcher in watchers]
+        self.view = ClusterView(self.store, WATCHED_KEYS, self._changed)
+        _VIEWS[self.store] = self.view
         try:
             while True:
                 with contextlib.suppress(TimeoutError):
@@ -516,16 +582,19 @@ class KueueController:
                 self.wake.clear()
                 self.reconcile()
         finally:
-            for task in pumps:
-                task.cancel()
-            for _, watcher in watchers:
-                watcher.close()
+            _VIEWS.pop(self.store, None)
+            self.view.close()
+            self.view = None
 
-    async def _pump(self, key: str, watcher) -> None:
-        async for event in watcher:
-            if event.type in ("ADDED", "MODIFIED", "DELETED"):
-                self.observe(key, event.type, event.object)
-                self.wake.set()
+    def _changed(self, key: str, type_: str, obj: dict) -> None:
+        self.observe(key, type_, obj)
+        self.wake.set()
+
+    def _world(self) -> World:
+        return self.view.world() if self.view is not None else World.read(self.store)
+
+    def _items(self, key: str) -> list[dict]:
+        return self.view.items(key) if self.view is not None else self.store.list(key)[0]
 
     def observe(self, key: str, type_: str, obj: dict) -> None:
         """Note creation order, and retry parked workloads after the cluster changed (BestEffortFIFO)."""
@@ -534,6 +603,7 @@ class KueueController:
             self.seq.setdefault(meta.get("uid", ""), _int(meta.get("resourceVersion")))
         if key == WORKLOAD_KEY and type_ == "DELETED":
             self.parked.clear()
+            self._models.pop(meta.get("uid", ""), None)
         if key in CONFIG_KEYS:
             ident = (key, f"{meta.get('namespace', '')}/{meta.get('name', '')}")
             version = (
@@ -548,12 +618,10 @@ class KueueController:
 
     def reconcile(self) -> None:
         """One level-triggered pass over everything (see the module docstring)."""
-        self._reconcile_jobs(World.read(self.store))
-        self._reconcile_evictions(World.read(self.store))
-        for _ in range(MAX_CYCLES_PER_PASS):
-            if not self._schedule(World.read(self.store)):
-                break
-        self._write_queue_statuses(World.read(self.store))
+        self._reconcile_jobs(self._world())
+        self._reconcile_evictions(self._world())
+        self._schedule_pass()
+        self._write_queue_statuses(self._world())
 
     # -------------------------------------------------------------------------------- writes
 
@@ -564,7 +632,7 @@ class KueueController:
             fresh = self.store.get(key, meta["name"], namespace=meta.get("namespace"))
         except ApiError:
             return None
-        updated = copy.deepcopy(fresh)
+        updated = fast_copy(fresh)
         change(updated)
         if updated == fresh:
             return fresh
@@ -584,7 +652,7 @@ class KueueController:
     def _reconcile_jobs(self, world: World) -> None:
         by_owner = {owner_uid(wl): wl for wl in world.workloads}
         for kind in JOB_KINDS.values():
-            items = self.store.list(kind.key)[0]
+            items = self._items(kind.key)
             items.sort(
                 key=lambda job: self.seq.get(
                     job["metadata"]["uid"], _int(job["metadata"].get("resourceVersion"))
@@ -666,6 +734,14 @@ class KueueController:
         """A suspended job may change queue or priority class; the queued Workload follows."""
         priority, class_name, error = self._priority(job, world)
         queue = jobs.queue_name(job)
+        ref = {"group": jobs.KUEUE_GROUP, "kind": "WorkloadPriorityClass", "name": class_name}
+        spec = wl.get("spec") or {}
+        if spec.get("queueName") == queue and (
+            not class_name
+            or error
+            or (spec.get("priority") == priority and spec.get("priorityClassRef") == ref)
+        ):
+            return  # already in sync: skip the re-read and copy (the common case, every pass, every job)
 
         def change(obj: dict) -> None:
             spec = obj["spec"]
@@ -862,20 +938,41 @@ class KueueController:
         for wl in world.workloads:
             if holds_quota(wl):
                 cq = admission_of(wl)["clusterQueue"]
-                reserved_at = self.reserved_at.get(wl["metadata"]["uid"])
-                snapshot.admitted.setdefault(cq, []).append(
-                    model_workload(wl, cq, seq=self._seq(wl), reserved_at=reserved_at)
-                )
+                snapshot.admitted.setdefault(cq, []).append(self._model(wl, cq))
         return snapshot
+
+    def _model(self, wl: dict, cluster_queue: str, *, inadmissible: bool = False) -> model.Workload:
+        """``model_workload`` of ``wl``, rebuilt only when the object or what else it depends on changed."""
+        uid = wl["metadata"]["uid"]
+        inputs = (
+            wl["metadata"].get("resourceVersion"),
+            cluster_queue,
+            self._seq(wl),
+            self.reserved_at.get(uid),
+        )
+        cached = self._models.get(uid)
+        if cached is None or cached[0] != inputs:
+            built = model_workload(wl, cluster_queue, seq=inputs[2], reserved_at=inputs[3])
+            cached = self._models[uid] = (inputs, built)
+        return replace(cached[1], inadmissible=True) if inadmissible else cached[1]
 
     def _seq(self, wl: dict) -> int:
         return self.seq.get(wl["metadata"]["uid"], _int(wl["metadata"].get("resourceVersion")))
 
-    def _schedule(self, world: World) -> bool:
-        """One admission cycle; True when it admitted or parked something (worth another cycle)."""
+    def _schedule_pass(self) -> None:
+        """Admission cycles until one makes no progress (nothing admitted or parked), at most
+        ``MAX_CYCLES_PER_PASS``.
+
+        The queues are read and ordered once per pass, as upstream's queue manager keeps them as heaps:
+        within a pass only this controller writes, and what its cycles change in the queues is known
+        (admitted workloads leave, parked heads are skipped), so a cycle hands the pure scheduler only
+        each queue's head and costs O(queues), not O(pending). ``schedule_cycle`` picks each queue's
+        first non-parked workload in queue order, so its decisions are the same as over whole queues.
+        """
+        world = self._world()
         now = self.clock.timestamp()
-        pending: dict[str, list[model.Workload]] = {}
-        objects: dict[str, dict] = {}
+        queues: dict[str, list[model.Workload]] = {}
+        where: dict[str, tuple[str, str]] = {}
         for wl in world.workloads:
             if not is_queued(wl):
                 continue
@@ -883,29 +980,53 @@ class KueueController:
             if blocked:
                 self._set_pending(wl, "Inadmissible", blocked, now)
                 continue
-            uid = wl["metadata"]["uid"]
-            objects[uid] = wl
-            pending.setdefault(cq_name, []).append(
-                model_workload(wl, cq_name, seq=self._seq(wl), inadmissible=uid in self.parked)
-            )
-        if not pending:
-            return False
+            where[wl["metadata"]["uid"]] = (wl["metadata"]["namespace"], wl["metadata"]["name"])
+            queues.setdefault(cq_name, []).append(self._model(wl, cq_name))
+        queues = {name: scheduler.ordered(queue) for name, queue in queues.items()}
+        admitted: set[str] = set()
+        for _ in range(MAX_CYCLES_PER_PASS):
+            heads = {}
+            for name, queue in queues.items():
+                head = next((w for w in queue if w.uid not in admitted and w.uid not in self.parked), None)
+                if head is not None:
+                    heads[name] = [head]
+            if not heads or not self._schedule_cycle(heads, where, admitted):
+                return
+
+    def _schedule_cycle(
+        self, heads: dict[str, list[model.Workload]], where: dict[str, tuple[str, str]], admitted: set[str]
+    ) -> bool:
+        """One admission cycle; True when it admitted or parked something (worth another cycle)."""
+        now = self.clock.timestamp()
         progressed = False
-        for decision in scheduler.schedule_cycle(self._snapshot(world), pending):
-            wl = objects.get(decision.workload.uid)
+        for decision in scheduler.schedule_cycle(self._snapshot(self._world()), heads):
+            uid = decision.workload.uid
+            wl = self._current(where.get(uid))
             if wl is None:
                 continue
             if isinstance(decision, model.Admit):
-                self._admit(wl, decision.admission, world)
+                self._admit(wl, decision.admission, self._world())
+                admitted.add(uid)
                 progressed = True
             elif isinstance(decision, model.Preempt):
-                self._preempt(wl, decision, world, now)
+                self._preempt(wl, decision, self._world(), now)
             else:
                 self._set_pending(wl, decision.reason, decision.message, now)
-                if decision.inadmissible and wl["metadata"]["uid"] not in self.parked:
-                    self.parked.add(wl["metadata"]["uid"])
+                if decision.inadmissible and uid not in self.parked:
+                    self.parked.add(uid)
                     progressed = True
         return progressed
+
+    def _current(self, ident: tuple[str, str] | None) -> dict | None:
+        """The Workload as it is now (an earlier decision of the pass may have written it)."""
+        if ident is None:
+            return None
+        if self.view is not None:
+            return self.view.get(WORKLOAD_KEY, *ident)
+        try:
+            return self.store.get(WORKLOAD_KEY, ident[1], namespace=ident[0])
+        except ApiError:
+            return None
 
     def _set_pending(self, wl: dict, reason: str, message: str, now: str) -> None:
         before = find_condition(wl, "QuotaReserved") or {}

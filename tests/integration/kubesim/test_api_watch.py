@@ -211,3 +211,32 @@ def test_bookmarks_carry_the_current_resource_version():
     assert kind == "BOOKMARK"
     assert obj["kind"] == "ConfigMap"
     assert obj["metadata"]["resourceVersion"] == current
+
+
+def test_one_write_reaches_every_open_watch_stream_once():
+    async def scenario():
+        import aiohttp
+
+        cluster = Cluster(controllers=())
+        server = TestServer(make_app(cluster))
+        await server.start_server()
+        base = str(server.make_url("/api/v1/namespaces/default/configmaps")).rstrip("/")
+        try:
+            async with aiohttp.ClientSession() as session:
+                rv = cluster.store.resource_version()
+                streams = [
+                    await session.get(f"{base}?watch=true&resourceVersion={rv}&timeoutSeconds=5")
+                    for _ in range(50)
+                ]
+                async with session.post(base, json=_config_map("shared")) as response:
+                    assert response.status == 201
+                lines = [json.loads(await asyncio.wait_for(s.content.readline(), 5)) for s in streams]
+                for stream in streams:
+                    stream.close()
+            return lines
+        finally:
+            await server.close()
+
+    lines = asyncio.run(scenario())
+    assert len(lines) == 50
+    assert {(line["type"], line["object"]["metadata"]["name"]) for line in lines} == {("ADDED", "shared")}

@@ -1,6 +1,7 @@
 """Watches: initial state, resume from a resourceVersion, selector transitions, 410, close."""
 
 import asyncio
+import json
 
 import pytest
 
@@ -175,3 +176,43 @@ def test_watchers_sharing_a_selector_each_get_every_event():
 
     closed, open_ = run(scenario())
     assert closed == [] and open_ == [("ADDED", "x"), ("ADDED", "y")]
+
+
+def test_subscribers_seeing_a_change_alike_share_one_encoded_line():
+    store = Store(Registry(), Clock())
+    seen: list = []
+    store.subscribe(RAYJOBS, seen.append)
+    store.subscribe(RAYJOBS, seen.append, label_selector="team=a")
+    store.create(RAYJOBS, rayjob("x", labels={"team": "a"}))
+    first, second = seen
+    assert first is second
+    assert json.loads(first.line()) == {
+        "type": "ADDED",
+        "object": store.get(RAYJOBS, "x", namespace="default"),
+    }
+
+
+def test_indexed_selectors_still_see_label_transitions():
+    """Watches selecting one label value each: a relabel is DELETED for the old value's watcher and
+    ADDED for the new one's, and no other watcher hears of it."""
+    store = Store(Registry(), Clock())
+    seen: dict[str, list] = {}
+    for shard in ("0", "1", "2"):
+        store.subscribe(
+            RAYJOBS, lambda d, s=shard: seen.setdefault(s, []).append(d.type), label_selector=f"shard={shard}"
+        )
+    store.subscribe(
+        RAYJOBS, lambda d: seen.setdefault("in", []).append(d.type), label_selector="shard in (1,2)"
+    )
+    store.create(RAYJOBS, rayjob("x", labels={"shard": "1"}))
+    store.patch(RAYJOBS, "x", {"metadata": {"labels": {"shard": "2"}}}, namespace="default")
+    assert seen == {"1": ["ADDED", "DELETED"], "2": ["ADDED"], "in": ["ADDED", "MODIFIED"]}
+
+
+def test_closed_subscription_hears_nothing_more():
+    store = Store(Registry(), Clock())
+    seen: list = []
+    subscription = store.subscribe(RAYJOBS, seen.append, label_selector="team=a")
+    subscription.close()
+    store.create(RAYJOBS, rayjob("x", labels={"team": "a"}))
+    assert seen == []
