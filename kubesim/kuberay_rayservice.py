@@ -4,13 +4,19 @@ A new RayService gets a pending RayCluster ``<name>-<5 rand>``; once it is ready
 applications named in ``spec.serveConfigV2`` are reported RUNNING (their deployments HEALTHY), the
 cluster becomes the active one and ``Ready`` turns True with ``NonZeroServeEndpoints``, exactly the
 conditions ``calculateConditions`` writes. ``spec.suspend`` (new in 1.7) deletes the cluster and
-walks ``Suspending`` → ``Suspended``; clearing it starts over. Zero-downtime upgrades on a changed
-``rayClusterConfig`` are not simulated: the active cluster is kept.
+walks ``Suspending`` → ``Suspended``; clearing it starts over.
+
+Each cluster carries the hash of the ``rayClusterConfig`` it was built from. When the goal config changes
+(Kueue admitting the service rewrites ``rayClusterConfig``: ``suspend: false`` plus the flavor's node
+selectors), a new pending cluster is prepared from it, as KubeRay's ``shouldPrepareNewCluster`` does; the
+old active cluster is deleted once the new one is ready and takes over.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 
 import yaml
 
@@ -20,6 +26,12 @@ from kubesim.kuberay_validation import validate_rayservice
 from kubesim.store import ApiError
 
 INITIALIZING = "RayService is initializing"
+CLUSTER_HASH = "ray.io/hash-without-replicas-and-workers-to-delete"
+
+
+def goal_hash(service: dict) -> str:
+    config = (service.get("spec") or {}).get("rayClusterConfig") or {}
+    return hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
 def serve_applications(serve_config: str | None) -> dict:
@@ -76,7 +88,13 @@ def _serve(ctx: Context, service: dict, status: dict, now: str) -> None:
     if not active.get("rayClusterName") and not pending.get("rayClusterName"):
         pending = {"rayClusterName": f"{name}-{random_suffix()}"}
     cluster_name = pending.get("rayClusterName") or active["rayClusterName"]
-    cluster = _get_or_create_cluster(ctx, service, cluster_name)
+    goal = goal_hash(service)
+    cluster = _get_or_create_cluster(ctx, service, cluster_name, goal)
+    if (cluster["metadata"].get("annotations") or {}).get(CLUSTER_HASH) != goal:
+        if pending.get("rayClusterName"):  # an outdated pending cluster is replaced, never promoted
+            _delete_cluster(ctx, namespace, pending["rayClusterName"])
+        pending = {"rayClusterName": f"{name}-{random_suffix()}"}
+        cluster = _get_or_create_cluster(ctx, service, pending["rayClusterName"], goal)
     cluster_status = cluster.get("status") or {}
     ready = cluster_status.get("state") == "ready"
     if pending.get("rayClusterName"):
@@ -85,6 +103,8 @@ def _serve(ctx: Context, service: dict, status: dict, now: str) -> None:
             pending["applicationStatuses"] = serve_applications(
                 (service.get("spec") or {}).get("serveConfigV2")
             )
+            if active.get("rayClusterName"):
+                _delete_cluster(ctx, namespace, active["rayClusterName"])
             active, pending = pending, {}
     else:
         active["rayClusterStatus"] = cluster_status
@@ -183,7 +203,15 @@ def _handle_suspend(ctx: Context, service: dict, status: dict, now: str) -> bool
     return True
 
 
-def _get_or_create_cluster(ctx: Context, service: dict, cluster_name: str) -> dict:
+def _delete_cluster(ctx: Context, namespace: str, name: str) -> None:
+    try:
+        ctx.store.delete(RAYCLUSTERS, name, namespace=namespace)
+    except ApiError as exc:
+        if exc.code != 404:
+            raise
+
+
+def _get_or_create_cluster(ctx: Context, service: dict, cluster_name: str, goal: str) -> dict:
     namespace = service["metadata"]["namespace"]
     try:
         return ctx.store.get(RAYCLUSTERS, cluster_name, namespace=namespace)
@@ -199,6 +227,7 @@ def _get_or_create_cluster(ctx: Context, service: dict, cluster_name: str) -> di
     )
     annotations = dict(service["metadata"].get("annotations") or {})
     annotations["ray.io/kuberay-version"] = "v1.7.0"
+    annotations[CLUSTER_HASH] = goal
     cluster = {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",

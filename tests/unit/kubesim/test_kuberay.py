@@ -418,3 +418,37 @@ def test_rayservice_serves_its_applications_once_the_cluster_is_ready():
         assert status["numServeEndpoints"] == 3
 
     scenario(body)
+
+
+def test_rayservice_rolls_out_a_new_cluster_when_kueue_admits_its_config():
+    """Kueue suspends a queued RayService through rayClusterConfig.suspend and clears it on admission;
+    the pending cluster built from the suspended config must be replaced, or the service never serves."""
+
+    async def body(cluster: Cluster) -> None:
+        config = copy.deepcopy(cluster_spec())
+        config["suspend"] = True
+        manifest = {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayService",
+            "metadata": {"name": "serve", "namespace": NS, "annotations": {"kubesim.dev/startup": "2"}},
+            "spec": {"serveConfigV2": "applications:\n  - name: app\n", "rayClusterConfig": config},
+        }
+        cluster.store.create("rayservices.ray.io", manifest)
+
+        def service_status() -> dict:
+            return cluster.store.get("rayservices.ray.io", "serve", namespace=NS).get("status") or {}
+
+        queued = await until(
+            lambda: (service_status().get("pendingServiceStatus") or {}).get("rayClusterName"), "pending"
+        )
+        cluster.store.patch(
+            "rayservices.ray.io", "serve", {"spec": {"rayClusterConfig": {"suspend": False}}}, namespace=NS
+        )
+
+        status = await until(
+            lambda: (s := service_status()).get("serviceStatus") == "Running" and s, "Running"
+        )
+        assert status["activeServiceStatus"]["rayClusterName"] != queued
+        assert not exists(cluster, RAYCLUSTERS, queued)
+
+    scenario(body)
