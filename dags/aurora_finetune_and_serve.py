@@ -58,6 +58,18 @@ def ready_condition(rayservice: dict) -> dict:
     return next((c for c in conditions if c.get("type") == "Ready"), {})
 
 
+def cluster_progress(rayservice: dict) -> str:
+    """Where the service's RayCluster is, for a timeout message: a cluster that stays ``suspended`` was
+    never admitted by Kueue (or its admission never reached the cluster)."""
+    status = rayservice.get("status") or {}
+    for role in ("pendingServiceStatus", "activeServiceStatus"):
+        service_status = status.get(role) or {}
+        if service_status.get("rayClusterName"):
+            state = (service_status.get("rayClusterStatus") or {}).get("state") or "not ready"
+            return f"{role.removesuffix('ServiceStatus')} RayCluster {service_status['rayClusterName']} is {state}"
+    return "no RayCluster yet"
+
+
 def unhealthy_applications(rayservice: dict) -> list[str]:
     """What is not serving, in words; empty when the application and all its deployments are up."""
     statuses = ((rayservice.get("status") or {}).get("activeServiceStatus") or {}).get(
@@ -238,7 +250,8 @@ with DAG(
             if time.monotonic() > deadline:
                 raise AirflowException(
                     f"RayService {NAMESPACE}/{name} not Ready after {params['serve_ready_timeout']}s "
-                    f"({ready.get('reason')}: {ready.get('message')}); kubectl -n {NAMESPACE} describe rayservice {name}"
+                    f"({ready.get('reason')}: {ready.get('message')}; {cluster_progress(service)}); "
+                    f"kubectl -n {NAMESPACE} describe rayservice {name}"
                 )
             time.sleep(5 if said[1] else 1)
 

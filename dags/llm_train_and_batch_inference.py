@@ -32,7 +32,8 @@ DOC = """
    training off, the latest model any run published.
 5. **batch_inference** / **wait_inference**: vLLM on Ray Data over the prompts, as a second RayJob.
 
-Both RayJobs use 4-GPU workers: use the team-queues setup (`team-a` / `team-b`).
+Training uses 4-GPU workers (**train_gpu_workers**: 1 fits a team's guaranteed 4 GPUs, 2 needs the whole
+cohort's 8); inference uses 1-GPU workers. Use the team-queues setup (`team-a` / `team-b`).
 Priority follows the project policy (scheduled: `dev-priority`, manual: the form, backfill: `dev-priority`).
 """
 
@@ -89,6 +90,16 @@ with DAG(
         "base_model": Param("meta-llama/Llama-3.2-1B", type="string", title="Base model", section="Training"),
         "dataset": Param("tatsu-lab/alpaca", type="string", title="Training dataset", section="Training"),
         "epochs": Param(1, type="integer", minimum=1, maximum=10, title="Epochs", section="Training"),
+        "train_gpu_workers": Param(
+            1,
+            type="integer",
+            minimum=1,
+            maximum=2,
+            title="Training GPU workers (4 GPUs each)",
+            description="1 fits a team's guaranteed 4 GPUs; 2 needs all 8, so it waits while anything else "
+            "(e.g. the Aurora service) holds a GPU in the cohort, and the other team can reclaim half of it.",
+            section="Training",
+        ),
         "input_path": Param("az://datasets/prompts/", type="string", title="Prompts", section="Inference"),
         "output_path": Param(
             "az://datasets/completions/", type="string", title="Completions", section="Inference"
@@ -114,6 +125,7 @@ with DAG(
             "base_model": "{{ params.base_model }}",
             "dataset": "{{ params.dataset }}",
             "epochs": "{{ params.epochs }}",
+            "gpu_workers": "{{ params.train_gpu_workers }}",
             "output_dir": "/mnt/models/llm-finetuned/{{ run_id | replace(':', '-') | replace('+', '-') }}",
         },
         wait_for_completion=False,

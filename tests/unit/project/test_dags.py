@@ -126,3 +126,36 @@ def test_dag_serializes_as_the_dag_processor_stores_it(dagbag, dag_id):
     from airflow.serialization.serialized_objects import DagSerialization
 
     DagSerialization.serialize_dag(dagbag.dags[dag_id])
+
+
+def team_nominal_gpus() -> set[int]:
+    return {
+        int(resource["nominalQuota"])
+        for path in (KUEUE_DIR / "team-queues").glob("*.yaml")
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc["kind"] == "ClusterQueue"
+        for group in doc["spec"]["resourceGroups"]
+        for flavor in group["flavors"]
+        for resource in flavor["resources"]
+        if resource["name"] == "nvidia.com/gpu"
+    }
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "task_id", "workers_param"),
+    [
+        ("aurora_finetune_and_serve", "finetune", "gpu_workers"),
+        ("llm_train_and_batch_inference", "train", "train_gpu_workers"),
+    ],
+)
+def test_default_fine_tunes_fit_one_teams_guaranteed_gpus(dagbag, dag_id, task_id, workers_param):
+    """A fine-tune that needs more than a team's own GPUs is never admitted while anything else in the
+    cohort holds one (the Aurora service does, until torn down); the defaults must not ask for that."""
+    from kueue_ray.manifests import render_template, total_request
+
+    dag = dagbag.dags[dag_id]
+    task = dag.get_task(task_id)
+    assert task.values["gpu_workers"] == f"{{{{ params.{workers_param} }}}}"
+    workers = dag.params.get_param(workers_param).value
+    gpus = int(total_request(render_template(task.template, {"gpu_workers": workers}))["nvidia.com/gpu"])
+    assert {gpus} == team_nominal_gpus()
