@@ -9,7 +9,9 @@ One run, per N, against one kubesim subprocess (its CPU is not ours):
    delta divided by the GETs it issued gives its requests per poll; its 10-simulated-minute count is
    ``requests_per_poll × N × 600 s / 10 s``.
 3. ``bench.trigger_worker`` starts N ``RayJobTrigger``s on one loop. Startup traffic is counted until
-   kubesim is quiet; then two waiting windows of different length count what waiting alone costs.
+   kubesim is quiet; then two waiting windows of different length count what waiting alone costs. The
+   safety-net resync (the watch hub's relist of the namespace, every ``resync_interval``) is too rare for
+   those windows; a probe process with a short interval measures what one costs.
 4. Waves: the ClusterQueue quota is raised so N/4 RayJobs run at a time; as they finish, the next quarter
    is admitted, and so on until every trigger fired. A separate raw watch in this process records when
    each RayJob's terminal status (Complete) reached a watcher; the detection latency is the trigger's
@@ -45,7 +47,7 @@ MANAGED = {"app.kubernetes.io/managed-by": "airflow-kueue-ray", "kueue.x-k8s.io/
 SIMULATED_MINUTES = 10
 POLL_INTERVAL_S = 10.0
 DEFAULT_RESYNC_S = 300.0
-"""RayJobTrigger's default ``resync_interval`` (kueue_ray.trigger.DEFAULT_RESYNC_SECONDS)."""
+"""RayJobTrigger's default ``resync_interval`` (kueue_ray.hub.DEFAULT_RESYNC_SECONDS): the hub's relist period."""
 REPLY_TIMEOUT_S = 600.0
 RESYNC_PROBE_JOBS = 100
 RESYNC_PROBE_S = 6.0
@@ -360,8 +362,9 @@ async def measure(
         statuses[status] = statuses.get(status, 0) + 1
     startup_requests = _delta(started, before, api)
     wave_requests = _delta(done, mark, api) - 1  # minus the observer's initial list (its own session)
+    # The hub relists per namespace, whatever N: what one resync costs times the resyncs in 10 minutes.
     resyncs_10min = SIMULATED_MINUTES * 60 / DEFAULT_RESYNC_S
-    waiting_10min = round(resync["requests_per_trigger_per_resync"] * n * resyncs_10min)
+    waiting_10min = round(resync["requests_per_resync"] * resyncs_10min)
     trigger_10min = startup_requests + wave_requests + waiting_10min
     return {
         "n": n,
@@ -413,8 +416,10 @@ async def _resync_probe(api: Api, jobs: list[dict], env: dict, workdir: Path, in
 
     Run in its own process on the first jobs while they wait, after the main process's windows, so that
     the 300 s default can be accounted for over 10 simulated minutes without waiting 10 real minutes.
-    Each trigger resyncs every ``interval`` seconds after its start, so any window of twice that length,
-    once startup traffic has settled, holds two resyncs per trigger.
+    The hub relists each resource every ``interval`` seconds (jittered down by up to 10%) after its first
+    list, so a window of twice that length, once startup traffic has settled, holds two resyncs. A relist
+    lists the whole namespace, so its cost does not depend on how many triggers the probe runs;
+    ``requests_per_trigger_per_resync`` is only there to compare with the per-trigger re-reads it replaced.
     """
     spec = workdir / "resync.json"
     spec.write_text(
@@ -436,7 +441,9 @@ async def _resync_probe(api: Api, jobs: list[dict], env: dict, workdir: Path, in
         "resync_interval_s": interval,
         "window_s": 2 * interval,
         "requests": requests,
-        "requests_per_trigger_per_resync": round(requests / (len(jobs) * resyncs), 2),
+        "by_verb": _by_verb(after, settled),
+        "requests_per_resync": requests / resyncs,
+        "requests_per_trigger_per_resync": round(requests / (len(jobs) * resyncs), 3),
     }
 
 

@@ -39,6 +39,8 @@ KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 VISIBILITY_PATH = (
     "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{name}/pendingworkloads"
 )
+VISIBILITY_LIMIT = 100000
+"""Kueue's cap for ``limit`` (default 1000): a deep queue's positions and pending count stay exact."""
 SUBMITTER_CONTAINER = "ray-job-submitter"
 SUBMITTER_JOB_LABEL = "batch.kubernetes.io/job-name"
 
@@ -343,6 +345,7 @@ class RayJobHook(KubernetesHook):
             summary = self.api_client.call_api(
                 VISIBILITY_PATH.format(namespace=namespace, name=queue),
                 "GET",
+                query_params=[("limit", VISIBILITY_LIMIT)],
                 response_types_map={200: "object"},
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,
@@ -440,15 +443,16 @@ class AsyncRayJobHook(AsyncKubernetesHook):
                 return result
         return CONFLICT
 
-    async def queue_position(
-        self, namespace: str, queue: str, workload_name: str, api_client: Any = None
-    ) -> QueuePosition | None:
-        """As RayJobHook.queue_position; never raises for an unavailable visibility API."""
+    async def pending_workloads(self, namespace: str, queue: str, api_client: Any = None) -> dict | None:
+        """The LocalQueue's ``PendingWorkloadsSummary`` from Kueue's visibility API, for every trigger
+        waiting in it at once (see ``position_from_summary``); None when the API is not served or not
+        allowed."""
         try:
             async with self._client(api_client) as client:
                 summary = await client.call_api(
                     VISIBILITY_PATH.format(namespace=namespace, name=queue),
                     "GET",
+                    query_params=[("limit", VISIBILITY_LIMIT)],
                     response_types_map={200: "object"},
                     auth_settings=["BearerToken"],
                     _return_http_data_only=True,
@@ -457,7 +461,7 @@ class AsyncRayJobHook(AsyncKubernetesHook):
             if exc.status in (403, 404, 503):
                 return None
             raise
-        return position_from_summary(summary or {}, workload_name)
+        return summary or {}
 
     def _client(self, api_client: Any):
         """Use the caller's long-lived ApiClient (the hub's) when given, else a fresh one from the connection."""

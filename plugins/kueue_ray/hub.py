@@ -4,18 +4,25 @@ A triggerer runs up to a thousand deferred tasks in one asyncio loop. If every R
 watched on its own, the API server would see one request stream per waiting task and the triggerer would
 spend its loop on TLS handshakes (anchors §1.4, apache/airflow#71349). Instead, every trigger of a process
 subscribes here with its RayJob name and uid; the hub runs exactly one watch for the namespace's RayJobs
-created by this project and one for its Kueue Workloads, keeps the latest object of every *subscribed* key
-in memory and hands changes to the subscribers through their own asyncio queues.
+created by this project and one for its Kueue Workloads, keeps what they return in memory (like a
+client-go informer) and hands changes to the subscribers through their own asyncio queues.
 
-Guarantees the trigger relies on:
+What waiting costs is therefore per namespace, not per trigger, and grows with state transitions, not
+with time:
 
-* A subscriber starts from the current state: the hub's cache when it already holds the object, otherwise
-  one GET (``Subscription.current``), so a trigger that starts after an event was broadcast still sees it.
-* Watches resume from the last resourceVersion (bookmarks keep it fresh), relist on 410 Gone, and back off
-  with jitter on errors and dropped streams; a relist notices deletions that happened while disconnected.
-* Objects only replace cached ones with a higher resourceVersion, so a slow GET cannot roll state back.
-* The loops for a (connection, namespace) start with its first subscription and stop with its last, so an
-  idle triggerer holds no connection open.
+* A subscriber starts from the cache once the loop has listed (a burst of triggers starting together waits
+  for that one LIST); only a RayJob missing from the cache costs one GET (``Subscription.current``).
+* The safety net against a missed event is one relist per loop every ``resync_interval`` (the shortest of
+  the namespace's subscribers, jittered), not a re-read per trigger: the relist refreshes the cache for
+  every subscriber at once, and anything that changed or vanished is delivered.
+* Queue positions come from one visibility read per LocalQueue, shared by every trigger that asks within
+  a few seconds (``Subscription.pending_workloads``), so a thousand queued triggers cost one request.
+
+Robustness: watches resume from the last resourceVersion (bookmarks keep it fresh), relist on 410 Gone,
+and back off with jitter on errors and dropped streams; a relist notices deletions that happened while
+disconnected. Objects only replace cached ones with a higher resourceVersion, so a slow GET cannot roll
+state back. The loops for a (connection, namespace) start with its first subscription and stop with its
+last, so an idle triggerer holds no connection open.
 
 Module-level ``HUB`` is the process-wide instance (triggers of one triggerer share class and module state;
 airflow-3.3 reference §2). It is a cache only: the truth stays in the API server.
@@ -27,10 +34,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
@@ -39,11 +47,23 @@ log = logging.getLogger(__name__)
 
 RAYJOB = "rayjob"
 WORKLOAD = "workload"
+DEFAULT_RESYNC_SECONDS = 300.0
+SERVER_TIMEOUT_GRACE_SECONDS = 15.0
+"""How long past its ``timeoutSeconds`` a watch may stay open before the hub ends it itself, so a server
+or proxy that never closes a silent stream cannot postpone the relist forever."""
+
+
+def _labels(obj: dict) -> dict:
+    return (obj.get("metadata") or {}).get("labels") or {}
 
 
 @dataclass(frozen=True)
 class WatchedResource:
-    """What one watch loop lists and watches, and how it keys the objects it caches."""
+    """What one watch loop lists and watches, and how it keys the objects it caches.
+
+    ``selects`` mirrors ``label_selector`` on the client side: a relist may only conclude that a cached
+    object was deleted if the list would have returned it (a RayJob read by GET may lack our label).
+    """
 
     kind: str
     group: str
@@ -51,14 +71,7 @@ class WatchedResource:
     plural: str
     label_selector: str
     key_of: Callable[[dict], str | None]
-
-
-def _rayjob_key(obj: dict) -> str | None:
-    return (obj.get("metadata") or {}).get("name")
-
-
-def _workload_key(obj: dict) -> str | None:
-    return ((obj.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
+    selects: Callable[[dict], bool]
 
 
 RAYJOBS = WatchedResource(
@@ -67,17 +80,19 @@ RAYJOBS = WatchedResource(
     version="v1",
     plural="rayjobs",
     label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
-    key_of=_rayjob_key,
+    key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
+    selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
 )
 # Kueue copies no labels of ours onto Workloads, only the owner's uid: select on that label existing and
-# keep only the Workloads whose job uid is subscribed.
+# key the Workloads by it.
 WORKLOADS = WatchedResource(
     kind=WORKLOAD,
     group="kueue.x-k8s.io",
     version="v1beta2",
     plural="workloads",
     label_selector=JOB_UID_LABEL,
-    key_of=_workload_key,
+    key_of=lambda obj: _labels(obj).get(JOB_UID_LABEL),
+    selects=lambda obj: JOB_UID_LABEL in _labels(obj),
 )
 
 
@@ -97,11 +112,14 @@ class WatchGone(Exception):
 class HubSettings:
     """Tunables; tests shorten them, production keeps the defaults."""
 
-    watch_timeout_seconds: int = 290
+    watch_timeout_seconds: int = 600
+    """Longest single watch request; a relist due earlier ends it sooner."""
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
     min_healthy_stream_seconds: float = 1.0
     connect_wait_seconds: float = 5.0
+    pending_workloads_ttl_seconds: float = 5.0
+    """How long one visibility read of a LocalQueue answers every trigger asking for a queue position."""
 
 
 def resource_version_newer(candidate: dict, current: dict | None) -> bool:
@@ -140,77 +158,88 @@ class Backoff:
 class Subscription:
     """One trigger's interest in one RayJob (name + uid) and its Workload."""
 
-    def __init__(self, hub: WatchHub, conn_id: str, namespace: str, name: str, uid: str) -> None:
+    def __init__(
+        self, hub: WatchHub, conn_id: str, namespace: str, name: str, uid: str, resync_interval: float
+    ) -> None:
         self.hub = hub
         self.conn_id = conn_id
         self.namespace = namespace
         self.name = name
         self.uid = uid
+        self.resync_interval = resync_interval
         self.updates: asyncio.Queue[Update] = asyncio.Queue()
-        self.listed_after_subscribing: dict[str, bool] = {}
-        """Per resource: whether the loop's (first) list was still to come when this subscription began,
-        so that list covers it. Filled in by the hub."""
+
+    @property
+    def scope(self) -> tuple[str, str]:
+        return (self.conn_id, self.namespace)
 
     async def next_update(self, timeout: float | None) -> Update | None:
-        """The next change, or None when ``timeout`` seconds pass without one."""
+        """The next change, or None when ``timeout`` seconds pass without one (None waits for ever)."""
         try:
             return await asyncio.wait_for(self.updates.get(), timeout)
         except TimeoutError:
             return None
 
-    async def current(self, *, refresh: bool = False) -> tuple[dict | None, dict | None]:
+    async def current(self, *, reread_rayjob: bool = False) -> tuple[dict | None, dict | None]:
         """(RayJob, Workload) as known now: from the hub's cache, or read from the API server.
 
-        A subscription that arrived before its loops' first list waits for that list (a burst of triggers
-        starting together costs one LIST, not one GET each). The RayJob is still read directly when the
-        cache lacks it (a RayJob outside the watch's label selector); a missing Workload is only looked up
-        when no list since subscribing could have seen it. With ``refresh`` (the periodic resync) both are
-        read from the API server; what is read goes through the hub, so every subscriber benefits.
+        A subscription waits for its loops' first list (a burst of triggers starting together costs one
+        LIST per resource, not a GET each). After that the cache is authoritative up to the watch's
+        position: a missing Workload simply does not exist yet (its ADDED event will come), and only a
+        missing RayJob is read (just created, or outside the watch's label selector). ``reread_rayjob``
+        reads the RayJob anyway, for a RayJob the watch does not cover. Whatever is read goes through
+        the hub, so every subscriber of it benefits.
         """
-        covered = {kind: await self._wait_for_list(kind) for kind in (RAYJOB, WORKLOAD)}
+        listed = {kind: await self._wait_for_list(kind) for kind in (RAYJOB, WORKLOAD)}
         rayjob = self.hub.cached(self, RAYJOB)
         workload = self.hub.cached(self, WORKLOAD)
-        read_rayjob = refresh or rayjob is None
-        read_workload = refresh or (workload is None and not covered[WORKLOAD])
+        read_rayjob = reread_rayjob or rayjob is None
+        read_workload = workload is None and not listed[WORKLOAD]
         if read_rayjob or read_workload:
-            await self.hub.refresh(self, rayjob=read_rayjob, workload=read_workload)
+            await self.hub.read_through(self, rayjob=read_rayjob, workload=read_workload)
             rayjob = self.hub.cached(self, RAYJOB)
             workload = self.hub.cached(self, WORKLOAD)
         return rayjob, workload
 
+    async def pending_workloads(self, queue: str) -> dict | None:
+        """The visibility summary of LocalQueue ``queue`` (shared, a few seconds old at most); None when
+        the visibility API is not served, not allowed or failing."""
+        return await self.hub.pending_workloads(self, queue)
+
     async def _wait_for_list(self, kind: str) -> bool:
-        """True once a list that started after this subscription has been applied to the cache."""
+        """True once the loop's first list is in the cache (waiting for it a bounded time)."""
         loop = self.hub.loop_of(self, kind)
-        if loop is None or not self.listed_after_subscribing.get(kind):
+        if loop is None:
             return False
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(loop.listed.wait(), self.hub.settings.connect_wait_seconds)
+        if not loop.listed.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(loop.listed.wait(), self.hub.settings.connect_wait_seconds)
         return loop.listed.is_set()
 
-    @property
-    def api_client(self) -> Any:
-        """The hub's connected ApiClient for this namespace, or None while it (re)connects."""
-        return self.hub.api_client(self.conn_id, self.namespace)
-
     async def connected_api_client(self, timeout: float) -> Any:
-        """The hub's ApiClient, waiting up to ``timeout`` seconds for its watch loop to connect."""
+        """The hub's ApiClient for this namespace, waiting up to ``timeout`` seconds for its watch loop to
+        connect; None if it does not."""
         loop = self.hub.loop_of(self, RAYJOB)
-        if loop is not None and loop.api_client is None:
+        if loop is None:
+            return None
+        if loop.api_client is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(loop.connected.wait(), timeout)
-        return self.api_client
+        return loop.api_client
 
 
 class _WatchLoop:
     """One list+watch of one resource in one namespace through one connection, with its cache."""
 
-    def __init__(self, hub: WatchHub, conn_id: str, namespace: str, resource: WatchedResource) -> None:
+    def __init__(self, hub: WatchHub, scope: _Scope, resource: WatchedResource) -> None:
         self.hub = hub
-        self.conn_id = conn_id
-        self.namespace = namespace
+        self.scope = scope
+        self.conn_id, self.namespace = scope.key
         self.resource = resource
         self.objects: dict[str, dict] = {}
         self.resource_version: str | None = None
+        self.next_relist = 0.0
+        """Monotonic time of the next safety-net relist."""
         self.task: asyncio.Task | None = None
         self.api_client: Any = None
         """The loop's ApiClient while connected; one-off reads of its subscribers reuse it."""
@@ -259,18 +288,19 @@ class _WatchLoop:
                 await asyncio.sleep(delay)
 
     async def _stream(self, api: Any, backoff: Backoff) -> None:
-        """List, then watch from the list's resourceVersion, forever; raises only on refused credentials."""
+        """List, then watch from the list's resourceVersion until the next relist is due, forever; raises
+        only on refused credentials."""
         from aiohttp import ClientError
         from kubernetes_asyncio.client.exceptions import ApiException
 
         settings = self.hub.settings
         while True:
             try:
-                if self.resource_version is None:
+                if self.resource_version is None or time.monotonic() >= self.next_relist:
                     await self._list(api)
                     backoff.reset()
                 started = time.monotonic()
-                received = await self._watch(api)
+                received = await self._watch(api, self._watch_timeout())
                 if received:
                     backoff.reset()
                 elif time.monotonic() - started < settings.min_healthy_stream_seconds:
@@ -293,6 +323,11 @@ class _WatchLoop:
             ) as exc:  # dropped stream, cut-off JSON line
                 await self._back_off(backoff, exc)
 
+    def _watch_timeout(self) -> int:
+        """Seconds the next watch may last: until the relist is due, at most the configured maximum."""
+        remaining = self.next_relist - time.monotonic()
+        return max(1, min(self.hub.settings.watch_timeout_seconds, math.ceil(remaining)))
+
     async def _back_off(self, backoff: Backoff, exc: BaseException) -> None:
         delay = backoff.next_delay()
         log.warning(
@@ -311,6 +346,7 @@ class _WatchLoop:
         self.connected.clear()
 
     async def _list(self, api: Any) -> None:
+        """Replace the cache with a fresh list; deliver what changed or disappeared since the last one."""
         result = await api.list_namespaced_custom_object(
             self.resource.group,
             self.resource.version,
@@ -324,14 +360,18 @@ class _WatchLoop:
             if key is not None:
                 seen.add(key)
                 self.hub.offer(self, key, obj)
-        # Anything we cached that the list no longer holds was deleted while we were disconnected.
-        for key in [k for k in self.objects if k not in seen]:
+        # A cached object the list would have returned but did not was deleted while we were not watching.
+        gone = [k for k, obj in self.objects.items() if k not in seen and self.resource.selects(obj)]
+        for key in gone:
             self.hub.offer_deleted(self, key)
         self.resource_version = (result.get("metadata") or {}).get("resourceVersion")
+        # Jitter, so that the triggerers of a fleet do not relist in lockstep.
+        self.next_relist = time.monotonic() + self.scope.resync_interval() * random.uniform(0.9, 1.0)
         self.listed.set()
 
-    async def _watch(self, api: Any) -> bool:
-        """Stream events until the server ends the watch; True if any event arrived."""
+    async def _watch(self, api: Any, timeout: int) -> bool:
+        """Stream events until the server ends the watch (or ``timeout`` plus a grace passes); True if any
+        event arrived."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
@@ -344,7 +384,7 @@ class _WatchLoop:
                 watch=True,
                 allow_watch_bookmarks=True,
                 resource_version=self.resource_version,
-                timeout_seconds=self.hub.settings.watch_timeout_seconds,
+                timeout_seconds=timeout,
                 _preload_content=False,
             )
         except ApiException as exc:
@@ -353,14 +393,17 @@ class _WatchLoop:
             raise
         received = False
         try:
-            while True:
-                line = await response.content.readline()
-                if not line:
-                    return received
-                if not line.strip():
-                    continue
-                received = True
-                self._handle(json.loads(line))
+            async with asyncio.timeout(timeout + SERVER_TIMEOUT_GRACE_SECONDS):
+                while True:
+                    line = await response.content.readline()
+                    if not line:
+                        return received
+                    if not line.strip():
+                        continue
+                    received = True
+                    self._handle(json.loads(line))
+        except TimeoutError:
+            return received
         finally:
             response.release()
 
@@ -385,6 +428,47 @@ class _WatchLoop:
             self.hub.offer(self, key, obj)
 
 
+@dataclass
+class _PendingRead:
+    """One shared visibility read of a LocalQueue: in flight, or done and fresh until ``fresh_until``."""
+
+    task: asyncio.Task
+    fresh_until: float = math.inf
+
+
+@dataclass
+class _Scope:
+    """Everything the hub keeps for one (connection, namespace): subscribers indexed by what events are
+    keyed on, the two watch loops, and the shared visibility reads."""
+
+    key: tuple[str, str]
+    by_name: dict[str, list[Subscription]] = field(default_factory=dict)
+    by_uid: dict[str, list[Subscription]] = field(default_factory=dict)
+    loops: dict[str, _WatchLoop] = field(default_factory=dict)
+    pending_reads: dict[str, _PendingRead] = field(default_factory=dict)
+
+    def add(self, subscription: Subscription) -> None:
+        self.by_name.setdefault(subscription.name, []).append(subscription)
+        self.by_uid.setdefault(subscription.uid, []).append(subscription)
+
+    def remove(self, subscription: Subscription) -> None:
+        for index, key in ((self.by_name, subscription.name), (self.by_uid, subscription.uid)):
+            index[key].remove(subscription)
+            if not index[key]:
+                del index[key]
+
+    def empty(self) -> bool:
+        return not self.by_name
+
+    def subscribers_of(self, kind: str, key: str) -> list[Subscription]:
+        return (self.by_name if kind == RAYJOB else self.by_uid).get(key, [])
+
+    def resync_interval(self) -> float:
+        """The shortest safety-net interval any subscriber asked for."""
+        intervals = [s.resync_interval for group in self.by_name.values() for s in group]
+        return min(intervals, default=DEFAULT_RESYNC_SECONDS)
+
+
 @contextlib.asynccontextmanager
 async def provider_connection(conn_id: str) -> AsyncIterator[Any]:
     """An ApiClient configured from the Airflow ``kubernetes`` connection, exactly as the cncf provider's
@@ -407,53 +491,55 @@ class WatchHub:
     ) -> None:
         self.settings = settings or HubSettings()
         self.connection_factory = connection_factory
-        self._loops: dict[tuple[str, str, str], _WatchLoop] = {}
-        self._subscriptions: dict[tuple[str, str], list[Subscription]] = {}
+        self._scopes: dict[tuple[str, str], _Scope] = {}
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
     @contextlib.asynccontextmanager
     async def subscribe(
-        self, conn_id: str, namespace: str, name: str, uid: str
+        self,
+        conn_id: str,
+        namespace: str,
+        name: str,
+        uid: str,
+        resync_interval: float = DEFAULT_RESYNC_SECONDS,
     ) -> AsyncIterator[Subscription]:
-        """Register interest in one RayJob for the duration of the ``async with`` block."""
+        """Register interest in one RayJob for the duration of the ``async with`` block.
+
+        ``resync_interval`` bounds how long a missed event can go unnoticed: the namespace's loops relist
+        at the shortest interval of their subscribers (a shorter one takes effect from the next relist).
+        """
         self._adopt_event_loop()
-        subscription = Subscription(self, conn_id, namespace, name, uid)
-        scope = (conn_id, namespace)
-        subscribers = self._subscriptions.setdefault(scope, [])
-        subscribers.append(subscription)
-        if len(subscribers) == 1:
+        subscription = Subscription(self, conn_id, namespace, name, uid, resync_interval)
+        scope = self._scopes.get(subscription.scope)
+        if scope is None:
+            scope = self._scopes[subscription.scope] = _Scope(subscription.scope)
             for resource in (RAYJOBS, WORKLOADS):
-                loop = _WatchLoop(self, conn_id, namespace, resource)
-                self._loops[(conn_id, namespace, resource.kind)] = loop
+                loop = scope.loops[resource.kind] = _WatchLoop(self, scope, resource)
                 loop.start()
-        for kind in (RAYJOB, WORKLOAD):
-            loop = self._loops[(conn_id, namespace, kind)]
-            subscription.listed_after_subscribing[kind] = not loop.listed.is_set()
+        scope.add(subscription)
         try:
             yield subscription
         finally:
-            subscribers.remove(subscription)
-            if subscribers:
-                self._forget_unwatched(scope)
-            else:
-                del self._subscriptions[scope]
-                for resource in (RAYJOBS, WORKLOADS):
-                    loop = self._loops.pop((conn_id, namespace, resource.kind))
+            scope.remove(subscription)
+            if not scope.empty():
+                self._forget_unwatched(scope, subscription.name)
+            elif self._scopes.get(subscription.scope) is scope:
+                del self._scopes[subscription.scope]
+                for read in scope.pending_reads.values():
+                    read.task.cancel()
+                for loop in scope.loops.values():
                     await loop.stop()
 
     def watch_loops(self) -> list[tuple[str, str, str]]:
         """(connection, namespace, resource) of every running watch loop."""
-        return sorted(self._loops)
+        return sorted((*key, kind) for key, scope in self._scopes.items() for kind in scope.loops)
 
     def loop_of(self, subscription: Subscription, kind: str) -> _WatchLoop | None:
-        return self._loops.get((subscription.conn_id, subscription.namespace, kind))
-
-    def api_client(self, conn_id: str, namespace: str) -> Any:
-        loop = self._loops.get((conn_id, namespace, RAYJOB))
-        return loop.api_client if loop is not None else None
+        scope = self._scopes.get(subscription.scope)
+        return scope.loops.get(kind) if scope is not None else None
 
     def cached(self, subscription: Subscription, kind: str) -> dict | None:
-        loop = self._loops.get((subscription.conn_id, subscription.namespace, kind))
+        loop = self.loop_of(subscription, kind)
         if loop is None:
             return None
         obj = loop.objects.get(subscription.name if kind == RAYJOB else subscription.uid)
@@ -461,17 +547,16 @@ class WatchHub:
             return None
         return obj
 
-    async def refresh(self, subscription: Subscription, *, rayjob: bool, workload: bool) -> None:
+    async def read_through(self, subscription: Subscription, *, rayjob: bool, workload: bool) -> None:
         """Read the subscription's objects from the API server and offer them to the cache."""
         from kueue_ray.hook import AsyncRayJobHook
 
         hook = AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id)
-        scope = (subscription.conn_id, subscription.namespace)
         # Reuse the watch loop's connection (no TLS setup per trigger); a fresh one only if it cannot connect.
         client = await subscription.connected_api_client(self.settings.connect_wait_seconds)
         if rayjob:
             obj = await hook.get_rayjob(subscription.name, subscription.namespace, api_client=client)
-            loop = self._loops.get((*scope, RAYJOB))
+            loop = self.loop_of(subscription, RAYJOB)
             if loop is not None:
                 if obj is None:
                     self.offer_deleted(loop, subscription.name)
@@ -479,13 +564,47 @@ class WatchHub:
                     self.offer(loop, subscription.name, obj)
         if workload:
             obj = await hook.find_workload(subscription.uid, subscription.namespace, api_client=client)
-            loop = self._loops.get((*scope, WORKLOAD))
+            loop = self.loop_of(subscription, WORKLOAD)
             if loop is not None and obj is not None:
                 self.offer(loop, subscription.uid, obj)
 
+    async def pending_workloads(self, subscription: Subscription, queue: str) -> dict | None:
+        """One visibility read of LocalQueue ``queue`` shared by every subscriber of the namespace.
+
+        Concurrent callers await the same request; its answer (or its failure, as None) serves everyone
+        for ``pending_workloads_ttl_seconds`` after it completes, so a burst of queued triggers logging
+        their position costs one request, and positions are never older than a few seconds.
+        """
+        scope = self._scopes.get(subscription.scope)
+        if scope is None:
+            return None
+        read = scope.pending_reads.get(queue)
+        if read is None or time.monotonic() >= read.fresh_until:
+            read = _PendingRead(asyncio.ensure_future(self._read_pending(subscription, queue)))
+            read.task.add_done_callback(lambda _, read=read: self._mark_fresh(read))
+            scope.pending_reads[queue] = read
+        return await asyncio.shield(read.task)
+
+    def _mark_fresh(self, read: _PendingRead) -> None:
+        read.fresh_until = time.monotonic() + self.settings.pending_workloads_ttl_seconds
+
+    async def _read_pending(self, subscription: Subscription, queue: str) -> dict | None:
+        from kueue_ray.hook import AsyncRayJobHook
+
+        client = await subscription.connected_api_client(self.settings.connect_wait_seconds)
+        try:
+            return await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_workloads(
+                subscription.namespace, queue, api_client=client
+            )
+        except Exception as exc:  # noqa: BLE001 - a position is a nicety; never fail a wait for it
+            log.debug(
+                "Pending workloads of LocalQueue %s/%s unavailable: %s", subscription.namespace, queue, exc
+            )
+            return None
+
     def offer(self, loop: _WatchLoop, key: str, obj: dict) -> None:
-        """A newer version of ``key`` may have arrived: cache it and tell its subscribers."""
-        if not self._is_subscribed(loop, key) or not resource_version_newer(obj, loop.objects.get(key)):
+        """A version of ``key`` arrived: cache it if it is newer and tell its subscribers."""
+        if not resource_version_newer(obj, loop.objects.get(key)):
             return
         loop.objects[key] = obj
         self._deliver(loop, key, obj)
@@ -501,35 +620,29 @@ class WatchHub:
         self._deliver(loop, key, None, deleted_uid=deleted_uid)
 
     def _deliver(self, loop: _WatchLoop, key: str, obj: dict | None, deleted_uid: str | None = None) -> None:
-        for subscription in self._subscriptions.get((loop.conn_id, loop.namespace), ()):
-            if loop.resource.kind == RAYJOB and subscription.name == key:
-                if obj is None and deleted_uid not in (None, subscription.uid):
-                    continue  # a predecessor with this name was deleted, not the subscribed RayJob
-                mine = obj if obj is not None and obj["metadata"].get("uid") == subscription.uid else None
-                subscription.updates.put_nowait(Update(RAYJOB, mine))
-            elif loop.resource.kind == WORKLOAD and subscription.uid == key:
+        for subscription in loop.scope.subscribers_of(loop.resource.kind, key):
+            if loop.resource.kind == WORKLOAD:
                 subscription.updates.put_nowait(Update(WORKLOAD, obj))
+                continue
+            if obj is None and deleted_uid not in (None, subscription.uid):
+                continue  # a predecessor with this name was deleted, not the subscribed RayJob
+            mine = obj if obj is not None and obj["metadata"].get("uid") == subscription.uid else None
+            subscription.updates.put_nowait(Update(RAYJOB, mine))
 
-    def _is_subscribed(self, loop: _WatchLoop, key: str) -> bool:
-        subscribers = self._subscriptions.get((loop.conn_id, loop.namespace), ())
-        if loop.resource.kind == RAYJOB:
-            return any(s.name == key for s in subscribers)
-        return any(s.uid == key for s in subscribers)
-
-    def _forget_unwatched(self, scope: tuple[str, str]) -> None:
-        for kind in (RAYJOB, WORKLOAD):
-            loop = self._loops.get((*scope, kind))
-            if loop is not None:
-                for key in [k for k in loop.objects if not self._is_subscribed(loop, k)]:
-                    del loop.objects[key]
+    def _forget_unwatched(self, scope: _Scope, name: str) -> None:
+        """Drop a RayJob read by GET that the watch does not cover once nobody waits for it: no watch event
+        or relist would ever update or remove it."""
+        loop = scope.loops.get(RAYJOB)
+        cached = loop.objects.get(name) if loop is not None else None
+        if cached is not None and not RAYJOBS.selects(cached) and not scope.subscribers_of(RAYJOB, name):
+            del loop.objects[name]
 
     def _adopt_event_loop(self) -> None:
         """Forget loops bound to an event loop that is gone (a new triggerer loop, or a new test)."""
         running = asyncio.get_running_loop()
         if self._event_loop is not running:
             self._event_loop = running
-            self._loops.clear()
-            self._subscriptions.clear()
+            self._scopes.clear()
 
 
 HUB = WatchHub()

@@ -5,6 +5,11 @@ every change through ``status.observe`` into a ``Timeline``, and writes each tra
 with Kueue's or KubeRay's own words and the queue position, so the log tells the whole story:
 queued -> admitted -> running -> preempted -> queued -> ... -> succeeded.
 
+Waiting costs the API server nothing per trigger: the hub's cache answers the first read, its periodic
+relist is the safety net against missed events, and queue positions come from a visibility read shared by
+every trigger in the LocalQueue. Only a RayJob outside the hub's watch (a sensor on a foreign RayJob) is
+re-read by its own trigger.
+
 It fires exactly one TriggerEvent, and only when waiting is over (``Watchdog``): a terminal phase,
 inadmissible for longer than the grace period, a queue or run timeout, too many preemptions, or the RayJob
 deleted under us. Everything else is logged, not reported.
@@ -14,7 +19,8 @@ deletes the RayJob only if this very task try still owns it: a cleared task's ne
 adopted the RayJob, and Airflow may briefly run a trigger twice. ``cleanup`` deletes nothing, because it
 also runs on every triggerer restart.
 
-Importing this module does not import ``kubernetes``; the hub and hook are imported inside ``run``.
+Importing this module does not import ``kubernetes``: the hub imports it only when its loops run, and the
+hook is imported inside the methods that call the API.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from kueue_ray.hub import DEFAULT_RESYNC_SECONDS
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.status import Observation, Phase, observe
 from kueue_ray.timeline import Timeline, to_epoch
@@ -42,7 +49,6 @@ DELETED = "deleted"
 WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE})
 ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
 POSITION_PHASES = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
-DEFAULT_RESYNC_SECONDS = 300.0
 UNWATCHED_POLL_SECONDS = 15.0
 """Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""
 
@@ -253,7 +259,7 @@ async def _apply(
     if update.kind == RAYJOB:
         return update.object, workload
     if not _watched(rayjob):
-        rayjob = (await subscription.current(refresh=True))[0]
+        rayjob = (await subscription.current(reread_rayjob=True))[0]
     return rayjob, update.object
 
 
@@ -273,7 +279,8 @@ class RayJobTrigger(BaseTrigger):
     :param max_preemptions: stop after more preemptions than this; None for no limit.
     :param owner: the task try that owns the RayJob: {dag_id, run_id, task_id, map_index, try_number}.
     :param submitted_at: ISO time of submission (queue clock start).
-    :param resync_interval: seconds between safety-net re-reads of the RayJob and Workload.
+    :param resync_interval: the longest a missed watch event may go unnoticed, in seconds: the hub relists
+        the namespace's RayJobs and Workloads at the shortest interval of its triggers.
     :param timeline: a Timeline dict to continue (None starts a new one).
     """
 
@@ -364,12 +371,13 @@ class RayJobTrigger(BaseTrigger):
             self.priority,
         )
         async with HUB.subscribe(
-            self.kubernetes_conn_id, self.namespace, self.name, self.uid
+            self.kubernetes_conn_id, self.namespace, self.name, self.uid, self.resync_interval
         ) as subscription:
             rayjob, workload = await subscription.current()
-            resync = self.resync_interval
+            next_reread = None
             if rayjob is not None and not _watched(rayjob):
-                resync = min(resync, UNWATCHED_POLL_SECONDS)
+                reread = min(self.resync_interval, UNWATCHED_POLL_SECONDS)
+                next_reread = time.monotonic() + reread
                 self.log.info(
                     "RayJob %s/%s lacks label %s=%s (not submitted by this project): re-reading it every %gs "
                     "and on every Workload change",
@@ -377,9 +385,8 @@ class RayJobTrigger(BaseTrigger):
                     self.name,
                     MANAGED_BY_LABEL,
                     MANAGED_BY_VALUE,
-                    resync,
+                    reread,
                 )
-            next_resync = time.monotonic() + resync
             while True:
                 now = utcnow()
                 if rayjob is None:
@@ -396,21 +403,24 @@ class RayJobTrigger(BaseTrigger):
                 said = (observation.phase.value, observation.reason, observation.message)
                 if said != last_said:
                     last_said = said
-                    position = await self._position(rayjob, observation, subscription.api_client)
+                    position = await self._position(rayjob, observation, subscription)
                     self.log.info(describe_transition(self.namespace, self.name, observation, position))
                 verdict = watchdog.check(observation, workload, now)
                 if verdict is not None:
                     yield self._fire(verdict, observation, timeline)
                     return
-                wait = next_resync - time.monotonic()
+                waits = []
+                if next_reread is not None:
+                    waits.append(next_reread - time.monotonic())
                 deadline = watchdog.seconds_until_next_deadline(now)
                 if deadline is not None:
-                    wait = min(wait, deadline + 0.05)
-                update = await subscription.next_update(max(0.0, wait))
+                    waits.append(deadline + 0.05)
+                # Nothing to time out on: the hub's watch, and its relist as the safety net, bring every change.
+                update = await subscription.next_update(max(0.0, min(waits)) if waits else None)
                 if update is None:
-                    if time.monotonic() >= next_resync:
-                        rayjob, workload = await subscription.current(refresh=True)
-                        next_resync = time.monotonic() + resync
+                    if next_reread is not None and time.monotonic() >= next_reread:
+                        rayjob, workload = await subscription.current(reread_rayjob=True)
+                        next_reread = time.monotonic() + reread
                     continue
                 rayjob, workload = await _apply(update, rayjob, workload, subscription)
 
@@ -428,21 +438,18 @@ class RayJobTrigger(BaseTrigger):
         )
         return TriggerEvent(payload)
 
-    async def _position(self, rayjob: dict, observation: Observation, api_client: Any) -> str | None:
+    async def _position(self, rayjob: dict, observation: Observation, subscription: Any) -> str | None:
+        """The queue position for a QUEUED / INADMISSIBLE log line, from the LocalQueue's shared
+        visibility read (asked for only when such a line is written)."""
         if observation.phase not in POSITION_PHASES or not observation.workload_name:
             return None
         queue = self.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
         if not queue:
             return None
-        from kueue_ray.hook import AsyncRayJobHook
+        from kueue_ray.hook import position_from_summary
 
-        try:
-            position = await AsyncRayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).queue_position(
-                self.namespace, queue, observation.workload_name, api_client=api_client
-            )
-        except Exception as exc:  # noqa: BLE001 - a position is a nicety; never fail the wait for it
-            self.log.debug("Queue position unavailable: %s", exc)
-            return None
+        summary = await subscription.pending_workloads(queue)
+        position = position_from_summary(summary, observation.workload_name) if summary else None
         return position.describe() if position else None
 
     async def on_kill(self) -> None:

@@ -1,5 +1,6 @@
-"""The triggerer's watch hub against kubesim: one watch per resource for many triggers, and waits that
-survive expired watches (410), API errors (500) and dropped streams."""
+"""The triggerer's watch hub against kubesim: one watch per resource for many triggers, waits that survive
+expired watches (410), API errors (500) and dropped streams, and waiting costs that do not grow with the
+number of triggers (shared queue positions, per-namespace relists, starts from the cache)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,17 @@ def quick_reconnects(monkeypatch):
     )
 
 
-def submit_many(queues, rayjob_body, task_context, count: int, duration: str) -> list[RayJobTrigger]:
+def submit_many(
+    queues, rayjob_body, task_context, count: int, duration: str, *, whole_queue: bool = False, prefix="step"
+) -> list[RayJobTrigger]:
+    """``count`` RayJobs and their triggers; small ones run side by side, ``whole_queue`` ones one at a time."""
+    size = {} if whole_queue else {"cpu": "50m", "memory": "100M", "gpu": "0"}
     triggers = []
     for index in range(count):
-        context = task_context(f"step-{index}")
+        context = task_context(f"{prefix}-{index}")
         reference = SubmitRayJobOperator(
-            task_id=f"step-{index}",
-            template=rayjob_body(cpu="50m", memory="100M", gpu="0", duration=duration),
+            task_id=f"{prefix}-{index}",
+            template=rayjob_body(duration=duration, **size),
             queue=queues.local_queue,
             priority=queues.low,
             namespace=queues.namespace,
@@ -33,6 +38,33 @@ def submit_many(queues, rayjob_body, task_context, count: int, duration: str) ->
         ).execute(context)
         triggers.append(RayJobTrigger(**reference, queue=queues.local_queue))
     return triggers
+
+
+def queued_behind_a_blocker(queues, rayjob_body, task_context, eventually, count: int) -> list[dict]:
+    """A RayJob holding the whole ClusterQueue for ever, then ``count`` RayJobs pending behind it: the
+    serialized kwargs of their triggers, once Kueue has said why each one waits."""
+    [blocker] = submit_many(queues, rayjob_body, task_context, 1, "inf", whole_queue=True, prefix="blocker")
+    eventually(lambda: quota_reserved(queues.workload(blocker.uid)) == "True")
+    queued = submit_many(queues, rayjob_body, task_context, count, "inf", whole_queue=True, prefix="queued")
+    for trigger in queued:
+        eventually(lambda uid=trigger.uid: quota_reserved(queues.workload(uid)) == "False")
+    return [trigger.serialize()[1] for trigger in queued]
+
+
+def quota_reserved(workload: dict | None) -> str | None:
+    for condition in ((workload or {}).get("status") or {}).get("conditions") or ():
+        if condition["type"] == "QuotaReserved":
+            return condition["status"]
+    return None
+
+
+def namespace_requests(kubesim, queues) -> list[dict]:
+    return [r for r in kubesim.requests() if r["namespace"] == queues.namespace]
+
+
+def trigger_log(capfd) -> list[str]:
+    """The trigger's task-log lines (Airflow's structlog writes them to stdout here)."""
+    return [line for line in capfd.readouterr().out.splitlines() if "kueue_ray.trigger.RayJobTrigger" in line]
 
 
 async def first_event(trigger: RayJobTrigger) -> dict:
@@ -108,3 +140,86 @@ def test_a_rayjob_deleted_behind_the_trigger_ends_the_wait(queues, rayjob_body, 
 
 async def _gather(triggers):
     return await asyncio.gather(*(first_event(t) for t in triggers))
+
+
+def test_queued_triggers_share_one_queue_position_read_per_local_queue(
+    kubesim, queues, rayjob_body, task_context, eventually, capfd, monkeypatch
+):
+    # Positions may be a minute old here, so the count below does not depend on how fast this machine is.
+    monkeypatch.setattr(HUB.settings, "pending_workloads_ttl_seconds", 60.0)
+    count = 12
+    kwargs = queued_behind_a_blocker(queues, rayjob_body, task_context, eventually, count)
+    triggers = [RayJobTrigger(**{**k, "queue_timeout": 0.5}) for k in kwargs]
+    capfd.readouterr()
+    kubesim.clear_requests()
+
+    events = asyncio.run(_gather(triggers))
+
+    assert [e["status"] for e in events] == ["queue_timeout"] * count
+    positions = [r for r in namespace_requests(kubesim, queues) if r["path"].endswith("/pendingworkloads")]
+    assert len(positions) == 1, "one visibility read for the whole LocalQueue, not one per trigger"
+    queued_lines = [line for line in trigger_log(capfd) if ": QUEUED " in line]
+    assert len(queued_lines) == count
+    # Every trigger still tells its own place in the queue.
+    told = sorted(int(line.split("position ")[1].split(" of ")[0]) for line in queued_lines)
+    assert told == list(range(1, count + 1))
+    assert all(f"of {count} pending in its LocalQueue" in line for line in queued_lines)
+
+
+def test_the_safety_net_relists_per_namespace_instead_of_reading_per_trigger(
+    kubesim, queues, rayjob_body, task_context, eventually
+):
+    count = 12
+    kwargs = queued_behind_a_blocker(queues, rayjob_body, task_context, eventually, count)
+    triggers = [RayJobTrigger(**{**k, "resync_interval": 1.0}) for k in kwargs]
+    kubesim.clear_requests()
+
+    async def scenario():
+        waiting = [asyncio.create_task(first_event(t)) for t in triggers]
+        await asyncio.sleep(4)  # about four relists of each resource
+        still_waiting = not any(task.done() for task in waiting)
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        return still_waiting
+
+    assert asyncio.run(scenario()), "queued RayJobs keep their triggers waiting"
+    mine = namespace_requests(kubesim, queues)
+    assert [r for r in mine if r["verb"] == "get" and r["resource"] in ("rayjobs", "workloads")] == []
+    for resource in ("rayjobs", "workloads"):
+        lists = [r for r in mine if r["verb"] == "list" and r["resource"] == resource]
+        # The first list plus the relists: the safety net ran, once per namespace rather than per trigger.
+        assert 2 <= len(lists) < count, (resource, len(lists))
+
+
+def test_a_trigger_joining_a_watched_namespace_starts_from_the_cache(
+    kubesim, queues, rayjob_body, task_context, eventually
+):
+    first, second = queued_behind_a_blocker(queues, rayjob_body, task_context, eventually, 2)
+    waiting_long, joining = RayJobTrigger(**first), RayJobTrigger(**{**second, "queue_timeout": 0.5})
+
+    async def scenario():
+        waiting = asyncio.create_task(first_event(waiting_long))
+        await until_listed(kubesim, queues)
+        await asyncio.to_thread(kubesim.clear_requests)
+        event = await first_event(joining)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        return event
+
+    assert asyncio.run(scenario())["status"] == "queue_timeout"
+    reads = [
+        r
+        for r in namespace_requests(kubesim, queues)
+        if r["verb"] in ("get", "list") and r["resource"] in ("rayjobs", "workloads")
+    ]
+    assert reads == [], "the hub had listed both: the joining trigger's first read costs no request"
+
+
+async def until_listed(kubesim, queues) -> None:
+    """Until the hub has listed the test namespace's RayJobs and Workloads."""
+    while True:
+        requests = await asyncio.to_thread(namespace_requests, kubesim, queues)
+        if {"rayjobs", "workloads"} <= {r["resource"] for r in requests if r["verb"] == "list"}:
+            return
+        await asyncio.sleep(0.05)

@@ -1,12 +1,16 @@
-"""RayJobTrigger's contract with the triggerer (serialization) and the Watchdog's rules for when to stop."""
+"""RayJobTrigger's contract with the triggerer (serialization), the Watchdog's rules for when to stop, and
+the watch hub's relist that keeps every trigger's view current."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 from datetime import UTC, datetime, timedelta
 
 from airflow.sdk.serde import deserialize, serialize
+from kueue_ray.hub import RAYJOBS, Subscription, WatchHub, _Scope, _WatchLoop
+from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from kueue_ray.status import Observation, Phase
 from kueue_ray.trigger import (
     INADMISSIBLE,
@@ -133,3 +137,67 @@ def test_transition_line_quotes_kueue_and_adds_the_queue_position():
         "RayJob ml/job: QUEUED (Pending): insufficient unused quota for cpu, 2 more needed"
         " — position 2 of 3 pending in its LocalQueue (4 in the ClusterQueue)"
     )
+
+
+# --- the hub's relist: the safety net that replaces per-trigger re-reads ------------------------------------
+
+
+def rayjob_object(name: str, uid: str, version: int, *, managed: bool = True) -> dict:
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE} if managed else {}
+    return {"metadata": {"name": name, "uid": uid, "resourceVersion": str(version), "labels": labels}}
+
+
+class ListingApi:
+    """Answers the hub's LIST with fixed items, as the API server would at resourceVersion ``version``."""
+
+    def __init__(self, items: list[dict], version: int) -> None:
+        self.result = {"metadata": {"resourceVersion": str(version)}, "items": items}
+
+    async def list_namespaced_custom_object(self, *args, **kwargs) -> dict:
+        return self.result
+
+
+def relist(cached: list[dict], listed: list[dict], subscribed: list[tuple[str, str]]) -> dict[str, list]:
+    """Subscribe to (name, uid) pairs, fill the RayJob cache, relist; what each subscriber was told."""
+
+    async def scenario():
+        hub = WatchHub()
+        scope = _Scope(("kubernetes_default", "ml"))
+        subscriptions = [Subscription(hub, *scope.key, name, uid, 300.0) for name, uid in subscribed]
+        for subscription in subscriptions:
+            scope.add(subscription)
+        loop = _WatchLoop(hub, scope, RAYJOBS)
+        loop.objects = {obj["metadata"]["name"]: obj for obj in cached}
+        await loop._list(ListingApi(listed, 100))
+        told = {}
+        for subscription in subscriptions:
+            told[subscription.name] = []
+            while not subscription.updates.empty():
+                update = subscription.updates.get_nowait()
+                told[subscription.name].append(update.object and update.object["metadata"]["resourceVersion"])
+        return told, loop
+
+    return asyncio.run(scenario())
+
+
+def test_a_relist_tells_subscribers_only_what_changed_or_vanished():
+    told, loop = relist(
+        cached=[rayjob_object("a", "ua", 5), rayjob_object("b", "ub", 6), rayjob_object("c", "uc", 7)],
+        listed=[rayjob_object("a", "ua", 5), rayjob_object("b", "ub", 9)],
+        subscribed=[("a", "ua"), ("b", "ub"), ("c", "uc")],
+    )
+    # a: unchanged, nothing to say; b: an event was missed, the newer state arrives; c: deleted unseen.
+    assert told == {"a": [], "b": ["9"], "c": [None]}
+    assert sorted(loop.objects) == ["a", "b"]
+    assert loop.listed.is_set()
+
+
+def test_a_relist_keeps_a_rayjob_its_label_selector_cannot_return():
+    # A sensor on a RayJob another tool submitted: read by GET, never in the hub's label-selected list.
+    told, loop = relist(
+        cached=[rayjob_object("foreign", "uf", 3, managed=False)],
+        listed=[],
+        subscribed=[("foreign", "uf")],
+    )
+    assert told == {"foreign": []}
+    assert "foreign" in loop.objects
