@@ -30,7 +30,7 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 from kueue_ray.capacity import find_shortfall, max_capacity
 from kueue_ray.errors import KueueRayError
 from kueue_ray.manifests import BuiltRayJob, explain_capacity_shortfall
-from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
+from kueue_ray.naming import JOB_UID_LABEL, WAITER_ANNOTATION, AirflowIdentity
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,41 @@ def _delete_options(uid: str, resource_version: str | None) -> dict:
     return {"preconditions": preconditions, "propagationPolicy": "Background"}
 
 
+def waiter_stamp(waiter: AirflowIdentity) -> str:
+    """A sensor try as the value of ``WAITER_ANNOTATION``: ``<task_id>/<map_index>/<try_number>``."""
+    return f"{waiter.task_id}/{waiter.map_index}/{waiter.try_number}"
+
+
+def foreign_run(rayjob: dict, waiter: AirflowIdentity) -> str | None:
+    """Why the sensor try ``waiter`` must never delete ``rayjob`` (another DAG run, or not created by
+    Airflow at all); None when it belongs to the sensor's own DAG run and map index."""
+    submitter = AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations"))
+    if submitter is None:
+        return "it was not created by an Airflow task"
+    if (submitter.dag_id, submitter.run_id, submitter.map_index) != (
+        waiter.dag_id,
+        waiter.run_id,
+        waiter.map_index,
+    ):
+        return (
+            f"it belongs to DAG {submitter.dag_id} run {submitter.run_id} (map index {submitter.map_index})"
+        )
+    return None
+
+
+def not_waiting_reason(rayjob: dict, waiter: AirflowIdentity) -> str | None:
+    """Why a killed sensor try leaves ``rayjob`` alone; None when it may delete it: same DAG run, and the
+    RayJob still names this very try as its waiter (a Clear's newer try re-registers before the old try's
+    on_kill runs)."""
+    foreign = foreign_run(rayjob, waiter)
+    if foreign is not None:
+        return foreign
+    registered = (rayjob["metadata"].get("annotations") or {}).get(WAITER_ANNOTATION)
+    if registered != waiter_stamp(waiter):
+        return f"its waiter is now {registered or 'nobody'}, not {waiter_stamp(waiter)}"
+    return None
+
+
 def _newest(items: list[dict]) -> dict | None:
     return max(items, key=lambda o: o["metadata"].get("creationTimestamp") or "", default=None)
 
@@ -146,6 +181,44 @@ class RayJobHook(KubernetesHook):
             if exc.status == 404:
                 return None
             raise
+
+    @generic_api_retry
+    def _patch_rayjob(self, name: str, namespace: str, patch: dict) -> dict | None:
+        """Merge-patch the RayJob; None on 409 (the patch's resourceVersion is stale: re-read, decide again)."""
+        try:
+            return self.custom_object_client.patch_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, name, patch
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+
+    def _annotate(self, rayjob: dict, annotations: dict[str, str]) -> dict | None:
+        """Set ``annotations`` on exactly this RayJob (same uid); the patched object, or None when it changed
+        hands or disappeared meanwhile.
+
+        The patch carries the version it was decided on (optimistic lock); controllers update status all
+        the time, so a conflict re-reads and tries again while the object is still the same uid.
+        """
+        metadata = rayjob["metadata"]
+        name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
+        for _ in range(10):
+            patch = {"metadata": {"resourceVersion": metadata["resourceVersion"], "annotations": annotations}}
+            patched = self._patch_rayjob(name, namespace, patch)
+            if patched is not None:
+                return patched
+            current = self.get_rayjob(name, namespace)
+            if current is None or current["metadata"].get("uid") != uid:
+                return None
+            metadata = current["metadata"]
+        return None
+
+    def register_waiter(self, rayjob: dict, waiter: AirflowIdentity) -> dict | None:
+        """Record the sensor try ``waiter`` as the RayJob's current waiter (``WAITER_ANNOTATION``), so its
+        trigger's on_kill may delete the RayJob, and an older try's may not. None if the RayJob changed
+        hands or disappeared meanwhile."""
+        return self._annotate(rayjob, {WAITER_ANNOTATION: waiter_stamp(waiter)})
 
     @generic_api_retry
     def delete_rayjob(self, name: str, namespace: str, uid: str, resource_version: str | None = None) -> str:
@@ -215,36 +288,17 @@ class RayJobHook(KubernetesHook):
         """Record ``owner`` (this task try) in the RayJob's annotations, for exactly this RayJob.
 
         Used when a retry adopts a RayJob: the try number moves to the new try, so the previous try's
-        trigger no longer owns it and its on_kill leaves it alone. The patch carries the version it was
-        decided on (optimistic lock); controllers update status all the time, so a conflict re-reads
-        and tries again while the object is still the same uid.
+        trigger no longer owns it and its on_kill leaves it alone.
         """
-        metadata = rayjob["metadata"]
-        name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
-        for _ in range(10):
-            patch = {
-                "metadata": {
-                    "resourceVersion": metadata["resourceVersion"],
-                    "annotations": owner.annotations(),
-                }
-            }
-            try:
-                return self.custom_object_client.patch_namespaced_custom_object(
-                    RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, name, patch
-                )
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-            current = self.get_rayjob(name, namespace)
-            if current is None or current["metadata"].get("uid") != uid:
-                break
-            metadata = current["metadata"]
-        raise PreflightError(
-            "could not take over the RayJob an earlier try submitted: it changed or disappeared meanwhile",
-            field="metadata.name",
-            value=name,
-            fix="retry the task",
-        )
+        claimed = self._annotate(rayjob, owner.annotations())
+        if claimed is None:
+            raise PreflightError(
+                "could not take over the RayJob an earlier try submitted: it changed or disappeared meanwhile",
+                field="metadata.name",
+                value=rayjob["metadata"]["name"],
+                fix="retry the task",
+            )
+        return claimed
 
     # --- Kueue objects -------------------------------------------------------------------------------
 
@@ -339,6 +393,7 @@ class RayJobHook(KubernetesHook):
             )
         return queue_capacity
 
+    @generic_api_retry
     def queue_position(self, namespace: str, queue: str, workload_name: str) -> QueuePosition | None:
         """Position from Kueue's visibility API; None when it is not served, not allowed, or not pending."""
         try:
@@ -358,6 +413,7 @@ class RayJobHook(KubernetesHook):
 
     # --- logs ----------------------------------------------------------------------------------------
 
+    @generic_api_retry
     def submitter_log_tail(self, rayjob_name: str, namespace: str, tail_lines: int = 50) -> str | None:
         """The last lines of the RayJob's submitter (K8sJobMode) — the driver's output as Ray printed it.
 
@@ -442,6 +498,25 @@ class AsyncRayJobHook(AsyncKubernetesHook):
             if result != CONFLICT:
                 return result
         return CONFLICT
+
+    async def delete_if_waiting(self, name: str, namespace: str, uid: str, waiter: AirflowIdentity) -> str:
+        """Delete the RayJob for a killed sensor try, only while it is that try's to delete (see
+        ``not_waiting_reason``): DELETED, GONE, or "not deleted: <why>".
+
+        The delete carries the uid and the version the decision was made on, so a newer try registering
+        as waiter in between turns it into a conflict, and the decision is made again.
+        """
+        for _ in range(5):
+            rayjob = await self.get_rayjob(name, namespace)
+            if rayjob is None or rayjob["metadata"].get("uid") != uid:
+                return GONE
+            reason = not_waiting_reason(rayjob, waiter)
+            if reason is not None:
+                return f"not deleted: {reason}"
+            result = await self.delete_rayjob(name, namespace, uid, rayjob["metadata"].get("resourceVersion"))
+            if result != CONFLICT:
+                return result
+        return "not deleted: it kept changing while deciding"
 
     async def pending_workloads(self, namespace: str, queue: str, api_client: Any = None) -> dict | None:
         """The LocalQueue's ``PendingWorkloadsSummary`` from Kueue's visibility API, for every trigger

@@ -20,7 +20,11 @@ with time:
 
 Robustness: watches resume from the last resourceVersion (bookmarks keep it fresh), relist on 410 Gone,
 and back off with jitter on errors and dropped streams; a relist notices deletions that happened while
-disconnected. Objects only replace cached ones with a higher resourceVersion, so a slow GET cannot roll
+disconnected. A subscriber's reads retry transient failures (5xx, 429, dropped connections, timeouts)
+with backoff until they succeed, so an API server having a bad minute delays a trigger but never ends
+it. The (connection, namespace) has one ApiClient (``SharedApiClient``), lent to its watch loops and to
+every read and closed only once nobody holds it: closing a client under a running request is what turned
+a reconnect into "Session is closed" for the triggers reading through it. Objects only replace cached ones with a higher resourceVersion, so a slow GET cannot roll
 state back. The loops for a (connection, namespace) start with its first subscription and stop with its
 last, so an idle triggerer holds no connection open.
 
@@ -155,6 +159,59 @@ class Backoff:
         self.attempts = 0
 
 
+@dataclass
+class _OpenClient:
+    client: Any
+    exit_stack: contextlib.AsyncExitStack
+    users: int = 0
+    retired: bool = False
+
+
+class SharedApiClient:
+    """The one ApiClient of a (connection, namespace), owned here and only lent out.
+
+    Both watch loops and every one-off read of the scope ``lease`` it, so there is one connection pool and
+    no TLS setup per request. It is closed only when it is retired (credentials refused, or the scope
+    ended) *and* its last lease is returned; a lease taken after retirement opens a fresh client.
+    """
+
+    def __init__(self, factory: Callable[[str], contextlib.AbstractAsyncContextManager[Any]], conn_id: str):
+        self._factory = factory
+        self._conn_id = conn_id
+        self._current: _OpenClient | None = None
+        self._opening = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[Any]:
+        opened = await self._open()
+        opened.users += 1
+        try:
+            yield opened.client
+        finally:
+            opened.users -= 1
+            if opened.retired and opened.users == 0:
+                await opened.exit_stack.aclose()
+
+    async def _open(self) -> _OpenClient:
+        async with self._opening:
+            if self._current is None:
+                exit_stack = contextlib.AsyncExitStack()
+                client = await exit_stack.enter_async_context(self._factory(self._conn_id))
+                self._current = _OpenClient(client, exit_stack)
+            return self._current
+
+    async def retire(self, client: Any = None) -> None:
+        """Stop lending ``client`` (the current one when None): the next lease opens a new client, and this
+        one closes as soon as its last user returns it."""
+        opened = self._current
+        if opened is None or (client is not None and opened.client is not client):
+            return
+        self._current = None
+        opened.retired = True
+        if opened.users == 0:
+            await opened.exit_stack.aclose()
+
+
 class Subscription:
     """One trigger's interest in one RayJob (name + uid) and its Workload."""
 
@@ -182,6 +239,30 @@ class Subscription:
 
     async def current(self, *, reread_rayjob: bool = False) -> tuple[dict | None, dict | None]:
         """(RayJob, Workload) as known now: from the hub's cache, or read from the API server.
+
+        A read that fails (API errors, dropped connections, timeouts, beyond what the hook's own retries
+        absorb) is retried with backoff until it succeeds: a trigger waits through an unhealthy API server
+        instead of dying with it.
+        """
+        settings = self.hub.settings
+        backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+        while True:
+            try:
+                return await self._read_current(reread_rayjob)
+            except Exception as exc:  # noqa: BLE001 - whatever the API did, waiting goes on
+                delay = backoff.next_delay()
+                log.warning(
+                    "Reading RayJob %s/%s failed (%s: %s); retrying in %.1fs",
+                    self.namespace,
+                    self.name,
+                    type(exc).__name__,
+                    _first_line(exc),
+                    delay,
+                )
+                await asyncio.sleep(delay)
+
+    async def _read_current(self, reread_rayjob: bool) -> tuple[dict | None, dict | None]:
+        """One attempt of ``current``.
 
         A subscription waits for its loops' first list (a burst of triggers starting together costs one
         LIST per resource, not a GET each). After that the cache is authoritative up to the watch's
@@ -216,16 +297,10 @@ class Subscription:
                 await asyncio.wait_for(loop.listed.wait(), self.hub.settings.connect_wait_seconds)
         return loop.listed.is_set()
 
-    async def connected_api_client(self, timeout: float) -> Any:
-        """The hub's ApiClient for this namespace, waiting up to ``timeout`` seconds for its watch loop to
-        connect; None if it does not."""
-        loop = self.hub.loop_of(self, RAYJOB)
-        if loop is None:
-            return None
-        if loop.api_client is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(loop.connected.wait(), timeout)
-        return loop.api_client
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else ""
 
 
 class _WatchLoop:
@@ -241,9 +316,6 @@ class _WatchLoop:
         self.next_relist = 0.0
         """Monotonic time of the next safety-net relist."""
         self.task: asyncio.Task | None = None
-        self.api_client: Any = None
-        """The loop's ApiClient while connected; one-off reads of its subscribers reuse it."""
-        self.connected = asyncio.Event()
         self.listed = asyncio.Event()
         """Set once the first list is in the cache."""
 
@@ -260,22 +332,21 @@ class _WatchLoop:
 
     async def _run(self) -> None:
         from kubernetes_asyncio.client import CustomObjectsApi
+        from kubernetes_asyncio.client.exceptions import ApiException
 
         settings = self.hub.settings
         backoff = Backoff(settings.backoff_initial, settings.backoff_max)
         while True:
             try:
-                # One ApiClient for the life of this loop: no TLS setup per request or per reconnect. It is
-                # only replaced when the credentials are refused (e.g. an expired exec-plugin token).
-                async with self.hub.connection_factory(self.conn_id) as api_client:
-                    self.api_client = api_client
-                    self.connected.set()
-                    await self._stream(CustomObjectsApi(api_client), backoff)
-            except asyncio.CancelledError:
-                self._disconnected()
-                raise
+                # The scope's shared ApiClient: no TLS setup per request or per reconnect. It is only
+                # replaced when the credentials are refused (e.g. an expired exec-plugin token).
+                async with self.scope.client.lease() as api_client:
+                    try:
+                        await self._stream(CustomObjectsApi(api_client), backoff)
+                    except ApiException:  # _stream raises only 401/403
+                        await self.scope.client.retire(api_client)
+                        raise
             except Exception as exc:  # noqa: BLE001 - refused credentials or a broken config: reconnect later
-                self._disconnected()
                 delay = backoff.next_delay()
                 log.warning(
                     "Connection for the %s watch in namespace %s failed (%s: %s); reconnecting in %.1fs",
@@ -315,12 +386,8 @@ class _WatchLoop:
                 if exc.status in (401, 403):
                     raise
                 await self._back_off(backoff, exc)
-            except (
-                ClientError,
-                OSError,
-                ValueError,
-                TimeoutError,
-            ) as exc:  # dropped stream, cut-off JSON line
+            # A dropped stream, a cut-off JSON line, a timeout, an ERROR event: retry from where we were.
+            except (ClientError, OSError, ValueError, TimeoutError, RuntimeError) as exc:
                 await self._back_off(backoff, exc)
 
     def _watch_timeout(self) -> int:
@@ -335,15 +402,11 @@ class _WatchLoop:
             self.resource.plural,
             self.namespace,
             type(exc).__name__,
-            str(exc).splitlines()[0] if str(exc) else "",
+            _first_line(exc),
             delay,
             self.resource_version,
         )
         await asyncio.sleep(delay)
-
-    def _disconnected(self) -> None:
-        self.api_client = None
-        self.connected.clear()
 
     async def _list(self, api: Any) -> None:
         """Replace the cache with a fresh list; deliver what changed or disappeared since the last one."""
@@ -439,9 +502,10 @@ class _PendingRead:
 @dataclass
 class _Scope:
     """Everything the hub keeps for one (connection, namespace): subscribers indexed by what events are
-    keyed on, the two watch loops, and the shared visibility reads."""
+    keyed on, the shared ApiClient, the two watch loops, and the shared visibility reads."""
 
     key: tuple[str, str]
+    client: SharedApiClient
     by_name: dict[str, list[Subscription]] = field(default_factory=dict)
     by_uid: dict[str, list[Subscription]] = field(default_factory=dict)
     loops: dict[str, _WatchLoop] = field(default_factory=dict)
@@ -512,7 +576,9 @@ class WatchHub:
         subscription = Subscription(self, conn_id, namespace, name, uid, resync_interval)
         scope = self._scopes.get(subscription.scope)
         if scope is None:
-            scope = self._scopes[subscription.scope] = _Scope(subscription.scope)
+            scope = self._scopes[subscription.scope] = _Scope(
+                subscription.scope, SharedApiClient(self.connection_factory, conn_id)
+            )
             for resource in (RAYJOBS, WORKLOADS):
                 loop = scope.loops[resource.kind] = _WatchLoop(self, scope, resource)
                 loop.start()
@@ -529,6 +595,7 @@ class WatchHub:
                     read.task.cancel()
                 for loop in scope.loops.values():
                     await loop.stop()
+                await scope.client.retire()
 
     def watch_loops(self) -> list[tuple[str, str, str]]:
         """(connection, namespace, resource) of every running watch loop."""
@@ -552,21 +619,26 @@ class WatchHub:
         from kueue_ray.hook import AsyncRayJobHook
 
         hook = AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id)
-        # Reuse the watch loop's connection (no TLS setup per trigger); a fresh one only if it cannot connect.
-        client = await subscription.connected_api_client(self.settings.connect_wait_seconds)
-        if rayjob:
-            obj = await hook.get_rayjob(subscription.name, subscription.namespace, api_client=client)
-            loop = self.loop_of(subscription, RAYJOB)
-            if loop is not None:
-                if obj is None:
-                    self.offer_deleted(loop, subscription.name)
-                else:
-                    self.offer(loop, subscription.name, obj)
-        if workload:
-            obj = await hook.find_workload(subscription.uid, subscription.namespace, api_client=client)
-            loop = self.loop_of(subscription, WORKLOAD)
-            if loop is not None and obj is not None:
-                self.offer(loop, subscription.uid, obj)
+        # The scope's shared client (no TLS setup per trigger), held until both reads are done.
+        async with self._lease(subscription) as client:
+            if rayjob:
+                obj = await hook.get_rayjob(subscription.name, subscription.namespace, api_client=client)
+                loop = self.loop_of(subscription, RAYJOB)
+                if loop is not None:
+                    if obj is None:
+                        self.offer_deleted(loop, subscription.name)
+                    else:
+                        self.offer(loop, subscription.name, obj)
+            if workload:
+                obj = await hook.find_workload(subscription.uid, subscription.namespace, api_client=client)
+                loop = self.loop_of(subscription, WORKLOAD)
+                if loop is not None and obj is not None:
+                    self.offer(loop, subscription.uid, obj)
+
+    def _lease(self, subscription: Subscription) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The subscription's scope's shared ApiClient; None (the hook opens its own) outside a scope."""
+        scope = self._scopes.get(subscription.scope)
+        return scope.client.lease() if scope is not None else contextlib.nullcontext()
 
     async def pending_workloads(self, subscription: Subscription, queue: str) -> dict | None:
         """One visibility read of LocalQueue ``queue`` shared by every subscriber of the namespace.
@@ -591,11 +663,11 @@ class WatchHub:
     async def _read_pending(self, subscription: Subscription, queue: str) -> dict | None:
         from kueue_ray.hook import AsyncRayJobHook
 
-        client = await subscription.connected_api_client(self.settings.connect_wait_seconds)
         try:
-            return await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_workloads(
-                subscription.namespace, queue, api_client=client
-            )
+            async with self._lease(subscription) as client:
+                return await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_workloads(
+                    subscription.namespace, queue, api_client=client
+                )
         except Exception as exc:  # noqa: BLE001 - a position is a nicety; never fail a wait for it
             log.debug(
                 "Pending workloads of LocalQueue %s/%s unavailable: %s", subscription.namespace, queue, exc

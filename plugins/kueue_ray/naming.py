@@ -27,6 +27,9 @@ RUN_ID_ANNOTATION = "airflow.apache.org/run-id"
 TASK_ID_ANNOTATION = "airflow.apache.org/task-id"
 MAP_INDEX_ANNOTATION = "airflow.apache.org/map-index"
 TRY_NUMBER_ANNOTATION = "airflow.apache.org/try-number"
+WAITER_ANNOTATION = "kueue-ray.airflow.apache.org/waiter"
+"""``<task_id>/<map_index>/<try_number>`` of the sensor try now waiting for the RayJob: the latest try to
+register wins, so a killed older try knows the RayJob is no longer its to delete."""
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"

@@ -214,7 +214,8 @@ class SubmitRayJobOperator(BaseOperator):
     :param queue_timeout / run_timeout: seconds; see ``kueue_ray.trigger.Watchdog``.
     :param fail_on_inadmissible / inadmissible_grace / max_preemptions: see ``Watchdog``.
     :param poll_interval: seconds between reads when waiting in the worker (``deferrable=False``).
-    :param resync_interval: the trigger's safety-net re-read interval, seconds.
+    :param resync_interval: the longest a missed watch event may go unnoticed while deferred, seconds: the
+        triggerer's watch hub relists the namespace at the shortest interval of its triggers.
     :param log_tail_lines: driver (submitter) log lines copied into the task log at the end.
     :param ray_dashboard_url_template / workload_url_template: extra link templates (see ``links``).
     """

@@ -2,8 +2,14 @@
 ``wait_for_completion=False``), with the same rules and the same story in the log as the operator.
 
 Deferrable by default (one shared watch in the triggerer); ``deferrable=False`` pokes with the sync hook
-in ``poke`` or ``reschedule`` mode. The sensor never deletes the RayJob, not even on kill: it watches, it
-does not own.
+in ``poke`` or ``reschedule`` mode.
+
+Marking a deferred sensor failed (or success) stops what it waits for, as it would for the operator: its
+trigger's on_kill deletes the RayJob, but only one submitted in the sensor's own DAG run, and only while
+this very try is the RayJob's registered waiter. Before deferring, the sensor stamps itself into the
+RayJob's ``WAITER_ANNOTATION``; a Clear's new try re-stamps before the old try's on_kill runs, so the old
+try leaves the RayJob to the new one. A RayJob of another run, or not created by Airflow, is never
+touched. ``delete_on_kill=False`` makes the sensor a pure watcher.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
 from kueue_ray.links import RAYJOB_XCOM_KEY, KueueWorkloadLink, RayDashboardLink
-from kueue_ray.operators import WorkerWait, finish, rayjob_details
+from kueue_ray.operators import WorkerWait, finish, rayjob_details, task_identity
 from kueue_ray.trigger import RayJobTrigger
 
 if TYPE_CHECKING:
@@ -44,7 +50,11 @@ class RayJobSensor(BaseSensorOperator):
     :param queue_timeout / run_timeout / fail_on_inadmissible / inadmissible_grace / max_preemptions:
         see ``kueue_ray.trigger.Watchdog``. In reschedule mode the inadmissible grace restarts with
         every poke; use poke mode or deferral when it matters.
-    :param resync_interval: the trigger's safety-net re-read interval, seconds.
+    :param delete_on_kill: when the deferred sensor is killed (marked failed / success), delete the RayJob if
+        it was submitted in the same DAG run and this try is still its waiter (see the module docstring).
+        Killing a sensor that waits in a worker (``deferrable=False``) deletes nothing.
+    :param resync_interval: the longest a missed watch event may go unnoticed while deferred, seconds: the
+        triggerer's watch hub relists the namespace at the shortest interval of its triggers.
     :param log_tail_lines: driver (submitter) log lines copied into the task log at the end.
     """
 
@@ -64,6 +74,7 @@ class RayJobSensor(BaseSensorOperator):
         fail_on_inadmissible: bool = True,
         inadmissible_grace: float = 60.0,
         max_preemptions: int | None = None,
+        delete_on_kill: bool = True,
         resync_interval: float = 300.0,
         log_tail_lines: int = 50,
         ray_dashboard_url_template: str | None = None,
@@ -83,6 +94,7 @@ class RayJobSensor(BaseSensorOperator):
         self.fail_on_inadmissible = fail_on_inadmissible
         self.inadmissible_grace = inadmissible_grace
         self.max_preemptions = max_preemptions
+        self.delete_on_kill = delete_on_kill
         self.resync_interval = resync_interval
         self.log_tail_lines = log_tail_lines
         self.ray_dashboard_url_template = ray_dashboard_url_template
@@ -115,7 +127,32 @@ class RayJobSensor(BaseSensorOperator):
             )
         return rayjob
 
-    def _make_trigger(self, rayjob: dict) -> RayJobTrigger:
+    def _register_as_waiter(self, rayjob: dict, context: Context) -> dict | None:
+        """Stamp this try as the RayJob's waiter, so its trigger's on_kill may delete the RayJob; the waiter
+        identity for the trigger, or None when this sensor must never delete it."""
+        from kueue_ray.hook import RayJobHook, foreign_run
+
+        waiter = task_identity(context)
+        metadata = rayjob["metadata"]
+        foreign = foreign_run(rayjob, waiter)
+        if foreign is not None:
+            self.log.info(
+                "Killing this task will not delete RayJob %s/%s: %s",
+                metadata["namespace"],
+                metadata["name"],
+                foreign,
+            )
+            return None
+        if RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).register_waiter(rayjob, waiter) is None:
+            self.log.info(
+                "RayJob %s/%s changed hands while registering as its waiter",
+                metadata["namespace"],
+                metadata["name"],
+            )
+            return None
+        return vars(waiter).copy()
+
+    def _make_trigger(self, rayjob: dict, waiter: dict | None = None) -> RayJobTrigger:
         metadata = rayjob["metadata"]
         return RayJobTrigger(
             name=metadata["name"],
@@ -127,22 +164,25 @@ class RayJobSensor(BaseSensorOperator):
             fail_on_inadmissible=self.fail_on_inadmissible,
             inadmissible_grace=self.inadmissible_grace,
             max_preemptions=self.max_preemptions,
-            owner=None,  # a sensor watches; on_kill must never delete what it does not own
+            owner=None,  # a sensor never owns the RayJob; at most it is its registered waiter
+            waiter=waiter,
             submitted_at=metadata.get("creationTimestamp") or datetime.now(UTC).isoformat(),
             resync_interval=self.resync_interval,
         )
 
     def execute(self, context: Context) -> Any:
         rayjob = self._target(context)
-        self._trigger = self._make_trigger(rayjob)
         self.rayjob_details = rayjob_details(rayjob)
         context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
         if self.deferrable:
+            waiter = self._register_as_waiter(rayjob, context) if self.delete_on_kill else None
+            self._trigger = self._make_trigger(rayjob, waiter)
             self.defer(
                 trigger=self._trigger,
                 method_name="execute_complete",
                 timeout=timedelta(seconds=self.timeout) if self.timeout else None,
             )
+        self._trigger = self._make_trigger(rayjob)
         return super().execute(context)
 
     def poke(self, context: Context) -> PokeReturnValue:

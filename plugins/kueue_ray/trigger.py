@@ -12,12 +12,15 @@ re-read by its own trigger.
 
 It fires exactly one TriggerEvent, and only when waiting is over (``Watchdog``): a terminal phase,
 inadmissible for longer than the grace period, a queue or run timeout, too many preemptions, or the RayJob
-deleted under us. Everything else is logged, not reported.
+deleted under us. Everything else is logged, not reported. An API failure is never a reason: reads retry
+until the API server answers, and anything unexpected is logged and the wait resumes, because a trigger
+that ends without an event fails its task for a reason that has nothing to do with the RayJob.
 
 Side effects are limited to ``on_kill`` (a user marked the task failed/success or cleared it), which
-deletes the RayJob only if this very task try still owns it: a cleared task's new try may already have
-adopted the RayJob, and Airflow may briefly run a trigger twice. ``cleanup`` deletes nothing, because it
-also runs on every triggerer restart.
+deletes the RayJob only if this very task try still owns it (the operator) or is still its registered
+waiter (a sensor of the same DAG run): a cleared task's new try may already have adopted or re-registered
+on the RayJob, and Airflow may briefly run a trigger twice. ``cleanup`` deletes nothing, because it also
+runs on every triggerer restart.
 
 Importing this module does not import ``kubernetes``: the hub imports it only when its loops run, and the
 hook is imported inside the methods that call the API.
@@ -25,6 +28,7 @@ hook is imported inside the methods that call the API.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -33,7 +37,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from kueue_ray.hub import DEFAULT_RESYNC_SECONDS
+from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, Backoff
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.status import Observation, Phase, observe
 from kueue_ray.timeline import Timeline, to_epoch
@@ -51,6 +55,17 @@ ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
 POSITION_PHASES = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
 UNWATCHED_POLL_SECONDS = 15.0
 """Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""
+RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX = 1.0, 60.0
+"""Pause before resuming a wait that an unexpected error interrupted (doubling, jittered)."""
+
+
+@dataclass
+class _Progress:
+    """What a trigger has learnt while waiting; it survives a wait resumed after an error."""
+
+    timeline: Timeline
+    watchdog: Watchdog
+    last_said: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -278,6 +293,10 @@ class RayJobTrigger(BaseTrigger):
     :param inadmissible_grace: ...for this many seconds without change.
     :param max_preemptions: stop after more preemptions than this; None for no limit.
     :param owner: the task try that owns the RayJob: {dag_id, run_id, task_id, map_index, try_number}.
+        on_kill deletes the RayJob while this try still owns it (the operator).
+    :param waiter: the sensor try waiting for the RayJob, same keys as ``owner``; on_kill deletes the RayJob
+        only if it belongs to the same DAG run and still names this try as its waiter (the sensor with
+        ``delete_on_kill``). Neither given: on_kill deletes nothing.
     :param submitted_at: ISO time of submission (queue clock start).
     :param resync_interval: the longest a missed watch event may go unnoticed, in seconds: the hub relists
         the namespace's RayJobs and Workloads at the shortest interval of its triggers.
@@ -299,6 +318,7 @@ class RayJobTrigger(BaseTrigger):
         inadmissible_grace: float = 60.0,
         max_preemptions: int | None = None,
         owner: dict[str, Any] | None = None,
+        waiter: dict[str, Any] | None = None,
         submitted_at: str | None = None,
         resync_interval: float = DEFAULT_RESYNC_SECONDS,
         timeline: dict[str, Any] | None = None,
@@ -316,6 +336,7 @@ class RayJobTrigger(BaseTrigger):
         self.inadmissible_grace = inadmissible_grace
         self.max_preemptions = max_preemptions
         self.owner = dict(owner) if owner else None
+        self.waiter = dict(waiter) if waiter else None
         self.submitted_at = submitted_at
         self.resync_interval = resync_interval
         self.timeline = timeline
@@ -337,6 +358,7 @@ class RayJobTrigger(BaseTrigger):
                 "inadmissible_grace": self.inadmissible_grace,
                 "max_preemptions": self.max_preemptions,
                 "owner": self.owner,
+                "waiter": self.waiter,
                 "submitted_at": self.submitted_at,
                 "resync_interval": self.resync_interval,
                 "timeline": self.timeline,
@@ -355,13 +377,10 @@ class RayJobTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from kueue_ray.hub import HUB
-
         timeline = Timeline.from_dict(self.timeline)
         if timeline.submitted_at is None and self.submitted_at:
             timeline.submitted_at = to_epoch(self.submitted_at)
-        watchdog = self.make_watchdog()
-        last_said: tuple[str, str, str] | None = None
+        progress = _Progress(timeline, self.make_watchdog())
         self.log.info(
             "Waiting for RayJob %s/%s (uid %s, queue %s, priority %s) through the shared watch",
             self.namespace,
@@ -370,6 +389,32 @@ class RayJobTrigger(BaseTrigger):
             self.queue,
             self.priority,
         )
+        backoff = Backoff(RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX)
+        while True:
+            try:
+                event = await self._wait(progress)
+            except Exception:  # noqa: BLE001 - only the RayJob may end the wait, never an error of ours
+                delay = backoff.next_delay()
+                self.log.exception(
+                    "Waiting for RayJob %s/%s was interrupted; resuming in %.1fs",
+                    self.namespace,
+                    self.name,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            yield event
+            return
+
+    async def _wait(self, progress: _Progress) -> TriggerEvent:
+        """Follow the RayJob through the hub until the Watchdog says waiting is over; the event to fire.
+
+        Everything it learns is kept in ``progress``, so a wait resumed after an error continues the same
+        timeline and clocks.
+        """
+        from kueue_ray.hub import HUB
+
+        timeline, watchdog = progress.timeline, progress.watchdog
         async with HUB.subscribe(
             self.kubernetes_conn_id, self.namespace, self.name, self.uid, self.resync_interval
         ) as subscription:
@@ -396,19 +441,17 @@ class RayJobTrigger(BaseTrigger):
                         f"RayJob {self.namespace}/{self.name} (uid {self.uid}) was deleted before it finished",
                     )
                     self.log.error(verdict.message)
-                    yield self._fire(verdict, None, timeline)
-                    return
+                    return self._fire(verdict, None, timeline)
                 observation = observe(rayjob, workload)
                 timeline.record(observation, now)
                 said = (observation.phase.value, observation.reason, observation.message)
-                if said != last_said:
-                    last_said = said
+                if said != progress.last_said:
+                    progress.last_said = said
                     position = await self._position(rayjob, observation, subscription)
                     self.log.info(describe_transition(self.namespace, self.name, observation, position))
                 verdict = watchdog.check(observation, workload, now)
                 if verdict is not None:
-                    yield self._fire(verdict, observation, timeline)
-                    return
+                    return self._fire(verdict, observation, timeline)
                 waits = []
                 if next_reread is not None:
                     waits.append(next_reread - time.monotonic())
@@ -453,15 +496,22 @@ class RayJobTrigger(BaseTrigger):
         return position.describe() if position else None
 
     async def on_kill(self) -> None:
-        """A user killed the task (mark failed / success, clear): delete the RayJob if this try owns it."""
+        """A user killed the task (mark failed / success, clear): delete the RayJob if this try owns it
+        (operator) or is still its waiter in the same DAG run (sensor); otherwise say why it stays."""
         if self._fired:
             return
         from kueue_ray.hook import AsyncRayJobHook
 
-        if not self.owner:
+        hook = AsyncRayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
+        if self.owner:
+            result = await hook.delete_if_owned(
+                self.name, self.namespace, self.uid, AirflowIdentity(**self.owner)
+            )
+        elif self.waiter:
+            result = await hook.delete_if_waiting(
+                self.name, self.namespace, self.uid, AirflowIdentity(**self.waiter)
+            )
+        else:
             self.log.info("Not deleting RayJob %s/%s: this task only watches it", self.namespace, self.name)
             return
-        result = await AsyncRayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).delete_if_owned(
-            self.name, self.namespace, self.uid, AirflowIdentity(**self.owner)
-        )
         self.log.info("Task killed: RayJob %s/%s (uid %s): %s", self.namespace, self.name, self.uid, result)

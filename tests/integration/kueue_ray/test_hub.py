@@ -9,6 +9,7 @@ import asyncio
 import pytest
 from kueue_ray.hub import HUB, HubSettings
 from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.sensors import RayJobSensor
 from kueue_ray.trigger import RayJobTrigger
 
 
@@ -115,6 +116,40 @@ def test_waits_survive_expired_watches_errors_and_dropped_streams(kubesim, queue
         and r["resource"] in ("rayjobs", "workloads")
     ]
     assert len(lists) > 2, "a 410 on a watch makes the hub relist"
+
+
+def test_triggers_and_sensor_pokes_succeed_through_a_faulty_api_server(
+    kubesim, queues, rayjob_body, task_context
+):
+    # What the e2e suite saw kill triggers ("Session is closed") and fail a sensor's first GET: a fifth of
+    # all requests answered 500, every request a second late, watches dropped every 5 s and forced 410s.
+    triggers = submit_many(queues, rayjob_body, task_context, count=4, duration="8")
+    [poked] = submit_many(queues, rayjob_body, task_context, count=1, duration="8", prefix="poked")
+    sensor = RayJobSensor(
+        task_id="wait",
+        rayjob_name=poked.name,
+        namespace=queues.namespace,
+        deferrable=False,
+        mode="poke",
+        poke_interval=0.2,
+        timeout=300,
+        log_tail_lines=5,
+    )
+    kubesim.clear_requests()
+    kubesim.set_faults(error_rate=0.2, latency_ms=1000, watch_drop_after_s=5, expire_watches=3)
+    try:
+
+        async def scenario():
+            return await asyncio.gather(
+                _gather(triggers), asyncio.to_thread(sensor.execute, task_context("wait"))
+            )
+
+        events, poked_result = asyncio.run(scenario())
+    finally:
+        kubesim.reset_faults()
+    assert [e["status"] for e in events] == ["success"] * 4
+    assert poked_result["uid"] == poked.uid
+    assert any(r["code"] == 500 for r in kubesim.requests()), "the API server did fail requests meanwhile"
 
 
 def test_a_rayjob_deleted_behind_the_trigger_ends_the_wait(queues, rayjob_body, task_context):

@@ -45,7 +45,7 @@ def test_deferred_sensor_follows_the_submitting_task(queues, rayjob_body, task_c
     assert timeline["admissions"][0]["cluster_queue"] == queues.cluster_queue
     assert timeline["finished_at"] is not None
 
-    # A watching sensor never deletes the RayJob, even when its task is killed.
+    # Killed after its event (the task already resumed): the trigger deletes nothing.
     asyncio.run(trigger.on_kill())
     assert [r["metadata"]["uid"] for r in queues.rayjobs()] == [reference["uid"]]
 

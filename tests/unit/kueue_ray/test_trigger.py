@@ -9,7 +9,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from airflow.sdk.serde import deserialize, serialize
-from kueue_ray.hub import RAYJOBS, Subscription, WatchHub, _Scope, _WatchLoop
+from kueue_ray.hub import RAYJOBS, SharedApiClient, Subscription, WatchHub, _Scope, _WatchLoop
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from kueue_ray.status import Observation, Phase
 from kueue_ray.trigger import (
@@ -66,6 +66,7 @@ def test_serialize_round_trip_through_airflow_serde():
         inadmissible_grace=30.0,
         max_preemptions=3,
         owner={"dag_id": "pipe", "run_id": "manual__1", "task_id": "train", "map_index": -1, "try_number": 2},
+        waiter={"dag_id": "pipe", "run_id": "manual__1", "task_id": "wait", "map_index": -1, "try_number": 1},
         submitted_at="2026-12-01T12:00:00+00:00",
         timeline={"queued_seconds": 4.5, "admissions": []},
     )
@@ -162,7 +163,9 @@ def relist(cached: list[dict], listed: list[dict], subscribed: list[tuple[str, s
 
     async def scenario():
         hub = WatchHub()
-        scope = _Scope(("kubernetes_default", "ml"))
+        scope = _Scope(
+            ("kubernetes_default", "ml"), SharedApiClient(hub.connection_factory, "kubernetes_default")
+        )
         subscriptions = [Subscription(hub, *scope.key, name, uid, 300.0) for name, uid in subscribed]
         for subscription in subscriptions:
             scope.add(subscription)

@@ -204,7 +204,7 @@ def granted(rule_list: list[dict], group: str, resource: str) -> set[str]:
 def test_rbac_grants_what_the_plugin_uses_in_the_namespace():
     namespaced = rules("Role")
     assert granted(namespaced, "ray.io", "rayjobs") == {"create", "get", "list", "watch", "patch", "delete"}
-    assert granted(namespaced, "kueue.x-k8s.io", "workloads") == {"get", "list", "watch"}
+    assert granted(namespaced, "kueue.x-k8s.io", "workloads") == {"list", "watch"}, "listed by label only"
     assert granted(namespaced, "", "pods/log") == {"get"}
     assert granted(namespaced, "visibility.kueue.x-k8s.io", "localqueues/pendingworkloads") == {"get"}
 
