@@ -42,7 +42,8 @@ def kubernetes_connection_uri(kubeconfig: str | os.PathLike) -> str:
 def airflow_environment(
     home: Path, *, port: int, kubeconfig: str | os.PathLike | None, extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """Environment for every Airflow component: our dags/ and plugins/, loopback only, SQLite, fast parsing."""
+    """Environment for every Airflow component: our dags/ and plugins/, loopback only, SQLite with a long
+    lock wait, fast parsing."""
     env = dict(os.environ)
     env.update(
         {
@@ -61,6 +62,9 @@ def airflow_environment(
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "10",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # Every component and the CLI share one SQLite file: wait for its lock rather than fail.
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "devtools.sqlite_connect_args.CONNECT_ARGS",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "devtools.sqlite_connect_args.ASYNC_CONNECT_ARGS",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
         }

@@ -1,0 +1,79 @@
+"""e2e-only DAGs: one SubmitRayJobOperator whose every input comes from the run's conf, and one whose
+first try dies right after creating its RayJob.
+
+They live in their own DAG bundle (tests/e2e/conftest.py adds it), so `make run` and the DAG integrity
+tests see only the pipelines. Params are free-form on purpose: the bad-input tests must reach the
+operator's preflight with values the pipelines' Param enums would refuse.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Param
+from kueue_ray.operators import SubmitRayJobOperator
+
+NAMESPACE = "ray"
+
+
+def conf_driven_submit(task_id: str, operator_class: type[SubmitRayJobOperator] = SubmitRayJobOperator):
+    return operator_class(
+        task_id=task_id,
+        template="{{ params.template }}",
+        namespace=NAMESPACE,
+        queue="{{ params.queue }}",
+        priority="{{ params.priority }}",
+        values="{{ params['values'] }}",
+        inadmissible_grace=10,
+    )
+
+
+def free_params() -> dict:
+    return {
+        "template": Param("text-classifier", type="string"),
+        "queue": Param("default", type="string"),
+        "priority": Param("dev-priority", type="string"),
+        "values": Param({}, type="object"),
+    }
+
+
+with DAG(
+    dag_id="e2e_rayjob",
+    description="e2e: submit one RayJob built from the run conf and wait for it in the triggerer",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    render_template_as_native_obj=True,
+    max_active_runs=16,
+    tags=["e2e"],
+    params=free_params(),
+):
+    conf_driven_submit("submit")
+
+
+class DieAfterCreate(SubmitRayJobOperator):
+    """Its first try SIGKILLs its own worker process right after the RayJob exists: the crash window
+    between "created in the cluster" and "recorded in Airflow" that the deterministic name must cover."""
+
+    def submit(self, hook, body, identity):
+        rayjob = super().submit(hook, body, identity)
+        if identity.try_number == 1:
+            self.log.warning("e2e: killing this worker (pid %s) right after creating the RayJob", os.getpid())
+            os.kill(os.getpid(), signal.SIGKILL)
+        return rayjob
+
+
+with DAG(
+    dag_id="e2e_worker_death",
+    description="e2e: the worker dies right after creating the RayJob; the retry must adopt it",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    render_template_as_native_obj=True,
+    tags=["e2e"],
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=1)},
+    params=free_params(),
+):
+    conf_driven_submit("submit", DieAfterCreate)
