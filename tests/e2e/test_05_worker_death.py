@@ -22,5 +22,7 @@ def test_retry_adopts_the_rayjob_of_the_killed_worker(e2e):
     ti = e2e.ti(DAG, run_id, "submit")
     assert ti["try_number"] >= 2
     assert "killing this worker" in e2e.task_log(DAG, run_id, "submit", 1)
-    assert "Adopting RayJob" in e2e.task_log(DAG, run_id, "submit", 2)
+    # The last try's log says whose RayJob it adopted (try 2's own log may be missing from the API when
+    # Airflow's executor race made a third try necessary).
+    assert "Adopting RayJob" in e2e.task_log(DAG, run_id, "submit", ti["try_number"])
     assert rayjob_creations(e2e.collect_requests()) == 1
