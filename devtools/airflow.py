@@ -88,7 +88,9 @@ class Airflow:
     extra_processes: list[subprocess.Popen] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.client = httpx.Client(base_url=self.url, timeout=30)
+        # Longer than a request can wait for the SQLite lock (sqlite_connect_args: 60 s) plus its work,
+        # so a busy api-server answers late rather than the client giving up first.
+        self.client = httpx.Client(base_url=self.url, timeout=120)
 
     def login(self) -> None:
         response = self.client.post("/auth/token", json={"username": USERNAME, "password": PASSWORD})
@@ -96,6 +98,14 @@ class Airflow:
         self.client.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
 
     def api(self, method: str, path: str, **kwargs) -> httpx.Response:
+        """One REST call. A GET is safe to repeat, so a dropped or timed-out read is retried (twice)
+        the way a polling CI client would; writes are sent once, their outcome is the caller's to check."""
+        retries = 2 if method.upper() == "GET" else 0
+        for _ in range(retries):
+            try:
+                return self.client.request(method, f"/api/v2{path}", **kwargs)
+            except httpx.TransportError:
+                time.sleep(1)
         return self.client.request(method, f"/api/v2{path}", **kwargs)
 
     def cli(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
