@@ -98,6 +98,9 @@ class Observation:
     """Kueue's words for the latest preemption, ``{"reason": "InClusterQueue", "message": "Preempted to
     accommodate ..."}``, kept after re-admission (Kueue then prefixes it with "Previously: "), so a log
     or timeline written after the fact still quotes why the job was stopped."""
+    quota_reserved_at: str | None = None
+    """When Kueue reserved quota for the current admission (the ``QuotaReserved=True`` condition's
+    ``lastTransitionTime``), so a waiter that starts late still knows how long the job queued."""
 
     @property
     def succeeded(self) -> bool:
@@ -144,6 +147,7 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
         "job_deployment_status": deployment,
         "job_status": job_status,
         "last_preemption": last_preemption(workload),
+        "quota_reserved_at": quota_reserved_since(workload),
     }
 
     def result(phase: Phase, reason: str, message: str) -> Observation:
@@ -266,6 +270,14 @@ def last_preemption(workload: dict | None) -> dict[str, str] | None:
             return {"reason": str(condition.get("reason") or "Preempted"), "message": message}
         if message.startswith("Previously: "):
             return {"reason": "Preempted", "message": message.removeprefix("Previously: ")}
+    return None
+
+
+def quota_reserved_since(workload: dict | None) -> str | None:
+    """``lastTransitionTime`` of a True ``QuotaReserved`` condition (finished Workloads keep it)."""
+    for condition in ((workload or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "QuotaReserved" and condition.get("status") == "True":
+            return condition.get("lastTransitionTime") or None
     return None
 
 

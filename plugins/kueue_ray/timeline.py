@@ -66,18 +66,25 @@ class Timeline:
         """Account for the time since the last observation and note this one; True if the phase changed."""
         now = to_epoch(at)
         previous = Phase(self.phase) if self.phase else None
+        current = observation.phase
         if self.submitted_at is None:
             self.submitted_at = now
-        if previous is not None and self.last_observed_at is not None:
+        reserved_at = None
+        if self.last_observed_at is None:
+            reserved_at = self._catch_up(observation, now)
+        elif previous is not None:
             self._attribute(previous, max(0.0, now - self.last_observed_at))
         self.last_observed_at = max(now, self.last_observed_at or now)
 
-        current = observation.phase
         newly_admitted = current in _ADMITTED_PHASES and previous not in _ADMITTED_PHASES
         first_seen_finished = current in TERMINAL_PHASES and not self.admissions and observation.cluster_queue
         if newly_admitted or first_seen_finished:
             self.admissions.append(
-                {"at": now, "cluster_queue": observation.cluster_queue, "flavors": observation.flavors}
+                {
+                    "at": reserved_at if reserved_at is not None else now,
+                    "cluster_queue": observation.cluster_queue,
+                    "flavors": observation.flavors,
+                }
             )
             self.resource_usage = dict(observation.resource_usage)
         elif current in _ADMITTED_PHASES and observation.resource_usage:
@@ -103,6 +110,31 @@ class Timeline:
             self.final_phase = current.value
         self.phase = current.value
         return current is not previous
+
+    def _catch_up(self, observation: Observation, now: float) -> float | None:
+        """Account for the time before the first observation; return when quota was reserved, if known.
+
+        A waiter often starts after the fact: the sensor runs once the submit task has finished, and a
+        restarted triggerer begins again from the trigger's arguments. Kueue's ``QuotaReserved``
+        transition time splits the gap since submission into queued and admitted time; without it
+        (still waiting) the whole gap was queueing. What cannot be recovered: an earlier admission that
+        was preempted before the first observation counts as queueing (its preemption is still counted,
+        from the Workload's eviction stats); a job first seen finished gets its queueing time only; and
+        running time starts at the first observation, since neither object records when the Ray job
+        itself started running.
+        """
+        reserved_at = None
+        if observation.quota_reserved_at and (
+            observation.phase in HOLDING_QUOTA_PHASES or observation.phase in TERMINAL_PHASES
+        ):
+            reserved_at = min(max(to_epoch(observation.quota_reserved_at), self.submitted_at), now)
+        if reserved_at is not None:
+            self.queued_seconds += reserved_at - self.submitted_at
+            if observation.phase in HOLDING_QUOTA_PHASES:
+                self.admitted_seconds += now - reserved_at
+        elif observation.phase in WAITING_PHASES:
+            self.queued_seconds += max(0.0, now - self.submitted_at)
+        return reserved_at
 
     def _attribute(self, phase: Phase, seconds: float) -> None:
         if phase in WAITING_PHASES:

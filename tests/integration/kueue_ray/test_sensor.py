@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.sensors import RayJobSensor
+from kueue_ray.timeline import to_epoch
+
+from tests.integration.kueue_ray.conftest import wait_for
 
 
 def submit(queues, body, context) -> dict:
@@ -74,3 +78,38 @@ def test_sensor_refuses_a_rayjob_that_does_not_exist(queues, task_context):
     sensor = RayJobSensor(task_id="wait", rayjob_name="nope", namespace=queues.namespace)
     with pytest.raises(AirflowException, match=f"RayJob {queues.namespace}/nope does not exist"):
         sensor.execute(task_context("wait"))
+
+
+def test_a_sensor_that_starts_after_admission_still_reports_the_queueing(queues, rayjob_body, task_context):
+    """The sensor (like a trigger re-created by a restarted triggerer) first looks when the job already
+    runs: its timeline takes the wait from the RayJob's creation and Kueue's QuotaReserved instant."""
+    blocker = submit(queues, rayjob_body(duration="inf"), task_context("blocker"))
+    context = task_context("train")
+    reference = submit(queues, rayjob_body(duration="3"), context)
+    wait_for(lambda: (queues.workload(reference["uid"]) or {}).get("status", {}).get("conditions"))
+    time.sleep(2.5)  # queued behind the blocker, unobserved by any waiter
+    queues.custom.delete_namespaced_custom_object(
+        "ray.io", "v1", queues.namespace, "rayjobs", blocker["name"]
+    )
+    wait_for(
+        lambda: (
+            (
+                next(r for r in queues.rayjobs() if r["metadata"]["uid"] == reference["uid"]).get("status")
+                or {}
+            ).get("jobDeploymentStatus")
+            == "Running"
+        )
+    )
+    reserved_at = next(
+        c["lastTransitionTime"]
+        for c in queues.workload(reference["uid"])["status"]["conditions"]
+        if c["type"] == "QuotaReserved"
+    )
+
+    sensor = RayJobSensor(task_id="wait", submit_task_id="train", log_tail_lines=0)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(context)
+    sensor.execute_complete(context, event=asyncio.run(first_event(deferred.value.trigger)))
+    timeline = context["ti"].xcom["timeline"]
+    assert timeline["queued_seconds"] >= 1, timeline
+    assert to_epoch(timeline["admissions"][0]["at"]) == to_epoch(reserved_at)

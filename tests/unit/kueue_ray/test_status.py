@@ -310,3 +310,11 @@ def test_observation_serialises_for_trigger_events():
     data = observe(rayjob("Initializing", suspend=False), workload(RESERVED, admission=ADMISSION)).to_dict()
     assert data["phase"] == "ADMITTED"
     assert data["flavors"]["submitter"] == {"cpu": "default-flavor", "memory": "default-flavor"}
+
+
+def test_the_quota_reservation_instant_is_read_only_while_quota_is_reserved():
+    reserved = {**RESERVED, "lastTransitionTime": "2026-12-02T10:00:30Z"}
+    running = observe(rayjob("Running", "RUNNING", suspend=False), workload(reserved))
+    assert running.quota_reserved_at == "2026-12-02T10:00:30Z"
+    waiting = {**cond("QuotaReserved", "False", "Pending"), "lastTransitionTime": "2026-12-02T10:00:00Z"}
+    assert observe(rayjob("Suspended"), workload(waiting)).quota_reserved_at is None

@@ -136,3 +136,53 @@ def test_job_seen_only_when_already_finished_still_has_its_admission():
     timeline = feed(Timeline(), [(0, obs(Phase.SUCCEEDED, admitted=True))])
     assert timeline.admissions[0]["cluster_queue"] == "cluster-queue"
     assert timeline.running_seconds == 0
+
+
+def late(phase, reserved_offset=None, **kwargs):
+    """An observation by a waiter that started after the fact, carrying Kueue's QuotaReserved time."""
+    observation = obs(phase, **kwargs)
+    if reserved_offset is not None:
+        observation = dataclasses.replace(
+            observation, quota_reserved_at=datetime.fromtimestamp(T0 + reserved_offset, UTC).isoformat()
+        )
+    return observation
+
+
+def test_a_waiter_that_starts_while_the_job_runs_still_knows_how_long_it_queued():
+    # The sensor defers 50 s after submission; Kueue had reserved quota at 30 s.
+    timeline = feed(
+        Timeline(submitted_at=T0),
+        [
+            (50, late(Phase.RUNNING, reserved_offset=30, admitted=True)),
+            (110, late(Phase.SUCCEEDED, reserved_offset=30, admitted=True)),
+        ],
+    )
+    assert timeline.queued_seconds == 30
+    assert timeline.admitted_seconds == 80
+    assert timeline.running_seconds == 60
+    assert [a["at"] for a in timeline.admissions] == [T0 + 30]
+
+
+def test_a_waiter_that_starts_while_the_job_queues_counts_the_wait_since_submission():
+    timeline = feed(Timeline(submitted_at=T0), [(40, late(Phase.QUEUED)), (55, late(Phase.QUEUED))])
+    assert timeline.queued_seconds == 55
+    assert timeline.admitted_seconds == 0
+
+
+def test_a_job_first_seen_finished_gets_its_queueing_time_and_admission_instant():
+    timeline = feed(
+        Timeline(submitted_at=T0), [(200, late(Phase.SUCCEEDED, reserved_offset=30, admitted=True))]
+    )
+    assert timeline.queued_seconds == 30
+    assert timeline.admitted_seconds == 0
+    assert [a["at"] for a in timeline.admissions] == [T0 + 30]
+    assert timeline.final_phase == "SUCCEEDED"
+
+
+def test_a_reservation_time_outside_the_wait_is_clamped_to_it():
+    # Kubernetes timestamps have 1 s precision and clocks differ: never negative, never in the future.
+    timeline = feed(
+        Timeline(submitted_at=T0), [(10, late(Phase.ADMITTED, reserved_offset=-3, admitted=True))]
+    )
+    assert timeline.queued_seconds == 0
+    assert timeline.admitted_seconds == 10
