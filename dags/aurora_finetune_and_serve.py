@@ -2,7 +2,8 @@
 Asset, and serve it with Ray Serve (a Kueue-managed RayService) — the AKS example's steps 1 and 2.
 
 The plugin has an operator for RayJobs only, so the three serving steps are small tasks here that import
-the Kubernetes client when they run (never when the file is parsed).
+the Kubernetes client and the plugin's hook, manifests and naming when they run (never when the file is
+parsed).
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Asset, Param, task
 from airflow.sdk.exceptions import AirflowException
-from kueue_ray.naming import DAG_ID_LABEL, MANAGED_BY_SELECTOR, TASK_ID_LABEL, label_value
 from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.params import NAMESPACE, PRIORITY_CLASSES, priority_param, queue_param
 from kueue_ray.sensors import RayJobSensor
 
-NAMESPACE = "ray"
 CONN_ID = "kubernetes_default"
-PRIORITY_CLASSES = {"dev-priority": 100, "prod-priority": 1000}
 SERVE_APPLICATION = "aurora-forecast"
 """The Serve application name in include/manifests/rayjobs/aurora-serve.yaml.j2."""
 
@@ -105,33 +104,17 @@ with DAG(
         "max_retry_delay": timedelta(minutes=30),
     },
     params={
-        "priority": Param(
-            "dev-priority",
-            type="string",
-            enum=list(PRIORITY_CLASSES),
-            values_display={
-                "dev-priority": "dev-priority (100): waits behind production, may be preempted",
-                "prod-priority": "prod-priority (1000): admitted first, preempts dev-priority work",
-            },
-            title="Fine-tune priority",
-            description="WorkloadPriorityClass of the fine-tune for manual runs.",
-            section="Scheduling",
+        "priority": priority_param(
+            "WorkloadPriorityClass of the fine-tune for manual runs.", title="Fine-tune priority"
         ),
-        "queue": Param(
-            "team-a",
-            type="string",
-            enum=["default", "team-a", "team-b"],
-            title="LocalQueue",
-            description="Kueue LocalQueue in namespace ray for the fine-tune and the service.",
-            section="Scheduling",
+        "queue": queue_param(
+            "team-a", "Kueue LocalQueue in namespace ray for the fine-tune and the service."
         ),
-        "serve_priority": Param(
-            "prod-priority",
-            type="string",
-            enum=list(PRIORITY_CLASSES),
+        "serve_priority": priority_param(
+            "WorkloadPriorityClass of the RayService; prod keeps dev work from preempting it.",
             title="Serving priority",
-            description="WorkloadPriorityClass of the RayService; prod keeps dev work from preempting it.",
-            section="Scheduling",
+            default="prod-priority",
+            explained=False,
         ),
         "epochs": Param(1, type="integer", minimum=1, maximum=20, title="Epochs", section="Fine-tune"),
         "gpu_workers": Param(
@@ -284,6 +267,7 @@ with DAG(
             print("teardown_previous is off: earlier deployments keep running")
             return []
         from kueue_ray.hook import RayJobHook
+        from kueue_ray.naming import DAG_ID_LABEL, MANAGED_BY_SELECTOR, TASK_ID_LABEL, label_value
 
         api = RayJobHook(kubernetes_conn_id=CONN_ID).custom_object_client
         # The RayServices deploy_serve created in any run of this DAG (build_rayservice labels them).

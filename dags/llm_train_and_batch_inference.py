@@ -12,10 +12,8 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Asset, Param, task
 from airflow.sdk.exceptions import AirflowException
 from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.params import NAMESPACE, PRIORITY_CLASSES, priority_param, queue_param
 from kueue_ray.sensors import RayJobSensor
-
-NAMESPACE = "ray"
-PRIORITY_CLASSES = {"dev-priority": 100, "prod-priority": 1000}
 
 LLM_MODEL = Asset(name="llm_finetuned_model", uri="file:///mnt/models/llm-finetuned")
 """Each successful training run adds an event whose extra names the model path, RayJob, queue, priority
@@ -60,26 +58,8 @@ with DAG(
         "max_retry_delay": timedelta(minutes=30),
     },
     params={
-        "priority": Param(
-            "dev-priority",
-            type="string",
-            enum=list(PRIORITY_CLASSES),
-            values_display={
-                "dev-priority": "dev-priority (100): waits behind production, may be preempted",
-                "prod-priority": "prod-priority (1000): admitted first, preempts dev-priority work",
-            },
-            title="Priority",
-            description="WorkloadPriorityClass of both RayJobs for manual runs.",
-            section="Scheduling",
-        ),
-        "queue": Param(
-            "team-a",
-            type="string",
-            enum=["default", "team-a", "team-b"],
-            title="LocalQueue",
-            description="Kueue LocalQueue in namespace ray.",
-            section="Scheduling",
-        ),
+        "priority": priority_param("WorkloadPriorityClass of both RayJobs for manual runs."),
+        "queue": queue_param("team-a", "Kueue LocalQueue in namespace ray."),
         "train": Param(
             True,
             type="boolean",

@@ -11,11 +11,8 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.params import NAMESPACE, PRIORITY_CLASSES, priority_param, queue_param
 from kueue_ray.sensors import RayJobSensor
-
-NAMESPACE = "ray"
-PRIORITY_CLASSES = {"dev-priority": 100, "prod-priority": 1000}
-"""The WorkloadPriorityClasses of include/manifests/kueue/, with their values (higher wins)."""
 
 DOC = """
 ### Text classifier fine-tune
@@ -57,31 +54,14 @@ with DAG(
         "max_retry_delay": timedelta(minutes=15),
     },
     params={
-        "priority": Param(
-            "dev-priority",
-            type="string",
-            enum=list(PRIORITY_CLASSES),
-            values_display={
-                "dev-priority": "dev-priority (100): waits behind production, may be preempted",
-                "prod-priority": "prod-priority (1000): admitted first, preempts dev-priority work",
-            },
-            title="Priority",
-            description="Kueue WorkloadPriorityClass for manual runs. Scheduled runs use dev-priority; "
-            "backfills are clamped to dev-priority.",
-            section="Scheduling",
+        "priority": priority_param(
+            "Kueue WorkloadPriorityClass for manual runs. Scheduled runs use dev-priority; "
+            "backfills are clamped to dev-priority."
         ),
-        "queue": Param(
+        "queue": queue_param(
             "default",
-            type="string",
-            enum=["default", "team-a", "team-b"],
-            values_display={
-                "default": "default (single-queue setup)",
-                "team-a": "team-a (team-queues setup)",
-                "team-b": "team-b (team-queues setup)",
-            },
-            title="LocalQueue",
-            description="Kueue LocalQueue in namespace ray; which exist depends on the installed setup.",
-            section="Scheduling",
+            "Kueue LocalQueue in namespace ray; which exist depends on the installed setup.",
+            explained=True,
         ),
         "epochs": Param(3, type="integer", minimum=1, maximum=50, title="Epochs", section="Training"),
         "batch_size": Param(

@@ -23,10 +23,11 @@ from airflow.sdk.exceptions import AirflowException
 
 from kueue_ray.links import RAYJOB_XCOM_KEY, KueueWorkloadLink, RayDashboardLink
 from kueue_ray.operators import WorkerWait, finish, rayjob_details, task_identity
-from kueue_ray.trigger import RayJobTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from kueue_ray.trigger import RayJobTrigger
 
 
 class RayJobSensor(BaseSensorOperator):
@@ -153,6 +154,8 @@ class RayJobSensor(BaseSensorOperator):
         return vars(waiter).copy()
 
     def _make_trigger(self, rayjob: dict, waiter: dict | None = None) -> RayJobTrigger:
+        from kueue_ray.trigger import RayJobTrigger
+
         metadata = rayjob["metadata"]
         return RayJobTrigger(
             name=metadata["name"],

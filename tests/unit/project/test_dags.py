@@ -14,6 +14,14 @@ ROOT = Path(__file__).resolve().parents[3]
 DAGS_DIR = ROOT / "dags"
 KUEUE_DIR = ROOT / "include" / "manifests" / "kueue"
 DAG_IDS = {"text_classifier_finetune", "aurora_finetune_and_serve", "llm_train_and_batch_inference"}
+RUNTIME_ONLY = (
+    "kueue_ray.hook",
+    "kueue_ray.manifests",
+    "kueue_ray.trigger",
+    "kueue_ray.hub",
+    "kueue_ray.status",
+)
+"""Plugin modules only a worker or the triggerer needs; a parse must not pay for importing them."""
 
 
 def manifest_names(kind: str) -> set[str]:
@@ -37,14 +45,16 @@ def test_dagbag_has_the_three_pipelines_without_import_errors(dagbag):
     assert set(dagbag.dag_ids) == DAG_IDS
 
 
-def test_parsing_the_dag_files_does_not_import_kubernetes(tmp_path):
-    """In a fresh interpreter, as the dag-processor parses: after each file, no Kubernetes client."""
+def test_parsing_the_dag_files_imports_no_kubernetes_client_nor_runtime_plugin_modules(tmp_path):
+    """In a fresh interpreter, as the dag-processor parses: after each file, no Kubernetes client, and
+    none of the plugin modules that only execution needs (hook, manifests, trigger, watch hub, status)."""
     code = (
         "import importlib.util, pathlib, sys\n"
         f"for path in sorted(pathlib.Path({str(DAGS_DIR)!r}).glob('*.py')):\n"
         "    spec = importlib.util.spec_from_file_location(path.stem, path)\n"
         "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
-        "    loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'kubernetes_asyncio'))\n"
+        "    loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'kubernetes_asyncio')\n"
+        f"                    or m in {RUNTIME_ONLY!r})\n"
         "    print(path.name, ','.join(loaded) or '-')\n"
     )
     result = subprocess.run(
@@ -86,8 +96,93 @@ def test_trigger_form_offers_the_installed_priority_classes_and_queues(dagbag, d
     params = dagbag.dags[dag_id].params
     priority = params.get_param("priority").schema
     assert set(priority["enum"]) == manifest_names("WorkloadPriorityClass")
-    assert set(priority["values_display"]) == set(priority["enum"]) or dag_id != "text_classifier_finetune"
+    assert set(priority["values_display"]) == set(priority["enum"])
     assert set(params.get_param("queue").schema["enum"]) == manifest_names("LocalQueue")
+
+
+PRIORITY_DISPLAY = {
+    "dev-priority": "dev-priority (100): waits behind production, may be preempted",
+    "prod-priority": "prod-priority (1000): admitted first, preempts dev-priority work",
+}
+QUEUE_DISPLAY = {
+    "default": "default (single-queue setup)",
+    "team-a": "team-a (team-queues setup)",
+    "team-b": "team-b (team-queues setup)",
+}
+
+
+def choice(value: str, enum: list[str], title: str, description: str, display: dict | None = None) -> dict:
+    """A Scheduling-section choice as Airflow serializes it for the Trigger form."""
+    schema = {"type": "string", "enum": enum, "title": title, "section": "Scheduling"}
+    if display is not None:
+        schema["values_display"] = display
+    return {"value": value, "description": description, "schema": schema, "source": None}
+
+
+PRIORITIES = ["dev-priority", "prod-priority"]
+QUEUES = ["default", "team-a", "team-b"]
+SCHEDULING_FORMS = {
+    "text_classifier_finetune": {
+        "priority": choice(
+            "dev-priority",
+            PRIORITIES,
+            "Priority",
+            "Kueue WorkloadPriorityClass for manual runs. Scheduled runs use dev-priority; "
+            "backfills are clamped to dev-priority.",
+            PRIORITY_DISPLAY,
+        ),
+        "queue": choice(
+            "default",
+            QUEUES,
+            "LocalQueue",
+            "Kueue LocalQueue in namespace ray; which exist depends on the installed setup.",
+            QUEUE_DISPLAY,
+        ),
+    },
+    "aurora_finetune_and_serve": {
+        "priority": choice(
+            "dev-priority",
+            PRIORITIES,
+            "Fine-tune priority",
+            "WorkloadPriorityClass of the fine-tune for manual runs.",
+            PRIORITY_DISPLAY,
+        ),
+        "queue": choice(
+            "team-a",
+            QUEUES,
+            "LocalQueue",
+            "Kueue LocalQueue in namespace ray for the fine-tune and the service.",
+        ),
+        "serve_priority": choice(
+            "prod-priority",
+            PRIORITIES,
+            "Serving priority",
+            "WorkloadPriorityClass of the RayService; prod keeps dev work from preempting it.",
+        ),
+    },
+    "llm_train_and_batch_inference": {
+        "priority": choice(
+            "dev-priority",
+            PRIORITIES,
+            "Priority",
+            "WorkloadPriorityClass of both RayJobs for manual runs.",
+            PRIORITY_DISPLAY,
+        ),
+        "queue": choice("team-a", QUEUES, "LocalQueue", "Kueue LocalQueue in namespace ray."),
+    },
+}
+"""Each DAG's Scheduling section as users know it; the shared ``kueue_ray.params`` factories must render it
+unchanged: same defaults, titles, descriptions, choices and labels."""
+
+
+@pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
+def test_scheduling_section_of_the_trigger_form_is_rendered_as_users_know_it(dagbag, dag_id):
+    params = dagbag.dags[dag_id].params
+    section = {key for key in params if params.get_param(key).schema.get("section") == "Scheduling"}
+    assert section == set(SCHEDULING_FORMS[dag_id])
+    for key, expected in SCHEDULING_FORMS[dag_id].items():
+        assert params.get_param(key).serialize() == expected, key
+    assert list(params)[: len(section)] == list(SCHEDULING_FORMS[dag_id]), "Scheduling comes first"
 
 
 @pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
