@@ -448,6 +448,10 @@ class _WatchLoop:
                 allow_watch_bookmarks=True,
                 resource_version=self.resource_version,
                 timeout_seconds=timeout,
+                # The cncf provider's ApiClient gives every request a 60 s total client timeout unless
+                # told otherwise (``timeout_seconds`` only reaches the server): without this, each watch
+                # would be cut after a minute and re-opened, two requests a minute for nothing.
+                _request_timeout=timeout + 2 * SERVER_TIMEOUT_GRACE_SECONDS,
                 _preload_content=False,
             )
         except ApiException as exc:

@@ -1,0 +1,46 @@
+"""The hub's watch request: how long the client lets a stream live."""
+
+import asyncio
+from types import SimpleNamespace
+
+from kueue_ray.hub import RAYJOBS, SERVER_TIMEOUT_GRACE_SECONDS, _WatchLoop
+
+
+class EndedStream:
+    """A watch response the server closed at once (no events)."""
+
+    def __init__(self):
+        self.content = SimpleNamespace(readline=self.readline)
+        self.released = False
+
+    async def readline(self):
+        return b""
+
+    def release(self):
+        self.released = True
+
+
+class RecordingApi:
+    def __init__(self):
+        self.calls = []
+        self.stream = EndedStream()
+
+    async def list_namespaced_custom_object(self, *args, **kwargs):
+        self.calls.append(kwargs)
+        return self.stream
+
+
+def test_a_watch_outlives_the_providers_60_second_client_timeout():
+    """The cncf ApiClient caps every request at 60 s unless the call says otherwise; a 300 s watch cut at
+    60 s would be re-opened for nothing, several requests an hour per namespace and resource."""
+    scope = SimpleNamespace(key=("kubernetes_default", "ray"))
+    loop = _WatchLoop(SimpleNamespace(), scope, RAYJOBS)
+    api = RecordingApi()
+
+    assert asyncio.run(loop._watch(api, 300)) is False
+    [call] = api.calls
+    assert call["timeout_seconds"] == 300
+    assert call["_request_timeout"] > 300 + SERVER_TIMEOUT_GRACE_SECONDS, (
+        "ours ends the stream, not the client"
+    )
+    assert api.stream.released
