@@ -84,6 +84,7 @@ def make_app(cluster, *, bookmark_interval: float = 5.0) -> web.Application:
     app.router.add_get("/openapi/v3", _openapi_v3)
     app.router.add_get("/openapi/v3/{gv:.+}", _openapi_v3_group_version)
     app.router.add_get("/kubesim/stats", _get_stats)
+    app.router.add_delete("/kubesim/stats/fanout", _delete_fanout_stats)
     app.router.add_get("/kubesim/faults", _get_faults)
     app.router.add_post("/kubesim/faults", _post_faults)
     app.router.add_delete("/kubesim/faults", _delete_faults)
@@ -165,7 +166,16 @@ async def _openapi_v3_group_version(request: web.Request) -> web.Response:
 
 
 async def _get_stats(request: web.Request) -> web.Response:
-    return json_response(request.app[STATS].as_dict(request.app[CLUSTER].object_counts()))
+    stats = request.app[STATS].as_dict(request.app[CLUSTER].object_counts())
+    stats["fanout"] = request.app[STREAMS].fanout.summary()
+    return json_response(stats)
+
+
+async def _delete_fanout_stats(request: web.Request) -> web.Response:
+    """Start a fresh fan-out window (a benchmark resets it before its timed writes)."""
+    hub = request.app[STREAMS]
+    hub.fanout.reset()
+    return json_response(hub.fanout.summary())
 
 
 async def _get_faults(request: web.Request) -> web.Response:

@@ -7,16 +7,24 @@ It is built to fan one write out to a thousand open streams quickly, and to cost
 
 - the store pushes each matching event into the stream synchronously (``Store.subscribe``), and the event's
   JSON line is encoded once and shared by every stream that sees it the same way (``Delivery.line``);
-- a stream writes to its transport from one ``call_soon`` callback per burst of events, not from a
-  coroutine awaiting a queue, so a write wakes no task per watcher;
+- the streams write to their transports from one hub callback per burst of events (``StreamHub.flush_soon``),
+  not from a coroutine per stream awaiting a queue nor a callback each: a write wakes no task and schedules
+  one callback, however many watchers it reaches;
 - an open stream owns no periodic timer: ``timeoutSeconds`` / fault drops are one ``call_later`` each, and
   one ``StreamHub`` per app runs the shared timers: a sweep that ends the streams whose client left, and
   the BOOKMARK ticker.
+
+``FanoutTimes`` measures it from inside: for each write, store commit -> the last ``transport.write`` of its
+bytes to a watch stream (``GET /kubesim/stats`` reports it as ``fanout``). Client-side figures add the
+client's own reading and parsing, which on a shared machine competes with kubesim for the same cores.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
+from collections import deque
 
 import msgspec
 from aiohttp import web
@@ -25,10 +33,13 @@ from kubesim.api_paths import Target, is_true
 from kubesim.api_table import build_table, wants_table
 from kubesim.faults import Faults, Stats
 from kubesim.resources import ResourceType
-from kubesim.store import ApiError, Delivery
+from kubesim.store import ApiError, Delivery, _Change
 
 SWEEP_S = 1.0
 """How often the hub looks for streams whose client has gone (aiohttp does not cancel their handler)."""
+
+FANOUT_RING = 8192
+"""How many recent writes ``FanoutTimes`` keeps: the window its percentiles describe."""
 
 
 def _event_line(event_type: str, obj: dict) -> bytes:
@@ -45,6 +56,64 @@ def _expired(message: str) -> dict:
         "reason": "Expired",
         "code": 410,
     }
+
+
+class FanoutTimes:
+    """How long kubesim took to hand each recent write to the last watch stream that gets it.
+
+    A write enters a bounded ring when its bytes first go to a stream's transport; each further stream
+    moves its ``handed_at`` on, so once the fan-out is over, ``handed_at - committed_at`` is the write's
+    fan-out time. The two numbers live on the write itself, so nothing is allocated per delivery and the
+    percentiles are computed only when asked for. Only live events count: the initial ADDED list and the
+    history replay of a new watch are not fan-out. A write whose fan-out straddles ``reset`` is dropped.
+    """
+
+    def __init__(self, size: int = FANOUT_RING) -> None:
+        self._ring: deque[_Change] = deque(maxlen=size)
+        self._cpu_at_reset = time.process_time()
+
+    def handed_over(self, changes: list[_Change], at: float) -> None:
+        """``changes`` were just written to one stream's transport (one entry per event, in order)."""
+        ring = self._ring
+        for change in changes:
+            handed = change.handed
+            if handed <= 0:
+                if handed < 0:
+                    continue  # in flight across a reset
+                ring.append(change)
+            change.handed = handed + 1
+            change.handed_at = at
+
+    def reset(self) -> None:
+        for change in self._ring:
+            change.handed = -1  # a fan-out still in flight stays out: it would be counted in part
+        self._ring.clear()
+        self._cpu_at_reset = time.process_time()
+
+    def summary(self) -> dict:
+        """``events`` in the window, their fan-out p50 / p99 / max in ms, the most streams one reached, and
+        the CPU seconds the whole kubesim process used since the window began: with nothing else going on,
+        what the fan-out cost, whoever else was using the machine's cores meanwhile."""
+        changes = self._ring
+        latencies = sorted(c.handed_at - c.committed_at for c in changes)
+        return {
+            "events": len(changes),
+            "deliveries": sum(c.handed for c in changes),
+            "p50_ms": _ms(_nearest_rank(latencies, 50)),
+            "p99_ms": _ms(_nearest_rank(latencies, 99)),
+            "max_ms": _ms(latencies[-1] if latencies else None),
+            "max_deliveries": max((c.handed for c in changes), default=0),
+            "process_cpu_s": round(time.process_time() - self._cpu_at_reset, 3),
+        }
+
+
+def _nearest_rank(ordered: list[float], q: float) -> float | None:
+    """The nearest-rank percentile of an ascending list: a value that was actually observed."""
+    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1] if ordered else None
+
+
+def _ms(seconds: float | None) -> float | None:
+    return round(seconds * 1000, 3) if seconds is not None else None
 
 
 class _OpenResponse:
@@ -81,6 +150,9 @@ class StreamHub:
         self._bookmarked: set[_OpenResponse] = set()
         self._sweep: asyncio.TimerHandle | None = None
         self._ticker: asyncio.TimerHandle | None = None
+        self._to_flush: list[_WatchStream] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self.fanout = FanoutTimes()
 
     def add(self, response: _OpenResponse, *, bookmarks: bool = False) -> None:
         loop = asyncio.get_running_loop()
@@ -102,6 +174,24 @@ class StreamHub:
             self._ticker.cancel()
             self._ticker = None
 
+    def flush_soon(self, stream: _WatchStream) -> None:
+        """Have ``stream`` write what it queued in the hub's next flush, with every other stream a burst
+        of events touched: one loop callback per burst, not one per stream (1,000 handles per write)."""
+        self._to_flush.append(stream)
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        streams, self._to_flush = self._to_flush, []
+        for stream in streams:
+            try:
+                stream.flush()
+            except Exception as exc:  # as the loop does for a callback of its own: report it, flush the rest
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": "watch stream flush failed", "exception": exc}
+                )
+
     def _run_sweep(self) -> None:
         for response in [r for r in self._open if r.client_gone()]:
             response.finish()
@@ -120,16 +210,26 @@ class _WatchStream(_OpenResponse):
     """
 
     def __init__(
-        self, request: web.Request, cluster, rt: ResourceType, *, as_table: bool, include_object: str
+        self,
+        request: web.Request,
+        cluster,
+        rt: ResourceType,
+        *,
+        as_table: bool,
+        include_object: str,
+        hub: StreamHub,
     ) -> None:
         super().__init__(request)
         self._cluster = cluster
         self._rt = rt
         self._as_table = as_table
         self._include_object = include_object
+        self._hub = hub
+        self.live = False  # set once the initial list / replay is queued: later events are fan-out
         self._transport: asyncio.Transport | None = None
         self._lines: list[bytes] = []
-        self._flush_handle: asyncio.Handle | None = None
+        self._live_changes: list = []  # the writes behind the live events in ``_lines``, for FanoutTimes
+        self._flush_queued = False
         self._ending = False  # an ERROR event was queued: it is the last one
 
     def deliver(self, delivery: Delivery) -> None:
@@ -148,6 +248,8 @@ class _WatchStream(_OpenResponse):
             self._lines.append(_event_line(delivery.type, table))
         else:
             self._lines.append(delivery.line())
+        if self.live:
+            self._live_changes.append(delivery.change)
         self._ending = delivery.type == "ERROR"
         self._schedule_flush()
 
@@ -177,11 +279,13 @@ class _WatchStream(_OpenResponse):
         super().finish()
 
     def _schedule_flush(self) -> None:
-        if self._flush_handle is None and self._transport is not None and self._lines:
-            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+        if not self._flush_queued and self._transport is not None and self._lines:
+            self._flush_queued = True
+            self._hub.flush_soon(self)
 
-    def _flush(self) -> None:
-        self._flush_handle = None
+    def flush(self) -> None:
+        """The hub's flush: write the burst queued since the last one."""
+        self._flush_queued = False
         if self.done.done():
             return
         self._write_queued()
@@ -194,11 +298,15 @@ class _WatchStream(_OpenResponse):
             return
         if transport.is_closing():
             self._lines.clear()
+            self._live_changes.clear()
             super().finish()
             return
         data = self._lines[0] if len(self._lines) == 1 else b"".join(self._lines)
         self._lines.clear()
         transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # one HTTP/1.1 chunk (headers already sent)
+        if self._live_changes:
+            self._hub.fanout.handed_over(self._live_changes, time.monotonic())
+            self._live_changes.clear()
 
 
 async def _open_stream(request: web.Request) -> web.StreamResponse:
@@ -232,6 +340,7 @@ async def serve_watch(
         rt,
         as_table=wants_table(request.headers.get("Accept", "")),
         include_object=query.get("includeObject", "Metadata"),
+        hub=hub,
     )
     try:
         subscription = cluster.store.subscribe(
@@ -246,6 +355,7 @@ async def serve_watch(
         if error.code == 410:
             return await _send_expired(request, error.message)
         raise
+    stream.live = True
     stats.watch_opened()
     limits = [v for v in (_float(query.get("timeoutSeconds")), faults.watch_drop_after_s) if v is not None]
     timer = asyncio.get_running_loop().call_later(min(limits), stream.finish) if limits else None
