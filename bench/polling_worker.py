@@ -5,9 +5,16 @@
 same for a RayJob: one GET of the custom object per job per interval through ``AsyncKubernetesHook``,
 stopping when the RayJob is Complete or Failed.
 
+A triggerer picks deferred tasks up over time, not all in the same millisecond, so poller ``i`` of ``N``
+makes its first poll ``i/N`` of an interval after start: the polls are spread evenly over each interval,
+which is the steady state a real triggerer reaches. (Starting all N at once measures a thundering herd
+of N kubeconfig loads instead, which no triggerer produces.)
+
 Run as ``python -m bench.polling_worker JOBS.json LOG`` (same spec file as ``bench.trigger_worker``); it runs
-until ``quit`` on stdin, answering ``usage`` with ``{"usage": {...}, "polls": n}`` (``polls`` counts GETs
-answered), so the parent can relate kubesim's request count to polls made.
+until ``quit`` on stdin. ``usage`` answers ``{"usage": {...}, "polls": n, "periods": [...]}``: ``polls``
+counts GETs answered so far, ``periods`` the seconds between consecutive poll starts of the same job
+recorded since the previous ``usage`` (10 s plus the GET's own time when the loop keeps up; more when it
+does not), so the parent can tell whether the poller kept its interval.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import asyncio
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 
 from bench.trigger_worker import emit, read_commands, take_stdout, usage
@@ -24,15 +32,33 @@ POLL_INTERVAL_S = 10.0
 DONE = frozenset({"Complete", "Failed"})
 
 
-async def poll_one(hook, namespace: str, name: str, counter: list[int], interval: float) -> None:
+class Tally:
+    """Polls answered, and the poll-to-poll periods not yet reported to the parent."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.periods: list[float] = []
+
+    def take_periods(self) -> list[float]:
+        taken, self.periods = self.periods, []
+        return [round(p, 3) for p in taken]
+
+
+async def poll_one(hook, namespace: str, name: str, tally: Tally, interval: float, offset: float) -> None:
     from kubernetes_asyncio import client
 
+    await asyncio.sleep(offset)
+    previous = None
     while True:
+        started = time.monotonic()
+        if previous is not None:
+            tally.periods.append(started - previous)
+        previous = started
         async with hook.get_conn() as api_client:
             rayjob = await client.CustomObjectsApi(api_client).get_namespaced_custom_object(
                 "ray.io", "v1", namespace, "rayjobs", name
             )
-        counter[0] += 1  # counted once answered: kubesim records a request when it has served it
+        tally.polls += 1  # counted once answered: kubesim records a request when it has served it
         if (rayjob.get("status") or {}).get("jobDeploymentStatus") in DONE:
             return
         await asyncio.sleep(interval)
@@ -44,11 +70,14 @@ async def main(spec_path: str, log_path: str) -> None:
 
     spec = json.loads(Path(spec_path).read_text())
     interval = float(spec.get("poll_interval", POLL_INTERVAL_S))
-    counter = [0]
+    tally = Tally()
     hook = AsyncKubernetesHook(conn_id="kubernetes_default")
+    jobs = spec["jobs"]
     tasks = [
-        asyncio.create_task(poll_one(hook, spec["namespace"], job["name"], counter, interval))
-        for job in spec["jobs"]
+        asyncio.create_task(
+            poll_one(hook, spec["namespace"], job["name"], tally, interval, interval * i / len(jobs))
+        )
+        for i, job in enumerate(jobs)
     ]
     commands: asyncio.Queue[str] = asyncio.Queue()
     threading.Thread(target=read_commands, args=(asyncio.get_running_loop(), commands), daemon=True).start()
@@ -56,13 +85,13 @@ async def main(spec_path: str, log_path: str) -> None:
     while True:
         command = await commands.get()
         if command == "usage":
-            emit({"usage": usage(), "polls": counter[0]})
+            emit({"usage": usage(), "polls": tally.polls, "periods": tally.take_periods()})
         elif command == "quit":
             break
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    emit({"final": usage(), "polls": counter[0]})
+    emit({"final": usage(), "polls": tally.polls})
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """`python -m bench.run --profile quick|full`: every benchmark in one run, printed next to its target.
 
 The quick profile (`make bench`) keeps the whole run in a few minutes on a 2-core machine: trigger scale at
-N = 100 and 1000, fan-out with fewer writes, and no Airflow end-to-end run (``--only e2e`` runs 5). The
-full profile adds N = 3000, longer windows and 50 end-to-end runs. The JSON of
-the run goes to ``--out`` (default: a file in the temp directory) and a Markdown summary to stdout, which
+N = 100 and 1000, fan-out with fewer writes, and no real Airflow (``--only e2e --only backfill`` starts one
+for 10 latency runs and a 50-run backfill). The full profile adds N = 3000, longer windows, and one Airflow
+for 50 latency runs and the 200-run backfill. The JSON of the run goes to ``--out`` (default: a file in the temp directory) and a Markdown summary to stdout, which
 is what bench/README.md quotes.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -23,15 +24,24 @@ from pathlib import Path
 PROFILES = {
     "quick": {
         "admission": {"sizes": (250, 500, 1000, 2000), "repeats": 20},
-        "fanout": {"objects": 5000, "watchers": 1000, "writes": 20, "rate_hz": 2.0},
-        "trigger": {"sizes": (100, 1000), "windows": (5.0, 10.0), "poll_window": 12.0},
-        "e2e": None,  # a real Airflow takes minutes to start here: `--only e2e` runs it (5 runs)
+        "fanout": {"objects": 5000, "watchers": 1000, "writes": 20, "rate_hz": 2.0, "readers": 4},
+        "trigger": {"sizes": (100, 1000), "windows": (5.0, 10.0), "poll_window": 20.0, "poll_max_n": 1000},
+        # A real Airflow takes 1-2 minutes to start here: `--only e2e --only backfill` runs both in one
+        # Airflow with 10 latency runs and a 50-run backfill (`--e2e-runs` / `--backfill-runs` set sizes).
+        "e2e": None,
+        "backfill": None,
     },
     "full": {
         "admission": {"sizes": (250, 500, 1000, 2000), "repeats": 50},
-        "fanout": {"objects": 5000, "watchers": 1000, "writes": 120, "rate_hz": 2.0},
-        "trigger": {"sizes": (100, 1000, 3000), "windows": (20.0, 40.0), "poll_window": 25.0},
+        "fanout": {"objects": 5000, "watchers": 1000, "writes": 120, "rate_hz": 2.0, "readers": 4},
+        "trigger": {
+            "sizes": (100, 1000, 3000),
+            "windows": (20.0, 60.0),
+            "poll_window": 30.0,
+            "poll_max_n": 1000,
+        },
         "e2e": {"runs": 50},
+        "backfill": {"runs": 200},
     },
 }
 
@@ -65,15 +75,32 @@ def run(profile: str, only: set[str] | None, out: Path) -> dict:
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
     }
+
+    def wanted(name: str) -> bool:
+        return name in only if only else settings[name] is not None
+
+    @functools.cache
+    def airflow_session() -> dict:
+        """The e2e and backfill figures from ONE Airflow start (bench.airflow_e2e), whichever step asks first."""
+        try:
+            return airflow_e2e.run(
+                runs=(settings["e2e"] or {"runs": 10})["runs"] if wanted("e2e") else 0,
+                backfill_runs=(settings["backfill"] or {"runs": 50})["runs"] if wanted("backfill") else 0,
+            )
+        except Exception as exc:  # noqa: BLE001 - both steps report it; Airflow is not started twice
+            error = {"error": f"{type(exc).__name__}: {exc}"}
+            return {"e2e": dict(error), "backfill": dict(error)}
+
     steps = [
         ("admission", lambda: admission.run(**settings["admission"])),
         ("parse", parse.run),
         ("fanout", lambda: fanout.run(**settings["fanout"])),
         ("trigger", lambda: trigger_scale.run(**settings["trigger"])),
-        ("e2e", lambda: airflow_e2e.run(**(settings["e2e"] or {"runs": 5}))),
+        ("e2e", lambda: airflow_session()["e2e"] or {"error": "size 0"}),
+        ("backfill", lambda: airflow_session()["backfill"] or {"error": "size 0"}),
     ]
     for name, step in steps:
-        if (only and name not in only) or (not only and name == "e2e" and settings["e2e"] is None):
+        if (only and name not in only) or (not only and settings[name] is None):
             continue
         started = time.monotonic()
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
@@ -91,11 +118,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
     parser.add_argument(
-        "--only", action="append", help="admission | parse | fanout | trigger | e2e (repeatable)"
+        "--only", action="append", help="admission | parse | fanout | trigger | e2e | backfill (repeatable)"
     )
     parser.add_argument("--out", help="write the JSON results here")
     parser.add_argument("--trigger-sizes", help="comma-separated N for the trigger benchmark, e.g. 100,1000")
+    for option in ("objects", "watchers", "writes", "readers"):
+        parser.add_argument(
+            f"--fanout-{option}", type=int, help=f"fan-out benchmark: {option} (overrides the profile)"
+        )
+    parser.add_argument("--e2e-runs", type=int, help="Airflow latency runs (and run the e2e step)")
+    parser.add_argument("--backfill-runs", type=int, help="backfill size (and run the backfill step)")
     args = parser.parse_args(argv)
+    for name, size in (("e2e", args.e2e_runs), ("backfill", args.backfill_runs)):
+        if size is not None:
+            PROFILES[args.profile][name] = {"runs": size}
+    for option in ("objects", "watchers", "writes", "readers"):
+        if getattr(args, f"fanout_{option}") is not None:
+            PROFILES[args.profile]["fanout"][option] = getattr(args, f"fanout_{option}")
     if args.trigger_sizes:
         PROFILES[args.profile]["trigger"]["sizes"] = tuple(int(n) for n in args.trigger_sizes.split(","))
     out = Path(args.out) if args.out else Path(tempfile.gettempdir()) / f"bench-{args.profile}.json"

@@ -8,6 +8,12 @@ process's CPU or memory: each fired TriggerEvent is one stdout line ``{"fired", 
 the wall time the event was yielded); a ``usage`` line on stdin answers ``{"usage": {...}}`` with the CPU
 seconds and RSS so far; ``quit`` (or EOF) ends the process. Trigger log lines go to a file at INFO, as the
 triggerer writes task logs, so their formatting cost is counted.
+
+Every watch request of the hub that ends is reported as one line ``{"watch_end": {...}}``: the resource,
+the ``timeoutSeconds`` it asked for, when it opened, how long it lasted and how it ended (the hub returns
+quietly when the server ends a stream, when its own deadline passes and when the client's request timeout
+raises TimeoutError, so only the duration tells them apart). That is how the benchmark explains a watch
+re-opened while it measures.
 """
 
 from __future__ import annotations
@@ -65,6 +71,44 @@ def read_commands(loop: asyncio.AbstractEventLoop, commands: asyncio.Queue) -> N
     loop.call_soon_threadsafe(commands.put_nowait, "quit")
 
 
+def report_watch_ends() -> None:
+    """Wrap the hub's single-watch method so each watch request's end is reported (see the module doc).
+
+    The wrapper only times and forwards the call; the hub behaves exactly as it does in a triggerer.
+    """
+    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import API_TIMEOUT
+    from kueue_ray.hub import SERVER_TIMEOUT_GRACE_SECONDS, _WatchLoop
+
+    watch = _WatchLoop._watch
+
+    async def timed_watch(loop: _WatchLoop, api, timeout: int) -> bool:
+        opened_wall, opened = time.time(), time.monotonic()
+        ended = "returned"
+        try:
+            return await watch(loop, api, timeout)
+        except BaseException as exc:
+            ended = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise
+        finally:
+            emit(
+                {
+                    "watch_end": {
+                        "resource": loop.resource.plural,
+                        "timeout_s": timeout,
+                        "grace_s": SERVER_TIMEOUT_GRACE_SECONDS,
+                        # the total timeout the cncf ApiClient puts on a request whose call_api sees no
+                        # timeout_seconds keyword (a watch passes it as a query parameter)
+                        "client_timeout_s": API_TIMEOUT,
+                        "opened": round(opened_wall, 3),
+                        "lasted_s": round(time.monotonic() - opened, 3),
+                        "ended": ended,
+                    }
+                }
+            )
+
+    _WatchLoop._watch = timed_watch
+
+
 async def wait_one(trigger, fired: list) -> None:
     async for event in trigger.run():
         fired.append(trigger.name)
@@ -76,6 +120,7 @@ async def main(spec_path: str, log_path: str) -> None:
     from kueue_ray.trigger import RayJobTrigger
 
     take_stdout(log_path)
+    report_watch_ends()
     spec = json.loads(Path(spec_path).read_text())
     handler = logging.FileHandler(log_path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

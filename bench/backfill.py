@@ -1,0 +1,333 @@
+"""Backfill throughput (issue 7 §4): ``n`` backfill runs of the text classifier with 16 worker slots.
+
+Runs in the Airflow of ``bench.airflow_e2e`` (after its latency runs have finished, so nothing of theirs
+is active; starting a second Airflow would cost another 1–2 minutes and measure nothing different).
+
+1. Block the queue: a RayJob ``bench-queue-blocker`` (no Airflow identity, so no trigger and no sensor
+   follow it) asks for the single-queue ClusterQueue's one GPU, runs forever and has ``prod-priority``,
+   so the ``dev-priority`` backfill RayJobs can neither be admitted nor preempt it: they wait as Kueue
+   says ("insufficient unused quota"), and their sensors wait deferred. A ClusterQueue ``stopPolicy: Hold``
+   would block admission too, but Kueue then reports the queue inactive, which the sensor rightly treats
+   as INADMISSIBLE and fails after its grace period: that is not waiting.
+2. ``airflow backfill create --dag-id text_classifier_finetune --from-date 2026-01-01 --to-date <+n-1 d>
+   --max-active-runs n`` (the DAG is @daily). A backfill's ``--max-active-runs`` is its own limit,
+   counted apart from the DAG's ``max_active_runs=3`` (which limits only non-backfill runs), so all
+   ``n`` runs may be active at once; what limits the tasks is then ``[core] parallelism`` = 16 (the
+   scheduler queues at most ``parallelism`` minus the executor's occupied slots; the LocalExecutor runs
+   one task per slot) — ``max_active_tasks`` (16) counts per DAG run, and pools do not count deferred
+   tasks. On SQLite the CLI can fail with "database is locked"; ``Creator`` retries it as an operator
+   would (see there) and every attempt is reported.
+3. Sample about once a second, from just before the CLI starts: the backfill task instances that hold a
+   worker slot — ``queued`` (handed to the executor) or ``running`` — in ONE list request (one instant),
+   then the deferred sensors, succeeded submits and running backfill runs (counts), and the RayJobs the
+   ``ClusterWatch`` has seen created for backfill runs. A deferred task instance holds no slot. Once
+   every sensor is deferred, sampling continues ``hold_s`` seconds to show they stay deferred and hold
+   no slot.
+4. Unblock (delete the blocker). The backfill is not waited for: its ``n`` RayJobs would then run one at a
+   time; the benchmark stops Airflow and kubesim.
+
+Figures, counted from the start of the ``backfill create`` that succeeded: seconds to ``n`` RayJobs
+existing (the watch's time of the n-th creation) — target 120 s; seconds to ``n`` sensors deferred
+(first sample with all deferred, ~1 s resolution); the most task instances running and the most slots
+held at one instant, over the whole period; the most slots held, and ``wait`` task instances running,
+once all had deferred — target 0. Result::
+
+    {"runs", "worker_slots",
+     "backfill_create": [{"paused_dag", "cancelled_backfills"?, "returncode", "cli_s", "error"?}, ...],
+     "succeeded_attempt_started_t", "all_rayjobs_s", "rayjobs_created", "all_deferred_s",
+     "max_running", "max_slots_held", "max_slots_held_after_all_deferred",
+     "max_running_wait_after_all_deferred", "samples_after_all_deferred", "target_submitted_s",
+     "component_restarts", "sample_errors": {"count", "first"},
+     "series": [{"t", "took_s", "rayjobs", "runs_running", "submit": {"queued", "running", "success"},
+                 "wait": {"queued", "running", "deferred"}}, ...],
+     "phase_s"}
+
+``t`` is seconds since the first attempt started; ``succeeded_attempt_started_t`` places the successful
+one on that axis.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from datetime import date, timedelta
+
+import httpx
+
+DAG_ID = "text_classifier_finetune"
+NAMESPACE = "ray"
+WORKER_SLOTS = 16
+"""``AIRFLOW__CORE__PARALLELISM`` as devtools.airflow sets it."""
+FIRST_DATE = date(2026, 1, 1)
+"""The DAG's start_date: backfill dates from here, all in the past for the benchmark's clock."""
+TARGET_SUBMITTED_S = 120.0
+BLOCKER = "bench-queue-blocker"
+SLOT_STATES = ("queued", "running")
+"""Task instance states that hold a worker slot: handed to the executor, or running in a worker."""
+BACKFILL_RUNS = "backfill__"
+EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): .*$", re.MULTILINE)
+"""The CLI's final ``module.SomeError: message`` lines (e.g. sqlite3's "database is locked")."""
+SAMPLE_EVERY_S = 1.0
+RAYJOBS = f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs"
+
+
+def blocker_rayjob() -> dict:
+    """A RayJob that takes the ClusterQueue's only GPU forever and cannot be preempted by dev-priority."""
+    requests = {"cpu": "2", "memory": "8G", "nvidia.com/gpu": "1"}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {
+            "name": BLOCKER,
+            "labels": {
+                "kueue.x-k8s.io/queue-name": "default",
+                "kueue.x-k8s.io/priority-class": "prod-priority",
+            },
+            "annotations": {"kubesim.dev/duration": "inf", "kubesim.dev/startup": "0"},
+        },
+        "spec": {
+            "entrypoint": "python -c 'import time; time.sleep(10**9)'",
+            "submissionMode": "HTTPMode",
+            "shutdownAfterJobFinishes": True,  # KubeRay's webhook demands it of a Kueue-managed RayJob
+            "rayClusterSpec": {
+                "headGroupSpec": {
+                    "rayStartParams": {},
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "ray-head",
+                                    "image": "rayproject/ray:2.9.0",
+                                    "resources": {"requests": requests, "limits": requests},
+                                }
+                            ]
+                        }
+                    },
+                }
+            },
+        },
+    }
+
+
+def block_queue(sim_url: str, timeout_s: float) -> None:
+    """Create the blocker and wait until KubeRay runs it (so it holds the quota)."""
+    with httpx.Client(base_url=sim_url, timeout=30) as client:
+        client.post(RAYJOBS, json=blocker_rayjob()).raise_for_status()
+        deadline = time.monotonic() + timeout_s
+        while (client.get(f"{RAYJOBS}/{BLOCKER}").json().get("status") or {}).get(
+            "jobDeploymentStatus"
+        ) != "Running":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the blocker RayJob was not running within {timeout_s}s")
+            time.sleep(0.5)
+
+
+def unblock_queue(sim_url: str) -> None:
+    httpx.delete(f"{sim_url}{RAYJOBS}/{BLOCKER}", timeout=30).raise_for_status()
+
+
+def count(airflow, path: str, **params) -> int:
+    """``total_entries`` of one REST list, fetching a single item."""
+    response = airflow.api("GET", path, params={**params, "limit": 1})
+    response.raise_for_status()
+    return response.json()["total_entries"]
+
+
+def sample(airflow, watch, started: float) -> dict:
+    """One point of the time series. The slot holders (``queued`` + ``running`` task instances of both
+    tasks) come from ONE list request, so they are counted at the same instant; ``t`` is when that request
+    was sent and ``took_s`` how long the whole sample took (the API server waits for SQLite's lock)."""
+    tis = f"/dags/{DAG_ID}/dagRuns/~/taskInstances"
+    sent = time.monotonic()
+    response = airflow.api(
+        "GET",
+        tis,
+        params={"state": list(SLOT_STATES), "run_id_prefix_pattern": BACKFILL_RUNS, "limit": 100},
+    )
+    response.raise_for_status()
+    point: dict = {
+        "t": round(sent - started, 1),
+        "rayjobs": sum(1 for run_id in list(watch.created) if run_id.startswith(BACKFILL_RUNS)),
+        "submit": dict.fromkeys(SLOT_STATES, 0),
+        "wait": dict.fromkeys(SLOT_STATES, 0),
+    }
+    for ti in response.json()["task_instances"]:
+        point[ti["task_id"]][ti["state"]] += 1
+    point["submit"]["success"] = count(
+        airflow, tis, task_id="submit", state="success", run_id_prefix_pattern=BACKFILL_RUNS
+    )
+    point["wait"]["deferred"] = count(
+        airflow, tis, task_id="wait", state="deferred", run_id_prefix_pattern=BACKFILL_RUNS
+    )
+    point["runs_running"] = count(airflow, f"/dags/{DAG_ID}/dagRuns", run_type="backfill", state="running")
+    point["took_s"] = round(time.monotonic() - sent, 1)
+    return point
+
+
+def slots_held(point: dict) -> int:
+    return sum(point[task][state] for task in ("submit", "wait") for state in SLOT_STATES)
+
+
+def running(point: dict) -> int:
+    return point["submit"]["running"] + point["wait"]["running"]
+
+
+def summarize(
+    series: list[dict], created: list[float], n: int, t0_wall: float | None, t0_offset: float | None
+) -> dict:
+    """The figures of the module docstring. ``t0_wall`` / ``t0_offset``: when the successful
+    ``backfill create`` started (wall time; seconds into the series); None if none succeeded."""
+    all_deferred = next((p for p in series if p["wait"]["deferred"] >= n), None)
+    after = [p for p in series if all_deferred is not None and p["t"] >= all_deferred["t"]]
+    return {
+        "all_rayjobs_s": (
+            round(sorted(created)[n - 1] - t0_wall, 1) if len(created) >= n and t0_wall is not None else None
+        ),
+        "rayjobs_created": len(created),
+        "all_deferred_s": (
+            round(all_deferred["t"] - t0_offset, 1) if all_deferred and t0_offset is not None else None
+        ),
+        "max_running": max((running(p) for p in series), default=None),
+        "max_slots_held": max((slots_held(p) for p in series), default=None),
+        "max_slots_held_after_all_deferred": max((slots_held(p) for p in after), default=None),
+        "max_running_wait_after_all_deferred": max((p["wait"]["running"] for p in after), default=None),
+        "samples_after_all_deferred": len(after),
+    }
+
+
+def _describe(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"{exc.response.status_code} on {exc.request.url.path}: {exc.response.text[:300]}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _supervise(airflow, restarts: list[str]) -> None:
+    """Restart a scheduler or triggerer that died (standalone does not), and remember it: on SQLite the
+    scheduler can crash on a race with ``airflow backfill create`` (see tests/e2e/conftest.py)."""
+    for component in ("scheduler", "triggerer"):
+        if not airflow.component_processes(component):
+            restarts.append(component)
+            airflow.start_component(component)
+
+
+def cancel_unfinished_backfills(airflow) -> list[int]:
+    """Cancel the DAG's backfills that never completed (what a user does in the UI's Backfills tab), so
+    that a new one may be created: ``backfill create`` commits its Backfill row before the runs, and on
+    SQLite a lock error leaves it behind, active, with no runs."""
+    response = airflow.api("GET", "/backfills", params={"dag_id": DAG_ID, "limit": 100})
+    response.raise_for_status()
+    cancelled = []
+    for entry in response.json()["backfills"]:
+        if entry.get("completed_at") is None:
+            airflow.api("PUT", f"/backfills/{entry['id']}/cancel").raise_for_status()
+            cancelled.append(entry["id"])
+    return cancelled
+
+
+def set_paused(airflow, paused: bool) -> None:
+    airflow.api("PATCH", f"/dags/{DAG_ID}", json={"is_paused": paused}).raise_for_status()
+
+
+class Creator(threading.Thread):
+    """``airflow backfill create`` as an operator runs it, retried the way one would on SQLite.
+
+    On SQLite the CLI creates each run in a transaction of its own that reads before it writes; when
+    another process (the scheduler, busy with the runs just created) committed in between, SQLite
+    answers "database is locked" at once, whatever the lock timeout. Attempt 1 is the plain command on
+    the running DAG; a failed attempt's orphan backfill is cancelled, and the next attempt pauses the DAG
+    while the CLI runs (the scheduler then leaves the new runs alone) and unpauses it right after, as the
+    UI's "Unpause on trigger" does. Every attempt is recorded; the figures count from the start of the
+    attempt that succeeded (``started`` monotonic, ``started_wall`` wall time).
+    """
+
+    def __init__(self, airflow, args: tuple[str, ...], *, attempts: int, timeout_s: float) -> None:
+        super().__init__(daemon=True)
+        self.airflow, self.args, self.max_attempts, self.timeout_s = airflow, args, attempts, timeout_s
+        self.attempts: list[dict] = []
+        self.started: float | None = None
+        self.started_wall: float | None = None
+
+    def run(self) -> None:
+        for number in range(1, self.max_attempts + 1):
+            paused = number > 1
+            record: dict = {"paused_dag": paused}
+            if paused:
+                record["cancelled_backfills"] = cancel_unfinished_backfills(self.airflow)
+                set_paused(self.airflow, True)
+            began, began_wall = time.monotonic(), time.time()
+            try:
+                result = self.airflow.cli(*self.args, check=False, timeout=self.timeout_s)
+            finally:
+                if paused:
+                    set_paused(self.airflow, False)
+            record.update(returncode=result.returncode, cli_s=round(time.monotonic() - began, 1))
+            self.attempts.append(record)
+            if result.returncode == 0:
+                self.started, self.started_wall = began, began_wall
+                return
+            errors = EXCEPTION_LINE.findall(result.stderr)
+            record["error"] = (errors[-1] if errors else result.stderr[-300:])[:300]
+
+    @property
+    def failed(self) -> bool:
+        return not self.is_alive() and self.started is None
+
+
+def measure(
+    airflow, sim_url: str, watch, n: int, *, hold_s: float = 15.0, attempts: int = 3, timeout_s: float = 600.0
+) -> dict:
+    started_phase = time.monotonic()
+    block_queue(sim_url, timeout_s=120)
+    to_date = FIRST_DATE + timedelta(days=n - 1)
+    args = (
+        "backfill",
+        "create",
+        "--dag-id",
+        DAG_ID,
+        "--from-date",
+        FIRST_DATE.isoformat(),
+        "--to-date",
+        to_date.isoformat(),
+        "--max-active-runs",
+        str(n),
+    )
+    creator = Creator(airflow, args, attempts=attempts, timeout_s=timeout_s)
+    started = time.monotonic()
+    creator.start()
+    series: list[dict] = []
+    restarts: list[str] = []
+    sample_errors: list[str] = []
+    deferred_at = None
+    try:
+        while time.monotonic() - started < timeout_s and not creator.failed:
+            _supervise(airflow, restarts)
+            try:
+                point = sample(airflow, watch, started)
+            except httpx.HTTPError as exc:  # a loaded api-server's 500 must not end the measurement
+                sample_errors.append(f"t={time.monotonic() - started:.1f}: {_describe(exc)}")
+                time.sleep(SAMPLE_EVERY_S)
+                continue
+            series.append(point)
+            if deferred_at is None and point["wait"]["deferred"] >= n:
+                deferred_at = time.monotonic()
+            if deferred_at is not None and time.monotonic() - deferred_at >= hold_s:
+                break
+            time.sleep(SAMPLE_EVERY_S)
+    finally:
+        unblock_queue(sim_url)
+    creator.join(timeout=1)
+    offset = None if creator.started is None else creator.started - started
+    creations = [t for run_id, t in list(watch.created.items()) if run_id.startswith(BACKFILL_RUNS)]
+    return {
+        "runs": n,
+        "worker_slots": WORKER_SLOTS,
+        "backfill_create": creator.attempts,
+        "succeeded_attempt_started_t": None if offset is None else round(offset, 1),
+        **summarize(series, creations, n, creator.started_wall, offset),
+        "target_submitted_s": TARGET_SUBMITTED_S,
+        "component_restarts": restarts,
+        "sample_errors": {"count": len(sample_errors), "first": sample_errors[:3]},
+        "series": series,
+        "phase_s": round(time.monotonic() - started_phase, 1),
+    }
