@@ -6,9 +6,12 @@ The package is split so that the decisions can be tested without a cluster or an
   ``status`` (what a RayJob + its Workload mean), ``manifests`` (template -> validated RayJob body and the
   quota it will ask Kueue for), ``naming`` (deterministic names, label/annotation keys), ``quantity``
   (Kubernetes resource quantities), ``priority`` (run type -> WorkloadPriorityClass), ``timeline``
-  (what happened while waiting) and ``errors``;
-* I/O side: the hook, the triggerer's watch hub, the trigger, the operator and the sensor.
+  (what happened while waiting), ``orphans`` (which RayJobs no task will wait for again) and ``errors``;
+* DAG-facing declarations: ``params`` (the Trigger-form Params every DAG offers: priority class and
+  LocalQueue; Airflow's ``Param`` and nothing else);
+* I/O side: the hook, the triggerer's watch hub, the trigger, the operator, the sensor and the janitor.
 
 Submodules are deliberately not imported here: importing the package from a DAG file must stay cheap and
-must never pull in ``kubernetes``.
+must never pull in ``kubernetes``. For the same reason the operator and sensor modules import the trigger,
+hub, status, hook and manifests only inside the methods that run on a worker or the triggerer.
 """

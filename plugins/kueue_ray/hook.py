@@ -30,7 +30,7 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 from kueue_ray.capacity import find_shortfall, max_capacity
 from kueue_ray.errors import KueueRayError
 from kueue_ray.manifests import BuiltRayJob, explain_capacity_shortfall
-from kueue_ray.naming import JOB_UID_LABEL, WAITER_ANNOTATION, AirflowIdentity
+from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +181,13 @@ class RayJobHook(KubernetesHook):
             if exc.status == 404:
                 return None
             raise
+
+    @generic_api_retry
+    def list_managed_rayjobs(self, namespace: str) -> list[dict]:
+        """Every RayJob this integration created in ``namespace`` (the managed-by label), for the janitor."""
+        return self.custom_object_client.list_namespaced_custom_object(
+            RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, label_selector=MANAGED_BY_SELECTOR
+        )["items"]
 
     @generic_api_retry
     def _patch_rayjob(self, name: str, namespace: str, patch: dict) -> dict | None:

@@ -154,13 +154,17 @@ class RayJobSensor(BaseSensorOperator):
         return vars(waiter).copy()
 
     def _make_trigger(self, rayjob: dict, waiter: dict | None = None) -> RayJobTrigger:
+        from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL
         from kueue_ray.trigger import RayJobTrigger
 
         metadata = rayjob["metadata"]
+        labels = metadata.get("labels") or {}
         return RayJobTrigger(
             name=metadata["name"],
             namespace=metadata["namespace"],
             uid=metadata["uid"],
+            queue=labels.get(QUEUE_LABEL),
+            priority=labels.get(PRIORITY_CLASS_LABEL),
             kubernetes_conn_id=self.kubernetes_conn_id,
             queue_timeout=self.queue_timeout,
             run_timeout=self.run_timeout,

@@ -28,7 +28,8 @@ FULL = os.environ.get("E2E_FULL") == "1"
 """`make test-full`: the fault test runs its full load."""
 
 PIPELINES = ["text_classifier_finetune", "aurora_finetune_and_serve", "llm_train_and_batch_inference"]
-E2E_DAGS = ["e2e_rayjob", "e2e_worker_death"]
+E2E_DAGS = ["e2e_rayjob", "e2e_worker_death", "e2e_orphan"]
+MAINTENANCE = ["kueue_ray_janitor"]
 
 
 def dag_bundles() -> str:
@@ -83,7 +84,7 @@ def airflow(kubesim, tmp_path_factory):
         },
     )
     try:
-        wait_for_dags_or_import_errors(instance, PIPELINES + E2E_DAGS)
+        wait_for_dags_or_import_errors(instance, PIPELINES + MAINTENANCE + E2E_DAGS)
         for dag_id in E2E_DAGS:
             instance.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
         yield instance

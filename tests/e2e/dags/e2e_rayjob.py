@@ -1,5 +1,5 @@
-"""e2e-only DAGs: one SubmitRayJobOperator whose every input comes from the run's conf, and one whose
-first try dies right after creating its RayJob.
+"""e2e-only DAGs: one SubmitRayJobOperator whose every input comes from the run's conf, and two whose
+first try dies right after creating its RayJob (one retries and adopts it, one has no retry left).
 
 They live in their own DAG bundle (tests/e2e/conftest.py adds it), so `make run` and the DAG integrity
 tests see only the pipelines. Params are free-form on purpose: the bad-input tests must reach the
@@ -76,6 +76,20 @@ with DAG(
     # Two retries, like the pipelines: under load Airflow 3.3.2's LocalExecutor can fail a resumed task
     # whose success it reports while the scheduler still sees it queued; the next try adopts again.
     default_args={"retries": 2, "retry_delay": timedelta(seconds=1)},
+    params=free_params(),
+):
+    conf_driven_submit("submit", DieAfterCreate)
+
+
+with DAG(
+    dag_id="e2e_orphan",
+    description="e2e: the worker dies right after creating the RayJob and no retry is left: an orphan",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    render_template_as_native_obj=True,
+    tags=["e2e"],
+    default_args={"retries": 0},
     params=free_params(),
 ):
     conf_driven_submit("submit", DieAfterCreate)

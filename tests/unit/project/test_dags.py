@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[3]
 DAGS_DIR = ROOT / "dags"
 KUEUE_DIR = ROOT / "include" / "manifests" / "kueue"
 DAG_IDS = {"text_classifier_finetune", "aurora_finetune_and_serve", "llm_train_and_batch_inference"}
+"""The pipelines; ``kueue_ray_janitor`` is the maintenance DAG next to them."""
+JANITOR = "kueue_ray_janitor"
 RUNTIME_ONLY = (
     "kueue_ray.hook",
     "kueue_ray.manifests",
@@ -40,9 +42,21 @@ def dagbag(tmp_path_factory):
     return DagBag(dag_folder=str(DAGS_DIR))
 
 
-def test_dagbag_has_the_three_pipelines_without_import_errors(dagbag):
+def test_dagbag_has_the_three_pipelines_and_the_janitor_without_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == DAG_IDS
+    assert set(dagbag.dag_ids) == DAG_IDS | {JANITOR}
+
+
+def test_the_janitor_sweeps_the_pipelines_namespace_regularly_and_can_dry_run(dagbag):
+    from kueue_ray.params import NAMESPACE
+
+    dag = dagbag.dags[JANITOR]
+    assert dag.max_active_runs == 1 and not dag.catchup
+    assert dag.params.dump() == {"namespaces": [NAMESPACE], "dry_run": False}
+    [task] = dag.tasks
+    native = dag.get_template_env()  # render_template_as_native_obj: lists and booleans stay typed
+    assert task.render_template(task.namespaces, {"params": dag.params.dump()}, native) == [NAMESPACE]
+    assert task.render_template(task.dry_run, {"params": {"dry_run": True}}, native) is True
 
 
 def test_parsing_the_dag_files_imports_no_kubernetes_client_nor_runtime_plugin_modules(tmp_path):

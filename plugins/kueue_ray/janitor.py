@@ -1,0 +1,104 @@
+"""DeleteOrphanedRayJobsOperator: the sweep that frees the quota of RayJobs no task waits for any more.
+
+The rule is :mod:`kueue_ray.orphans` (pure); this module only gathers its inputs and acts on its verdict.
+Airflow's states come from the task's own execution API (``RuntimeTaskInstance.get_dr_count`` and
+``get_task_states``), so the janitor needs no database access and no REST credentials: it runs as a plain
+task on any worker, like the pipelines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from kueue_ray.naming import AirflowIdentity
+from kueue_ray.orphans import needs_decision, orphan_reason
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class DeleteOrphanedRayJobsOperator(BaseOperator):
+    """Delete the active RayJobs (created by this integration) that no Airflow task will wait for again.
+
+    An orphan is a RayJob whose DAG run is gone, whose registered waiting sensor has ended, or whose
+    submitting task failed for good with no sensor waiting (see :mod:`kueue_ray.orphans` for the exact
+    rule and why it never touches a RayJob a task may still adopt). Each deletion carries the RayJob's uid
+    and the resourceVersion the decision was made on, so a retry that adopts the RayJob meanwhile (and
+    re-annotates it) turns the deletion into a no-op. Returns one record per orphan found.
+
+    .. code-block:: python
+
+        DeleteOrphanedRayJobsOperator(task_id="delete_orphans", namespaces=["ray", "team-a"])
+
+    :param namespaces: where to look (templated).
+    :param kubernetes_conn_id: Airflow ``kubernetes`` connection.
+    :param dry_run: only report what would be deleted (templated, e.g. from a Param with
+        ``render_template_as_native_obj=True``).
+    """
+
+    template_fields: Sequence[str] = ("namespaces", "dry_run")
+
+    def __init__(
+        self,
+        *,
+        namespaces: Sequence[str] | str = ("ray",),
+        kubernetes_conn_id: str = "kubernetes_default",
+        dry_run: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.namespaces = namespaces
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.dry_run = dry_run
+
+    def execute(self, context: Context) -> list[dict[str, str]]:
+        from kueue_ray.hook import RayJobHook
+
+        hook = RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
+        namespaces = [self.namespaces] if isinstance(self.namespaces, str) else list(self.namespaces)
+        found: list[dict[str, str]] = []
+        for namespace in namespaces:
+            candidates = [job for job in hook.list_managed_rayjobs(namespace) if needs_decision(job)]
+            self.log.info("%s: %d active RayJobs submitted by Airflow", namespace, len(candidates))
+            for run, rayjobs in _by_dag_run(candidates).items():
+                run_exists, states = _airflow_view(context["ti"], *run)
+                for rayjob in rayjobs:
+                    reason = orphan_reason(rayjob, run_exists=run_exists, task_states=states)
+                    if reason is not None:
+                        found.append(self._delete(hook, rayjob, reason))
+        self.log.info("%d orphaned RayJobs %s", len(found), "found (dry run)" if self.dry_run else "handled")
+        return found
+
+    def _delete(self, hook: Any, rayjob: dict, reason: str) -> dict[str, str]:
+        from kueue_ray.hook import CONFLICT
+
+        metadata = rayjob["metadata"]
+        name, namespace = metadata["name"], metadata["namespace"]
+        if self.dry_run:
+            result = "not deleted (dry run)"
+        else:
+            result = hook.delete_rayjob(name, namespace, metadata["uid"], metadata.get("resourceVersion"))
+            if result == CONFLICT:
+                result = "not deleted: it changed since it was read (a retry may have adopted it)"
+        self.log.info("Orphaned RayJob %s/%s: %s; %s", namespace, name, reason, result)
+        return {"name": name, "namespace": namespace, "reason": reason, "result": result}
+
+
+def _by_dag_run(rayjobs: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """RayJobs grouped by (dag_id, run_id), so Airflow is asked once per DAG run."""
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for rayjob in rayjobs:
+        identity = AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations"))
+        if identity is not None:
+            runs.setdefault((identity.dag_id, identity.run_id), []).append(rayjob)
+    return runs
+
+
+def _airflow_view(ti: Any, dag_id: str, run_id: str) -> tuple[bool, dict[str, str | None]]:
+    """(does the DAG run exist, its task states keyed as ``orphans.state_key``) from the execution API."""
+    if not ti.get_dr_count(dag_id=dag_id, run_ids=[run_id]):
+        return False, {}
+    return True, dict(ti.get_task_states(dag_id=dag_id, run_ids=[run_id]).get(run_id) or {})

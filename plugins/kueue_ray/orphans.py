@@ -1,0 +1,104 @@
+"""Which RayJobs no Airflow task will ever wait for again: the janitor's rule (pure, no I/O).
+
+Why a sweep is needed at all: a RayJob holds Kueue quota (and GPUs) until it finishes. When a user marks a
+waiting task failed or success, Airflow calls the trigger's ``on_kill`` and the RayJob is deleted, but
+Airflow only calls ``on_kill`` for a trigger some triggerer has loaded, and never on a deferral timeout. So
+a RayJob can outlive every task that cared about it: the submitting task's worker died right after
+creating it and no retry was left; a sensor's deferral ``timeout`` expired (Airflow cancels the trigger
+without ``on_kill``); a task was marked failed before any triggerer loaded its trigger and another
+triggerer of an HA pair cleaned the trigger up; its DAG run was deleted. Such a RayJob runs, or waits in
+the queue, ahead of work someone does wait for. Kubernetes owner references cannot express "owned by an
+Airflow task instance", so the janitor compares each RayJob's Airflow identity (its annotations) with the
+states Airflow holds for that task instance.
+
+The rule is deliberately narrow, so that it never deletes a RayJob someone still expects to run:
+
+* only RayJobs created by this integration (the identity annotations) that are still active: finished
+  ones hold no quota, and one already being deleted is being dealt with;
+* its DAG run no longer exists; or
+* a sensor registered as its waiter (``WAITER_ANNOTATION``, only with ``delete_on_kill``) and that task
+  instance has ended or is gone; or
+* no task registered as waiter and the submitting task ended without success (failed, upstream_failed,
+  skipped, removed) or is gone. A submitting task that *succeeded* without a waiter handed the RayJob on
+  (``wait_for_completion=False`` with nobody waiting is a fire-and-forget submission): left alone.
+
+Task states that may still come back (``up_for_retry``, ``up_for_reschedule``, ``deferred``, ``running``,
+``queued``, ``scheduled``, no state yet) never make an orphan: the next try adopts the RayJob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kueue_ray.naming import WAITER_ANNOTATION, AirflowIdentity
+
+ENDED_STATES = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
+"""Task instance states no try will leave again without a user clearing the task."""
+ENDED_WITHOUT_SUCCESS = ENDED_STATES - {"success"}
+FINISHED_DEPLOYMENT_STATUSES = frozenset({"Complete", "Failed", "ValidationFailed"})
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """The sensor try named in ``WAITER_ANNOTATION`` (``<task_id>/<map_index>/<try_number>``)."""
+
+    task_id: str
+    map_index: int
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str] | None) -> Waiter | None:
+        stamp = (annotations or {}).get(WAITER_ANNOTATION)
+        if not stamp:
+            return None
+        parts = stamp.split("/")
+        if len(parts) < 3:
+            return None
+        task_id, map_index = "/".join(parts[:-2]), parts[-2]
+        try:
+            return cls(task_id=task_id, map_index=int(map_index))
+        except ValueError:
+            return None
+
+
+def state_key(task_id: str, map_index: int) -> str:
+    """How Airflow's execution API keys task states: ``task_id``, or ``task_id_<map_index>`` if mapped."""
+    return task_id if map_index < 0 else f"{task_id}_{map_index}"
+
+
+def needs_decision(rayjob: dict) -> bool:
+    """An active RayJob created by an Airflow task: the only kind the janitor ever looks at."""
+    metadata = rayjob.get("metadata") or {}
+    if metadata.get("deletionTimestamp"):
+        return False
+    if ((rayjob.get("status") or {}).get("jobDeploymentStatus") or "") in FINISHED_DEPLOYMENT_STATUSES:
+        return False
+    return AirflowIdentity.from_annotations(metadata.get("annotations")) is not None
+
+
+def orphan_reason(rayjob: dict, *, run_exists: bool, task_states: Mapping[str, str | None]) -> str | None:
+    """Why ``rayjob`` is an orphan, in words for the task log; None while a task may still wait for it.
+
+    ``task_states`` are the states of the RayJob's DAG run, keyed as by :func:`state_key` (a task missing
+    from it no longer exists in the run). Call only for RayJobs that :func:`needs_decision`.
+    """
+    annotations = rayjob["metadata"].get("annotations") or {}
+    owner = AirflowIdentity.from_annotations(annotations)
+    if owner is None:
+        return None
+    if not run_exists:
+        return f"its DAG run {owner.dag_id} / {owner.run_id} no longer exists"
+    waiter = Waiter.from_annotations(annotations)
+    if waiter is not None:
+        key = state_key(waiter.task_id, waiter.map_index)
+        if key not in task_states:
+            return f"the task waiting for it, {key}, no longer exists in DAG run {owner.run_id}"
+        if task_states[key] in ENDED_STATES:
+            return f"the task waiting for it, {key}, ended {task_states[key]} without deleting it"
+        return None
+    key = state_key(owner.task_id, owner.map_index)
+    if key not in task_states:
+        return f"the task that submitted it, {key}, no longer exists in DAG run {owner.run_id}"
+    if task_states[key] in ENDED_WITHOUT_SUCCESS:
+        return f"the task that submitted it, {key}, ended {task_states[key]} and no task waits for it"
+    return None
