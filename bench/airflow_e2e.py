@@ -40,7 +40,6 @@ A phase that fails is ``{"error": "..."}``; a skipped one (size 0) is None.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import tempfile
@@ -309,26 +308,10 @@ def measure(runs: int, backfill_runs: int, workdir: Path, timeout_s: float) -> d
             )
             watch.stop()
         finally:
-            stop_airflow(airflow)
+            airflow.stop()
     finally:
         sim.stop()
     return {"e2e": latency, "backfill": backfilled}
-
-
-def stop_airflow(airflow) -> None:
-    """Stop the standalone and then SIGKILL whatever of its descendants survived: task workers start
-    sessions of their own, so a worker still running when the benchmark ends (e.g. a submit stuck on a
-    gone api-server) is outside the process group ``Airflow.stop`` signals and would be orphaned."""
-    import psutil
-
-    try:
-        descendants = psutil.Process(airflow.process.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        descendants = []
-    airflow.stop()
-    for process in descendants:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
 
 
 def run(runs: int = 10, backfill_runs: int = 0, timeout_s: float = 900.0) -> dict:

@@ -184,9 +184,22 @@ class Airflow:
         return process
 
     def stop(self) -> None:
-        for extra in self.extra_processes:
-            _stop_group(extra)
-        _stop_group(self.process)
+        """Stop every component, then SIGKILL whatever of their descendants survived: task workers start
+        sessions of their own, so a worker still running at the end (e.g. a submit stuck on a gone
+        api-server) is outside the process groups signalled here and would be orphaned. Descendants are
+        collected first: once the standalone is gone, its orphans can no longer be found from it."""
+        import psutil
+
+        leaders = [*self.extra_processes, self.process]
+        descendants = []
+        for leader in leaders:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                descendants += psutil.Process(leader.pid).children(recursive=True)
+        for leader in leaders:
+            _stop_group(leader)
+        for process in descendants:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
         self.client.close()
 
 
