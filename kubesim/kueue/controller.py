@@ -4,9 +4,11 @@ Like the real Kueue manager, this is a client of the API server (here: the store
 events (debounced) and a periodic tick, and each pass is level-triggered: it reads the objects it decides
 over, then
 
-1. reconciles every managed Ray job with its Workload (create it, finish it, start or stop the job, and
-   release an evicted Workload's quota once KubeRay finished suspending the job),
-2. evicts what must go (deactivated Workloads, ClusterQueue/LocalQueue ``HoldAndDrain``),
+1. reconciles each managed Ray job whose object or Workload changed with that Workload (create it, finish
+   it, start or stop the job, and release an evicted Workload's quota once KubeRay finished suspending
+   the job),
+2. evicts what must go among the Workloads that changed (deactivated Workloads, ClusterQueue/LocalQueue
+   ``HoldAndDrain``); a configuration change makes steps 1 and 2 go over everything,
 3. runs admission cycles of the pure scheduler (`kubesim.kueue.scheduler`) over a snapshot built from the
    objects, applying its decisions (admit, preempt, no fit) as Workload conditions and events,
 4. writes ClusterQueue and LocalQueue status (only when it changed).
@@ -15,8 +17,9 @@ Every write re-reads the object first and mutates the fresh copy, so a pass neve
 change by KubeRay or a user (the store is synchronous, so read+write is atomic on the event loop).
 
 What a pass reads comes from a `ClusterView`, the equivalent of Kueue's informer caches: kept current by
-store subscriptions, so reading it copies nothing, and a pass costs O(changed + queue heads) rather than
-a fresh read of every object per admission cycle.
+store subscriptions, so reading it copies nothing, and a pass costs O(changed + queued) rather than a
+fresh read of every object per admission cycle: the view indexes the Workloads (queued ones, quota holders,
+per-queue usage sums) as they change, so no phase scans every stored Workload.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import asyncio
 import contextlib
 import copy
 import functools
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -49,6 +53,7 @@ JOB_COMPONENT = "kueue-job-controller"
 
 # Real seconds: how long to let a burst of watch events settle, and the resync period.
 DEBOUNCE_SECONDS = 0.01
+FULL_PASS_SECONDS = 10.0
 TICK_SECONDS = 1.0
 # Admission cycles per pass; each admits or parks at least one workload, so this only bounds a pass.
 MAX_CYCLES_PER_PASS = 50
@@ -194,28 +199,120 @@ class World:
         )
 
 
+@dataclass
+class Tally:
+    """Quota held in one queue: how many workloads reserve it, how many are admitted, and their usage by
+    (flavor, resource), reserved and admitted. Kept as running sums, so a queue's status costs O(flavors)."""
+
+    reserving: int = 0
+    admitted: int = 0
+    reserved: dict[tuple[str, str], int] = field(default_factory=dict)
+    used: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def add(self, usage: dict[tuple[str, str], int], admitted: bool, sign: int) -> None:
+        self.reserving += sign
+        for key, value in usage.items():
+            self.reserved[key] = self.reserved.get(key, 0) + sign * value
+        if admitted:
+            self.admitted += sign
+            for key, value in usage.items():
+                self.used[key] = self.used.get(key, 0) + sign * value
+
+
+class WorkloadIndex:
+    """What a pass asks of the Workloads, kept per change instead of recomputed by scanning them all.
+
+    Like Kueue's queue manager and cache: the queued workloads, who holds quota in which ClusterQueue,
+    per-queue reservation sums, and Workloads by uid and by owner. ``update`` is fed each change with the
+    object before and after it, so every entry is exact after every write.
+    """
+
+    def __init__(self) -> None:
+        self.by_uid: dict[str, dict] = {}
+        self.by_owner: dict[str, dict[tuple[str, str], dict]] = {}
+        self.queued: dict[tuple[str, str], dict] = {}
+        self.queued_count: dict[tuple[str, str], int] = {}
+        self.holders: dict[str, dict[tuple[str, str], dict]] = {}
+        self.cluster_queue_tally: dict[str, Tally] = {}
+        self.local_queue_tally: dict[tuple[str, str], Tally] = {}
+        self.holders_version = 0
+        """Bumped whenever a quota holder appears, changes or leaves: the admitted snapshot is stale."""
+
+    def update(self, ident: tuple[str, str], old: dict | None, new: dict | None) -> None:
+        if old is not None:
+            self._apply(ident, old, -1)
+        if new is not None:
+            self._apply(ident, new, 1)
+
+    def owned_by(self, uid: str) -> dict | None:
+        """The Workload a job owns (the last in list order, should there be several)."""
+        owned = self.by_owner.get(uid)
+        return owned[max(owned)] if owned else None
+
+    def _apply(self, ident: tuple[str, str], wl: dict, sign: int) -> None:
+        uid = wl["metadata"]["uid"]
+        owner = owner_uid(wl)
+        local_queue = (ident[0], (wl.get("spec") or {}).get("queueName", ""))
+        if sign > 0:
+            self.by_uid[uid] = wl
+            self.by_owner.setdefault(owner, {})[ident] = wl
+        else:
+            self.by_uid.pop(uid, None)
+            owned = self.by_owner.get(owner, {})
+            owned.pop(ident, None)
+            if not owned:
+                self.by_owner.pop(owner, None)
+        if is_queued(wl):
+            if sign > 0:
+                self.queued[ident] = wl
+            else:
+                self.queued.pop(ident, None)
+            self.queued_count[local_queue] = self.queued_count.get(local_queue, 0) + sign
+        if holds_quota(wl):
+            cq = admission_of(wl)["clusterQueue"]
+            if sign > 0:
+                self.holders.setdefault(cq, {})[ident] = wl
+            else:
+                self.holders.get(cq, {}).pop(ident, None)
+            usage = model_admission(wl).usage()
+            admitted = condition_true(wl, "Admitted")
+            self.cluster_queue_tally.setdefault(cq, Tally()).add(usage, admitted, sign)
+            self.local_queue_tally.setdefault(local_queue, Tally()).add(usage, admitted, sign)
+            self.holders_version += 1
+
+
 class ClusterView:
     """The current objects of the kinds Kueue watches, kept by store subscriptions (its informer caches).
 
     The store calls back inside each write, so the view is never behind the store, not even behind the
     controller's own writes within a pass, and reading it copies nothing. The objects are the store's
-    frozen ones: read-only. ``on_event(key, type, obj)`` is told of every change.
+    frozen ones: read-only. ``on_event(key, type, obj)`` is told of every change. Workloads are also
+    indexed (`WorkloadIndex`), and the configuration objects are kept apart from them (`config`), so a
+    pass that reads the queues' configuration does not rebuild anything after a Workload write.
     """
 
     def __init__(self, store, keys: tuple[str, ...], on_event: Callable[[str, str, dict], None]) -> None:
         self._objects: dict[str, dict[tuple[str, str], dict]] = {key: {} for key in keys}
         self._on_event = on_event
         self._world: World | None = None
+        self._config: World | None = None
+        self.index = WorkloadIndex()
         self._subscriptions = [store.subscribe(key, functools.partial(self._deliver, key)) for key in keys]
 
     def _deliver(self, key: str, delivery: Delivery) -> None:
         obj = delivery.object
         meta = obj["metadata"]
         ident = (meta.get("namespace", ""), meta["name"])
+        objects = self._objects[key]
+        old = objects.get(ident)
         if delivery.type == "DELETED":
-            self._objects[key].pop(ident, None)
+            objects.pop(ident, None)
         else:
-            self._objects[key][ident] = obj
+            objects[ident] = obj
+        if key == WORKLOAD_KEY:
+            self.index.update(ident, old, None if delivery.type == "DELETED" else obj)
+        elif key in CONFIG_KEYS:
+            self._config = None
         self._world = None
         self._on_event(key, delivery.type, obj)
 
@@ -227,10 +324,17 @@ class ClusterView:
         objects = self._objects[key]
         return [objects[ident] for ident in sorted(objects)]
 
+    def config(self) -> World:
+        """The configuration objects (queues, flavors, priority classes, namespaces), without Workloads:
+        rebuilt only after one of them changed."""
+        if self._config is None:
+            self._config = World.build(lambda key: [] if key == WORKLOAD_KEY else self.items(key))
+        return self._config
+
     def world(self) -> World:
         """A World of the current objects, rebuilt only after something changed."""
         if self._world is None:
-            self._world = World.build(self.items)
+            self._world = replace(self.config(), workloads=self.items(WORKLOAD_KEY))
         return self._world
 
     def close(self) -> None:
@@ -462,17 +566,6 @@ def resource_requests(wl: dict) -> list[dict]:
 # ----------------------------------------------------------------------------------------------- queue status
 
 
-def _usage(workloads: list[dict], admitted_only: bool) -> dict[tuple[str, str], int]:
-    used: dict[tuple[str, str], int] = {}
-    for wl in workloads:
-        if admitted_only and not condition_true(wl, "Admitted"):
-            continue
-        admission = model_admission(wl)
-        for key, value in admission.usage().items() if admission else ():
-            used[key] = used.get(key, 0) + value
-    return used
-
-
 def _flavor_usage(cq: dict | None, used: dict[tuple[str, str], int], with_borrowed: bool) -> list[dict]:
     result = []
     for group in ((cq or {}).get("spec") or {}).get("resourceGroups") or []:
@@ -490,38 +583,30 @@ def _flavor_usage(cq: dict | None, used: dict[tuple[str, str], int], with_borrow
     return result
 
 
-def cluster_queue_status(cq: dict, world: World, pending: int) -> dict:
+def cluster_queue_status(cq: dict, tally: Tally | None, pending: int) -> dict:
     """The status Kueue reports for ``cq``: counts, reservation and usage per flavor, ``Active``."""
-    name = cq["metadata"]["name"]
-    reserving = [wl for wl in world.workloads if holds_quota(wl) and admission_of(wl)["clusterQueue"] == name]
+    tally = tally or Tally()
     status = copy.deepcopy(cq.get("status") or {})
     status.update(
         pendingWorkloads=pending,
-        reservingWorkloads=len(reserving),
-        admittedWorkloads=sum(1 for wl in reserving if condition_true(wl, "Admitted")),
-        flavorsReservation=_flavor_usage(cq, _usage(reserving, False), True),
-        flavorsUsage=_flavor_usage(cq, _usage(reserving, True), True),
+        reservingWorkloads=tally.reserving,
+        admittedWorkloads=tally.admitted,
+        flavorsReservation=_flavor_usage(cq, tally.reserved, True),
+        flavorsUsage=_flavor_usage(cq, tally.used, True),
     )
     return status
 
 
-def local_queue_status(lq: dict, world: World, pending: int) -> dict:
-    ns, name = lq["metadata"]["namespace"], lq["metadata"]["name"]
-    mine = [
-        wl
-        for wl in world.workloads
-        if holds_quota(wl)
-        and wl["metadata"]["namespace"] == ns
-        and (wl.get("spec") or {}).get("queueName") == name
-    ]
-    cq = world.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue", ""))
+def local_queue_status(lq: dict, cq: dict | None, tally: Tally | None, pending: int) -> dict:
+    """A LocalQueue's status: what its workloads reserve, laid out by its ClusterQueue's flavors."""
+    tally = tally or Tally()
     status = copy.deepcopy(lq.get("status") or {})
     status.update(
         pendingWorkloads=pending,
-        reservingWorkloads=len(mine),
-        admittedWorkloads=sum(1 for wl in mine if condition_true(wl, "Admitted")),
-        flavorsReservation=_flavor_usage(cq, _usage(mine, False), False),
-        flavorsUsage=_flavor_usage(cq, _usage(mine, True), False),
+        reservingWorkloads=tally.reserving,
+        admittedWorkloads=tally.admitted,
+        flavorsReservation=_flavor_usage(cq, tally.reserved, False),
+        flavorsUsage=_flavor_usage(cq, tally.used, False),
     )
     return status
 
@@ -568,6 +653,16 @@ class KueueController:
         # uid -> (what the model was built from, model.Workload): building one parses every quantity.
         self._models: dict[str, tuple[tuple, model.Workload]] = {}
         self.view: ClusterView | None = None
+        # What changed since a phase last looked: jobs as (key, namespace, name), Workloads as (namespace,
+        # name). A pass reconciles only those, unless the configuration changed (``_full``): then every
+        # decision may differ, so it goes over everything, as Kueue requeues all on a queue change.
+        self._dirty_jobs: set[tuple[str, str, str]] = set()
+        self._dirty_workloads: set[tuple[str, str]] = set()
+        self._full = True
+        self._last_full = 0.0
+        # The admitted part of the scheduler's snapshot, and what it was built from.
+        self._snapshot_cache: tuple[World, tuple[int, int], model.Snapshot] | None = None
+        self._reservations = 0
 
     # -------------------------------------------------------------------------------- loop
 
@@ -588,13 +683,25 @@ class KueueController:
 
     def _changed(self, key: str, type_: str, obj: dict) -> None:
         self.observe(key, type_, obj)
+        self._mark_dirty(key, obj)
         self.wake.set()
 
-    def _world(self) -> World:
-        return self.view.world() if self.view is not None else World.read(self.store)
+    def _mark_dirty(self, key: str, obj: dict) -> None:
+        """A job is reconciled again when it or its Workload changed; a Workload when it changed."""
+        meta = obj["metadata"]
+        namespace = meta.get("namespace", "")
+        if key in JOB_KINDS:
+            self._dirty_jobs.add((key, namespace, meta["name"]))
+        elif key == WORKLOAD_KEY:
+            self._dirty_workloads.add((namespace, meta["name"]))
+            for ref in meta.get("ownerReferences") or []:
+                kind = jobs.JOB_KINDS_BY_KIND.get(ref.get("kind"))
+                if kind is not None and ref.get("controller"):
+                    self._dirty_jobs.add((kind.key, namespace, ref["name"]))
 
-    def _items(self, key: str) -> list[dict]:
-        return self.view.items(key) if self.view is not None else self.store.list(key)[0]
+    def _world(self) -> World:
+        """The configuration a decision reads (queues, flavors, priority classes, namespace labels)."""
+        return self.view.config()
 
     def observe(self, key: str, type_: str, obj: dict) -> None:
         """Note creation order, and retry parked workloads after the cluster changed (BestEffortFIFO)."""
@@ -611,15 +718,28 @@ class KueueController:
             )
             if type_ == "DELETED" or self.config_versions.get(ident) != version:
                 self.parked.clear()
+                self._full = True
             if type_ == "DELETED":
                 self.config_versions.pop(ident, None)
             else:
                 self.config_versions[ident] = version
 
     def reconcile(self) -> None:
-        """One level-triggered pass over everything (see the module docstring)."""
-        self._reconcile_jobs(self._world())
-        self._reconcile_evictions(self._world())
+        """One level-triggered pass over what changed since the last (see the module docstring).
+
+        Each phase takes the changes marked until it starts, so it also sees what an earlier phase of the
+        same pass wrote; what a phase writes is marked for the next pass, which its writes wake.
+        """
+        full, self._full = self._full, False
+        # Safety net: every FULL_PASS_SECONDS a pass goes over everything anyway, so that a change the
+        # dirty marks missed (or a decision that only time changes) waits seconds, never forever.
+        now = time.monotonic()
+        if now - self._last_full >= FULL_PASS_SECONDS:
+            full = True
+        if full:
+            self._last_full = now
+        self._reconcile_jobs(self._world(), full)
+        self._reconcile_evictions(self._world(), full)
         self._schedule_pass()
         self._write_queue_statuses(self._world())
 
@@ -649,10 +769,15 @@ class KueueController:
 
     # -------------------------------------------------------------------------------- jobs
 
-    def _reconcile_jobs(self, world: World) -> None:
-        by_owner = {owner_uid(wl): wl for wl in world.workloads}
+    def _reconcile_jobs(self, world: World, full: bool) -> None:
+        dirty, self._dirty_jobs = self._dirty_jobs, set()
+        index = self.view.index
         for kind in JOB_KINDS.values():
-            items = self._items(kind.key)
+            if full:
+                items = self.view.items(kind.key)
+            else:
+                found = (self.view.get(key, ns, name) for key, ns, name in dirty if key == kind.key)
+                items = [job for job in found if job is not None]
             items.sort(
                 key=lambda job: self.seq.get(
                     job["metadata"]["uid"], _int(job["metadata"].get("resourceVersion"))
@@ -660,7 +785,7 @@ class KueueController:
             )
             for job in items:
                 if jobs.is_managed(kind, job) and not job["metadata"].get("deletionTimestamp"):
-                    self._reconcile_job(kind, job, by_owner.get(job["metadata"]["uid"]), world)
+                    self._reconcile_job(kind, job, index.owned_by(job["metadata"]["uid"]), world)
 
     def _reconcile_job(self, kind: JobKind, job: dict, wl: dict | None, world: World) -> None:
         done, reason, message = jobs.finished(kind, job)
@@ -882,10 +1007,16 @@ class KueueController:
             if not jobs.is_suspended(kind, job):
                 self._stop_job(kind, job, fresh, message)
 
-    def _reconcile_evictions(self, world: World) -> None:
+    def _reconcile_evictions(self, world: World, full: bool) -> None:
         """Deactivation and ``HoldAndDrain`` evict admitted workloads; restarts mark them requeued."""
         now = self.clock.timestamp()
-        for wl in world.workloads:
+        dirty, self._dirty_workloads = self._dirty_workloads, set()
+        if full:
+            workloads = self.view.items(WORKLOAD_KEY)
+        else:
+            found = (self.view.get(WORKLOAD_KEY, *ident) for ident in sorted(dirty))
+            workloads = [wl for wl in found if wl is not None]
+        for wl in workloads:
             if is_finished(wl):
                 continue
             lq = world.local_queue_of(wl)
@@ -927,6 +1058,13 @@ class KueueController:
     # -------------------------------------------------------------------------------- scheduling
 
     def _snapshot(self, world: World) -> model.Snapshot:
+        """The scheduler's input, rebuilt only when the configuration or a quota holder changed (the
+        scheduler never mutates it); admitted workloads in list order, as a fresh read would give."""
+        index = self.view.index
+        inputs = (index.holders_version, self._reservations)
+        cached = self._snapshot_cache
+        if cached is not None and cached[0] is world and cached[1] == inputs:
+            return cached[2]
         snapshot = model.Snapshot(
             flavors={name: model_flavor(obj) for name, obj in world.flavors.items()},
             cluster_queues={
@@ -935,10 +1073,10 @@ class KueueController:
             cohorts={name: model_cohort(obj) for name, obj in world.cohorts.items()},
             namespace_labels=dict(world.namespace_labels),
         )
-        for wl in world.workloads:
-            if holds_quota(wl):
-                cq = admission_of(wl)["clusterQueue"]
-                snapshot.admitted.setdefault(cq, []).append(self._model(wl, cq))
+        holders = sorted((ident, cq, wl) for cq, held in index.holders.items() for ident, wl in held.items())
+        for _, cq, wl in holders:
+            snapshot.admitted.setdefault(cq, []).append(self._model(wl, cq))
+        self._snapshot_cache = (world, inputs, snapshot)
         return snapshot
 
     def _model(self, wl: dict, cluster_queue: str, *, inadmissible: bool = False) -> model.Workload:
@@ -973,9 +1111,9 @@ class KueueController:
         now = self.clock.timestamp()
         queues: dict[str, list[model.Workload]] = {}
         where: dict[str, tuple[str, str]] = {}
-        for wl in world.workloads:
-            if not is_queued(wl):
-                continue
+        queued = self.view.index.queued
+        for ident in sorted(queued):
+            wl = queued[ident]
             cq_name, blocked = queue_blocker(wl, world)
             if blocked:
                 self._set_pending(wl, "Inadmissible", blocked, now)
@@ -1021,12 +1159,7 @@ class KueueController:
         """The Workload as it is now (an earlier decision of the pass may have written it)."""
         if ident is None:
             return None
-        if self.view is not None:
-            return self.view.get(WORKLOAD_KEY, *ident)
-        try:
-            return self.store.get(WORKLOAD_KEY, ident[1], namespace=ident[0])
-        except ApiError:
-            return None
+        return self.view.get(WORKLOAD_KEY, *ident)
 
     def _set_pending(self, wl: dict, reason: str, message: str, now: str) -> None:
         before = find_condition(wl, "QuotaReserved") or {}
@@ -1068,6 +1201,7 @@ class KueueController:
         if admitted is None:
             return
         self.reserved_at[admitted["metadata"]["uid"]] = self.clock.now().timestamp()
+        self._reservations += 1
         waited = max(
             0, int(self.clock.now().timestamp() - timestamp_seconds(wl["metadata"].get("creationTimestamp")))
         )
@@ -1098,7 +1232,7 @@ class KueueController:
                 self._start_job(kind, job, admitted, world)
 
     def _preempt(self, wl: dict, decision: model.Preempt, world: World, now: str) -> None:
-        by_uid = {w["metadata"]["uid"]: w for w in world.workloads}
+        by_uid = self.view.index.by_uid
         for victim in decision.victims:
             target = by_uid.get(victim.workload.uid)
             if target is None or victim.workload.evicted or is_evicting(target):
@@ -1116,25 +1250,28 @@ class KueueController:
     # -------------------------------------------------------------------------------- queue status
 
     def _write_queue_statuses(self, world: World) -> None:
+        """Every queue's status from the index's running sums: O(queues), whatever the Workload count."""
         now = self.clock.timestamp()
-        queued = queued_by_cluster_queue(world)
+        index = self.view.index
+        cq_pending: dict[str, int] = {}
+        for key, lq in world.local_queues.items():
+            cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
+            cq_pending[cq_name] = cq_pending.get(cq_name, 0) + index.queued_count.get(key, 0)
         for name, cq in world.cluster_queues.items():
             active, reason, message = cluster_queue_active(cq, world.flavors)
-            status = cluster_queue_status(cq, world, len(queued.get(name, [])))
+            status = cluster_queue_status(cq, index.cluster_queue_tally.get(name), cq_pending.get(name, 0))
 
             def change(obj: dict, status=status, active=active, reason=reason, message=message) -> None:
                 obj["status"] = copy.deepcopy(status)
                 set_condition(obj, "Active", "True" if active else "False", reason, message, now)
 
             self._mutate(CQ_KEY, cq, change, status=True)
-        lq_pending: dict[tuple[str, str], int] = {}
-        for wl in world.workloads:
-            if is_queued(wl):
-                key = (wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", ""))
-                lq_pending[key] = lq_pending.get(key, 0) + 1
         for key, lq in world.local_queues.items():
             state = local_queue_active(lq, world)
-            status = local_queue_status(lq, world, lq_pending.get(key, 0))
+            cq = world.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue", ""))
+            status = local_queue_status(
+                lq, cq, index.local_queue_tally.get(key), index.queued_count.get(key, 0)
+            )
 
             def change(obj: dict, status=status, state=state) -> None:
                 obj["status"] = copy.deepcopy(status)

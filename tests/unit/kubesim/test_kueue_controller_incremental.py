@@ -1,0 +1,60 @@
+"""The controller's Workload index: queue status comes from running sums, so they must match every change."""
+
+from kubesim.kueue.controller import WorkloadIndex, cluster_queue_status
+
+
+def workload(name: str, *, admitted: bool = False, finished: bool = False) -> dict:
+    conditions = []
+    status: dict = {"conditions": conditions}
+    if admitted:
+        status["admission"] = {
+            "clusterQueue": "cq",
+            "podSetAssignments": [
+                {"name": "head", "flavors": {"cpu": "f"}, "resourceUsage": {"cpu": "2"}, "count": 1}
+            ],
+        }
+        conditions.append({"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"})
+        conditions.append({"type": "Admitted", "status": "True", "reason": "Admitted"})
+    if finished:
+        conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded"})
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+        "spec": {"queueName": "lq", "active": True},
+        "status": status,
+    }
+
+
+CQ = {
+    "metadata": {"name": "cq"},
+    "spec": {
+        "resourceGroups": [{"flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": "3"}]}]}]
+    },
+}
+
+
+def test_usage_follows_admission_and_finish():
+    index = WorkloadIndex()
+    pending = workload("a")
+    index.update(("ns", "a"), None, pending)
+    index.update(("ns", "b"), None, workload("b", admitted=True))
+    assert index.queued_count[("ns", "lq")] == 1
+
+    admitted = workload("a", admitted=True)
+    index.update(("ns", "a"), pending, admitted)
+    status = cluster_queue_status(CQ, index.cluster_queue_tally["cq"], index.queued_count[("ns", "lq")])
+    assert (status["pendingWorkloads"], status["reservingWorkloads"], status["admittedWorkloads"]) == (
+        0,
+        2,
+        2,
+    )
+    assert status["flavorsUsage"] == [
+        {"name": "f", "resources": [{"name": "cpu", "total": "4", "borrowed": "1"}]}
+    ]
+
+    index.update(("ns", "a"), admitted, workload("a", admitted=True, finished=True))
+    index.update(("ns", "b"), index.by_uid["uid-b"], None)
+    status = cluster_queue_status(CQ, index.cluster_queue_tally["cq"], 0)
+    assert (status["reservingWorkloads"], status["admittedWorkloads"]) == (0, 0)
+    assert status["flavorsReservation"][0]["resources"][0]["total"] == "0"
+    assert index.holders["cq"] == {}
+    assert index.owned_by("uid-b") is None
