@@ -101,6 +101,10 @@ class Observation:
     quota_reserved_at: str | None = None
     """When Kueue reserved quota for the current admission (the ``QuotaReserved=True`` condition's
     ``lastTransitionTime``), so a waiter that starts late still knows how long the job queued."""
+    ray_job_started_at: str | None = None
+    ray_job_finished_at: str | None = None
+    """When the current attempt's Ray job started and ended, as KubeRay copies them from the Ray dashboard
+    (``status.rayJobInfo``; cleared on suspension and retry), so a late waiter knows how long it ran."""
 
     @property
     def succeeded(self) -> bool:
@@ -148,6 +152,8 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
         "job_status": job_status,
         "last_preemption": last_preemption(workload),
         "quota_reserved_at": quota_reserved_since(workload),
+        "ray_job_started_at": (status.get("rayJobInfo") or {}).get("startTime") or None,
+        "ray_job_finished_at": (status.get("rayJobInfo") or {}).get("endTime") or None,
     }
 
     def result(phase: Phase, reason: str, message: str) -> Observation:

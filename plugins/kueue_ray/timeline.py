@@ -105,8 +105,8 @@ class Timeline:
             self.preemptions.append({"at": now, **kueue_words})
             self.preemption_count += 1
 
-        if current in TERMINAL_PHASES and self.finished_at is None:
-            self.finished_at = now
+        if current in TERMINAL_PHASES and self.final_phase is None:
+            self.finished_at = self.finished_at or now  # the catch-up may know the Ray job's own end
             self.final_phase = current.value
         self.phase = current.value
         return current is not previous
@@ -114,27 +114,45 @@ class Timeline:
     def _catch_up(self, observation: Observation, now: float) -> float | None:
         """Account for the time before the first observation; return when quota was reserved, if known.
 
-        A waiter often starts after the fact: the sensor runs once the submit task has finished, and a
-        restarted triggerer begins again from the trigger's arguments. Kueue's ``QuotaReserved``
-        transition time splits the gap since submission into queued and admitted time; without it
-        (still waiting) the whole gap was queueing. What cannot be recovered: an earlier admission that
-        was preempted before the first observation counts as queueing (its preemption is still counted,
-        from the Workload's eviction stats); a job first seen finished gets its queueing time only; and
-        running time starts at the first observation, since neither object records when the Ray job
-        itself started running.
+        A waiter often starts after the fact: the sensor runs once the submit task has finished, a
+        sensor retry starts when the RayJob may be over, and a restarted triggerer begins again from the
+        trigger's arguments. The objects say when things happened: Kueue's ``QuotaReserved`` transition
+        ends the queueing, and the Ray job's own start and end (``rayJobInfo``) bound the running. What
+        cannot be recovered: an earlier admission that was preempted before the first observation counts
+        as queueing (its preemption is still counted, from the Workload's eviction stats).
         """
+        phase = observation.phase
+        if phase in WAITING_PHASES:
+            self._attribute(phase, max(0.0, now - self.submitted_at))
+            return None
         reserved_at = None
-        if observation.quota_reserved_at and (
-            observation.phase in HOLDING_QUOTA_PHASES or observation.phase in TERMINAL_PHASES
-        ):
-            reserved_at = min(max(to_epoch(observation.quota_reserved_at), self.submitted_at), now)
-        if reserved_at is not None:
-            self.queued_seconds += reserved_at - self.submitted_at
-            if observation.phase in HOLDING_QUOTA_PHASES:
-                self.admitted_seconds += now - reserved_at
-        elif observation.phase in WAITING_PHASES:
-            self.queued_seconds += max(0.0, now - self.submitted_at)
+        if observation.quota_reserved_at and (phase in HOLDING_QUOTA_PHASES or phase in TERMINAL_PHASES):
+            reserved_at = self._within(observation.quota_reserved_at, self.submitted_at, now)
+        if reserved_at is None:
+            return None
+        self.resource_usage = dict(observation.resource_usage)
+        self._attribute(Phase.QUEUED, reserved_at - self.submitted_at)
+        started = self._within(observation.ray_job_started_at, reserved_at, now)
+        if phase in TERMINAL_PHASES:
+            ended = self._within(observation.ray_job_finished_at, started or reserved_at, now)
+            if started is not None and ended is not None:
+                self._attribute(Phase.ADMITTED, started - reserved_at)
+                self._attribute(Phase.RUNNING, ended - started)
+                self.finished_at = ended
+        elif phase is Phase.RUNNING and started is not None:
+            self._attribute(Phase.ADMITTED, started - reserved_at)
+            self._attribute(Phase.RUNNING, now - started)
+        else:
+            self._attribute(Phase.ADMITTED, now - reserved_at)
         return reserved_at
+
+    @staticmethod
+    def _within(value: str | None, earliest: float | None, latest: float) -> float | None:
+        """A Kubernetes timestamp clamped into [earliest, latest]: they have 1 s precision, and clocks
+        differ, so never before what it follows nor after now."""
+        if not value:
+            return None
+        return min(max(to_epoch(value), earliest if earliest is not None else float("-inf")), latest)
 
     def _attribute(self, phase: Phase, seconds: float) -> None:
         if phase in WAITING_PHASES:

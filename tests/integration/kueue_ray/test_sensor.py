@@ -115,3 +115,26 @@ def test_a_sensor_that_starts_after_admission_still_reports_the_queueing(queues,
     timeline = context["ti"].xcom["timeline"]
     assert timeline["queued_seconds"] >= 1, timeline
     assert to_epoch(timeline["admissions"][0]["at"]) == to_epoch(reserved_at)
+
+
+def test_a_sensor_that_starts_after_the_job_finished_reports_how_long_it_ran(
+    queues, rayjob_body, task_context
+):
+    """A sensor retry after the RayJob is over (its first try lost to a worker problem): the timeline
+    takes the running time from the Ray job's own start and end, not from the sensor's first look."""
+    context = task_context("train")
+    reference = submit(queues, rayjob_body(duration="30"), context)
+    wait_for(
+        lambda: (queues.rayjobs()[0].get("status") or {}).get("jobDeploymentStatus") == "Complete", timeout=60
+    )
+    sensor = RayJobSensor(task_id="wait", submit_task_id="train", log_tail_lines=0)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(context)
+    assert (
+        sensor.execute_complete(context, event=asyncio.run(first_event(deferred.value.trigger))) == reference
+    )
+    timeline = context["ti"].xcom["timeline"]
+    info = queues.rayjobs()[0]["status"]["rayJobInfo"]
+    assert timeline["final_phase"] == "SUCCEEDED"
+    assert timeline["running_seconds"] == to_epoch(info["endTime"]) - to_epoch(info["startTime"]) > 0
+    assert to_epoch(timeline["finished_at"]) == to_epoch(info["endTime"])

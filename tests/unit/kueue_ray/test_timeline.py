@@ -138,14 +138,19 @@ def test_job_seen_only_when_already_finished_still_has_its_admission():
     assert timeline.running_seconds == 0
 
 
-def late(phase, reserved_offset=None, **kwargs):
-    """An observation by a waiter that started after the fact, carrying Kueue's QuotaReserved time."""
-    observation = obs(phase, **kwargs)
-    if reserved_offset is not None:
-        observation = dataclasses.replace(
-            observation, quota_reserved_at=datetime.fromtimestamp(T0 + reserved_offset, UTC).isoformat()
-        )
-    return observation
+def late(phase, reserved_offset=None, started_offset=None, finished_offset=None, **kwargs):
+    """An observation by a waiter that started after the fact, carrying the objects' own timestamps:
+    Kueue's QuotaReserved instant and the Ray job's start and end (rayJobInfo)."""
+
+    def iso(offset):
+        return None if offset is None else datetime.fromtimestamp(T0 + offset, UTC).isoformat()
+
+    return dataclasses.replace(
+        obs(phase, **kwargs),
+        quota_reserved_at=iso(reserved_offset),
+        ray_job_started_at=iso(started_offset),
+        ray_job_finished_at=iso(finished_offset),
+    )
 
 
 def test_a_waiter_that_starts_while_the_job_runs_still_knows_how_long_it_queued():
@@ -186,3 +191,42 @@ def test_a_reservation_time_outside_the_wait_is_clamped_to_it():
     )
     assert timeline.queued_seconds == 0
     assert timeline.admitted_seconds == 10
+
+
+def test_a_sensor_retry_that_first_sees_the_job_finished_still_reports_how_long_it_ran():
+    """Try 2 of a sensor starts after the RayJob finished (try 1 was lost to a worker problem): the
+    Ray job's own start and end give its running time and resource-seconds."""
+    timeline = feed(
+        Timeline(submitted_at=T0),
+        [
+            (
+                200,
+                late(
+                    Phase.SUCCEEDED, reserved_offset=30, started_offset=35, finished_offset=95, admitted=True
+                ),
+            )
+        ],
+    )
+    assert timeline.queued_seconds == 30
+    assert timeline.admitted_seconds == 65
+    assert timeline.running_seconds == 60
+    assert timeline.resource_seconds["nvidia.com/gpu"] == 120.0
+    assert timeline.finished_at == T0 + 95
+    assert timeline.final_phase == "SUCCEEDED"
+
+
+def test_a_waiter_that_starts_mid_run_counts_the_running_since_the_ray_job_started():
+    timeline = feed(
+        Timeline(submitted_at=T0),
+        [
+            (50, late(Phase.RUNNING, reserved_offset=30, started_offset=40, admitted=True)),
+            (
+                110,
+                late(
+                    Phase.SUCCEEDED, reserved_offset=30, started_offset=40, finished_offset=110, admitted=True
+                ),
+            ),
+        ],
+    )
+    assert (timeline.queued_seconds, timeline.admitted_seconds, timeline.running_seconds) == (30, 80, 70)
+    assert timeline.finished_at == T0 + 110
