@@ -147,6 +147,11 @@ class E2E:
         response.raise_for_status()
         return log_text(response.json())
 
+    def every_try_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+        """The logs of every try of one task, in order: what a user reads across the UI's try tabs."""
+        tries = self.ti(dag_id, run_id, task_id)["try_number"] or 0
+        return "\n".join(self.task_log(dag_id, run_id, task_id, number) for number in range(1, tries + 1))
+
     def all_logs(self, dag_id: str, run_id: str) -> str:
         return "\n".join(
             self.task_log(dag_id, run_id, ti["task_id"], number)
