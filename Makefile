@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-full lint demo bench venv clean
+.PHONY: run test test-full lint demo bench bench-full venv clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,9 @@ lint: venv
 clean:
 	rm -rf $(VENV) .pytest_cache
 
-# Benchmarks (not part of `make test`); `$(BIN)/python -m bench.run --profile full` for the bigger N.
+# Benchmarks (not part of `make test`): quick (< 5 min) and full (every figure of bench/README.md, one run).
 bench: venv
 	$(BIN)/python -m bench.run --profile quick
+
+bench-full: venv
+	$(BIN)/python -m bench.run --profile full --out bench/results/full.json

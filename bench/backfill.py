@@ -48,7 +48,6 @@ one on that axis.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from datetime import date, timedelta
@@ -66,8 +65,6 @@ BLOCKER = "bench-queue-blocker"
 SLOT_STATES = ("queued", "running")
 """Task instance states that hold a worker slot: handed to the executor, or running in a worker."""
 BACKFILL_RUNS = "backfill__"
-EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): .*$", re.MULTILINE)
-"""The CLI's final ``module.SomeError: message`` lines (e.g. sqlite3's "database is locked")."""
 SAMPLE_EVERY_S = 1.0
 RAYJOBS = f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs"
 
@@ -211,35 +208,11 @@ def _supervise(airflow, restarts: list[str]) -> None:
             airflow.start_component(component)
 
 
-def cancel_unfinished_backfills(airflow) -> list[int]:
-    """Cancel the DAG's backfills that never completed (what a user does in the UI's Backfills tab), so
-    that a new one may be created: ``backfill create`` commits its Backfill row before the runs, and on
-    SQLite a lock error leaves it behind, active, with no runs."""
-    response = airflow.api("GET", "/backfills", params={"dag_id": DAG_ID, "limit": 100})
-    response.raise_for_status()
-    cancelled = []
-    for entry in response.json()["backfills"]:
-        if entry.get("completed_at") is None:
-            airflow.api("PUT", f"/backfills/{entry['id']}/cancel").raise_for_status()
-            cancelled.append(entry["id"])
-    return cancelled
-
-
-def set_paused(airflow, paused: bool) -> None:
-    airflow.api("PATCH", f"/dags/{DAG_ID}", json={"is_paused": paused}).raise_for_status()
-
-
 class Creator(threading.Thread):
-    """``airflow backfill create`` as an operator runs it, retried the way one would on SQLite.
-
-    On SQLite the CLI creates each run in a transaction of its own that reads before it writes; when
-    another process (the scheduler, busy with the runs just created) committed in between, SQLite
-    answers "database is locked" at once, whatever the lock timeout. Attempt 1 is the plain command on
-    the running DAG; a failed attempt's orphan backfill is cancelled, and the next attempt pauses the DAG
-    while the CLI runs (the scheduler then leaves the new runs alone) and unpauses it right after, as the
-    UI's "Unpause on trigger" does. Every attempt is recorded; the figures count from the start of the
-    attempt that succeeded (``started`` monotonic, ``started_wall`` wall time).
-    """
+    """``airflow backfill create`` in the background, as an operator runs it on SQLite
+    (``devtools.airflow.Airflow.backfill_create``: a failed attempt's leftover is cancelled and the next
+    one runs with the DAG paused). The figures count from the start of the attempt that succeeded
+    (``started`` monotonic, ``started_wall`` wall time); every attempt is recorded."""
 
     def __init__(self, airflow, args: tuple[str, ...], *, attempts: int, timeout_s: float) -> None:
         super().__init__(daemon=True)
@@ -249,25 +222,15 @@ class Creator(threading.Thread):
         self.started_wall: float | None = None
 
     def run(self) -> None:
-        for number in range(1, self.max_attempts + 1):
-            paused = number > 1
-            record: dict = {"paused_dag": paused}
-            if paused:
-                record["cancelled_backfills"] = cancel_unfinished_backfills(self.airflow)
-                set_paused(self.airflow, True)
-            began, began_wall = time.monotonic(), time.time()
-            try:
-                result = self.airflow.cli(*self.args, check=False, timeout=self.timeout_s)
-            finally:
-                if paused:
-                    set_paused(self.airflow, False)
-            record.update(returncode=result.returncode, cli_s=round(time.monotonic() - began, 1))
-            self.attempts.append(record)
-            if result.returncode == 0:
-                self.started, self.started_wall = began, began_wall
-                return
-            errors = EXCEPTION_LINE.findall(result.stderr)
-            record["error"] = (errors[-1] if errors else result.stderr[-300:])[:300]
+        try:
+            records = self.airflow.backfill_create(
+                DAG_ID, *self.args, attempts=self.max_attempts, timeout=self.timeout_s
+            )
+        except RuntimeError as exc:
+            self.attempts = [{"error": str(exc)[:300]}]
+            return
+        self.started, self.started_wall = records[-1]["started"], records[-1]["started_wall"]
+        self.attempts = [{k: v for k, v in r.items() if not k.startswith("started")} for r in records]
 
     @property
     def failed(self) -> bool:
@@ -281,10 +244,6 @@ def measure(
     block_queue(sim_url, timeout_s=120)
     to_date = FIRST_DATE + timedelta(days=n - 1)
     args = (
-        "backfill",
-        "create",
-        "--dag-id",
-        DAG_ID,
         "--from-date",
         FIRST_DATE.isoformat(),
         "--to-date",
