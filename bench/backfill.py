@@ -222,14 +222,15 @@ class Creator(threading.Thread):
         self.started_wall: float | None = None
 
     def run(self) -> None:
+        from devtools.airflow import BackfillCreateFailed
+
         try:
             records = self.airflow.backfill_create(
                 DAG_ID, *self.args, attempts=self.max_attempts, timeout=self.timeout_s
             )
-        except RuntimeError as exc:
-            self.attempts = [{"error": str(exc)[:300]}]
-            return
-        self.started, self.started_wall = records[-1]["started"], records[-1]["started_wall"]
+            self.started, self.started_wall = records[-1]["started"], records[-1]["started_wall"]
+        except BackfillCreateFailed as exc:
+            records = exc.records
         self.attempts = [{k: v for k, v in r.items() if not k.startswith("started")} for r in records]
 
     @property
@@ -238,7 +239,7 @@ class Creator(threading.Thread):
 
 
 def measure(
-    airflow, sim_url: str, watch, n: int, *, hold_s: float = 15.0, attempts: int = 3, timeout_s: float = 600.0
+    airflow, sim_url: str, watch, n: int, *, hold_s: float = 15.0, attempts: int = 5, timeout_s: float = 600.0
 ) -> dict:
     started_phase = time.monotonic()
     block_queue(sim_url, timeout_s=120)

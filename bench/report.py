@@ -252,8 +252,8 @@ def _series_every(series: list[dict], step_s: float) -> list[dict]:
 def render_backfill(result: dict) -> list[str]:
     n, slots = result["runs"], result["worker_slots"]
     attempts = "; ".join(
-        f"attempt {number} ({'DAG paused meanwhile' if a['paused_dag'] else 'DAG running'}): exit "
-        f"{a['returncode']} after {a['cli_s']} s" + (f" — {a['error']}" if a.get("error") else "")
+        f"attempt {number} ({'DAG paused meanwhile' if a.get('paused_dag') else 'DAG running'}): exit "
+        f"{a.get('returncode')} after {a.get('cli_s')} s" + (f" — {a['error']}" if a.get("error") else "")
         for number, a in enumerate(result["backfill_create"], start=1)
     )
     submitted = result["all_rayjobs_s"]

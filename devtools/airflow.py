@@ -31,6 +31,16 @@ _EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): .*$", re.MULTILINE)
 """The CLI's final ``module.SomeError: message`` lines (e.g. sqlite3's "database is locked")."""
 
 
+class BackfillCreateFailed(RuntimeError):
+    """Every ``airflow backfill create`` attempt failed; ``records`` says how (see Airflow.backfill_create)."""
+
+    def __init__(self, records: list[dict]) -> None:
+        super().__init__(
+            f"airflow backfill create failed {len(records)} times: {[r['error'] for r in records]}"
+        )
+        self.records = records
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -122,7 +132,7 @@ class Airflow:
             timeout=timeout,
         )
 
-    def backfill_create(self, dag_id: str, *args: str, attempts: int = 3, timeout: float = 600) -> list[dict]:
+    def backfill_create(self, dag_id: str, *args: str, attempts: int = 5, timeout: float = 600) -> list[dict]:
         """``airflow backfill create --dag-id <dag_id> <args>``, retried the way an operator would on SQLite.
 
         On SQLite (WAL) the CLI creates each run in a transaction that reads before it writes; when
@@ -133,7 +143,8 @@ class Airflow:
         the DAG paused, so the scheduler leaves the new runs alone, and unpaused right after.
 
         One record per attempt (``paused_dag``, ``cancelled_backfills``, ``returncode``, ``cli_s``,
-        ``started`` monotonic and ``started_wall`` wall time, ``error``); RuntimeError if none succeeded.
+        ``started`` monotonic and ``started_wall`` wall time, ``error``); BackfillCreateFailed (carrying
+        the records) if none succeeded.
         """
         records: list[dict] = []
         for number in range(1, attempts + 1):
@@ -155,9 +166,8 @@ class Airflow:
                 return records
             errors = _EXCEPTION_LINE.findall(result.stderr)
             record["error"] = (errors[-1] if errors else result.stderr[-300:])[:300]
-        raise RuntimeError(
-            f"airflow backfill create failed {attempts} times: {[r['error'] for r in records]}"
-        )
+            time.sleep(5 * number)  # let the writer that won finish its burst
+        raise BackfillCreateFailed(records)
 
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": paused}).raise_for_status()
