@@ -3,7 +3,7 @@ REST API against kubesim (single-queue setup, fast simulated time).
 
 1. a backfill of three days of `text_classifier_finetune`: three dev-priority runs whose RayJobs queue
    behind each other (the ClusterQueue holds one);
-2. once the first dev RayJob runs, a manual run with conf {"priority": "prod-priority"} preempts it;
+2. once the first backfill RayJob runs, a manual run with conf {"priority": "prod-priority"} preempts it;
 3. everything finishes. A table (run, priority, queued s, preemptions, result) is printed from the
    `wait` tasks' XCom timelines; the exit code is 0 only if the outcome matches the walkthrough.
 """
@@ -22,7 +22,7 @@ from devtools.kubesim_process import start_kubesim
 
 DAG_ID = "text_classifier_finetune"
 TIME_SCALE = float(os.environ.get("DEMO_TIME_SCALE", "10"))
-DEADLINE_SECONDS = 170
+DEADLINE_SECONDS = 300
 
 
 def rayjobs(kubeconfig: Path) -> list[dict]:
@@ -130,12 +130,17 @@ def main() -> int:
                     },
                     deadline,
                 )
+                # A backfill RayJob, not any: the DAG is unpaused, so its scheduled run may hold the
+                # queue first, and the prod run must preempt a run of the backfill.
                 wait_until(
                     lambda: any(
                         (j.get("status") or {}).get("jobDeploymentStatus") == "Running"
+                        and (j["metadata"].get("annotations") or {})
+                        .get("airflow.apache.org/run-id", "")
+                        .startswith("backfill__")
                         for j in rayjobs(kubesim.kubeconfig)
                     ),
-                    "the first dev RayJob to run",
+                    "the first backfill RayJob to run",
                     deadline,
                 )
                 print("2. Manual prod run: {'priority': 'prod-priority'}")
