@@ -220,29 +220,11 @@ def airflow_knows_admission(entries: list[dict]) -> tuple[float | None, bool]:
     return None, queued_before
 
 
-def trigger_run(airflow, body: dict, attempts: int = 5) -> None:
-    """POST one DAG run, again after a 5xx or a dropped connection (SQLite answers "database is locked"
-    to the api-server under load); the run id is ours, so a 409 means an earlier attempt created it."""
-    for attempt in range(1, attempts + 1):
-        try:
-            response = airflow.api("POST", f"/dags/{DAG_ID}/dagRuns", json=body)
-        except httpx.TransportError:
-            if attempt == attempts:
-                raise
-        else:
-            if response.status_code == 409 or response.is_success:
-                return
-            if attempt == attempts:
-                response.raise_for_status()
-        time.sleep(2 * attempt)
-
-
 def measure_latency(airflow, watch: ClusterWatch, runs: int, timeout_s: float) -> dict:
     started = time.monotonic()
     prefix = f"bench_{uuid.uuid4().hex[:6]}__"
     for index in range(runs):
-        body = {"logical_date": None, "conf": {}, "dag_run_id": f"{prefix}{index:03d}"}
-        trigger_run(airflow, body)
+        airflow.trigger_dag_run(DAG_ID, run_id=f"{prefix}{index:03d}")
     deadline = time.monotonic() + timeout_s
     while True:
         ends = {ti["dag_run_id"]: ti for ti in task_instances(airflow, "wait", prefix)}
@@ -314,7 +296,7 @@ def measure(runs: int, backfill_runs: int, workdir: Path, timeout_s: float) -> d
             startup_s = round(time.monotonic() - started, 1)
             watch = ClusterWatch(sim.url)
             watch.start()
-            airflow.api("PATCH", f"/dags/{DAG_ID}", json={"is_paused": False}).raise_for_status()
+            airflow.set_paused(DAG_ID, False)
             latency = _phase(measure_latency, airflow, watch, runs, timeout_s) if runs else None
             if latency is not None:
                 latency["airflow_startup_s"] = startup_s

@@ -9,15 +9,16 @@ is active; starting a second Airflow would cost another 1–2 minutes and measur
    says ("insufficient unused quota"), and their sensors wait deferred. A ClusterQueue ``stopPolicy: Hold``
    would block admission too, but Kueue then reports the queue inactive, which the sensor rightly treats
    as INADMISSIBLE and fails after its grace period: that is not waiting.
-2. ``airflow backfill create --dag-id text_classifier_finetune --from-date 2026-01-01 --to-date <+n-1 d>
-   --max-active-runs n`` (the DAG is @daily). A backfill's ``--max-active-runs`` is its own limit,
+2. ``POST /api/v2/backfills`` (what the UI's backfill dialog sends) for ``n`` days from 2026-01-01 with
+   ``max_active_runs`` = ``n`` (the DAG is @daily). A backfill's ``max_active_runs`` is its own limit,
    counted apart from the DAG's ``max_active_runs=3`` (which limits only non-backfill runs), so all
    ``n`` runs may be active at once; what limits the tasks is then ``[core] parallelism`` = 16 (the
    scheduler queues at most ``parallelism`` minus the executor's occupied slots; the LocalExecutor runs
    one task per slot) — ``max_active_tasks`` (16) counts per DAG run, and pools do not count deferred
-   tasks. On SQLite the CLI can fail with "database is locked"; ``Creator`` retries it as an operator
-   would (see there) and every attempt is reported.
-3. Sample about once a second, from just before the CLI starts: the backfill task instances that hold a
+   tasks. On SQLite the api-server may answer 503 ("database is locked", rolled back); the request is
+   sent again, as the UI user would, and the refusals are counted. (Not the CLI: ``airflow backfill
+   create`` can fail half-way on SQLite and leave an active backfill behind that blocks the next try.)
+3. Sample about once a second, from just before the request is sent: the backfill task instances that hold a
    worker slot — ``queued`` (handed to the executor) or ``running`` — in ONE list request (one instant),
    then the deferred sensors, succeeded submits and running backfill runs (counts), and the RayJobs the
    ``ClusterWatch`` has seen created for backfill runs. A deferred task instance holds no slot. Once
@@ -26,15 +27,15 @@ is active; starting a second Airflow would cost another 1–2 minutes and measur
 4. Unblock (delete the blocker). The backfill is not waited for: its ``n`` RayJobs would then run one at a
    time; the benchmark stops Airflow and kubesim.
 
-Figures, counted from the start of the ``backfill create`` that succeeded: seconds to ``n`` RayJobs
+Figures, counted from the first ``POST /backfills`` (503s and retries included): seconds to ``n`` RayJobs
 existing (the watch's time of the n-th creation) — target 120 s; seconds to ``n`` sensors deferred
 (first sample with all deferred, ~1 s resolution); the most task instances running and the most slots
 held at one instant, over the whole period; the most slots held, and ``wait`` task instances running,
 once all had deferred — target 0. Result::
 
     {"runs", "worker_slots",
-     "backfill_create": [{"paused_dag", "cancelled_backfills"?, "returncode", "cli_s", "error"?}, ...],
-     "succeeded_attempt_started_t", "all_rayjobs_s", "rayjobs_created", "all_deferred_s",
+     "backfill_create": {"backfill_id", "refused_503", "request_s"} or {"error", "request_s"},
+     "all_rayjobs_s", "rayjobs_created", "all_deferred_s",
      "max_running", "max_slots_held", "max_slots_held_after_all_deferred",
      "max_running_wait_after_all_deferred", "samples_after_all_deferred", "target_submitted_s",
      "component_restarts", "sample_errors": {"count", "first"},
@@ -42,8 +43,7 @@ once all had deferred — target 0. Result::
                  "wait": {"queued", "running", "deferred"}}, ...],
      "phase_s"}
 
-``t`` is seconds since the first attempt started; ``succeeded_attempt_started_t`` places the successful
-one on that axis.
+``t`` is seconds since the first request was sent.
 """
 
 from __future__ import annotations
@@ -173,8 +173,8 @@ def running(point: dict) -> int:
 def summarize(
     series: list[dict], created: list[float], n: int, t0_wall: float | None, t0_offset: float | None
 ) -> dict:
-    """The figures of the module docstring. ``t0_wall`` / ``t0_offset``: when the successful
-    ``backfill create`` started (wall time; seconds into the series); None if none succeeded."""
+    """The figures of the module docstring. ``t0_wall`` / ``t0_offset``: when the first ``POST /backfills``
+    was sent (wall time; seconds into the series); None if the backfill was not created."""
     all_deferred = next((p for p in series if p["wait"]["deferred"] >= n), None)
     after = [p for p in series if all_deferred is not None and p["t"] >= all_deferred["t"]]
     return {
@@ -200,8 +200,8 @@ def _describe(exc: httpx.HTTPError) -> str:
 
 
 def _supervise(airflow, restarts: list[str]) -> None:
-    """Restart a scheduler or triggerer that died (standalone does not), and remember it: on SQLite the
-    scheduler can crash on a race with ``airflow backfill create`` (see tests/e2e/conftest.py)."""
+    """Restart a scheduler or triggerer that died (standalone does not), and remember it: on SQLite a
+    component can crash on "database is locked" under this load (see tests/e2e/conftest.py)."""
     for component in ("scheduler", "triggerer"):
         if not airflow.component_processes(component):
             restarts.append(component)
@@ -209,50 +209,46 @@ def _supervise(airflow, restarts: list[str]) -> None:
 
 
 class Creator(threading.Thread):
-    """``airflow backfill create`` in the background, as an operator runs it on SQLite
-    (``devtools.airflow.Airflow.backfill_create``: a failed attempt's leftover is cancelled and the next
-    one runs with the DAG paused). The figures count from the start of the attempt that succeeded
-    (``started`` monotonic, ``started_wall`` wall time); every attempt is recorded."""
+    """``POST /api/v2/backfills`` in the background (the UI's backfill dialog; ``Airflow.create_backfill``
+    asks again while SQLite makes the api-server answer 503). The figures count from the start of that
+    request (``started`` monotonic, ``started_wall`` wall time); the 503s before it are counted."""
 
-    def __init__(self, airflow, args: tuple[str, ...], *, attempts: int, timeout_s: float) -> None:
+    def __init__(self, airflow, body: dict, *, timeout_s: float) -> None:
         super().__init__(daemon=True)
-        self.airflow, self.args, self.max_attempts, self.timeout_s = airflow, args, attempts, timeout_s
-        self.attempts: list[dict] = []
+        self.airflow, self.body, self.timeout_s = airflow, body, timeout_s
+        self.record: dict = {}
         self.started: float | None = None
         self.started_wall: float | None = None
 
     def run(self) -> None:
-        from devtools.airflow import BackfillCreateFailed
-
+        started, started_wall = time.monotonic(), time.time()
         try:
-            records = self.airflow.backfill_create(
-                DAG_ID, *self.args, attempts=self.max_attempts, timeout=self.timeout_s
-            )
-            self.started, self.started_wall = records[-1]["started"], records[-1]["started_wall"]
-        except BackfillCreateFailed as exc:
-            records = exc.records
-        self.attempts = [{k: v for k, v in r.items() if not k.startswith("started")} for r in records]
+            created, refusals = self.airflow.create_backfill(self.body, timeout=self.timeout_s)
+        except httpx.HTTPError as exc:
+            self.record = {"error": _describe(exc), "request_s": round(time.monotonic() - started, 1)}
+            return
+        self.record = {
+            "backfill_id": created.get("id"),
+            "refused_503": refusals,
+            "request_s": round(time.monotonic() - started, 1),
+        }
+        self.started, self.started_wall = started, started_wall
 
     @property
     def failed(self) -> bool:
         return not self.is_alive() and self.started is None
 
 
-def measure(
-    airflow, sim_url: str, watch, n: int, *, hold_s: float = 15.0, attempts: int = 5, timeout_s: float = 600.0
-) -> dict:
+def measure(airflow, sim_url: str, watch, n: int, *, hold_s: float = 15.0, timeout_s: float = 600.0) -> dict:
     started_phase = time.monotonic()
     block_queue(sim_url, timeout_s=120)
-    to_date = FIRST_DATE + timedelta(days=n - 1)
-    args = (
-        "--from-date",
-        FIRST_DATE.isoformat(),
-        "--to-date",
-        to_date.isoformat(),
-        "--max-active-runs",
-        str(n),
-    )
-    creator = Creator(airflow, args, attempts=attempts, timeout_s=timeout_s)
+    body = {
+        "dag_id": DAG_ID,
+        "from_date": f"{FIRST_DATE.isoformat()}T00:00:00Z",
+        "to_date": f"{(FIRST_DATE + timedelta(days=n - 1)).isoformat()}T00:00:00Z",
+        "max_active_runs": n,
+    }
+    creator = Creator(airflow, body, timeout_s=timeout_s)
     started = time.monotonic()
     creator.start()
     series: list[dict] = []
@@ -282,8 +278,7 @@ def measure(
     return {
         "runs": n,
         "worker_slots": WORKER_SLOTS,
-        "backfill_create": creator.attempts,
-        "succeeded_attempt_started_t": None if offset is None else round(offset, 1),
+        "backfill_create": creator.record,
         **summarize(series, creations, n, creator.started_wall, offset),
         "target_submitted_s": TARGET_SUBMITTED_S,
         "component_restarts": restarts,

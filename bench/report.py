@@ -251,18 +251,19 @@ def _series_every(series: list[dict], step_s: float) -> list[dict]:
 
 def render_backfill(result: dict) -> list[str]:
     n, slots = result["runs"], result["worker_slots"]
-    attempts = "; ".join(
-        f"attempt {number} ({'DAG paused meanwhile' if a.get('paused_dag') else 'DAG running'}): exit "
-        f"{a.get('returncode')} after {a.get('cli_s')} s" + (f" — {a['error']}" if a.get("error") else "")
-        for number, a in enumerate(result["backfill_create"], start=1)
+    create = result["backfill_create"]
+    request = (
+        f"failed after {create.get('request_s')} s — {create['error']}"
+        if create.get("error")
+        else f"created in {create.get('request_s')} s, after {create.get('refused_503')} 503 refusal(s)"
     )
     submitted = result["all_rayjobs_s"]
     held_after = result["max_slots_held_after_all_deferred"]
     lines = [
-        f"`airflow backfill create --max-active-runs {n}`: {n} daily runs of text_classifier_finetune while a "
-        f"prod-priority RayJob holds the single queue (nothing is admitted); {slots} worker slots "
-        f"(LocalExecutor, `[core] parallelism`); the phase took {result['phase_s']} s. CLI: {attempts or 'not run'}. Times count from the start of "
-        f"the attempt that succeeded (t = {result['succeeded_attempt_started_t']} s in the series); component "
+        f"`POST /api/v2/backfills` (`max_active_runs` {n}): {n} daily runs of text_classifier_finetune while "
+        f"a prod-priority RayJob holds the single queue (nothing is admitted); {slots} worker slots "
+        f"(LocalExecutor, `[core] parallelism`); the phase took {result['phase_s']} s. Backfill {request}. "
+        f"Times count from the first request; component "
         f"restarts: {result['component_restarts'] or 'none'}; samples lost to API errors: "
         f"{result['sample_errors']['count']} {result['sample_errors']['first'] or ''}.",
         "",

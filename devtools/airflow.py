@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,18 +27,6 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 USERNAME = "admin"
 PASSWORD = "admin"
-_EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): .*$", re.MULTILINE)
-"""The CLI's final ``module.SomeError: message`` lines (e.g. sqlite3's "database is locked")."""
-
-
-class BackfillCreateFailed(RuntimeError):
-    """Every ``airflow backfill create`` attempt failed; ``records`` says how (see Airflow.backfill_create)."""
-
-    def __init__(self, records: list[dict]) -> None:
-        super().__init__(
-            f"airflow backfill create failed {len(records)} times: {[r['error'] for r in records]}"
-        )
-        self.records = records
 
 
 def free_port() -> int:
@@ -121,66 +109,50 @@ class Airflow:
                 time.sleep(1)
         return self.client.request(method, f"/api/v2{path}", **kwargs)
 
-    def cli(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-        """Run the `airflow` CLI against the same metadata DB, as an operator would from a shell."""
-        return subprocess.run(
-            [str(Path(sys.executable).parent / "airflow"), *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=check,
-            timeout=timeout,
-        )
+    def trigger_dag_run(
+        self, dag_id: str, conf: dict | None = None, *, run_id: str | None = None, attempts: int = 5
+    ) -> str:
+        """POST a DAG run as a CI client would, and return its run id.
 
-    def backfill_create(self, dag_id: str, *args: str, attempts: int = 5, timeout: float = 600) -> list[dict]:
-        """``airflow backfill create --dag-id <dag_id> <args>``, retried the way an operator would on SQLite.
-
-        On SQLite (WAL) the CLI creates each run in a transaction that reads before it writes; when
-        another process (the scheduler, busy with the runs just created) committed in between, SQLite
-        answers "database is locked" at once, whatever the lock timeout, and the CLI leaves its Backfill
-        row behind, active and without runs, which blocks the next attempt. So a failed attempt's
-        leftover is cancelled (as a user would in the UI's Backfills tab) and the next attempt runs with
-        the DAG paused, so the scheduler leaves the new runs alone, and unpaused right after.
-
-        One record per attempt (``paused_dag``, ``cancelled_backfills``, ``returncode``, ``cli_s``,
-        ``started`` monotonic and ``started_wall`` wall time, ``error``); BackfillCreateFailed (carrying
-        the records) if none succeeded.
+        The run id is ours, so an attempt that failed with a 5xx (SQLite's "database is locked" in the
+        api-server under load) or a dropped connection is safe to repeat: a 409 after such an attempt
+        means the earlier one created the run. A 4xx on the first attempt is the caller's error.
         """
-        records: list[dict] = []
-        for number in range(1, attempts + 1):
-            record: dict = {"paused_dag": number > 1}
-            if record["paused_dag"]:
-                record["cancelled_backfills"] = self._cancel_unfinished_backfills(dag_id)
-                self.set_paused(dag_id, True)
-            record.update(started=time.monotonic(), started_wall=time.time())
+        run_id = run_id or f"manual__{uuid.uuid4().hex[:12]}"
+        body = {"logical_date": None, "conf": conf or {}, "dag_run_id": run_id}
+        for attempt in range(1, attempts + 1):
             try:
-                result = self.cli(
-                    "backfill", "create", "--dag-id", dag_id, *args, check=False, timeout=timeout
-                )
-            finally:
-                if record["paused_dag"]:
-                    self.set_paused(dag_id, False)
-            record.update(returncode=result.returncode, cli_s=round(time.monotonic() - record["started"], 1))
-            records.append(record)
-            if result.returncode == 0:
-                return records
-            errors = _EXCEPTION_LINE.findall(result.stderr)
-            record["error"] = (errors[-1] if errors else result.stderr[-300:])[:300]
-            time.sleep(5 * number)  # let the writer that won finish its burst
-        raise BackfillCreateFailed(records)
+                response = self.api("POST", f"/dags/{dag_id}/dagRuns", json=body)
+            except httpx.TransportError:
+                if attempt == attempts:
+                    raise
+            else:
+                if response.is_success or (response.status_code == 409 and attempt > 1):
+                    return run_id
+                if response.status_code < 500 or attempt == attempts:
+                    response.raise_for_status()
+            time.sleep(2 * attempt)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def create_backfill(self, body: dict, *, timeout: float = 120) -> tuple[dict, int]:
+        """``POST /api/v2/backfills`` (what the UI's backfill dialog calls), again while Airflow answers 503.
+
+        On SQLite the api-server maps "database is locked" to 503 and rolls the request back, so nothing
+        was created and asking again is safe (the CLI, in contrast, can leave an active Backfill row
+        behind that blocks the next attempt). Returns the created backfill and how many 503s preceded it.
+        """
+        deadline = time.monotonic() + timeout
+        refusals = 0
+        while True:
+            response = self.api("POST", "/backfills", json=body)
+            if response.status_code != 503 or time.monotonic() > deadline:
+                response.raise_for_status()
+                return response.json(), refusals
+            refusals += 1
+            time.sleep(min(refusals, 5))
 
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": paused}).raise_for_status()
-
-    def _cancel_unfinished_backfills(self, dag_id: str) -> list[int]:
-        response = self.api("GET", "/backfills", params={"dag_id": dag_id, "limit": 100})
-        response.raise_for_status()
-        cancelled = []
-        for entry in response.json()["backfills"]:
-            if entry.get("completed_at") is None:
-                self.api("PUT", f"/backfills/{entry['id']}/cancel").raise_for_status()
-                cancelled.append(entry["id"])
-        return cancelled
 
     def wait_for_dags(self, dag_ids: list[str], timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout

@@ -46,21 +46,6 @@ def wait_until(predicate, what: str, deadline: float, interval: float = 1.0):
     raise TimeoutError(f"gave up waiting for {what}")
 
 
-def create_backfill(airflow, body: dict, deadline: float) -> dict:
-    """POST /backfills, again while Airflow answers 503.
-
-    On SQLite the API server maps "database is locked" to 503 (the scheduler and dag-processor write to the
-    same file, busiest right after start-up); nothing was created, so asking again is safe.
-    """
-    while True:
-        response = airflow.api("POST", "/backfills", json=body)
-        if response.status_code != 503 or time.monotonic() > deadline:
-            response.raise_for_status()
-            return response.json()
-        print(f"   backfill not created yet ({response.json().get('detail')}); retrying")
-        time.sleep(2)
-
-
 def timeline_rows(airflow, runs: list[dict]) -> list[dict]:
     rows = []
     for run in runs:
@@ -120,16 +105,17 @@ def main() -> int:
                 airflow.wait_for_dags([DAG_ID])
                 today = datetime.now(UTC).date()
                 print("1. Backfill of 3 days: dev-priority runs (backfills are clamped to dev-priority)")
-                create_backfill(
-                    airflow,
+                _, refusals = airflow.create_backfill(
                     {
                         "dag_id": DAG_ID,
                         "from_date": f"{today - timedelta(days=3)}T00:00:00Z",
                         "to_date": f"{today - timedelta(days=1)}T00:00:00Z",
                         "max_active_runs": 3,
                     },
-                    deadline,
+                    timeout=deadline - time.monotonic(),
                 )
+                if refusals:
+                    print(f"   (Airflow answered 503 {refusals} time(s) first: SQLite was busy)")
                 # A backfill RayJob, not any: the DAG is unpaused, so its scheduled run may hold the
                 # queue first, and the prod run must preempt a run of the backfill.
                 wait_until(
@@ -144,11 +130,7 @@ def main() -> int:
                     deadline,
                 )
                 print("2. Manual prod run: {'priority': 'prod-priority'}")
-                airflow.api(
-                    "POST",
-                    f"/dags/{DAG_ID}/dagRuns",
-                    json={"logical_date": None, "conf": {"priority": "prod-priority"}},
-                ).raise_for_status()
+                airflow.trigger_dag_run(DAG_ID, {"priority": "prod-priority"})
 
                 def all_done():
                     runs = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns", params={"limit": 100}).json()[

@@ -76,17 +76,8 @@ class E2E:
         return self.airflow.api("POST", f"/dags/{dag_id}/dagRuns", json=body)
 
     def start_run(self, dag_id: str, conf: dict | None = None, *, run_id: str | None = None) -> str:
-        """Trigger a run as a CI client would: the run id is ours, so a 5xx (SQLite's "database is locked"
-        in the api-server under load) is retried, and a 409 after a retry means an earlier attempt made it."""
-        run_id = run_id or f"e2e__{uuid.uuid4().hex[:10]}"
-        for attempt in range(1, 6):
-            response = self.trigger(dag_id, conf, run_id=run_id)
-            if response.status_code == 200 or (response.status_code == 409 and attempt > 1):
-                return run_id
-            if response.status_code < 500:
-                break
-            time.sleep(2 * attempt)
-        raise AssertionError(f"POST dagRuns {dag_id}: {response.status_code} {response.text}")
+        """Trigger a run as a CI client would (5xx retried with the same run id; Airflow.trigger_dag_run)."""
+        return self.airflow.trigger_dag_run(dag_id, conf, run_id=run_id or f"e2e__{uuid.uuid4().hex[:10]}")
 
     def run(self, dag_id: str, run_id: str) -> dict:
         response = self.airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
@@ -107,7 +98,7 @@ class E2E:
         )
 
     def unpause(self, dag_id: str) -> None:
-        self.airflow.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
+        self.airflow.set_paused(dag_id, False)
 
     # ----- Airflow: task instances ----------------------------------------------------------------
 

@@ -4,11 +4,8 @@ prod-priority run preempts the running one and finishes first, and every run fin
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from devtools.demo import create_backfill
 from tests.e2e.harness import wait_until
 
 pytestmark = pytest.mark.timeout(420)
@@ -37,8 +34,7 @@ def walkthrough(e2e):
     # Through the REST API (what the UI's backfill dialog calls): on SQLite the api-server answers a
     # locked database with 503 and rolls back, so asking again is safe; the CLI can leave a half-made
     # backfill behind.
-    create_backfill(
-        e2e.airflow,
+    e2e.airflow.create_backfill(
         {
             "dag_id": DAG,
             "from_date": "2026-10-01T00:00:00Z",
@@ -46,7 +42,7 @@ def walkthrough(e2e):
             "max_active_runs": 3,
             "dag_run_conf": {"priority": "prod-priority"},
         },
-        time.monotonic() + 120,
+        timeout=120,
     )
     backfill = wait_until(
         lambda: len(runs := e2e.runs(DAG, run_type="backfill")) == 3 and runs,
