@@ -30,7 +30,7 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 from kueue_ray.capacity import find_shortfall, max_capacity
 from kueue_ray.errors import KueueRayError
 from kueue_ray.manifests import BuiltRayJob, explain_capacity_shortfall
-from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity
+from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +94,6 @@ def _delete_options(uid: str, resource_version: str | None) -> dict:
     return {"preconditions": preconditions, "propagationPolicy": "Background"}
 
 
-def waiter_stamp(waiter: AirflowIdentity) -> str:
-    """A sensor try as the value of ``WAITER_ANNOTATION``: ``<task_id>/<map_index>/<try_number>``."""
-    return f"{waiter.task_id}/{waiter.map_index}/{waiter.try_number}"
-
-
 def foreign_run(rayjob: dict, waiter: AirflowIdentity) -> str | None:
     """Why the sensor try ``waiter`` must never delete ``rayjob`` (another DAG run, or not created by
     Airflow at all); None when it belongs to the sensor's own DAG run and map index."""
@@ -123,9 +118,9 @@ def not_waiting_reason(rayjob: dict, waiter: AirflowIdentity) -> str | None:
     foreign = foreign_run(rayjob, waiter)
     if foreign is not None:
         return foreign
-    registered = (rayjob["metadata"].get("annotations") or {}).get(WAITER_ANNOTATION)
-    if registered != waiter_stamp(waiter):
-        return f"its waiter is now {registered or 'nobody'}, not {waiter_stamp(waiter)}"
+    registered, this_try = Waiter.from_annotations(rayjob["metadata"].get("annotations")), Waiter.of(waiter)
+    if registered != this_try:
+        return f"its waiter is now {registered.stamp() if registered else 'nobody'}, not {this_try.stamp()}"
     return None
 
 
@@ -225,7 +220,7 @@ class RayJobHook(KubernetesHook):
         """Record the sensor try ``waiter`` as the RayJob's current waiter (``WAITER_ANNOTATION``), so its
         trigger's on_kill may delete the RayJob, and an older try's may not. None if the RayJob changed
         hands or disappeared meanwhile."""
-        return self._annotate(rayjob, {WAITER_ANNOTATION: waiter_stamp(waiter)})
+        return self._annotate(rayjob, {WAITER_ANNOTATION: Waiter.of(waiter).stamp()})
 
     @generic_api_retry
     def delete_rayjob(self, name: str, namespace: str, uid: str, resource_version: str | None = None) -> str:

@@ -99,6 +99,36 @@ class AirflowIdentity:
             return None
 
 
+@dataclass(frozen=True)
+class Waiter:
+    """The sensor try registered in ``WAITER_ANNOTATION``, written and read only here."""
+
+    task_id: str
+    map_index: int
+    try_number: int
+
+    @classmethod
+    def of(cls, identity: AirflowIdentity) -> Waiter:
+        return cls(task_id=identity.task_id, map_index=identity.map_index, try_number=identity.try_number)
+
+    def stamp(self) -> str:
+        """``<task_id>/<map_index>/<try_number>``: a task id may contain "/" (task groups), so it is read
+        back from the right."""
+        return f"{self.task_id}/{self.map_index}/{self.try_number}"
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str] | None) -> Waiter | None:
+        """The registered waiter; None if there is none or the stamp is garbled."""
+        stamp = (annotations or {}).get(WAITER_ANNOTATION)
+        parts = (stamp or "").rsplit("/", 2)
+        if len(parts) != 3 or not parts[0]:
+            return None
+        try:
+            return cls(task_id=parts[0], map_index=int(parts[1]), try_number=int(parts[2]))
+        except ValueError:
+            return None
+
+
 def rayjob_name(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
     """``<short dag>-<short task>-<hash>``: a DNS-1035 label of at most 47 characters.
 

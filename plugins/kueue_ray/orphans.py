@@ -29,36 +29,13 @@ Task states that may still come back (``up_for_retry``, ``up_for_reschedule``, `
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from kueue_ray.naming import WAITER_ANNOTATION, AirflowIdentity
+from kueue_ray.naming import AirflowIdentity, Waiter
 
 ENDED_STATES = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
 """Task instance states no try will leave again without a user clearing the task."""
 ENDED_WITHOUT_SUCCESS = ENDED_STATES - {"success"}
 FINISHED_DEPLOYMENT_STATUSES = frozenset({"Complete", "Failed", "ValidationFailed"})
-
-
-@dataclass(frozen=True)
-class Waiter:
-    """The sensor try named in ``WAITER_ANNOTATION`` (``<task_id>/<map_index>/<try_number>``)."""
-
-    task_id: str
-    map_index: int
-
-    @classmethod
-    def from_annotations(cls, annotations: Mapping[str, str] | None) -> Waiter | None:
-        stamp = (annotations or {}).get(WAITER_ANNOTATION)
-        if not stamp:
-            return None
-        parts = stamp.split("/")
-        if len(parts) < 3:
-            return None
-        task_id, map_index = "/".join(parts[:-2]), parts[-2]
-        try:
-            return cls(task_id=task_id, map_index=int(map_index))
-        except ValueError:
-            return None
 
 
 def state_key(task_id: str, map_index: int) -> str:

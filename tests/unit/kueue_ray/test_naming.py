@@ -6,7 +6,9 @@ import pytest
 from kueue_ray.naming import (
     MANAGED_BY_LABEL,
     TRY_NUMBER_ANNOTATION,
+    WAITER_ANNOTATION,
     AirflowIdentity,
+    Waiter,
     is_label_value,
     label_value,
     rayjob_name,
@@ -76,3 +78,15 @@ def test_identity_round_trips_through_annotations():
     assert identity.labels()[MANAGED_BY_LABEL] == "airflow-kueue-ray"
     assert identity.same_task(AirflowIdentity("dag", "grp.task", identity.run_id, 3, 5))
     assert not identity.same_task(AirflowIdentity("dag", "grp.task", identity.run_id, 4, 2))
+
+
+def test_waiter_stamp_round_trips_even_with_slashes_in_the_task_id():
+    sensor_try = AirflowIdentity(dag_id="d", task_id="group/wait", run_id="r", map_index=2, try_number=3)
+    stamp = Waiter.of(sensor_try).stamp()
+    assert stamp == "group/wait/2/3"
+    assert Waiter.from_annotations({WAITER_ANNOTATION: stamp}) == Waiter("group/wait", 2, 3)
+
+
+@pytest.mark.parametrize("stamp", ["garbled", "wait/x/1", "/1/2", ""])
+def test_garbled_waiter_stamps_read_as_no_waiter(stamp):
+    assert Waiter.from_annotations({WAITER_ANNOTATION: stamp}) is None

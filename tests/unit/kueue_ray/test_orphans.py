@@ -2,7 +2,7 @@
 
 import pytest
 from kueue_ray.naming import WAITER_ANNOTATION, AirflowIdentity
-from kueue_ray.orphans import Waiter, needs_decision, orphan_reason, state_key
+from kueue_ray.orphans import needs_decision, orphan_reason, state_key
 
 OWNER = AirflowIdentity(dag_id="train", task_id="submit", run_id="manual__1", try_number=1)
 
@@ -64,12 +64,6 @@ def test_mapped_tasks_are_matched_by_map_index():
     assert orphan_reason(job, run_exists=True, task_states=states) is None
     assert orphan_reason(job, run_exists=True, task_states={**states, "wait_3": "failed"}) is not None
     assert state_key("wait", -1) == "wait" and state_key("wait", 3) == "wait_3"
-
-
-def test_waiter_stamps_with_slashes_in_the_task_id_are_read_from_the_right():
-    stamp = {WAITER_ANNOTATION: "group/wait/2/1"}
-    assert Waiter.from_annotations(stamp) == Waiter(task_id="group/wait", map_index=2)
-    assert Waiter.from_annotations({WAITER_ANNOTATION: "garbled"}) is None
 
 
 def test_only_active_rayjobs_created_by_airflow_are_judged():
