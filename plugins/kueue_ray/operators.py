@@ -2,7 +2,7 @@
 
 Importing this module (as every DAG file does) must stay cheap: the dag-processor re-imports it for every
 parse of every DAG file that uses it. So at module level it imports only what defining the operator class
-needs (``BaseOperator`` and the extra links). The trigger (which brings Airflow's trigger machinery and the
+needs (``BaseOperator``, the extra links, and the light ``naming`` and ``verdicts``). The trigger (which brings Airflow's trigger machinery and the
 watch hub), the status / timeline logic, the hook and the manifests are imported inside the methods that run
 on a worker or the triggerer, where their cost is paid once per task, not once per parse.
 """
@@ -12,39 +12,26 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from kueue_ray.links import RAYJOB_XCOM_KEY, KueueWorkloadLink, RayDashboardLink
+from kueue_ray.naming import QUEUE_LABEL, AirflowIdentity
+from kueue_ray.verdicts import DELETED, GAVE_UP, SUCCESS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from kueue_ray.hook import RayJobHook
-    from kueue_ray.naming import AirflowIdentity
     from kueue_ray.trigger import RayJobTrigger
 
 TIMELINE_XCOM_KEY = "timeline"
 
 
-@cache
-def gave_up_verdicts() -> frozenset[str]:
-    """Verdicts that end the wait while the RayJob itself is still queued or running.
-
-    A function, not a module constant, because the verdict names live in ``kueue_ray.trigger``, which is
-    too heavy to import when a DAG file is parsed.
-    """
-    from kueue_ray.trigger import INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS
-
-    return frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS})
-
-
 def task_identity(context: Context) -> AirflowIdentity:
     """The task try running now, as the RayJob's annotations record it."""
-    from kueue_ray.naming import AirflowIdentity
 
     ti = context["ti"]
     map_index = getattr(ti, "map_index", -1)
@@ -94,9 +81,8 @@ class WorkerWait:
 
     def step(self, hook: RayJobHook) -> dict[str, Any] | None:
         """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
-        from kueue_ray.naming import QUEUE_LABEL
         from kueue_ray.status import observe
-        from kueue_ray.trigger import DELETED, POSITION_PHASES, Verdict, describe_transition, event_payload
+        from kueue_ray.trigger import POSITION_PHASES, Verdict, describe_transition, event_payload
 
         trigger = self.trigger
         ids = {"name": trigger.name, "namespace": trigger.namespace, "uid": trigger.uid}
@@ -140,7 +126,6 @@ def finish(
 ) -> dict:
     """Shared end of waiting (operator and sensor): timeline to XCom, driver log to the task log, raise
     on anything but success."""
-    from kueue_ray.trigger import DELETED, SUCCESS
 
     ti = context["ti"]
     timeline = event.get("timeline") or {}
@@ -415,7 +400,6 @@ class SubmitRayJobOperator(BaseOperator):
         * there, made by this task, and failed / stopped / deactivated -> deleted and created afresh;
         * there, made by anything else -> error: we never touch what is not ours.
         """
-        from kueue_ray.naming import AirflowIdentity
         from kueue_ray.status import Phase, observe
 
         name = body["metadata"]["name"]
@@ -469,7 +453,7 @@ class SubmitRayJobOperator(BaseOperator):
             identity, event, queue=event.get("queue") or self.local_queue, priority=event.get("priority")
         )
         context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
-        if event["status"] in gave_up_verdicts():
+        if event["status"] in GAVE_UP:
             self._withdraw(context, event)
         return finish(self, context, event, log_tail_lines=self.log_tail_lines)
 

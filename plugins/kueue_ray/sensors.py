@@ -22,6 +22,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
 from kueue_ray.links import RAYJOB_XCOM_KEY, KueueWorkloadLink, RayDashboardLink
+from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL
 from kueue_ray.operators import WorkerWait, finish, rayjob_details, task_identity
 
 if TYPE_CHECKING:
@@ -154,7 +155,6 @@ class RayJobSensor(BaseSensorOperator):
         return vars(waiter).copy()
 
     def _make_trigger(self, rayjob: dict, waiter: dict | None = None) -> RayJobTrigger:
-        from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL
         from kueue_ray.trigger import RayJobTrigger
 
         metadata = rayjob["metadata"]

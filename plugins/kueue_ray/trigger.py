@@ -41,14 +41,15 @@ from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, Backoff
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.status import Observation, Phase, observe
 from kueue_ray.timeline import Timeline, to_epoch
-
-SUCCESS = "success"
-FAILED = "failed"
-INADMISSIBLE = "inadmissible"
-QUEUE_TIMEOUT = "queue_timeout"
-RUN_TIMEOUT = "run_timeout"
-TOO_MANY_PREEMPTIONS = "too_many_preemptions"
-DELETED = "deleted"
+from kueue_ray.verdicts import (
+    DELETED,
+    FAILED,
+    INADMISSIBLE,
+    QUEUE_TIMEOUT,
+    RUN_TIMEOUT,
+    SUCCESS,
+    TOO_MANY_PREEMPTIONS,
+)
 
 WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE})
 ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
@@ -70,7 +71,7 @@ class _Progress:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Why waiting is over. ``status`` is SUCCESS or one of the failure kinds above."""
+    """Why waiting is over. ``status`` is one of ``kueue_ray.verdicts``."""
 
     status: str
     reason: str

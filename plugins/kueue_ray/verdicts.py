@@ -1,0 +1,16 @@
+"""Why a wait ended: the ``status`` of the trigger's one TriggerEvent.
+
+A module of its own so the operator and sensor modules, which every DAG file imports, can name verdicts
+without importing the trigger (and with it Airflow's trigger machinery and the watch hub).
+"""
+
+SUCCESS = "success"
+FAILED = "failed"
+INADMISSIBLE = "inadmissible"
+QUEUE_TIMEOUT = "queue_timeout"
+RUN_TIMEOUT = "run_timeout"
+TOO_MANY_PREEMPTIONS = "too_many_preemptions"
+DELETED = "deleted"
+
+GAVE_UP = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS})
+"""Verdicts that end the wait while the RayJob itself is still queued or running."""
