@@ -41,10 +41,15 @@ def kubernetes_connection_uri(kubeconfig: str | os.PathLike) -> str:
 
 
 def airflow_environment(
-    home: Path, *, port: int, kubeconfig: str | os.PathLike | None, extra: Mapping[str, str] | None = None
+    home: Path,
+    *,
+    port: int,
+    kubeconfig: str | os.PathLike | None,
+    database_url: str | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Environment for every Airflow component: our dags/ and plugins/, loopback only, SQLite with a long
-    lock wait, fast parsing."""
+    """Environment for every Airflow component: our dags/ and plugins/, loopback only, fast parsing, and
+    ``database_url`` (e.g. devtools.postgres) or, by default, SQLite in ``home`` with a long lock wait."""
     env = dict(os.environ)
     env.update(
         {
@@ -63,13 +68,17 @@ def airflow_environment(
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "10",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-            # Every component and the CLI share one SQLite file: wait for its lock rather than fail.
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "devtools.sqlite_connect_args.CONNECT_ARGS",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "devtools.sqlite_connect_args.ASYNC_CONNECT_ARGS",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
         }
     )
+    if database_url is not None:
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = database_url
+    else:  # every component and the CLI share one SQLite file: wait for its lock rather than fail
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = "devtools.sqlite_connect_args.CONNECT_ARGS"
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] = (
+            "devtools.sqlite_connect_args.ASYNC_CONNECT_ARGS"
+        )
     if kubeconfig is not None:
         env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = kubernetes_connection_uri(kubeconfig)
     env.update(extra or {})
@@ -255,6 +264,7 @@ def start_airflow(
     *,
     kubeconfig: str | os.PathLike | None,
     port: int | None = None,
+    database_url: str | None = None,
     extra_env: Mapping[str, str] | None = None,
     timeout: float = 180,
 ) -> Airflow:
@@ -262,7 +272,9 @@ def start_airflow(
     home.mkdir(parents=True, exist_ok=True)
     (home / "passwords.json").write_text(json.dumps({USERNAME: PASSWORD}))
     port = port or free_port()
-    env = airflow_environment(home, port=port, kubeconfig=kubeconfig, extra=extra_env)
+    env = airflow_environment(
+        home, port=port, kubeconfig=kubeconfig, database_url=database_url, extra=extra_env
+    )
     log_path = home / "standalone.log"
     log = log_path.open("ab")
     process = subprocess.Popen(
