@@ -15,9 +15,21 @@ is active; starting a second Airflow would cost another 1–2 minutes and measur
    ``n`` runs may be active at once; what limits the tasks is then ``[core] parallelism`` = 16 (the
    scheduler queues at most ``parallelism`` minus the executor's occupied slots; the LocalExecutor runs
    one task per slot) — ``max_active_tasks`` (16) counts per DAG run, and pools do not count deferred
-   tasks. On SQLite the api-server may answer 503 ("database is locked", rolled back); the request is
-   sent again, as the UI user would, and the refusals are counted. (Not the CLI: ``airflow backfill
-   create`` can fail half-way on SQLite and leave an active backfill behind that blocks the next try.)
+   tasks. The metadata database is PostgreSQL (bench.airflow_e2e): on SQLite this request is refused
+   with 503 ("database is locked") for minutes while the scheduler works through the runs already made.
+   Should the api-server still answer 503 (a lock it could not get; it cleans up and nothing is left),
+   the request is sent again, as the UI user would, and the refusals are counted.
+
+   The scheduler examines at most ``[scheduler] max_dagruns_per_loop_to_schedule`` running DAG runs per
+   loop (default 20), a backfill's runs always in date order (``BackfillDagRun.sort_ordinal``) before
+   the others by last decision. So with the default, a backfill whose first 20 runs wait in Kueue's
+   queue never gets its 21st run examined: 20 RayJobs exist and the other runs' tasks stay without a
+   state until those finish (measured here on this setup: 20 RayJobs, then none for 10 minutes).
+   That throttles a backfill to 20 RayJobs in Kueue, which is harmless for priority (Kueue still
+   orders what is there) but is not "every run submitted"; the benchmark's Airflow therefore sets it
+   to ``n`` + 20, as a user who wants a whole backfill queued in Kueue would (bench/README.md says so).
+   Exactly ``n`` is one short: the DAG's own scheduled run of today is examined first (not a backfill
+   run), so the last backfill run was never examined (measured: 199 of 200).
 3. Sample about once a second, from just before the request is sent: the backfill task instances that hold a
    worker slot — ``queued`` (handed to the executor) or ``running`` — in ONE list request (one instant),
    then the deferred sensors, succeeded submits and running backfill runs (counts), and the RayJobs the
@@ -33,11 +45,12 @@ existing (the watch's time of the n-th creation) — target 120 s; seconds to ``
 held at one instant, over the whole period; the most slots held, and ``wait`` task instances running,
 once all had deferred — target 0. Result::
 
-    {"runs", "worker_slots",
+    {"runs", "worker_slots", "nproc", "max_dagruns_per_loop_to_schedule",
      "backfill_create": {"backfill_id", "refused_503", "request_s"} or {"error", "request_s"},
      "all_rayjobs_s", "rayjobs_created", "all_deferred_s",
      "max_running", "max_slots_held", "max_slots_held_after_all_deferred",
      "max_running_wait_after_all_deferred", "samples_after_all_deferred", "target_submitted_s",
+     "cores_busy_until_all_deferred" (machine-wide, /proc/stat, of ``nproc``),
      "component_restarts", "sample_errors": {"count", "first"},
      "series": [{"t", "took_s", "rayjobs", "runs_running", "submit": {"queued", "running", "success"},
                  "wait": {"queued", "running", "deferred"}}, ...],
@@ -48,9 +61,11 @@ once all had deferred — target 0. Result::
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import date, timedelta
+from pathlib import Path
 
 import httpx
 
@@ -67,6 +82,8 @@ SLOT_STATES = ("queued", "running")
 BACKFILL_RUNS = "backfill__"
 SAMPLE_EVERY_S = 1.0
 RAYJOBS = f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs"
+AIRFLOW_DEFAULT_DAGRUNS_PER_LOOP = 20
+"""Airflow's default ``[scheduler] max_dagruns_per_loop_to_schedule`` (see the module docstring)."""
 
 
 def blocker_rayjob() -> dict:
@@ -133,10 +150,13 @@ def count(airflow, path: str, **params) -> int:
 
 def sample(airflow, watch, started: float) -> dict:
     """One point of the time series. The slot holders (``queued`` + ``running`` task instances of both
-    tasks) come from ONE list request, so they are counted at the same instant; ``t`` is when that request
-    was sent and ``took_s`` how long the whole sample took (the API server waits for SQLite's lock)."""
+    tasks) come from ONE list request, so they are counted at the same instant, and AFTER the deferred
+    count: a point that counts every sensor deferred shows the slots held from then on, not just before.
+    ``t`` is when the first request was sent and ``took_s`` how long the whole sample took (a loaded
+    api-server answers late)."""
     tis = f"/dags/{DAG_ID}/dagRuns/~/taskInstances"
     sent = time.monotonic()
+    deferred = count(airflow, tis, task_id="wait", state="deferred", run_id_prefix_pattern=BACKFILL_RUNS)
     response = airflow.api(
         "GET",
         tis,
@@ -151,15 +171,26 @@ def sample(airflow, watch, started: float) -> dict:
     }
     for ti in response.json()["task_instances"]:
         point[ti["task_id"]][ti["state"]] += 1
+    point["wait"]["deferred"] = deferred
     point["submit"]["success"] = count(
         airflow, tis, task_id="submit", state="success", run_id_prefix_pattern=BACKFILL_RUNS
-    )
-    point["wait"]["deferred"] = count(
-        airflow, tis, task_id="wait", state="deferred", run_id_prefix_pattern=BACKFILL_RUNS
     )
     point["runs_running"] = count(airflow, f"/dags/{DAG_ID}/dagRuns", run_type="backfill", state="running")
     point["took_s"] = round(time.monotonic() - sent, 1)
     return point
+
+
+def cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine from /proc/stat: what every process together used."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def cores_busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Average cores in use between two cpu_jiffies() readings (all processes: Airflow, kubesim, us)."""
+    busy, total = after[0] - before[0], after[1] - before[1]
+    return round(busy / total * (os.cpu_count() or 1), 2) if total > 0 else None
 
 
 def slots_held(point: dict) -> int:
@@ -200,8 +231,8 @@ def _describe(exc: httpx.HTTPError) -> str:
 
 
 def _supervise(airflow, restarts: list[str]) -> None:
-    """Restart a scheduler or triggerer that died (standalone does not), and remember it: on SQLite a
-    component can crash on "database is locked" under this load (see tests/e2e/conftest.py)."""
+    """Restart a scheduler or triggerer that died (standalone does not), and remember it: a crash must
+    show in the figures, not end the measurement."""
     for component in ("scheduler", "triggerer"):
         if not airflow.component_processes(component):
             restarts.append(component)
@@ -210,7 +241,7 @@ def _supervise(airflow, restarts: list[str]) -> None:
 
 class Creator(threading.Thread):
     """``POST /api/v2/backfills`` in the background (the UI's backfill dialog; ``Airflow.create_backfill``
-    asks again while SQLite makes the api-server answer 503). The figures count from the start of that
+    asks again while the api-server answers 503). The figures count from the start of that
     request (``started`` monotonic, ``started_wall`` wall time); the 503s before it are counted."""
 
     def __init__(self, airflow, body: dict, *, timeout_s: float) -> None:
@@ -249,6 +280,7 @@ def measure(airflow, sim_url: str, watch, n: int, *, hold_s: float = 15.0, timeo
         "max_active_runs": n,
     }
     creator = Creator(airflow, body, timeout_s=timeout_s)
+    cpu_before, cpu_at_all_deferred = cpu_jiffies(), None
     started = time.monotonic()
     creator.start()
     series: list[dict] = []
@@ -266,7 +298,7 @@ def measure(airflow, sim_url: str, watch, n: int, *, hold_s: float = 15.0, timeo
                 continue
             series.append(point)
             if deferred_at is None and point["wait"]["deferred"] >= n:
-                deferred_at = time.monotonic()
+                deferred_at, cpu_at_all_deferred = time.monotonic(), cpu_jiffies()
             if deferred_at is not None and time.monotonic() - deferred_at >= hold_s:
                 break
             time.sleep(SAMPLE_EVERY_S)
@@ -278,9 +310,16 @@ def measure(airflow, sim_url: str, watch, n: int, *, hold_s: float = 15.0, timeo
     return {
         "runs": n,
         "worker_slots": WORKER_SLOTS,
+        "nproc": os.cpu_count(),
+        "max_dagruns_per_loop_to_schedule": airflow.env.get(
+            "AIRFLOW__SCHEDULER__MAX_DAGRUNS_PER_LOOP_TO_SCHEDULE"
+        ),
         "backfill_create": creator.record,
         **summarize(series, creations, n, creator.started_wall, offset),
         "target_submitted_s": TARGET_SUBMITTED_S,
+        "cores_busy_until_all_deferred": (
+            cores_busy(cpu_before, cpu_at_all_deferred) if cpu_at_all_deferred else None
+        ),
         "component_restarts": restarts,
         "sample_errors": {"count": len(sample_errors), "first": sample_errors[:3]},
         "series": series,

@@ -220,7 +220,8 @@ def render_e2e(result: dict) -> list[str]:
     return [
         f"{result['runs']} manual runs of text_classifier_finetune triggered at once (3 active at a time; single "
         f"queue: one RayJob at a time); {result['finished']} finished, sensor states {result['sensor_states']}; "
-        f"Airflow up in {result['airflow_startup_s']} s; the phase took {result['phase_s']} s. "
+        f"Airflow up in {result['airflow_startup_s']} s (metadata DB: {result.get('metadata_database', '?')}); "
+        f"the phase took {result['phase_s']} s. "
         f"Admission = {result['admission_event']}.",
         "",
         "| measure | samples | p50 (ms) | p99 (ms) | max (ms) |",
@@ -262,7 +263,10 @@ def render_backfill(result: dict) -> list[str]:
     lines = [
         f"`POST /api/v2/backfills` (`max_active_runs` {n}): {n} daily runs of text_classifier_finetune while "
         f"a prod-priority RayJob holds the single queue (nothing is admitted); {slots} worker slots "
-        f"(LocalExecutor, `[core] parallelism`); the phase took {result['phase_s']} s. Backfill {request}. "
+        f"(LocalExecutor, `[core] parallelism`); `[scheduler] max_dagruns_per_loop_to_schedule` "
+        f"{result.get('max_dagruns_per_loop_to_schedule')} (Airflow's default: 20; see bench/backfill.py); "
+        f"metadata DB: {result.get('metadata_database', '?')}; the phase took {result['phase_s']} s. "
+        f"Backfill {request}. "
         f"Times count from the first request; component "
         f"restarts: {result['component_restarts'] or 'none'}; samples lost to API errors: "
         f"{result['sample_errors']['count']} {result['sample_errors']['first'] or ''}.",
@@ -273,6 +277,8 @@ def render_backfill(result: dict) -> list[str]:
         f"| ≤ {result['target_submitted_s']:g} s: "
         f"{_verdict(None if submitted is None else submitted <= result['target_submitted_s'])} |",
         f"| backfill create → {n} sensors deferred | {result['all_deferred_s']} s | |",
+        f"| cores busy until then (whole machine, /proc/stat) | {result.get('cores_busy_until_all_deferred')} "
+        f"of {result.get('nproc', '?')} | |",
         f"| most task instances `running` / slot holders (`queued` + `running`, one query), whole period "
         f"| {result['max_running']} / {result['max_slots_held']} | ≤ {slots} slots |",
         f"| worker slots held / `wait` running once all {n} sensors deferred "
