@@ -30,9 +30,9 @@ is active; starting a second Airflow would cost another 1–2 minutes and measur
    to ``n`` + 20, as a user who wants a whole backfill queued in Kueue would (bench/README.md says so).
    Exactly ``n`` is one short: the DAG's own scheduled run of today is examined first (not a backfill
    run), so the last backfill run was never examined (measured: 199 of 200).
-3. Sample about once a second, from just before the request is sent: the backfill task instances that hold a
-   worker slot — ``queued`` (handed to the executor) or ``running`` — in ONE list request (one instant),
-   then the deferred sensors, succeeded submits and running backfill runs (counts), and the RayJobs the
+3. Sample about once a second, from just before the request is sent: the deferred sensors (count),
+   then the backfill task instances that hold a worker slot — ``queued`` (handed to the executor) or
+   ``running`` — in ONE list request (one instant), then succeeded submits and running backfill runs, and the RayJobs the
    ``ClusterWatch`` has seen created for backfill runs. A deferred task instance holds no slot. Once
    every sensor is deferred, sampling continues ``hold_s`` seconds to show they stay deferred and hold
    no slot.
