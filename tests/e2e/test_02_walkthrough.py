@@ -31,6 +31,9 @@ def running_backfill_rayjob(e2e) -> dict | None:
 def walkthrough(e2e):
     e2e.unpause(DAG)
     # A backfill whose conf asks for prod: the priority policy must still give it dev-priority.
+    # 12 epochs = 240 simulated s = 24 s here: the prod run must be submitted while a dev RayJob still
+    # runs, and the default 6 s could end before the prod run's submit task had started (seen in CI:
+    # two dev runs finished first and nothing was preempted).
     # Through the REST API (what the UI's backfill dialog calls): on SQLite the api-server answers a
     # locked database with 503 and rolls back, so asking again is safe; the CLI can leave a half-made
     # backfill behind.
@@ -40,7 +43,7 @@ def walkthrough(e2e):
             "from_date": "2026-10-01T00:00:00Z",
             "to_date": "2026-10-03T00:00:00Z",
             "max_active_runs": 3,
-            "dag_run_conf": {"priority": "prod-priority"},
+            "dag_run_conf": {"priority": "prod-priority", "epochs": 12},
         },
         timeout=120,
     )
