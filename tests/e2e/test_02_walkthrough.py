@@ -13,6 +13,10 @@ pytestmark = pytest.mark.timeout(420)
 DAG = "text_classifier_finetune"
 PREEMPTED_BY_PRIORITY = "Preempted to accommodate a workload"
 DUE_TO_PRIORITY = "due to prioritization in the ClusterQueue"
+BACKFILL_CONF = {"priority": "prod-priority", "epochs": 12}
+"""Asks for prod (the policy must still give dev-priority). 12 epochs = 240 simulated s = 24 s here: the
+prod run must be submitted while a dev RayJob still runs, and the default 6 s could end before the prod
+run's submit task had started (seen in CI: two dev runs finished first and nothing was preempted)."""
 
 
 def running_backfill_rayjob(e2e) -> dict | None:
@@ -31,9 +35,6 @@ def running_backfill_rayjob(e2e) -> dict | None:
 def walkthrough(e2e):
     e2e.unpause(DAG)
     # A backfill whose conf asks for prod: the priority policy must still give it dev-priority.
-    # 12 epochs = 240 simulated s = 24 s here: the prod run must be submitted while a dev RayJob still
-    # runs, and the default 6 s could end before the prod run's submit task had started (seen in CI:
-    # two dev runs finished first and nothing was preempted).
     # Through the REST API (what the UI's backfill dialog calls): on SQLite the api-server answers a
     # locked database with 503 and rolls back, so asking again is safe; the CLI can leave a half-made
     # backfill behind.
@@ -43,7 +44,7 @@ def walkthrough(e2e):
             "from_date": "2026-10-01T00:00:00Z",
             "to_date": "2026-10-03T00:00:00Z",
             "max_active_runs": 3,
-            "dag_run_conf": {"priority": "prod-priority", "epochs": 12},
+            "dag_run_conf": BACKFILL_CONF,
         },
         timeout=120,
     )
@@ -87,6 +88,6 @@ def test_backfill_runs_are_dev_priority_even_when_conf_asks_for_prod(e2e, walkth
         if run_id == prod_id:
             continue
         assert run["run_type"] == "backfill"
-        assert run["conf"] == {"priority": "prod-priority"}
+        assert run["conf"] == BACKFILL_CONF
         assert e2e.xcom(DAG, run_id, "submit", key="rayjob")["priority"] == "dev-priority"
         assert "Priority dev-priority" in e2e.task_log(DAG, run_id, "submit")
