@@ -17,8 +17,8 @@ is active; starting a second Airflow would cost another 1–2 minutes and measur
    one task per slot) — ``max_active_tasks`` (16) counts per DAG run, and pools do not count deferred
    tasks. The metadata database is PostgreSQL (bench.airflow_e2e): on SQLite this request is refused
    with 503 ("database is locked") for minutes while the scheduler works through the runs already made.
-   Should the api-server still answer 503 (a lock it could not get; it cleans up and nothing is left),
-   the request is sent again, as the UI user would, and the refusals are counted.
+   Should the api-server still answer 5xx, the request is sent again, as the UI user would (unless the
+   failed attempt made the backfill after all: ``Airflow.create_backfill``), and the refusals are counted.
 
    The scheduler examines at most ``[scheduler] max_dagruns_per_loop_to_schedule`` running DAG runs per
    loop (default 20), a backfill's runs always in date order (``BackfillDagRun.sort_ordinal``) before
@@ -241,8 +241,9 @@ def _supervise(airflow, restarts: list[str]) -> None:
 
 class Creator(threading.Thread):
     """``POST /api/v2/backfills`` in the background (the UI's backfill dialog; ``Airflow.create_backfill``
-    asks again while the api-server answers 503). The figures count from the start of that
-    request (``started`` monotonic, ``started_wall`` wall time); the 503s before it are counted."""
+    asks again while the api-server answers 5xx). The figures count from the start of that
+    request (``started`` monotonic, ``started_wall`` wall time); the refusals before it are counted
+    (``refused_503``: every 5xx or dropped attempt, the key kept from runs that only saw 503s)."""
 
     def __init__(self, airflow, body: dict, *, timeout_s: float) -> None:
         super().__init__(daemon=True)

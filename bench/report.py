@@ -256,7 +256,7 @@ def render_backfill(result: dict) -> list[str]:
     request = (
         f"failed after {create.get('request_s')} s — {create['error']}"
         if create.get("error")
-        else f"created in {create.get('request_s')} s, after {create.get('refused_503')} 503 refusal(s)"
+        else f"created in {create.get('request_s')} s, after {create.get('refused_503')} refused attempt(s)"
     )
     submitted = result["all_rayjobs_s"]
     held_after = result["max_slots_held_after_all_deferred"]

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -27,6 +28,11 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 USERNAME = "admin"
 PASSWORD = "admin"
+
+
+def _instant(value: str) -> datetime:
+    """An ISO 8601 timestamp as Airflow's REST API writes or reads it ("Z" or "+00:00")."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def free_port() -> int:
@@ -108,14 +114,19 @@ class Airflow:
         self.client.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
 
     def api(self, method: str, path: str, **kwargs) -> httpx.Response:
-        """One REST call. A GET is safe to repeat, so a dropped or timed-out read is retried (twice)
-        the way a polling CI client would; writes are sent once, their outcome is the caller's to check."""
+        """One REST call. A GET is safe to repeat, so a read that was dropped, timed out or answered 5xx
+        (SQLite's "database is locked" surfaces as a 500 "Database error") is retried twice, the way a
+        polling CI client would; writes are sent once, their outcome is the caller's to check."""
         retries = 2 if method.upper() == "GET" else 0
         for _ in range(retries):
             try:
-                return self.client.request(method, f"/api/v2{path}", **kwargs)
+                response = self.client.request(method, f"/api/v2{path}", **kwargs)
             except httpx.TransportError:
-                time.sleep(1)
+                pass
+            else:
+                if response.status_code < 500:
+                    return response
+            time.sleep(1)
         return self.client.request(method, f"/api/v2{path}", **kwargs)
 
     def trigger_dag_run(
@@ -144,21 +155,51 @@ class Airflow:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def create_backfill(self, body: dict, *, timeout: float = 120) -> tuple[dict, int]:
-        """``POST /api/v2/backfills`` (what the UI's backfill dialog calls), again while Airflow answers 503.
+        """``POST /api/v2/backfills`` (what the UI's backfill dialog calls), asked again until it is made.
 
-        On SQLite the api-server maps "database is locked" to 503 and rolls the request back, so nothing
-        was created and asking again is safe (the CLI, in contrast, can leave an active Backfill row
-        behind that blocks the next attempt). Returns the created backfill and how many 503s preceded it.
+        A failed attempt may still have made the backfill: on SQLite the api-server answers "database is
+        locked" with 503 after cleaning up (best effort), but a lock met outside that cleanup (the
+        request's audit-log write, a read before it) is a 500 "Database error", and Airflow commits the
+        Backfill row in a session of its own before making its runs. So after a 5xx, a dropped
+        connection, or a 409 "already running" that follows one, an active backfill of this DAG over the
+        same dates is the one we asked for and is returned; otherwise the request is sent again.
+        Returns the backfill and how many attempts failed before it.
         """
         deadline = time.monotonic() + timeout
-        refusals = 0
+        failures = 0
         while True:
-            response = self.api("POST", "/backfills", json=body)
-            if response.status_code != 503 or time.monotonic() > deadline:
+            dropped: httpx.TransportError | None = None
+            try:
+                response = self.api("POST", "/backfills", json=body)
+            except httpx.TransportError as exc:
+                response, dropped = None, exc
+            if response is not None and response.is_success:
+                return response.json(), failures
+            retryable = response is None or response.status_code >= 500
+            if retryable or (failures and response.status_code == 409):
+                made = self._active_backfill(body)
+                if made is not None:
+                    return made, failures
+            if not retryable or time.monotonic() > deadline:
+                if dropped is not None:
+                    raise dropped
                 response.raise_for_status()
-                return response.json(), refusals
-            refusals += 1
-            time.sleep(min(refusals, 5))
+            failures += 1
+            time.sleep(min(failures, 5))
+
+    def _active_backfill(self, body: dict) -> dict | None:
+        """The uncompleted backfill of ``body``'s DAG over ``body``'s dates, if Airflow has one (and can
+        say so: a failed read is "not known yet", and the caller asks again)."""
+        response = self.api("GET", "/backfills", params={"dag_id": body["dag_id"]})
+        if not response.is_success:
+            return None
+        window = (_instant(body["from_date"]), _instant(body["to_date"]))
+        for backfill in response.json()["backfills"]:
+            if backfill["completed_at"] is None and (
+                (_instant(backfill["from_date"]), _instant(backfill["to_date"])) == window
+            ):
+                return backfill
+        return None
 
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": paused}).raise_for_status()

@@ -105,7 +105,7 @@ def main() -> int:
                 airflow.wait_for_dags([DAG_ID])
                 today = datetime.now(UTC).date()
                 print("1. Backfill of 3 days: dev-priority runs (backfills are clamped to dev-priority)")
-                _, refusals = airflow.create_backfill(
+                _, failures = airflow.create_backfill(
                     {
                         "dag_id": DAG_ID,
                         "from_date": f"{today - timedelta(days=3)}T00:00:00Z",
@@ -114,8 +114,8 @@ def main() -> int:
                     },
                     timeout=deadline - time.monotonic(),
                 )
-                if refusals:
-                    print(f"   (Airflow answered 503 {refusals} time(s) first: SQLite was busy)")
+                if failures:
+                    print(f"   (Airflow failed {failures} attempt(s) first: SQLite was busy)")
                 # A backfill RayJob, not any: the DAG is unpaused, so its scheduled run may hold the
                 # queue first, and the prod run must preempt a run of the backfill.
                 wait_until(

@@ -35,9 +35,8 @@ def running_backfill_rayjob(e2e) -> dict | None:
 def walkthrough(e2e):
     e2e.unpause(DAG)
     # A backfill whose conf asks for prod: the priority policy must still give it dev-priority.
-    # Through the REST API (what the UI's backfill dialog calls): on SQLite the api-server answers a
-    # locked database with 503 and rolls back, so asking again is safe; the CLI can leave a half-made
-    # backfill behind.
+    # Through the REST API (what the UI's backfill dialog calls); create_backfill asks again after a 5xx
+    # from a busy SQLite unless the failed attempt made it after all.
     e2e.airflow.create_backfill(
         {
             "dag_id": DAG,
