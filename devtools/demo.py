@@ -19,6 +19,7 @@ from pathlib import Path
 
 from devtools.airflow import running_airflow
 from devtools.kubesim_process import start_kubesim
+from devtools.postgres import metadata_database
 
 DAG_ID = "text_classifier_finetune"
 TIME_SCALE = float(os.environ.get("DEMO_TIME_SCALE", "10"))
@@ -101,7 +102,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kueue-ray-demo-") as workdir:
         kubesim = start_kubesim(Path(workdir) / "kubesim", queues="single", time_scale=TIME_SCALE)
         try:
-            with running_airflow(Path(workdir) / "airflow", kubeconfig=kubesim.kubeconfig) as airflow:
+            with (
+                metadata_database() as database_url,
+                running_airflow(
+                    Path(workdir) / "airflow", kubeconfig=kubesim.kubeconfig, database_url=database_url
+                ) as airflow,
+            ):
                 airflow.wait_for_dags([DAG_ID])
                 today = datetime.now(UTC).date()
                 print("1. Backfill of 3 days: dev-priority runs (backfills are clamped to dev-priority)")
@@ -115,7 +121,7 @@ def main() -> int:
                     timeout=deadline - time.monotonic(),
                 )
                 if failures:
-                    print(f"   (Airflow failed {failures} attempt(s) first: SQLite was busy)")
+                    print(f"   (Airflow failed {failures} attempt(s) first: its database was busy)")
                 # A backfill RayJob, not any: the DAG is unpaused, so its scheduled run may hold the
                 # queue first, and the prod run must preempt a run of the backfill.
                 wait_until(

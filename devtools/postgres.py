@@ -1,10 +1,11 @@
 """A throwaway PostgreSQL server on loopback, for an Airflow that must take real concurrency.
 
-Why: the benchmarks drive Airflow harder than the tests do (a 200-run backfill created while the scheduler
-works through the runs already made). On SQLite that ends in "database is locked": in WAL mode a
+Why: Airflow's scheduler, triggerer, api-server and workers all write at once, most of all in the
+benchmarks (a 200-run backfill created while the scheduler works through the runs already made), but in
+the end-to-end tests and `make demo` too. On SQLite that ends in "database is locked": in WAL mode a
 transaction that read before it writes fails at once when another process committed in between, whatever
 the busy timeout, and Airflow's backfill creation reads then writes once per run. Airflow itself says
-SQLite is for trying it out; PostgreSQL is what its users run, so the benchmarks measure on it.
+SQLite is for trying it out; PostgreSQL is what its users run, so the benchmarks, tests and demo use it.
 
 The server is the machine's own (``initdb`` / ``pg_ctl`` from the PostgreSQL packages, e.g. Debian's
 ``postgresql``); nothing is installed here. It runs as the ``postgres`` user when we are root (PostgreSQL
@@ -19,8 +20,10 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,7 +66,7 @@ def _binary(name: str) -> str:
     if found is None:
         raise PostgresUnavailable(
             f"PostgreSQL's {name} was not found on PATH or in /usr/lib/postgresql/*/bin: install the server "
-            "(e.g. `apt-get install postgresql`) to run the Airflow benchmarks"
+            "(e.g. `apt-get install postgresql`)"
         )
     return found
 
@@ -129,3 +132,24 @@ def _create_database(port: int, timeout: float) -> None:
             cursor.execute(f"CREATE DATABASE {DATABASE}")
     finally:
         connection.close()
+
+
+@contextlib.contextmanager
+def metadata_database() -> Iterator[str | None]:
+    """Airflow's metadata database for ``make demo`` and the end-to-end tests: a throwaway PostgreSQL when
+    the machine has the server, else ``None`` (``start_airflow``'s SQLite), said on stderr.
+
+    Why not always SQLite: Airflow answers concurrent writes on SQLite with "database is locked" (its own
+    backfill API says "not supported on SQLite under concurrent access"), which had made CI fail on
+    Airflow's contention rather than on our behaviour. ``make run`` stays on SQLite, Airflow's embedded
+    default."""
+    try:
+        server = start_postgres()
+    except PostgresUnavailable as exc:
+        print(f"[devtools] Airflow on SQLite: {exc}", file=sys.stderr)
+        yield None
+        return
+    try:
+        yield server.sqlalchemy_url
+    finally:
+        server.stop()

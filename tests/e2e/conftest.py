@@ -20,6 +20,7 @@ import pytest
 
 from devtools.airflow import ROOT, start_airflow
 from devtools.kubesim_process import KUEUE_MANIFESTS, start_kubesim
+from devtools.postgres import metadata_database
 from tests.e2e.harness import E2E, wait_until
 
 E2E_DIR = Path(__file__).resolve().parent
@@ -68,11 +69,18 @@ def kubesim(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def airflow(kubesim, tmp_path_factory):
+def database_url():
+    with metadata_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def airflow(kubesim, database_url, tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow")
     instance = start_airflow(
         home,
         kubeconfig=kubesim.kubeconfig,
+        database_url=database_url,
         extra_env={
             "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": dag_bundles(),
             # Tests unpause what they run, so no scheduled run appears in another test's queue.
@@ -112,8 +120,8 @@ def _fresh_faults_and_request_log(request):
     """No fault outlives its test; the request log of every e2e test is kept for the RBAC test.
 
     Like a production supervisor, restart a scheduler or triggerer that died (standalone does not), with
-    a warning: on SQLite the scheduler can crash on a race with `airflow backfill create`
-    (StaleDataError on dag_run), and every later test would fail for that reason alone."""
+    a warning: on SQLite (where no PostgreSQL server is found) the scheduler has crashed on runs deleted
+    under it (StaleDataError on dag_run), and every later test would fail for that reason alone."""
     if "e2e" not in request.fixturenames:
         yield
         return
