@@ -24,6 +24,10 @@ from devtools.postgres import metadata_database
 DAG_ID = "text_classifier_finetune"
 TIME_SCALE = float(os.environ.get("DEMO_TIME_SCALE", "10"))
 DEADLINE_SECONDS = 300
+BACKFILL_CONF = {"epochs": 12}
+"""12 epochs = 240 simulated s = 24 s at the default time scale: the prod run is submitted while a backfill
+RayJob still runs. With the default 3 (6 s), the e2e walkthrough saw in CI two dev RayJobs end before the
+prod run's submit task had started, and nothing was preempted."""
 
 
 def rayjobs(kubeconfig: Path) -> list[dict]:
@@ -110,13 +114,17 @@ def main() -> int:
             ):
                 airflow.wait_for_dags([DAG_ID])
                 today = datetime.now(UTC).date()
-                print("1. Backfill of 3 days: dev-priority runs (backfills are clamped to dev-priority)")
+                print(
+                    f"1. Backfill of 3 days, conf {BACKFILL_CONF}: dev-priority runs "
+                    "(backfills are clamped to dev-priority)"
+                )
                 _, failures = airflow.create_backfill(
                     {
                         "dag_id": DAG_ID,
                         "from_date": f"{today - timedelta(days=3)}T00:00:00Z",
                         "to_date": f"{today - timedelta(days=1)}T00:00:00Z",
                         "max_active_runs": 3,
+                        "dag_run_conf": BACKFILL_CONF,
                     },
                     timeout=deadline - time.monotonic(),
                 )
