@@ -34,7 +34,6 @@ import multiprocessing
 import os
 import re
 import time
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -46,7 +45,6 @@ NAMESPACE = "fanout"
 STAMP = "bench.kubesim.dev/written-at"
 SHARD = "bench.kubesim.dev/shard"
 _STAMP_RE = re.compile(rb'"bench\.kubesim\.dev/written-at":"([0-9.]+)"')
-CRDS_DIR = Path(__file__).resolve().parents[2] / "shared" / "crds"
 TARGET_P99_MS = 50
 READERS = 4
 
@@ -292,7 +290,7 @@ def run_mode(
 ) -> dict:
     """Start kubesim with ``objects`` RayJobs, open ``watchers`` streams from ``readers`` processes, time
     ``writes`` fan-outs."""
-    with run_kubesim(mode="subprocess", crds_dir=CRDS_DIR) as sim:
+    with run_kubesim(mode="subprocess") as sim:
         return asyncio.run(_measure(sim.url, objects, watchers, writes, rate_hz, selective, readers))
 
 

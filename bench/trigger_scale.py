@@ -43,7 +43,6 @@ from bench.trigger_worker import PREFIX
 from kubesim.testing import run_kubesim
 
 ROOT = Path(__file__).resolve().parents[1]
-CRDS_DIR = ROOT.parent / "shared" / "crds"
 NAMESPACE = "bench"
 QUEUE = "bench-lq"
 CLUSTER_QUEUE = "bench-cq"
@@ -668,7 +667,7 @@ def run_one(
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     try:
-        with run_kubesim(mode="subprocess", crds_dir=CRDS_DIR, time_scale=time_scale) as sim:
+        with run_kubesim(mode="subprocess", time_scale=time_scale) as sim:
             return asyncio.run(
                 measure(
                     sim.url,

@@ -16,7 +16,6 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_CRDS = ROOT.parent / "shared" / "crds"
 KUEUE_MANIFESTS = ROOT / "include" / "manifests" / "kueue"
 QUEUE_SETUPS = {"single": "single-queue", "team": "team-queues"}
 
@@ -68,8 +67,6 @@ def start_kubesim(
         "--time-scale",
         str(time_scale),
     ]
-    if SHARED_CRDS.is_dir():
-        command += ["--crds", str(SHARED_CRDS)]
     for path in [*setup_manifests(queues), *(extra_apply or [])]:
         command += ["--apply", str(path)]
     log = log_path.open("ab")

@@ -11,6 +11,7 @@ import sys
 
 from kubesim.api_server import start_server, write_kubeconfig
 from kubesim.cluster import Cluster
+from kubesim.resources import CRDS_DIR
 from kubesim.store import ApiError
 
 
@@ -21,7 +22,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on start)")
     serve.add_argument("--kubeconfig-out", metavar="FILE", help="write a kubeconfig for this server")
-    serve.add_argument("--crds", metavar="DIR", help="CRD YAMLs: schemas and printer columns")
+    serve.add_argument(
+        "--crds",
+        metavar="DIR",
+        default=str(CRDS_DIR),
+        help="CRD YAMLs: schemas and printer columns (default: the vendored Kueue and KubeRay CRDs)",
+    )
     serve.add_argument(
         "--apply",
         metavar="PATH",

@@ -19,7 +19,7 @@ import yaml
 from kubesim.api_discovery import AggregatedApi
 from kubesim.clock import Clock
 from kubesim.podlogs import PodLogs
-from kubesim.resources import Registry, ResourceType
+from kubesim.resources import CRDS_DIR, Registry, ResourceType
 from kubesim.store import ApiError, Store
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class Cluster:
     def __init__(
         self,
         *,
-        crds_dir: str | Path | None = None,
+        crds_dir: str | Path | None = CRDS_DIR,
         time_scale: float = 1.0,
         controllers: Iterable[str] = CONTROLLERS,
     ) -> None:
@@ -85,7 +85,7 @@ class Cluster:
 
         Namespaces go first, then cluster-scoped kinds, then namespaced ones, so a directory need not be
         ordered by dependency. CustomResourceDefinitions are skipped: the kinds are served already, and
-        their schemas come from ``--crds``.
+        their schemas come from the vendored CRDs (or ``--crds``).
         """
         documents = [doc for doc in _documents(Path(path)) if doc.get("kind") != "CustomResourceDefinition"]
         resolved = [(self._resource_type(doc, path), doc) for doc in documents]

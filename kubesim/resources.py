@@ -2,8 +2,9 @@
 
 Built-in kinds are declared here with the scope, subresources and short names the real API server
 publishes, because discovery (and ``kubectl``) depends on them. The custom resources get their
-``openAPIV3Schema`` and ``additionalPrinterColumns`` from the real CRD files, read in place, so that
-validation and ``kubectl get`` output follow upstream instead of a hand-written copy.
+``openAPIV3Schema`` and ``additionalPrinterColumns`` from the real CRD files vendored in ``crds/``
+(see its README for their releases), so that validation and ``kubectl get`` output follow upstream
+instead of a hand-written copy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
+
+CRDS_DIR = Path(__file__).resolve().parent / "crds"
+"""The vendored upstream CRDs (Kueue v0.19.2, KubeRay v1.7.0): kubesim's schemas unless told otherwise."""
 
 # The versions we serve for the custom resources (the CRDs also carry older, unserved-by-us versions).
 SERVED_VERSIONS = {"ray.io": "v1", "kueue.x-k8s.io": "v1beta2"}
@@ -120,7 +124,8 @@ def builtin_types() -> list[ResourceType]:
 class Registry:
     """Resolves resource keys, group/versions and kinds to their ``ResourceType``."""
 
-    def __init__(self, crds_dir: str | Path | None = None) -> None:
+    def __init__(self, crds_dir: str | Path | None = CRDS_DIR) -> None:
+        """``crds_dir`` None serves the kinds without schemas (tests of the bare store use that)."""
         self._by_key: dict[str, ResourceType] = {rt.key: rt for rt in builtin_types()}
         if crds_dir is not None:
             self._load_crds(Path(crds_dir))

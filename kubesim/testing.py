@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kubesim.api_server import start_server, write_kubeconfig
 from kubesim.cluster import CONTROLLERS, Cluster
+from kubesim.resources import CRDS_DIR
 
 READY_TIMEOUT_S = 60.0
 
@@ -73,7 +74,7 @@ class Kubesim:
 @contextlib.contextmanager
 def run_kubesim(
     *,
-    crds_dir: str | Path | None = None,
+    crds_dir: str | Path | None = CRDS_DIR,
     apply: Iterable[str | Path] = (),
     time_scale: float = 1.0,
     mode: str = "thread",

@@ -5,8 +5,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-CRDS_DIR = SHARED / "crds"
 
 
 def pytest_collection_modifyitems(items):

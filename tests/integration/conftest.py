@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import os
 import uuid
-from pathlib import Path
 
 import pytest
 
 from kubesim.testing import run_kubesim
-
-CRDS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "crds"
 
 TIME_SCALE = float(os.environ.get("KUBESIM_TIME_SCALE", "20"))
 """Simulated seconds per real second in the shared cluster: a 30 s RayJob takes 1.5 s."""
@@ -24,13 +21,13 @@ TIME_SCALE = float(os.environ.get("KUBESIM_TIME_SCALE", "20"))
 
 @pytest.fixture(scope="session")
 def kubesim():
-    with run_kubesim(crds_dir=CRDS_DIR, time_scale=TIME_SCALE) as sim:
+    with run_kubesim(time_scale=TIME_SCALE) as sim:
         yield sim
 
 
 @pytest.fixture(scope="session")
 def kubesim_api():
-    with run_kubesim(crds_dir=CRDS_DIR, controllers=()) as sim:
+    with run_kubesim(controllers=()) as sim:
         yield sim
 
 

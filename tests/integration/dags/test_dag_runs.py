@@ -23,7 +23,6 @@ import pytest
 from kubesim.testing import run_kubesim
 
 ROOT = Path(__file__).resolve().parents[3]
-CRDS_DIR = ROOT.parent / "shared" / "crds"
 KUEUE_DIR = ROOT / "include" / "manifests" / "kueue"
 AIRFLOW = Path(sys.executable).parent / "airflow"
 TIME_SCALE = 100
@@ -41,9 +40,7 @@ def kubeconfig(tmp_path_factory) -> Path:
 def cluster(kubeconfig):
     """A fresh kubesim with the shared base and both queue setups (the DAGs pick their LocalQueue)."""
     apply = [*sorted(KUEUE_DIR.glob("*.yaml")), KUEUE_DIR / "single-queue", KUEUE_DIR / "team-queues"]
-    with run_kubesim(
-        crds_dir=CRDS_DIR, apply=apply, time_scale=TIME_SCALE, kubeconfig_path=kubeconfig
-    ) as sim:
+    with run_kubesim(apply=apply, time_scale=TIME_SCALE, kubeconfig_path=kubeconfig) as sim:
         yield sim
 
 

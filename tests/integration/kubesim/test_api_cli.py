@@ -12,7 +12,6 @@ from kubesim.__main__ import main
 from kubesim.testing import run_kubesim
 
 ROOT = Path(__file__).resolve().parents[3]
-CRDS_DIR = ROOT.parent / "shared" / "crds"
 
 MANIFEST = """
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -46,7 +45,7 @@ def test_serve_refuses_a_missing_apply_path(tmp_path, capsys):
 def test_cli_serves_applies_and_writes_a_kubeconfig(manifests):
     """run_kubesim(mode="subprocess") runs `python -m kubesim serve` and, on leaving, checks that it
     exited 0 on SIGTERM."""
-    with run_kubesim(mode="subprocess", crds_dir=CRDS_DIR, apply=[manifests], time_scale=10) as sim:
+    with run_kubesim(mode="subprocess", apply=[manifests], time_scale=10) as sim:
         assert sim.cluster is None
         assert sim.url.startswith("http://127.0.0.1:")
         written = yaml.safe_load(Path(sim.kubeconfig).read_text())

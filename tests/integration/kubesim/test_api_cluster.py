@@ -6,15 +6,12 @@ import json
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 
 from kubesim.cluster import Cluster
 from kubesim.store import ApiError
-
-CRDS_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "crds"
 
 
 def test_apply_orders_namespaces_and_cluster_kinds_first_and_replaces(tmp_path):
@@ -32,7 +29,7 @@ def test_apply_orders_namespaces_and_cluster_kinds_first_and_replaces(tmp_path):
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n"
     )
     (tmp_path / "notes.txt").write_text("not a manifest")
-    cluster = Cluster(crds_dir=CRDS_DIR, controllers=())
+    cluster = Cluster(controllers=())
 
     applied = cluster.apply(tmp_path)
     # like kubectl apply -f DIR without -R: the subfolder a/ is not applied
@@ -50,7 +47,7 @@ def test_apply_orders_namespaces_and_cluster_kinds_first_and_replaces(tmp_path):
 
 
 def test_apply_rejects_unknown_kinds_and_invalid_objects(tmp_path):
-    cluster = Cluster(crds_dir=CRDS_DIR, controllers=())
+    cluster = Cluster(controllers=())
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n")
     with pytest.raises(ValueError, match="Deployment"):

@@ -13,7 +13,6 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from kubesim.testing import run_kubesim
-from tests.conftest import CRDS_DIR
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
@@ -21,7 +20,7 @@ VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
 
 @pytest.fixture(scope="module")
 def sim():
-    with run_kubesim(crds_dir=CRDS_DIR, time_scale=200) as sim:
+    with run_kubesim(time_scale=200) as sim:
         yield sim
 
 

@@ -1,4 +1,4 @@
-"""Every admission scenario in shared/scenarios, driven through the Kubernetes API only.
+"""Every admission scenario of tests/scenarios, driven through the Kubernetes API only.
 
 Each scenario gets its own kubesim (so cluster-scoped queues never collide). The test talks to it with the
 official ``kubernetes`` client exactly as against a real cluster: it creates the queue objects, submits
@@ -9,17 +9,15 @@ Workloads (found by the ``kueue.x-k8s.io/job-uid`` label) until each step's expe
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from kubesim.testing import run_kubesim
-from tests.conftest import CRDS_DIR, SHARED
+from tests.scenarios import Expectation, Scenario, all_scenarios
 
-SCENARIOS = sorted((SHARED / "scenarios").glob("*.yaml"))
+SCENARIOS = all_scenarios()
 TIME_SCALE = 200
 SETTLE_TIMEOUT_S = 30
 KUEUE_LABELS = {"queue": "kueue.x-k8s.io/queue-name", "priority": "kueue.x-k8s.io/priority-class"}
@@ -66,16 +64,18 @@ class Driver:
         else:
             self.api.replace_cluster_custom_object(group, version, plural, name, body)
 
-    def submit(self, spec: dict) -> None:
+    def submit(self, name: str, spec: dict) -> None:
         namespace = spec.get("namespace", "default")
-        created = self.api.create_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", rayjob(spec))
-        self.uids[spec["name"]] = (namespace, created["metadata"]["uid"])
+        created = self.api.create_namespaced_custom_object(
+            "ray.io", "v1", namespace, "rayjobs", rayjob(name, spec)
+        )
+        self.uids[name] = (namespace, created["metadata"]["uid"])
         # The next RayJob is submitted once this one exists for Kueue, i.e. has its Workload: Kueue only
         # creates it after KubeRay parked the job as Suspended, which is not instantaneous.
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while self.workload(namespace, created["metadata"]["uid"]) is None:
             if time.monotonic() > deadline:
-                pytest.fail(f"no Workload for RayJob {spec['name']}")
+                pytest.fail(f"no Workload for RayJob {name}")
             time.sleep(0.02)
 
     def workload(self, namespace: str, uid: str) -> dict | None:
@@ -103,7 +103,7 @@ class Driver:
         return seen
 
 
-def rayjob(spec: dict) -> dict:
+def rayjob(name: str, spec: dict) -> dict:
     labels = {KUEUE_LABELS[key]: spec[key] for key in KUEUE_LABELS if spec.get(key)}
 
     def container(name: str, requests: dict) -> dict:
@@ -134,7 +134,7 @@ def rayjob(spec: dict) -> dict:
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {
-            "name": spec["name"],
+            "name": name,
             "namespace": spec.get("namespace", "default"),
             "labels": labels,
             "annotations": {"kubesim.dev/duration": "inf", "kubesim.dev/startup": "1"},
@@ -142,7 +142,7 @@ def rayjob(spec: dict) -> dict:
         "spec": {
             "entrypoint": "python train.py",
             "shutdownAfterJobFinishes": True,
-            "submissionMode": spec.get("submissionMode", "HTTPMode"),
+            "submissionMode": spec.get("mode", "HTTPMode"),
             "rayClusterSpec": cluster,
         },
     }
@@ -159,33 +159,35 @@ def evictions(workload: dict | None) -> list[dict]:
     return ((workload or {}).get("status") or {}).get("schedulingStats", {}).get("evictions", [])
 
 
-def mismatches(expect: dict, seen: dict[str, tuple[dict | None, dict]], preempted: set[str]) -> list[str]:
-    """What does not (yet) hold of ``expect``; empty when the step's expectation is met."""
-    reserved = {n for n, (wl, _) in seen.items() if condition(wl, "QuotaReserved").get("status") == "True"}
-    waiting = {n for n, (wl, _) in seen.items() if wl is not None and n not in reserved}
+def mismatches(
+    then: dict[str, Expectation], seen: dict[str, tuple[dict | None, dict]], preempted: set[str]
+) -> list[str]:
+    """What does not (yet) hold of a step's ``then``; empty when every live RayJob shows what it should."""
     problems = []
-    for key, actual in (("admitted", reserved), ("pending", waiting), ("preempted", preempted)):
-        if key in expect and set(expect[key]) != actual:
-            problems.append(f"{key}: expected {sorted(expect[key])}, got {sorted(actual)}")
-    for name, reason in (expect.get("preempted_reason") or {}).items():
-        got = condition(seen[name][0], "Preempted").get("reason")
-        if got != reason:
-            problems.append(f"preempted_reason[{name}]: expected {reason}, got {got}")
-    for name, text in (expect.get("message_contains") or {}).items():
-        message = condition(seen[name][0], "QuotaReserved").get("message", "")
-        if text not in message:
-            problems.append(f"message[{name}]: {text!r} not in {message!r}")
-    for name, suspend in (expect.get("suspended") or {}).items():
-        got = bool(seen[name][1]["spec"].get("suspend"))
-        if got != suspend:
-            problems.append(f"suspended[{name}]: expected {suspend}, got {got}")
+    for name, expected in then.items():
+        workload, job = seen[name]
+        quota = condition(workload, "QuotaReserved")
+        state = "admitted" if quota.get("status") == "True" else "pending" if workload else "no Workload"
+        if state != expected.state:
+            problems.append(f"{name}: expected {expected.state}, got {state}")
+        if bool(expected.preempted) != (name in preempted):
+            problems.append(f"{name}: expected preempted={bool(expected.preempted)}, got {name in preempted}")
+        if isinstance(expected.preempted, str):
+            got = condition(workload, "Preempted")
+            if (got.get("status"), got.get("reason")) != ("True", expected.preempted):
+                problems.append(f"{name}: expected Preempted=True/{expected.preempted}, got {got}")
+        if expected.message is not None and expected.message not in quota.get("message", ""):
+            problems.append(f"{name}: {expected.message!r} not in {quota.get('message', '')!r}")
+        suspended = bool(job["spec"].get("suspend"))
+        if expected.suspended is not None and suspended != expected.suspended:
+            problems.append(f"{name}: expected suspend={expected.suspended}, got {suspended}")
     return problems
 
 
-def settle(driver: Driver, expect: dict) -> None:
+def settle(driver: Driver, then: dict[str, Expectation]) -> None:
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
-        problems = mismatches(expect, driver.observe(), driver.preempted)
+        problems = mismatches(then, driver.observe(), driver.preempted)
         if not problems:
             return
         if time.monotonic() > deadline:
@@ -193,24 +195,23 @@ def settle(driver: Driver, expect: dict) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
-def test_scenario(path: Path) -> None:
-    scenario = yaml.safe_load(path.read_text())
-    with run_kubesim(crds_dir=CRDS_DIR, time_scale=TIME_SCALE) as sim:
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_scenario(scenario: Scenario) -> None:
+    with run_kubesim(time_scale=TIME_SCALE) as sim:
         driver = Driver(sim.kubeconfig)
-        for obj in scenario.get("objects") or []:
+        for obj in scenario.kueue:
             driver.apply(obj)
-        for index, step in enumerate(scenario["steps"]):
-            for spec in step.get("submit") or []:
-                driver.submit(spec)
-            for name in step.get("finish") or []:
+        for index, step in enumerate(scenario.story):
+            for name in step.submit:
+                driver.submit(name, scenario.rayjobs[name])
+            for name in step.finish:
                 driver.finish(name)
-            for obj in step.get("apply") or []:
+            for obj in step.apply:
                 driver.apply(obj)
-            if "wait" in step:
-                time.sleep(float(step["wait"]))
-            if "expect" in step:
+            if step.pause:
+                time.sleep(step.pause)
+            if step.then:
                 try:
-                    settle(driver, step["expect"])
+                    settle(driver, step.then)
                 except pytest.fail.Exception as failure:
                     raise AssertionError(f"step {index}: {failure}") from None

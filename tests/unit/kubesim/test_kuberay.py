@@ -12,7 +12,6 @@ import pytest
 
 from kubesim.cluster import Cluster
 from kubesim.store import ApiError
-from tests.conftest import CRDS_DIR
 
 NS = "default"
 RAYJOBS = "rayjobs.ray.io"
@@ -67,7 +66,7 @@ def rayjob(name: str = "train", annotations: dict | None = None, **spec) -> dict
 
 
 async def started() -> Cluster:
-    cluster = Cluster(crds_dir=CRDS_DIR, time_scale=TIME_SCALE, controllers=("kubesim.kuberay",))
+    cluster = Cluster(time_scale=TIME_SCALE, controllers=("kubesim.kuberay",))
     await cluster.start()
     with contextlib.suppress(ApiError):  # the store may create "default" itself
         cluster.store.create("namespaces", {"metadata": {"name": NS}})

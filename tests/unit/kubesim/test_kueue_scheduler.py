@@ -1,5 +1,5 @@
 """The admission cycle: queue order, StrictFIFO vs BestEffortFIFO, in-cycle contention, and every
-shared admission scenario (../shared/scenarios) replayed at the pure level.
+admission scenario of tests/scenarios replayed at the pure level.
 
 The scenario driver below plays the part of the Kueue controller without HTTP: it turns the
 scenario objects into a `Snapshot`, turns submitted RayJobs into Workloads (head, worker groups,
@@ -10,10 +10,8 @@ quota right after its eviction (as the RayJob suspending would).
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-import yaml
 
 from kubesim.kueue import quantity
 from kubesim.kueue.model import (
@@ -35,8 +33,9 @@ from kubesim.kueue.model import (
     Workload,
 )
 from kubesim.kueue.scheduler import namespace_selected, ordered, pending_positions, schedule, schedule_cycle
+from tests.scenarios import DIRECTORY, Expectation, Scenario, all_scenarios, load
 
-SCENARIOS = Path(__file__).resolve().parents[4] / "shared" / "scenarios"
+SCENARIOS = all_scenarios()
 
 
 def cpu_queue(name: str, nominal: str, **kwargs) -> ClusterQueue:
@@ -300,16 +299,15 @@ class ScenarioDriver:
         """A cluster event: parked workloads become candidates again (upstream QueueInadmissibleWorkloads)."""
         self.pending = {k: replace(w, inadmissible=False) for k, w in self.pending.items()}
 
-    def submit(self, spec: dict) -> None:
+    def submit(self, name: str, spec: dict) -> None:
         self.clock += 1
         pod_sets = [PodSet("head", 1, self.requests(spec["head"]))]
         for group in spec.get("workers") or []:
             pod_sets.append(
                 PodSet(group["group"], group.get("replicas", 1), self.requests(group["requests"]))
             )
-        if spec.get("submissionMode", "HTTPMode") == "K8sJobMode":
+        if spec.get("mode", "HTTPMode") == "K8sJobMode":
             pod_sets.append(PodSet("submitter", 1, self.requests({"cpu": "500m", "memory": "200Mi"})))
-        name = spec["name"]
         queue = spec["queue"]
         workload = Workload(
             key=f"default/{name}",
@@ -374,54 +372,45 @@ class ScenarioDriver:
             self.unpark()
         raise AssertionError("the scenario did not settle")
 
-    def check(self, expect: dict, step: int) -> None:
-        where = f"step {step}"
-        if "admitted" in expect:
-            assert sorted(self.admitted) == sorted(expect["admitted"]), where
-        if "pending" in expect:
-            pending = set(self.pending) | self.unqueued
-            assert sorted(pending) == sorted(expect["pending"]), where
-        if "preempted" in expect:
-            assert sorted(self.preempted_reason) == sorted(expect["preempted"]), where
-        for name, reason in (expect.get("preempted_reason") or {}).items():
-            assert self.preempted_reason[name] == reason, where
-        for name, text in (expect.get("message_contains") or {}).items():
-            assert text in self.messages[name], (where, self.messages[name])
-        for name, suspended in (expect.get("suspended") or {}).items():
-            assert (name in self.admitted) is not suspended, where
+    def check(self, then: dict[str, Expectation], step: int) -> None:
+        for name, expected in then.items():
+            where = f"step {step}: {name}"
+            state = "admitted" if name in self.admitted else "pending"
+            assert state == expected.state, where
+            assert (name in self.preempted_reason) is bool(expected.preempted), where
+            if isinstance(expected.preempted, str):
+                assert self.preempted_reason[name] == expected.preempted, where
+            if expected.message is not None:
+                assert expected.message in self.messages[name], (where, self.messages[name])
+            if expected.suspended is not None:
+                assert (name in self.admitted) is not expected.suspended, where
+
+    def play(self, scenario: Scenario, steps: int | None = None) -> None:
+        for index, step in enumerate(scenario.story[:steps]):
+            for name in step.submit:
+                self.submit(name, scenario.rayjobs[name])
+            if step.finish:
+                self.finish(list(step.finish))
+            if step.apply:
+                self.apply(list(step.apply))
+                self.settle()
+            self.check(step.then, index)
 
 
-def _scenario_files() -> list[Path]:
-    return sorted(SCENARIOS.glob("*.yaml"))
-
-
-@pytest.mark.parametrize("path", _scenario_files(), ids=lambda p: p.stem)
-def test_scenario(path: Path):
-    scenario = yaml.safe_load(path.read_text())
-    driver = ScenarioDriver(scenario["objects"])
-    for index, step in enumerate(scenario["steps"]):
-        if "submit" in step:
-            for spec in step["submit"]:
-                driver.submit(spec)
-        if "finish" in step:
-            driver.finish(step["finish"])
-        if "apply" in step:
-            driver.apply(step["apply"])
-            driver.settle()
-        if "expect" in step:
-            driver.check(step["expect"], index)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_scenario(scenario: Scenario):
+    ScenarioDriver(list(scenario.kueue)).play(scenario)
 
 
 def test_scenarios_are_present():
-    assert len(_scenario_files()) >= 7
+    assert len(SCENARIOS) >= 7
 
 
 def test_scenario_messages_match_kueue_format():
     """The never-fits scenario's message, and the preemption message paths, exactly as Kueue writes them."""
-    scenario = yaml.safe_load((SCENARIOS / "seed-single-queue-never-fits.yaml").read_text())
-    driver = ScenarioDriver(scenario["objects"])
-    for spec in scenario["steps"][0]["submit"]:
-        driver.submit(spec)
+    never_fits = load(DIRECTORY / "single-queue-never-fits.yaml")
+    driver = ScenarioDriver(list(never_fits.kueue))
+    driver.play(never_fits, steps=1)
     assert driver.messages["too-big"] == (
         "couldn't assign flavors to pod set submitter: "
         "insufficient quota for cpu in flavor default-flavor, previously considered podsets requests (2) + "
@@ -430,11 +419,9 @@ def test_scenario_messages_match_kueue_format():
         "(7812500Ki) + current podset request (200Mi) > maximum capacity (7812500Ki)"
     )
 
-    reclaim = yaml.safe_load((SCENARIOS / "kueue-cohort-reclaim.yaml").read_text())
-    driver = ScenarioDriver(reclaim["objects"])
-    for step in reclaim["steps"][:2]:
-        for spec in step["submit"]:
-            driver.submit(spec)
+    reclaim = load(DIRECTORY / "kueue-cohort-reclaim.yaml")
+    driver = ScenarioDriver(list(reclaim.kueue))
+    driver.play(reclaim, steps=2)
     assert driver.eviction_messages["beta-mid"] == (
         "Preempted to accommodate a workload (UID: wl-alpha-mid, JobUID: job-alpha-mid) due to reclamation "
         "within the cohort; preemptor path: /all/alpha-cq; preemptee path: /all/beta-cq"

@@ -5,9 +5,8 @@ import pytest
 from kubesim.clock import Clock
 from kubesim.kueue.jobs import PRIORITY_CLASS_LABEL, QUEUE_LABEL
 from kubesim.kueue.webhook import make_admission_hook
-from kubesim.resources import Registry
+from kubesim.resources import CRDS_DIR, Registry
 from kubesim.store import ApiError, Store
-from tests.conftest import CRDS_DIR
 
 RAYJOBS = "rayjobs.ray.io"
 DENIED = 'admission webhook "vrayjob.kb.io" denied the request: '

@@ -4,15 +4,14 @@ reject (with which field path and wording) and default."""
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
 
+from kubesim.resources import CRDS_DIR
 from kubesim.schema import FieldError, apply_defaults, crd_schema, load_crd_schemas, validate
+from tests.scenarios import all_scenarios
 
-CRDS_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "crds"
-SCENARIOS_DIR = CRDS_DIR.parent / "scenarios"
 QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 HEAD_CONTAINER = "spec.rayClusterSpec.headGroupSpec.template.spec.containers[0]"
 
@@ -391,14 +390,14 @@ PLURALS = {
 
 def scenario_objects() -> list:
     found = []
-    for path in sorted(SCENARIOS_DIR.glob("*.yaml")):
-        for index, obj in enumerate(yaml.safe_load(path.read_text()).get("objects") or []):
-            found.append(pytest.param(obj, id=f"{path.stem}-{index}-{obj['kind']}"))
+    for scenario in all_scenarios():
+        for index, obj in enumerate(scenario.kueue):
+            found.append(pytest.param(obj, id=f"{scenario.name}-{index}-{obj['kind']}"))
     return found
 
 
 @pytest.mark.parametrize("obj", scenario_objects())
-def test_objects_of_the_shared_admission_scenarios_pass(schemas, obj):
+def test_objects_of_the_admission_scenarios_pass(schemas, obj):
     group = obj["apiVersion"].split("/")[0]
     schema = schemas[(group, PLURALS[obj["kind"]])]
 

@@ -12,7 +12,7 @@ RAYCLUSTERS = "rayclusters.ray.io"
 
 @pytest.fixture
 def store() -> Store:
-    return Store(Registry(), Clock())
+    return Store(Registry(crds_dir=None), Clock())
 
 
 def rayjob(name="job", namespace="default", **extra) -> dict:
@@ -448,7 +448,7 @@ def test_counts(store):
 
 
 def test_crd_schema_validation_and_defaults():
-    from tests.conftest import CRDS_DIR
+    from kubesim.resources import CRDS_DIR
 
     store = Store(Registry(CRDS_DIR), Clock())
     created = store.create(RAYJOBS, rayjob())

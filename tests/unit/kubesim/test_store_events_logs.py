@@ -14,7 +14,7 @@ from kubesim.store import ApiError, Store
 
 @pytest.fixture
 def store() -> Store:
-    return Store(Registry(), Clock())
+    return Store(Registry(crds_dir=None), Clock())
 
 
 def make_job(store, name="job", namespace="default"):

@@ -1,11 +1,10 @@
 """The registry serves the built-in kinds and takes CRD schemas and printer columns from the real CRDs."""
 
-from kubesim.resources import Registry
-from tests.conftest import CRDS_DIR
+from kubesim.resources import CRDS_DIR, Registry
 
 
 def test_builtin_kinds_without_crds():
-    registry = Registry()
+    registry = Registry(crds_dir=None)
     pods = registry.get("pods")
     assert (pods.api_version, pods.kind, pods.namespaced, pods.subresources) == (
         "v1",

@@ -29,7 +29,7 @@ def run(coro):
 
 def test_watch_without_version_starts_with_existing_objects():
     async def scenario():
-        store = Store(Registry(), Clock())
+        store = Store(Registry(crds_dir=None), Clock())
         store.create(RAYJOBS, rayjob("a"))
         watcher = store.watch(RAYJOBS)
         store.create(RAYJOBS, rayjob("b"))
@@ -42,7 +42,7 @@ def test_watch_without_version_starts_with_existing_objects():
 
 def test_watch_resumes_from_a_resource_version():
     async def scenario():
-        store = Store(Registry(), Clock())
+        store = Store(Registry(crds_dir=None), Clock())
         store.create(RAYJOBS, rayjob("a"))
         _, rv = store.list(RAYJOBS)
         store.create(RAYJOBS, rayjob("b"))
@@ -56,7 +56,7 @@ def test_watch_resumes_from_a_resource_version():
 
 def test_watch_scoped_to_a_namespace():
     async def scenario():
-        store = Store(Registry(), Clock())
+        store = Store(Registry(crds_dir=None), Clock())
         store.create("namespaces", {"metadata": {"name": "team-a"}})
         watcher = store.watch(RAYJOBS, namespace="team-a")
         store.create(RAYJOBS, rayjob("elsewhere"))
@@ -68,7 +68,7 @@ def test_watch_scoped_to_a_namespace():
 
 def test_label_selector_transitions_become_added_and_deleted():
     async def scenario():
-        store = Store(Registry(), Clock())
+        store = Store(Registry(crds_dir=None), Clock())
         store.create(RAYJOBS, rayjob("a", labels={"queue": "q1"}))
         watcher = store.watch(RAYJOBS, label_selector="queue=q1", resource_version=store.resource_version())
         store.patch(RAYJOBS, "a", {"metadata": {"labels": {"queue": "q2"}}}, namespace="default")
@@ -94,7 +94,7 @@ def test_label_selector_transitions_become_added_and_deleted():
 
 def test_field_selector_watch_on_one_object():
     async def scenario():
-        store = Store(Registry(), Clock())
+        store = Store(Registry(crds_dir=None), Clock())
         watcher = store.watch(RAYJOBS, field_selector="metadata.name=b")
         store.create(RAYJOBS, rayjob("a"))
         store.create(RAYJOBS, rayjob("b"))
@@ -104,7 +104,7 @@ def test_field_selector_watch_on_one_object():
 
 
 def test_too_old_resource_version_is_410():
-    store = Store(Registry(), Clock(), history=5)
+    store = Store(Registry(crds_dir=None), Clock(), history=5)
     old = store.resource_version()
     for i in range(10):
         store.create(RAYJOBS, rayjob(f"j{i}"))
@@ -118,7 +118,7 @@ def test_too_old_resource_version_is_410():
 
 def test_watch_events_are_private_copies_by_default():
     async def scenario():
-        store = Store(Registry(), Clock())
+        store = Store(Registry(crds_dir=None), Clock())
         first, second = store.watch(RAYJOBS), store.watch(RAYJOBS)
         store.create(RAYJOBS, rayjob("a"))
         (await first.next(0.01)).object["spec"]["mutated"] = True
@@ -130,7 +130,7 @@ def test_watch_events_are_private_copies_by_default():
 
 def test_close_ends_iteration_and_stops_delivery():
     async def scenario():
-        store = Store(Registry(), Clock())
+        store = Store(Registry(crds_dir=None), Clock())
         watcher = store.watch(RAYJOBS)
         received = []
 
@@ -152,7 +152,7 @@ def test_close_ends_iteration_and_stops_delivery():
 
 def test_gc_deletions_reach_watchers():
     async def scenario():
-        store = Store(Registry(), Clock())
+        store = Store(Registry(crds_dir=None), Clock())
         job = store.create(RAYJOBS, rayjob("job"))
         ref = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "job", "uid": job["metadata"]["uid"]}
         store.create("pods", {"metadata": {"name": "head", "namespace": "default", "ownerReferences": [ref]}})
@@ -165,7 +165,7 @@ def test_gc_deletions_reach_watchers():
 
 def test_watchers_sharing_a_selector_each_get_every_event():
     async def scenario():
-        store = Store(Registry(), Clock())
+        store = Store(Registry(crds_dir=None), Clock())
         first = store.watch(RAYJOBS, label_selector="team=a")
         second = store.watch(RAYJOBS, label_selector="team = a")  # same selector, spelled differently
         store.create(RAYJOBS, rayjob("x", labels={"team": "a"}))
@@ -179,7 +179,7 @@ def test_watchers_sharing_a_selector_each_get_every_event():
 
 
 def test_subscribers_seeing_a_change_alike_share_one_encoded_line():
-    store = Store(Registry(), Clock())
+    store = Store(Registry(crds_dir=None), Clock())
     seen: list = []
     store.subscribe(RAYJOBS, seen.append)
     store.subscribe(RAYJOBS, seen.append, label_selector="team=a")
@@ -195,7 +195,7 @@ def test_subscribers_seeing_a_change_alike_share_one_encoded_line():
 def test_indexed_selectors_still_see_label_transitions():
     """Watches selecting one label value each: a relabel is DELETED for the old value's watcher and
     ADDED for the new one's, and no other watcher hears of it."""
-    store = Store(Registry(), Clock())
+    store = Store(Registry(crds_dir=None), Clock())
     seen: dict[str, list] = {}
     for shard in ("0", "1", "2"):
         store.subscribe(
@@ -210,7 +210,7 @@ def test_indexed_selectors_still_see_label_transitions():
 
 
 def test_closed_subscription_hears_nothing_more():
-    store = Store(Registry(), Clock())
+    store = Store(Registry(crds_dir=None), Clock())
     seen: list = []
     subscription = store.subscribe(RAYJOBS, seen.append, label_selector="team=a")
     subscription.close()

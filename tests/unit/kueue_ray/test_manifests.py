@@ -483,8 +483,8 @@ def test_explain_capacity_shortfall_for_workers():
 
 
 def test_every_template_is_valid_against_the_real_crds():
+    from kubesim.resources import CRDS_DIR
     from kubesim.schema import load_crd_schemas, validate
-    from tests.conftest import CRDS_DIR
 
     schemas = load_crd_schemas(CRDS_DIR)
     for path in sorted(TEMPLATES_DIR.glob("*.yaml.j2")):

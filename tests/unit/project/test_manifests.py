@@ -11,10 +11,10 @@ import yaml
 from kueue_ray.capacity import find_shortfall, max_capacity
 from kueue_ray.manifests import AirflowIdentity, build_rayjob, build_rayservice
 
+from kubesim.resources import CRDS_DIR
 from kubesim.schema import load_crd_schemas, validate
 
 ROOT = Path(__file__).resolve().parents[3]
-CRDS_DIR = ROOT.parent / "shared" / "crds"
 KUEUE_DIR = ROOT / "include" / "manifests" / "kueue"
 IDENTITY = AirflowIdentity(dag_id="d", task_id="t", run_id="manual__1", map_index=-1, try_number=1)
 
