@@ -464,6 +464,7 @@ def model_cluster_queue(obj: dict, flavors: dict[str, dict]) -> model.ClusterQue
         flavor_fungibility=model.FlavorFungibility(
             when_can_borrow=fungibility.get("whenCanBorrow") or model.MAY_STOP_SEARCH,
             when_can_preempt=fungibility.get("whenCanPreempt") or model.TRY_NEXT_FLAVOR,
+            preference=fungibility.get("preference") or model.BORROWING_OVER_PREEMPTION,
         ),
         stop_policy=stop_policy(obj),
         namespace_selector=spec.get("namespaceSelector"),

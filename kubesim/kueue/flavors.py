@@ -12,8 +12,9 @@ checked against quota:
   with "insufficient unused quota ..., N more needed".
 
 ``flavorFungibility`` decides whether to stop at a flavor that borrows or needs preemption, or
-to keep looking for a better one. Requests of earlier pod sets of the same workload count
-against the same flavor ("previously considered podsets requests").
+to keep looking for a better one, and (``preference``) which of two such flavors is better.
+Requests of earlier pod sets of the same workload count against the same flavor ("previously
+considered podsets requests").
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kubesim.kueue import quantity
 from kubesim.kueue.model import (
     MAY_STOP_SEARCH,
     NEVER,
+    PREEMPTION_OVER_BORROWING,
     TRY_NEXT_FLAVOR,
     Admission,
     ClusterQueue,
@@ -169,14 +171,18 @@ def flavor_mismatch(flavor: ResourceFlavor | None, flavor_name: str, pod_set: Po
     return None
 
 
-def _preferred(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    """Whether (mode, borrow) ``a`` beats ``b`` (BorrowingOverPreemption, upstream's default)."""
+def _preferred(a: tuple[int, int], b: tuple[int, int], preference: str) -> bool:
+    """Whether (mode, borrowing height) ``a`` beats ``b`` under the CQ's ``flavorFungibility.preference``."""
     if a[0] == _NO_FIT:
         return False
     if b[0] == _NO_FIT:
         return True
     if (a[0] == _NO_CANDIDATES) != (b[0] == _NO_CANDIDATES):
         return a[0] != _NO_CANDIDATES
+    if preference == PREEMPTION_OVER_BORROWING:
+        if a[1] != b[1]:
+            return a[1] < b[1]
+        return a[0] > b[0]
     if a[0] != b[0]:
         return a[0] > b[0]
     return a[1] < b[1]
@@ -247,6 +253,7 @@ class _Assigner:
         }
         best: dict[str, FlavorChoice] = {}
         best_mode = (_NO_FIT, 1 << 62)
+        preference = self.cq.flavor_fungibility.preference
         for flavor_quotas in group.flavors:
             name = flavor_quotas.name
             mismatch = flavor_mismatch(self.flavors.get(name), name, pod_set)
@@ -260,7 +267,7 @@ class _Assigner:
                 fine_mode, borrow, reason = self.fits_quota(fr, usage.get(fr, 0), value)
                 if reason:
                     reasons.append(reason)
-                if _preferred(mode, (fine_mode, borrow)):
+                if _preferred(mode, (fine_mode, borrow), preference):
                     mode = (fine_mode, borrow)
                 if mode[0] == _NO_FIT:
                     continue
@@ -269,7 +276,7 @@ class _Assigner:
             if not _try_next_flavor(mode, self.cq):
                 best, best_mode = choices, mode
                 break
-            if _preferred(mode, best_mode):
+            if _preferred(mode, best_mode, preference):
                 best, best_mode = choices, mode
         return best, reasons, best_mode[0] == _FIT
 

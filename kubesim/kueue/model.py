@@ -43,6 +43,8 @@ ANY = "Any"
 # FlavorFungibility values (v1beta2).
 MAY_STOP_SEARCH = "MayStopSearch"
 TRY_NEXT_FLAVOR = "TryNextFlavor"
+BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"
+PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
 
 # Preempted condition reasons.
 IN_CLUSTER_QUEUE = "InClusterQueue"
@@ -144,10 +146,16 @@ class FlavorFungibility:
     ``TryNextFlavor`` keeps looking for a flavor that fits without borrowing.
     ``when_can_preempt == TryNextFlavor`` looks at later flavors before choosing to preempt;
     ``MayStopSearch`` preempts in the first flavor where preemption could help.
+    ``preference`` ranks the flavors tried when none simply fits: ``BorrowingOverPreemption`` (also
+    when unset) takes the better preemption mode first (fit, then reclaim, then preempting in the own
+    queue) and borrows as little as possible among equals; ``PreemptionOverBorrowing`` takes the
+    flavor that borrows least first and, among equals, the better preemption mode. Either way a
+    flavor whose preemption found no candidates ranks below every flavor that could admit.
     """
 
     when_can_borrow: str = MAY_STOP_SEARCH
     when_can_preempt: str = TRY_NEXT_FLAVOR
+    preference: str = BORROWING_OVER_PREEMPTION
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,11 @@ Mutation (create only): default the queue label to ``default`` when a LocalQueue
 in the namespace, and default managed jobs to suspended so that nothing runs before Kueue admits it.
 Validation (create and update): the rules Kueue v0.19.2 enforces, denied with the API server's wording
 ``admission webhook "<name>" denied the request: <field errors>`` (403 Forbidden).
+
+ClusterQueues: the one CEL rule of the ClusterQueue CRD that decides how kubesim schedules
+(``flavorFungibility.preference`` only with both policies ``TryNextFlavor``), refused as the API server
+refuses a CEL violation (422 Invalid). kubesim's schema check skips CEL, and without this a queue a real
+cluster refuses would be accepted and scheduled.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable
 from kubesim.kueue import jobs
 from kubesim.kueue.jobs import RAYCLUSTER, RAYJOB, RAYSERVICE, JobKind
 from kubesim.store import ApiError
+from kubesim.store import invalid as invalid_object
 
 WEBHOOK_NAMES = {
     RAYJOB.key: "vrayjob.kb.io",
@@ -24,6 +30,8 @@ WEBHOOK_NAMES = {
 }
 DEFAULT_LOCAL_QUEUE = "default"
 LOCAL_QUEUE_KEY = "localqueues.kueue.x-k8s.io"
+CLUSTER_QUEUE_KEY = "clusterqueues.kueue.x-k8s.io"
+PREFERENCE_RULE = "preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor"
 IMMUTABLE = "field is immutable"
 
 
@@ -204,6 +212,28 @@ def validate_update(kind: JobKind, old: dict, new: dict, default_queue_exists: b
     return errors + validate_create(kind, new)
 
 
+def cluster_queue_causes(cq: dict) -> list[dict]:
+    """The ClusterQueue CRD's CEL rule on ``spec.flavorFungibility``, as 422 causes (empty when it holds).
+
+    CEL sees the object after defaulting, so an unset ``whenCanBorrow`` is ``MayStopSearch`` and breaks
+    the rule, while an unset ``whenCanPreempt`` is ``TryNextFlavor``.
+    """
+    fungibility = (cq.get("spec") or {}).get("flavorFungibility")
+    if not isinstance(fungibility, dict) or fungibility.get("preference") is None:
+        return []
+    borrow = fungibility.get("whenCanBorrow") or "MayStopSearch"
+    preempt = fungibility.get("whenCanPreempt") or "TryNextFlavor"
+    if borrow == preempt == "TryNextFlavor":
+        return []
+    return [
+        {
+            "reason": "FieldValueInvalid",
+            "message": f'Invalid value: "object": {PREFERENCE_RULE}',
+            "field": "spec.flavorFungibility",
+        }
+    ]
+
+
 # ----------------------------------------------------------------------------------------------- defaulting
 
 
@@ -231,6 +261,11 @@ def make_admission_hook(store) -> Callable[[str, object, dict, dict | None], Non
         return True
 
     def hook(operation: str, rt, obj: dict, old: dict | None) -> None:
+        if rt.key == CLUSTER_QUEUE_KEY:
+            causes = cluster_queue_causes(obj)
+            if causes:
+                raise invalid_object(rt, (obj.get("metadata") or {}).get("name", ""), causes)
+            return
         kind = jobs.JOB_KINDS.get(rt.key)
         if kind is None:
             return

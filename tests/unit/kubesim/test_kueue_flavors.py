@@ -1,13 +1,16 @@
-"""Flavor assignment: flavor order, fungibility (MayStopSearch / TryNextFlavor), node labels and
-taints, several pod sets sharing a flavor, and Kueue's exact reasons."""
+"""Flavor assignment: flavor order, fungibility (MayStopSearch / TryNextFlavor, and the preference
+between preempting and borrowing), node labels and taints, several pod sets sharing a flavor, and
+Kueue's exact reasons."""
 
 from __future__ import annotations
 
 from kubesim.kueue import preemption
 from kubesim.kueue.flavors import FIT, NO_FIT, PREEMPT, assign_flavors
 from kubesim.kueue.model import (
+    BORROWING_OVER_PREEMPTION,
     LOWER_PRIORITY,
     MAY_STOP_SEARCH,
+    PREEMPTION_OVER_BORROWING,
     TRY_NEXT_FLAVOR,
     Admission,
     ClusterQueue,
@@ -208,3 +211,35 @@ def test_admission_lists_each_pod_set_with_its_totals():
         ("workers", {"cpu": "on-demand"}, {"cpu": 500}, 2),
     ]
     assert admission.usage() == {("on-demand", "cpu"): 1500}
+
+
+def preference_setup(preference: str, *, victim_priority: int = 0):
+    """on-demand: 2 CPUs of its own, taken by a running job; reserved: none of its own, a lender's 2 to borrow."""
+    fungibility = FlavorFungibility(TRY_NEXT_FLAVOR, TRY_NEXT_FLAVOR, preference)
+    mine = queue(
+        "mine",
+        (("on-demand", 2000), ("reserved", 0)),
+        cohort="c",
+        preemption=PreemptionPolicy(within_cluster_queue=LOWER_PRIORITY),
+        flavor_fungibility=fungibility,
+    )
+    lender = queue("lender", (("reserved", 2000),), cohort="c")
+    victim = running("low", "mine", "on-demand", 2000, priority=victim_priority)
+    return assign(pending(head(2000), priority=5, cq="mine"), mine, lender, admitted=(victim,))
+
+
+def test_preference_decides_between_preempting_in_own_quota_and_borrowing():
+    preempts = preference_setup(PREEMPTION_OVER_BORROWING)
+    assert (preempts.mode, preempts.pod_sets[0].flavors["cpu"].flavor) == (PREEMPT, "on-demand")
+    assert (preempts.needs_preemption(), preempts.borrowing) == ({("on-demand", "cpu")}, 0)
+
+    borrows = preference_setup(BORROWING_OVER_PREEMPTION)
+    assert (borrows.mode, borrows.pod_sets[0].flavors["cpu"].flavor, borrows.borrowing) == (
+        FIT,
+        "reserved",
+        1,
+    )
+
+    # The running job outranks the pending one: on-demand borrows less but cannot admit at all.
+    no_candidate = preference_setup(PREEMPTION_OVER_BORROWING, victim_priority=9)
+    assert (no_candidate.mode, no_candidate.pod_sets[0].flavors["cpu"].flavor) == (FIT, "reserved")

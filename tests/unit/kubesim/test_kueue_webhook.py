@@ -149,3 +149,43 @@ def test_priority_class_may_be_added_while_suspended(store):
     created = store.create(RAYJOBS, rayjob())
     created["metadata"]["labels"][PRIORITY_CLASS_LABEL] = "prod"
     assert store.update(RAYJOBS, created)["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "prod"
+
+
+CLUSTER_QUEUES = "clusterqueues.kueue.x-k8s.io"
+
+
+def cluster_queue(fungibility: dict) -> dict:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "cq"},
+        "spec": {"namespaceSelector": {}, "flavorFungibility": fungibility},
+    }
+
+
+def test_fungibility_preference_needs_both_policies_to_try_the_next_flavor(store):
+    # whenCanBorrow defaults to MayStopSearch, which the CRD's CEL rule sees after defaulting.
+    with pytest.raises(ApiError) as caught:
+        store.create(CLUSTER_QUEUES, cluster_queue({"preference": "PreemptionOverBorrowing"}))
+    assert (caught.value.code, caught.value.message) == (
+        422,
+        'ClusterQueue.kueue.x-k8s.io "cq" is invalid: spec.flavorFungibility: Invalid value: "object": '
+        "preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor",
+    )
+    both = {
+        "whenCanBorrow": "TryNextFlavor",
+        "whenCanPreempt": "TryNextFlavor",
+        "preference": "BorrowingOverPreemption",
+    }
+    created = store.create(CLUSTER_QUEUES, cluster_queue(both))
+    created["spec"]["flavorFungibility"]["whenCanPreempt"] = "MayStopSearch"
+    with pytest.raises(ApiError) as caught:
+        store.update(CLUSTER_QUEUES, created)
+    assert caught.value.details["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "object": preference can only be set when both whenCanBorrow and '
+            "whenCanPreempt are TryNextFlavor",
+            "field": "spec.flavorFungibility",
+        }
+    ]
