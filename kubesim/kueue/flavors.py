@@ -15,6 +15,9 @@ checked against quota:
 to keep looking for a better one, and (``preference``) which of two such flavors is better.
 Requests of earlier pod sets of the same workload count against the same flavor ("previously
 considered podsets requests").
+
+A ClusterQueue that covers the ``pods`` resource charges every pod set its pod count in it: pods
+are quota like any other resource there, so a queue can cap how many pods it runs.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ from kubesim.kueue.quota import (
     borrowing_height,
     potential_available,
 )
+
+PODS = "pods"
+"""The resource a ClusterQueue may cover to limit how many pods its workloads run."""
 
 # Assignment modes, worst to best (the order matters: a pod set is as good as its worst resource).
 NO_FIT = 0
@@ -282,8 +288,11 @@ class _Assigner:
 
     def assign(self, workload: Workload) -> Assignment:
         result = Assignment()
+        counts_pods = self.group_of(PODS) is not None
         for pod_set in workload.pod_sets:
             requests = pod_set.total()
+            if counts_pods:
+                requests[PODS] = pod_set.count
             ps = PodSetResult(pod_set.name, pod_set.count, requests)
             failed = False
             for resource in _resource_order(requests, self.cq):

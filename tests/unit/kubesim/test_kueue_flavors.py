@@ -1,6 +1,6 @@
 """Flavor assignment: flavor order, fungibility (MayStopSearch / TryNextFlavor, and the preference
-between preempting and borrowing), node labels and taints, several pod sets sharing a flavor, and
-Kueue's exact reasons."""
+between preempting and borrowing), node labels and taints, several pod sets sharing a flavor, a
+``pods`` quota, and Kueue's exact reasons."""
 
 from __future__ import annotations
 
@@ -243,3 +243,36 @@ def test_preference_decides_between_preempting_in_own_quota_and_borrowing():
     # The running job outranks the pending one: on-demand borrows less but cannot admit at all.
     no_candidate = preference_setup(PREEMPTION_OVER_BORROWING, victim_priority=9)
     assert (no_candidate.mode, no_candidate.pod_sets[0].flavors["cpu"].flavor) == (FIT, "reserved")
+
+
+def pods_queue(pods: int) -> ClusterQueue:
+    group = ResourceGroup(
+        ("cpu", "pods"),
+        (FlavorQuotas("on-demand", {"cpu": ResourceQuota(8000), "pods": ResourceQuota(pods)}),),
+    )
+    return ClusterQueue("cq", (group,), namespace_selector={})
+
+
+def test_a_queue_covering_pods_charges_each_pod_set_its_pod_count():
+    workload = pending(head(1000), PodSet("workers", 2, {"cpu": 250}), PodSet("submitter", 1, {"cpu": 500}))
+    result = assign(workload, pods_queue(4))
+    assert result.mode == FIT
+    assert [(a.name, a.flavors, a.resource_usage) for a in result.admission("cq").pod_set_assignments] == [
+        ("head", {"cpu": "on-demand", "pods": "on-demand"}, {"cpu": 1000, "pods": 1}),
+        ("workers", {"cpu": "on-demand", "pods": "on-demand"}, {"cpu": 500, "pods": 2}),
+        ("submitter", {"cpu": "on-demand", "pods": "on-demand"}, {"cpu": 500, "pods": 1}),
+    ]
+    assert result.usage == {("on-demand", "cpu"): 2000, ("on-demand", "pods"): 4}
+
+    uncovered = assign(workload, queue(flavors=(("on-demand", 4000),)))
+    assert uncovered.usage == {("on-demand", "cpu"): 2000}
+
+
+def test_pods_quota_counts_earlier_pod_sets_and_names_them_in_the_message():
+    workload = pending(head(1000), PodSet("workers", 3, {"cpu": 250}), PodSet("submitter", 1, {"cpu": 500}))
+    result = assign(workload, pods_queue(4))
+    assert result.mode == NO_FIT
+    assert result.message() == (
+        "couldn't assign flavors to pod set submitter: insufficient quota for pods in flavor on-demand, "
+        "previously considered podsets requests (4) + current podset request (1) > maximum capacity (4)"
+    )
