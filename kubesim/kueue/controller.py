@@ -351,6 +351,7 @@ def stop_policy(obj: dict) -> str:
 
 
 def missing_flavors(cq: dict, flavors: dict[str, dict]) -> list[str]:
+    """The ResourceFlavors the ClusterQueue names that do not exist, in resource-group order."""
     names = [
         f["name"]
         for group in (cq.get("spec") or {}).get("resourceGroups") or []
@@ -360,17 +361,24 @@ def missing_flavors(cq: dict, flavors: dict[str, dict]) -> list[str]:
 
 
 def cluster_queue_active(cq: dict, flavors: dict[str, dict]) -> tuple[bool, str, str]:
-    """(active, reason, message) of the ClusterQueue ``Active`` condition."""
+    """(active, reason, message) of the ClusterQueue ``Active`` condition.
+
+    Kueue lists every cause that keeps the queue from admitting, in a fixed order, and takes the
+    first one's reason: "Can't admit new workloads: is stopped, references missing
+    ResourceFlavor(s): spot,a100." with reason ``Stopped`` (names joined by a bare comma). Kueue's
+    further causes come after these, in this order: "references missing AdmissionCheck(s): ..."
+    (``AdmissionCheckNotFound``), "references inactive AdmissionCheck(s): ..." (``AdmissionCheckInactive``).
+    """
+    causes: list[tuple[str, str]] = []
     if stop_policy(cq) != "None":
-        return False, "Stopped", "Can't admit new workloads: is stopped."
+        causes.append(("Stopped", "is stopped"))
     missing = missing_flavors(cq, flavors)
     if missing:
-        return (
-            False,
-            "FlavorNotFound",
-            f"Can't admit new workloads: references missing ResourceFlavor(s): {missing}.",
-        )
-    return True, "Ready", "Can admit new workloads"
+        causes.append(("FlavorNotFound", f"references missing ResourceFlavor(s): {','.join(missing)}"))
+    if not causes:
+        return True, "Ready", "Can admit new workloads"
+    message = f"Can't admit new workloads: {', '.join(text for _, text in causes)}."
+    return False, causes[0][0], message
 
 
 def queue_blocker(wl: dict, world: World) -> tuple[str | None, str | None]:
