@@ -974,11 +974,24 @@ class KueueController:
 
     # -------------------------------------------------------------------------------- evictions
 
-    def _evict(self, wl: dict, reason: str, message: str, *, preempted_reason: str | None = None) -> None:
+    def _evict(
+        self,
+        wl: dict,
+        reason: str,
+        message: str,
+        *,
+        preempted_reason: str | None = None,
+        underlying_cause: str = "",
+    ) -> None:
         """Set Evicted (and Preempted) and count it; the job reconcile then stops the job and, once it is
-        inactive, releases the quota."""
+        inactive, releases the quota.
+
+        ``status.schedulingStats.evictions`` counts evictions per (reason, underlyingCause). Kueue gives an
+        underlying cause only where the reason alone is too coarse (a PodsReady timeout: ``WaitForStart``
+        or ``WaitForRecovery``; a deactivation: its DeactivationTarget reason); a preemption's cause is
+        empty, its kind (InClusterQueue, ...) is only in the ``Preempted`` condition.
+        """
         now = self.clock.timestamp()
-        underlying = preempted_reason or ""
 
         def change(obj: dict) -> None:
             set_condition(obj, "Evicted", "True", reason, message, now)
@@ -988,11 +1001,11 @@ class KueueController:
                 set_condition(obj, "Requeued", "False", reason, message, now)
             stats = obj["status"].setdefault("schedulingStats", {}).setdefault("evictions", [])
             for entry in stats:
-                if entry.get("reason") == reason and entry.get("underlyingCause", "") == underlying:
+                if entry.get("reason") == reason and entry.get("underlyingCause", "") == underlying_cause:
                     entry["count"] = int(entry.get("count", 0)) + 1
                     break
             else:
-                stats.append({"reason": reason, "underlyingCause": underlying, "count": 1})
+                stats.append({"reason": reason, "underlyingCause": underlying_cause, "count": 1})
 
         if self._mutate(WORKLOAD_KEY, wl, change, status=True) is None:
             return
