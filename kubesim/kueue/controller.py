@@ -146,6 +146,15 @@ def owner_uid(wl: dict) -> str | None:
     return None
 
 
+def is_workload_priority_class(ref: dict) -> bool:
+    """Whether a Workload's ``spec.priorityClassRef`` names a WorkloadPriorityClass (not a pod PriorityClass)."""
+    return ref.get("group") == jobs.KUEUE_GROUP and ref.get("kind") == "WorkloadPriorityClass"
+
+
+def workload_priority_class_ref(name: str) -> dict:
+    return {"group": jobs.KUEUE_GROUP, "kind": "WorkloadPriorityClass", "name": name}
+
+
 def timestamp_seconds(value: str | None) -> float:
     return parse_time(value).timestamp() if value else 0.0
 
@@ -667,6 +676,8 @@ class KueueController:
         # decision may differ, so it goes over everything, as Kueue requeues all on a queue change.
         self._dirty_jobs: set[tuple[str, str, str]] = set()
         self._dirty_workloads: set[tuple[str, str]] = set()
+        # WorkloadPriorityClasses created or changed: their value is to reach the Workloads naming them.
+        self._dirty_priority_classes: set[str] = set()
         self._full = True
         self._last_full = 0.0
         # The admitted part of the scheduler's snapshot, and what it was built from.
@@ -728,6 +739,8 @@ class KueueController:
             if type_ == "DELETED" or self.config_versions.get(ident) != version:
                 self.parked.clear()
                 self._full = True
+                if key == WPC_KEY and type_ != "DELETED":
+                    self._dirty_priority_classes.add(meta.get("name", ""))
             if type_ == "DELETED":
                 self.config_versions.pop(ident, None)
             else:
@@ -747,6 +760,7 @@ class KueueController:
             full = True
         if full:
             self._last_full = now
+        self._sync_priority_classes(self._world())
         self._reconcile_jobs(self._world(), full)
         self._reconcile_evictions(self._world(), full)
         self._schedule_pass()
@@ -809,6 +823,7 @@ class KueueController:
             return
         if is_finished(wl):
             return
+        self._sync_workload_priority(job, wl, world)
         if done:
             self._finish(kind, job, wl, reason, message)
             return
@@ -865,30 +880,79 @@ class KueueController:
         )
 
     def _sync_queued_workload(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
-        """A suspended job may change queue or priority class; the queued Workload follows."""
-        priority, class_name, error = self._priority(job, world)
+        """A suspended job may change queue; the queued Workload follows."""
         queue = jobs.queue_name(job)
-        ref = {"group": jobs.KUEUE_GROUP, "kind": "WorkloadPriorityClass", "name": class_name}
-        spec = wl.get("spec") or {}
-        if spec.get("queueName") == queue and (
-            not class_name
-            or error
-            or (spec.get("priority") == priority and spec.get("priorityClassRef") == ref)
-        ):
+        if (wl.get("spec") or {}).get("queueName") == queue:
             return  # already in sync: skip the re-read and copy (the common case, every pass, every job)
+        self._mutate(WORKLOAD_KEY, wl, lambda obj: obj["spec"].update(queueName=queue), status=False)
+
+    def _sync_workload_priority(self, job: dict, wl: dict, world: World) -> None:
+        """A relabelled ``kueue.x-k8s.io/priority-class`` reaches the job's Workload, queued or holding quota.
+
+        As Kueue's job reconciler does, only a change of class name is acted on (a class's new value reaches
+        its Workloads through `_sync_priority_classes`). A Workload that reserved quota without a class
+        never gets one (the API server refuses to add it then), and one whose priority comes from a pod
+        PriorityClass does not follow the label. A class that does not exist yet leaves the Workload as it
+        is until it does (its creation is a configuration change, which revisits every job).
+        """
+        spec = wl.get("spec") or {}
+        ref = spec.get("priorityClassRef")
+        if ref is None and admission_of(wl) is not None:
+            return
+        if ref is not None and not is_workload_priority_class(ref):
+            return
+        class_name = jobs.priority_class_name(job)
+        if (ref or {}).get("name", "") == class_name:
+            return  # the common case, every pass, every job: no re-read, no copy
+        priority, _, error = self._priority(job, world)
+        if error:
+            return
 
         def change(obj: dict) -> None:
-            spec = obj["spec"]
-            spec["queueName"] = queue
-            if class_name and not error:
-                spec["priority"] = priority
-                spec["priorityClassRef"] = {
-                    "group": jobs.KUEUE_GROUP,
-                    "kind": "WorkloadPriorityClass",
-                    "name": class_name,
-                }
+            obj["spec"]["priority"] = priority
+            if class_name:
+                obj["spec"]["priorityClassRef"] = workload_priority_class_ref(class_name)
+            else:
+                obj["spec"].pop("priorityClassRef", None)
 
-        self._mutate(WORKLOAD_KEY, wl, change, status=False)
+        updated = self._mutate(WORKLOAD_KEY, wl, change, status=False)
+        if updated is None:
+            return
+        meta = updated["metadata"]
+        self._event(
+            job,
+            "Normal",
+            "UpdatedWorkload",
+            f"Updated workload priority class: {meta['namespace']}/{meta['name']}",
+            JOB_COMPONENT,
+        )
+        # A new priority may make a parked workload admissible, or an admitted one preemptible.
+        self.parked.clear()
+
+    def _sync_priority_classes(self, world: World) -> None:
+        """Kueue's WorkloadPriorityClass controller: a class's value reaches every Workload that names it.
+
+        Runs for the classes created or changed since the last pass. Admitted Workloads follow too, so the
+        next preemption sees the new value; a parked one is retried, as after any configuration change.
+        """
+        dirty, self._dirty_priority_classes = self._dirty_priority_classes, set()
+        if not dirty:
+            return
+        values = {
+            name: int(world.priority_classes[name].get("value", 0))
+            for name in dirty
+            if name in world.priority_classes
+        }
+        for wl in self.view.items(WORKLOAD_KEY):
+            spec = wl.get("spec") or {}
+            ref = spec.get("priorityClassRef")
+            if ref is None or not is_workload_priority_class(ref) or ref.get("name") not in values:
+                continue
+            value = values[ref["name"]]
+            if spec.get("priority") != value:
+                self._mutate(
+                    WORKLOAD_KEY, wl, lambda obj, v=value: obj["spec"].update(priority=v), status=False
+                )
 
     def _start_job(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
         infos = jobs.pod_set_infos(wl, world.flavors, (wl.get("spec") or {}).get("queueName", ""))

@@ -207,6 +207,33 @@ def test_missing_priority_class_creates_no_workload_until_it_exists(api, custom,
     assert wl["spec"]["priorityClassRef"]["name"] == "urgent-class"
 
 
+def test_relabelled_running_job_moves_its_workload_to_the_new_class(api, custom, namespace):
+    queues(custom, namespace, "relabel-cq")
+    for name, value in (("relabel-low", 10), ("relabel-high", 900)):
+        custom.create_cluster_custom_object(
+            *KUEUE, "workloadpriorityclasses", {"metadata": {"name": name}, "value": value}
+        )
+    job = submit(custom, namespace, rayjob("tune", labels={"kueue.x-k8s.io/priority-class": "relabel-low"}))
+    uid = job["metadata"]["uid"]
+    eventually(lambda: condition(workload_of(custom, namespace, uid), "Admitted")["status"] == "True")
+
+    patch = {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": "relabel-high"}}}
+    custom.patch_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", "tune", patch)
+
+    def relabelled():
+        spec = workload_of(custom, namespace, uid)["spec"]
+        assert (spec["priority"], spec["priorityClassRef"]["name"]) == (900, "relabel-high")
+
+    eventually(relabelled)
+    wl = workload_of(custom, namespace, uid)
+    assert condition(wl, "Admitted")["status"] == "True"
+    assert {
+        "type": "Normal",
+        "reason": "UpdatedWorkload",
+        "message": f"Updated workload priority class: {namespace}/{wl['metadata']['name']}",
+    } in events_for(api, namespace, "tune")
+
+
 def test_missing_local_queue_is_inadmissible(custom, namespace):
     job = submit(custom, namespace, rayjob("lost", labels={"kueue.x-k8s.io/queue-name": "nowhere"}))
 
