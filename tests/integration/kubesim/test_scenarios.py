@@ -14,8 +14,9 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from kubesim.kueue import quantity
 from kubesim.testing import run_kubesim
-from tests.scenarios import Expectation, Scenario, all_scenarios
+from tests.scenarios import Expectation, QueueExpectation, Scenario, Step, all_scenarios
 
 SCENARIOS = all_scenarios()
 TIME_SCALE = 200
@@ -92,6 +93,15 @@ class Driver:
         namespace, _ = self.uids.pop(name)
         self.api.delete_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name)
 
+    def relabel(self, name: str, priority_class: str) -> None:
+        """Point the RayJob's priority-class label at another WorkloadPriorityClass, as `kubectl label` would."""
+        namespace, _ = self.uids[name]
+        body = {"metadata": {"labels": {KUEUE_LABELS["priority"]: priority_class}}}
+        self.api.patch_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name, body)
+
+    def cluster_queue(self, name: str) -> dict:
+        return self.api.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", name)
+
     def observe(self) -> dict[str, tuple[dict | None, dict]]:
         """rayjob name -> (its Workload or None, the RayJob) for every live submitted RayJob."""
         seen = {}
@@ -159,6 +169,11 @@ def evictions(workload: dict | None) -> list[dict]:
     return ((workload or {}).get("status") or {}).get("schedulingStats", {}).get("evictions", [])
 
 
+def admitted_pod_sets(workload: dict | None) -> list[dict]:
+    admission = ((workload or {}).get("status") or {}).get("admission") or {}
+    return admission.get("podSetAssignments") or []
+
+
 def mismatches(
     then: dict[str, Expectation], seen: dict[str, tuple[dict | None, dict]], preempted: set[str]
 ) -> list[str]:
@@ -181,13 +196,48 @@ def mismatches(
         suspended = bool(job["spec"].get("suspend"))
         if expected.suspended is not None and suspended != expected.suspended:
             problems.append(f"{name}: expected suspend={expected.suspended}, got {suspended}")
+        priority = ((workload or {}).get("spec") or {}).get("priority")
+        if expected.priority is not None and priority != expected.priority:
+            problems.append(f"{name}: expected priority {expected.priority}, got {priority}")
+        for resource, flavor in (expected.flavors or {}).items():
+            got = {
+                a["flavors"][resource]
+                for a in admitted_pod_sets(workload)
+                if resource in a.get("flavors", {})
+            }
+            if got != {flavor}:
+                problems.append(f"{name}: expected {resource} in flavor {flavor}, got {sorted(got)}")
+        for resource, total in (expected.usage or {}).items():
+            got = sum(
+                quantity.to_canonical(resource, a.get("resourceUsage", {}).get(resource, "0"))
+                for a in admitted_pod_sets(workload)
+            )
+            if got != quantity.to_canonical(resource, total):
+                problems.append(
+                    f"{name}: expected {resource} usage {total}, got {quantity.to_string(resource, got)}"
+                )
+        if expected.evictions is not None and evictions(workload) != list(expected.evictions):
+            problems.append(
+                f"{name}: expected evictions {list(expected.evictions)}, got {evictions(workload)}"
+            )
     return problems
 
 
-def settle(driver: Driver, then: dict[str, Expectation]) -> None:
+def queue_mismatches(driver: Driver, queues: dict[str, QueueExpectation]) -> list[str]:
+    """How each named ClusterQueue's ``Active`` condition differs from the step's ``queues``."""
+    problems = []
+    for name, expected in queues.items():
+        active = condition(driver.cluster_queue(name), "Active")
+        problems += [f"ClusterQueue {name} Active: {problem}" for problem in expected.problems(active)]
+    return problems
+
+
+def settle(driver: Driver, step: Step) -> None:
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
-        problems = mismatches(then, driver.observe(), driver.preempted)
+        problems = mismatches(step.then, driver.observe(), driver.preempted) + queue_mismatches(
+            driver, step.queues
+        )
         if not problems:
             return
         if time.monotonic() > deadline:
@@ -208,10 +258,12 @@ def test_scenario(scenario: Scenario) -> None:
                 driver.finish(name)
             for obj in step.apply:
                 driver.apply(obj)
+            for name, priority_class in step.relabel.items():
+                driver.relabel(name, priority_class)
             if step.pause:
                 time.sleep(step.pause)
-            if step.then:
+            if step.then or step.queues:
                 try:
-                    settle(driver, step.then)
+                    settle(driver, step)
                 except pytest.fail.Exception as failure:
                     raise AssertionError(f"step {index}: {failure}") from None
