@@ -32,7 +32,9 @@ Deliberately not done, because the API server does not do it either or these CRD
 * ``format: int32`` / ``int64``: apiextensions strips number formats before validating, so an int32
   field accepts any integer. Only ``date-time`` (the one string format in these CRDs) is checked.
 * CEL ``x-kubernetes-validations`` are skipped: evaluating CEL is out of scope, and the rules in these
-  CRDs guard cross-field invariants that kubesim's controllers and our manifests do not break.
+  CRDs guard cross-field invariants that kubesim's controllers and our manifests do not break. The one
+  rule that changes how kubesim schedules (a ClusterQueue's ``flavorFungibility.preference``) is
+  enforced by ``kubesim.kueue.webhook`` instead.
 * ``anyOf`` is skipped: structural schemas use it only next to ``x-kubernetes-int-or-string``, whose
   integer-or-string check the type step already makes.
 * After a type mismatch the node's other checks (enum, pattern, ...) are not reported; the server may
