@@ -95,7 +95,7 @@ def blocker_rayjob() -> dict:
         "metadata": {
             "name": BLOCKER,
             "labels": {
-                "kueue.x-k8s.io/queue-name": "default",
+                "kueue.x-k8s.io/queue-name": "user-queue",
                 "kueue.x-k8s.io/priority-class": "prod-priority",
             },
             "annotations": {"kubesim.dev/duration": "inf", "kubesim.dev/startup": "0"},

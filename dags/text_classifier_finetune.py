@@ -59,7 +59,7 @@ with DAG(
             "backfills are clamped to dev-priority."
         ),
         "queue": queue_param(
-            "default",
+            "user-queue",
             "Kueue LocalQueue in namespace ray; which exist depends on the installed setup.",
             explained=True,
         ),

@@ -33,7 +33,7 @@ def conf_driven_submit(task_id: str, operator_class: type[SubmitRayJobOperator] 
 def free_params() -> dict:
     return {
         "template": Param("text-classifier", type="string"),
-        "queue": Param("default", type="string"),
+        "queue": Param("user-queue", type="string"),
         "priority": Param("dev-priority", type="string"),
         "values": Param({}, type="object"),
     }

@@ -60,7 +60,7 @@ def test_strict_validation_rejects_an_unknown_field(schemas):
 
 def test_base_has_namespace_flavors_and_priority_classes():
     docs = documents(*sorted(KUEUE_DIR.glob("*.yaml")))
-    assert set(by_kind(docs, "Namespace")) == {"ray"}
+    assert set(by_kind(docs, "Namespace")) == {"ray", "airflow"}
     flavors = by_kind(docs, "ResourceFlavor")
     assert set(flavors) == {"default", "gpu"}
     assert flavors["gpu"]["spec"]["nodeLabels"] == {"accelerator": "nvidia"}
@@ -73,7 +73,7 @@ def test_each_setup_defines_the_local_queues_the_dags_offer():
     single = documents(*sorted((KUEUE_DIR / "single-queue").glob("*.yaml")))
     team = documents(*sorted((KUEUE_DIR / "team-queues").glob("*.yaml")))
     assert {n: q["metadata"]["namespace"] for n, q in by_kind(single, "LocalQueue").items()} == {
-        "default": "ray"
+        "user-queue": "ray"
     }
     assert {n: q["spec"]["clusterQueue"] for n, q in by_kind(team, "LocalQueue").items()} == {
         "team-a": "team-a-cq",
@@ -87,7 +87,7 @@ def text_classifier(mode: str):
         "text-classifier",
         name="tc",
         namespace="ray",
-        queue="default",
+        queue="user-queue",
         priority="dev-priority",
         identity=IDENTITY,
         values={"submission_mode": mode},
@@ -161,7 +161,7 @@ def test_rayjob_templates_render_valid_rayjobs(template, schemas):
         template,
         name="x",
         namespace="ray",
-        queue="default",
+        queue="user-queue",
         priority="dev-priority",
         identity=IDENTITY,
         values=TEMPLATE_VALUES[template],
