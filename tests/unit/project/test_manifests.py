@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 from kueue_ray.capacity import find_shortfall, max_capacity
-from kueue_ray.manifests import AirflowIdentity, build_rayjob, build_rayservice
+from kueue_ray.manifests import (
+    TEMPLATES_DIR,
+    AirflowIdentity,
+    build_rayjob,
+    build_rayservice,
+    render_template,
+)
 
 from kubesim.resources import CRDS_DIR
 from kubesim.schema import load_crd_schemas, validate
@@ -219,3 +225,79 @@ def test_rbac_cluster_role_only_reads():
         "workloadpriorityclasses",
     }
     assert all("*" not in rule["resources"] + rule["verbs"] for rule in cluster + rules("Role"))
+
+
+# ------------------------------------------------------------------------------------------ GPU taints
+
+GPU_TAINTS = (
+    {"key": "sku", "value": "gpu", "effect": "NoSchedule"},  # AKS GPU node pools
+    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},  # NVIDIA GPU operator
+)
+
+
+def tolerates(tolerations: list[dict], taint: dict) -> bool:
+    """The kubelet's rule: same key (or an empty key with Exists), same effect (or none), and Exists or
+    an equal value."""
+    for toleration in tolerations or []:
+        if toleration.get("effect") not in (None, "", taint["effect"]):
+            continue
+        operator = toleration.get("operator", "Equal")
+        if operator == "Exists" and toleration.get("key") in (None, "", taint["key"]):
+            return True
+        same_key = toleration.get("key") == taint["key"]
+        if operator == "Equal" and same_key and toleration.get("value", "") == taint["value"]:
+            return True
+    return False
+
+
+def gpu_pod_templates(body: dict) -> dict[str, dict]:
+    """Every pod template of a RayJob / RayService whose containers ask for an NVIDIA GPU."""
+    spec = body["spec"]
+    cluster = spec.get("rayClusterSpec") or spec.get("rayClusterConfig")
+    templates = {"head": cluster["headGroupSpec"]["template"]}
+    for group in cluster.get("workerGroupSpecs") or []:
+        templates[group["groupName"]] = group["template"]
+    if spec.get("submitterPodTemplate"):
+        templates["submitter"] = spec["submitterPodTemplate"]
+
+    def wants_gpu(template: dict) -> bool:
+        return any(
+            "nvidia.com/gpu"
+            in {
+                **(c.get("resources") or {}).get("limits", {}),
+                **(c.get("resources") or {}).get("requests", {}),
+            }
+            for c in template["spec"]["containers"]
+        )
+
+    return {name: t for name, t in templates.items() if wants_gpu(t)}
+
+
+def test_the_gpu_flavor_carries_the_tolerations_kueue_injects_for_tainted_gpu_pools():
+    flavor = by_kind(documents(KUEUE_DIR / "10-resource-flavors.yaml"), "ResourceFlavor")["gpu"]
+    tolerations = flavor["spec"]["tolerations"]
+    assert all(tolerates(tolerations, taint) for taint in GPU_TAINTS)
+    assert not tolerates(tolerations, {"key": "dedicated", "value": "x", "effect": "NoSchedule"})
+
+
+@pytest.mark.parametrize(
+    "template", sorted(p.name.removesuffix(".yaml.j2") for p in TEMPLATES_DIR.glob("*.yaml.j2"))
+)
+def test_every_gpu_pod_of_every_template_tolerates_the_gpu_taints(template):
+    values = {"model_path": "/mnt/models/x"}
+    body = render_template(template, values)
+    build = build_rayservice if body["kind"] == "RayService" else build_rayjob
+    built = build(
+        template,
+        name="x",
+        namespace="ray",
+        queue="team-a",
+        priority="dev-priority",
+        identity=IDENTITY,
+        values=values,
+    )
+    gpu_pods = gpu_pod_templates(built.body)
+    assert gpu_pods, f"{template} asks for no GPU: the check would prove nothing"
+    for name, pod in gpu_pods.items():
+        missing = [t for t in GPU_TAINTS if not tolerates(pod["spec"].get("tolerations"), t)]
+        assert not missing, f"{template}: the {name} pods do not tolerate {missing}"
