@@ -1,8 +1,8 @@
 """RayCluster: head and worker pods, a head Service, and the status KubeRay v1.7.0 computes from them.
 
-Pods are created Pending and a simulated kubelet marks them Running and Ready after the cluster's
-``kubesim.dev/startup`` seconds (the annotation is copied from the RayJob / RayService, as KubeRay
-copies all annotations onto the RayCluster). The status follows ``calculateStatus``: ``state: ready``
+Pods are created Pending and a simulated kubelet marks them Running and Ready ``DEFAULT_STARTUP``
+simulated seconds later (tests may change that with the ``kubesim.dev/startup`` annotation, which KubeRay
+copies from the RayJob / RayService onto the RayCluster). The status follows ``calculateStatus``: ``state: ready``
 once every desired pod runs, ``suspended`` when ``spec.suspend`` and no pod is left, conditions
 ``HeadPodReady`` / ``RayClusterProvisioned`` / ``RayClusterSuspended`` / ``RayClusterSuspending``.
 """

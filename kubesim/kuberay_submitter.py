@@ -262,9 +262,8 @@ async def _run_submitter(ctx: Context, pod: dict) -> None:
     exit_code = 1
     try:
         rayjob = _rayjob_of(ctx, pod)
-        annotations = (rayjob or {}).get("metadata", {}).get("annotations")
         failed_so_far = ((rayjob or {}).get("status") or {}).get("failed", 0)
-        behaviour = Behaviour.for_attempt(annotations, failed_so_far)
+        behaviour = Behaviour.for_attempt(rayjob, failed_so_far)
         entrypoint = ((rayjob or {}).get("spec") or {}).get("entrypoint", "")
         if behaviour.outcome == "SubmissionFailed":
             for line in _submission_failure(address, job_id):

@@ -26,6 +26,7 @@ def conf_driven_submit(task_id: str, operator_class: type[SubmitRayJobOperator] 
         queue="{{ params.queue }}",
         priority="{{ params.priority }}",
         values="{{ params['values'] }}",
+        entrypoint="{{ params.entrypoint }}",
         inadmissible_grace=10,
     )
 
@@ -36,6 +37,8 @@ def free_params() -> dict:
         "queue": Param("user-queue", type="string"),
         "priority": Param("dev-priority", type="string"),
         "values": Param({}, type="object"),
+        # A command a real cluster runs as well, e.g. "sleep infinity" for a RayJob that runs until stopped.
+        "entrypoint": Param(None, type=["null", "string"]),
     }
 
 

@@ -122,7 +122,9 @@ def scenario(body: Callable[[Cluster], object]) -> None:
 
 def test_successful_rayjob_runs_its_cluster_and_submitter_and_cleans_up():
     async def body(cluster: Cluster) -> None:
-        cluster.store.create(RAYJOBS, rayjob(annotations={"kubesim.dev/duration": "10"}))
+        cluster.store.create(
+            RAYJOBS, rayjob(runtimeEnvYAML="env_vars:\n  NUM_EPOCHS: '3'\n  BATCH_SIZE: '16'\n")
+        )
         running = await until(
             lambda: (s := status_of(cluster)).get("jobStatus") == "RUNNING" and s, "RUNNING"
         )
@@ -157,7 +159,12 @@ def test_successful_rayjob_runs_its_cluster_and_submitter_and_cleans_up():
         log = cluster.logs.read(NS, pods[0]["metadata"]["name"], "ray-job-submitter")
         assert f"Job '{done['jobId']}' submitted successfully" in log
         assert "Job submission server address: http://" in log
-        assert "epoch 2/4" in log
+        # The driver log agrees with the run's params: 3 epochs, not a count derived from a duration.
+        assert [line.split()[1] for line in log.splitlines() if line.startswith("epoch ")] == [
+            "1/3",
+            "2/3",
+            "3/3",
+        ]
         assert log.rstrip().endswith(f"Job '{done['jobId']}' succeeded")
         reasons = [reason for reason, _ in events(cluster)]
         assert ("CreatedRayJobSubmitter", "Created Kubernetes Job default/train") in events(cluster)
@@ -232,6 +239,21 @@ def test_app_failure_beyond_backoff_limit_fails_the_rayjob():
         log = cluster.logs.read(NS, pods[0]["metadata"]["name"])
         assert "Traceback (most recent call last):" in log
         assert log.rstrip().endswith(f"Job '{done['jobId']}' failed")
+
+    scenario(body)
+
+
+def test_an_entrypoint_that_exits_non_zero_fails_the_ray_job_with_its_exit_code():
+    async def body(cluster: Cluster) -> None:
+        cluster.store.create(RAYJOBS, rayjob(entrypoint="sleep 3; exit 3"))
+        done = await until(deployment_is(cluster, "Complete", "Failed"), "a final state")
+        assert (done["jobDeploymentStatus"], done["jobStatus"], done["reason"]) == (
+            "Failed",
+            "FAILED",
+            "AppFailed",
+        )
+        assert done["message"].startswith("Job entrypoint command failed with exit code 3")
+        assert "simulated" not in done["message"]
 
     scenario(body)
 

@@ -301,3 +301,16 @@ def test_every_gpu_pod_of_every_template_tolerates_the_gpu_taints(template):
     for name, pod in gpu_pods.items():
         missing = [t for t in GPU_TAINTS if not tolerates(pod["spec"].get("tolerations"), t)]
         assert not missing, f"{template}: the {name} pods do not tolerate {missing}"
+
+
+@pytest.mark.parametrize(
+    "template", sorted(p.name.removesuffix(".yaml.j2") for p in TEMPLATES_DIR.glob("*.yaml.j2"))
+)
+def test_no_template_sends_kubesim_only_metadata_to_a_real_cluster(template):
+    """KubeRay copies a RayJob's annotations and labels onto its RayCluster: nothing kubesim-only may go."""
+    text = (TEMPLATES_DIR / f"{template}.yaml.j2").read_text()
+    assert "kubesim" not in text
+    body = render_template(template, {"model_path": "/mnt/models/x"})
+    metadata = body["metadata"]
+    keys = [*(metadata.get("annotations") or {}), *(metadata.get("labels") or {})]
+    assert not [key for key in keys if "kubesim" in key]
