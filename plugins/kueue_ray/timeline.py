@@ -85,7 +85,13 @@ class Timeline:
         self.last_observed_at = max(now, self.last_observed_at or now)
 
         newly_admitted = current in _ADMITTED_PHASES and previous not in _ADMITTED_PHASES
-        first_seen_finished = current in TERMINAL_PHASES and not self.admissions and observation.cluster_queue
+        # First seen over: it was admitted if Kueue says so (finished Workloads keep Admitted=True), or it
+        # ended while holding quota other than by a deactivation (which may come before admission, e.g. a
+        # rejected admission check).
+        was_admitted = observation.admitted_at is not None or (
+            observation.cluster_queue is not None and current is not Phase.DEACTIVATED
+        )
+        first_seen_finished = current in TERMINAL_PHASES and not self.admissions and was_admitted
         if newly_admitted or first_seen_finished:
             self.admissions.append(
                 {

@@ -163,6 +163,28 @@ def test_a_late_waiter_splits_the_wait_at_the_reservation_and_the_admission():
     assert (early.queued_seconds, early.awaiting_checks_seconds) == (25, 15)
 
 
+def test_a_workload_deactivated_before_its_admission_was_never_admitted():
+    """A rejected admission check: quota was reserved, the checks never passed."""
+    timeline = feed(
+        Timeline(),
+        [
+            (0, obs(Phase.QUEUED)),
+            (2, obs(Phase.AWAITING_CHECKS, admitted=True)),
+            (3, obs(Phase.DEACTIVATED, reason="AdmissionCheckRejected", admitted=True)),
+        ],
+    )
+    assert timeline.admissions == []
+    assert (timeline.queued_seconds, timeline.awaiting_checks_seconds, timeline.final_phase) == (
+        3,
+        1,
+        "DEACTIVATED",
+    )
+    first_seen = feed(
+        Timeline(), [(5, obs(Phase.DEACTIVATED, reason="AdmissionCheckRejected", admitted=True))]
+    )
+    assert first_seen.admissions == []
+
+
 def test_round_trip_through_json_keeps_accumulating():
     timeline = feed(Timeline(), [(0, obs(Phase.QUEUED)), (20, obs(Phase.RUNNING, admitted=True))])
     data = json.loads(json.dumps(timeline.to_dict()))
