@@ -38,6 +38,11 @@ DEFAULT_DURATION = 30.0
 """Simulated seconds a Ray job runs when neither its entrypoint nor its runtime env says how long."""
 DEFAULT_STARTUP = 5.0
 """Simulated seconds until a RayCluster's pods are running (image pull, container start)."""
+RUNTIME_ENV_SETUP = 60.0
+"""Simulated seconds Ray spends installing a runtime environment's packages (``pip``, ``uv``, ``conda``)
+before the driver starts; the Ray job is PENDING meanwhile. Every RayJob gets a fresh cluster, so it pays
+this every attempt."""
+PACKAGE_MANAGERS = ("pip", "uv", "conda")
 PROGRESS_EVERY = 3.0  # simulated seconds between two progress lines of a driver without epochs
 PENDING_FOR = 1.0  # simulated seconds a submitted job stays PENDING before its driver starts
 _EPOCH_FLAGS = ("--num-epochs", "--num_epochs", "--epochs", "--max-epochs", "--max_epochs")
@@ -117,11 +122,24 @@ def _commands(tokens: list[str]) -> list[list[str]]:
     return [c for c in commands if c]
 
 
+def _runtime_env(runtime_env_yaml: str | None) -> dict:
+    try:
+        env = yaml.safe_load(runtime_env_yaml or "") or {}
+    except yaml.YAMLError:
+        return {}
+    return env if isinstance(env, dict) else {}
+
+
+def runtime_env_setup_seconds(runtime_env_yaml: str | None) -> float:
+    """``RUNTIME_ENV_SETUP`` when the runtime environment installs packages, else 0."""
+    env = _runtime_env(runtime_env_yaml)
+    return RUNTIME_ENV_SETUP if any(env.get(manager) for manager in PACKAGE_MANAGERS) else 0.0
+
+
 def runtime_env_epochs(runtime_env_yaml: str | None) -> int | None:
     """``NUM_EPOCHS`` (or ``EPOCHS``) from the runtime environment's ``env_vars``."""
-    try:
-        env = (yaml.safe_load(runtime_env_yaml or "") or {}).get("env_vars") or {}
-    except (yaml.YAMLError, AttributeError):
+    env = _runtime_env(runtime_env_yaml).get("env_vars") or {}
+    if not isinstance(env, dict):
         return None
     for name in _EPOCH_VARIABLES:
         value = str(env.get(name, "")).strip()
@@ -135,9 +153,10 @@ class Behaviour:
     """How one attempt of a RayJob runs and ends, read from the RayJob when the job is submitted.
 
     From what the RayJob already says, as a real cluster would run it: the entrypoint (``Entrypoint``)
-    and the runtime environment's ``NUM_EPOCHS`` / ``EPOCHS``. Duration = the entrypoint's sleeps plus
-    ``EPOCH_SECONDS`` per epoch, ``DEFAULT_DURATION`` when it says neither; a non-zero ``exit`` fails the
-    Ray job (``AppFailed``). The test-only ``kubesim.dev/*`` annotations override this.
+    and the runtime environment (``NUM_EPOCHS`` / ``EPOCHS``; packages to install first). Duration = the
+    entrypoint's sleeps plus ``EPOCH_SECONDS`` per epoch, ``DEFAULT_DURATION`` when it says neither, after
+    ``RUNTIME_ENV_SETUP`` when there are packages to install; a non-zero ``exit`` fails the Ray job
+    (``AppFailed``). The test-only ``kubesim.dev/*`` annotations override duration and outcome.
     """
 
     duration: float = DEFAULT_DURATION
@@ -146,6 +165,8 @@ class Behaviour:
     exit_code: int = 0
     simulated_failure: bool = False
     """The failure comes from the test-only outcome annotation (the driver raises), not the entrypoint."""
+    setup: float = 0.0
+    """Simulated seconds the job stays PENDING while Ray installs its runtime environment."""
 
     @classmethod
     def for_attempt(cls, rayjob: dict | None, failed_so_far: int) -> Behaviour:
@@ -181,6 +202,7 @@ class Behaviour:
             epochs=epochs,
             exit_code=exit_code,
             simulated_failure=simulated,
+            setup=runtime_env_setup_seconds(spec.get("runtimeEnvYAML")),
         )
 
 
@@ -278,7 +300,7 @@ class RayDashboards:
     async def _drive(self, namespace: str, cluster: str, run: RayJobRun) -> None:
         """The driver process: PENDING, then RUNNING with progress lines, then the verdict."""
         with contextlib.suppress(asyncio.CancelledError):
-            await self._clock.sleep(PENDING_FOR)
+            await self._clock.sleep(PENDING_FOR + run.behaviour.setup)
             run.status, run.message, run.start_time = (
                 "RUNNING",
                 "Job is currently running.",

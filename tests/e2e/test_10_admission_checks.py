@@ -20,7 +20,7 @@ DAG = "e2e_rayjob"
 
 
 def test_a_slow_admission_check_is_shown_and_not_counted_by_run_timeout(e2e):
-    run_id = e2e.start_run(GUARDED, {"queue": "e2e-checked", "entrypoint": "sleep 60"})
+    run_id = e2e.start_run(GUARDED, {"queue": "e2e-checked", "entrypoint": "sleep 30"})
 
     def waiting_for_the_check() -> list[dict]:
         jobs = e2e.rayjobs_of(GUARDED, run_id, "submit")

@@ -60,8 +60,9 @@ with DAG(
 
 
 GUARDED_RUN_TIMEOUT = 25.0
-"""Seconds from the RayJob's admission: enough for a 60-simulated-second run (6 s here), far less than the
-40 s the e2e-checked queue's admission check keeps it waiting with quota already reserved."""
+"""Seconds from the RayJob's admission: enough for the text-classifier template with ``sleep 30`` (60 s
+installing its runtime env's packages plus 30 s: 9 s here), far less than the 40 s the e2e-checked queue's
+admission check keeps it waiting with quota already reserved."""
 
 with DAG(
     dag_id="e2e_guarded",

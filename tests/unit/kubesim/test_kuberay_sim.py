@@ -8,7 +8,7 @@ import math
 import pytest
 import yaml
 
-from kubesim.kuberay_sim import DEFAULT_DURATION, EPOCH_SECONDS, Behaviour, Entrypoint
+from kubesim.kuberay_sim import DEFAULT_DURATION, EPOCH_SECONDS, RUNTIME_ENV_SETUP, Behaviour, Entrypoint
 
 
 def rayjob(
@@ -60,6 +60,12 @@ def test_non_zero_exit_fails_the_ray_job_with_that_code():
     behaviour = Behaviour.for_attempt(rayjob("sleep 4; exit 3"), 0)
     assert (behaviour.outcome, behaviour.exit_code, behaviour.duration) == ("AppFailed", 3, 4.0)
     assert not behaviour.simulated_failure
+
+
+def test_packages_to_install_keep_the_job_pending_first():
+    with_packages = rayjob(env={"NUM_EPOCHS": "1"})  # the helper's runtime env installs torch
+    assert Behaviour.for_attempt(with_packages, 0).setup == RUNTIME_ENV_SETUP
+    assert Behaviour.for_attempt(rayjob(), 0).setup == 0
 
 
 def test_test_only_annotations_still_override():
