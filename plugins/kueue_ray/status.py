@@ -270,9 +270,11 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
             return result(Phase.RUNNING, job_status or "Running", rj_message)
         admitted = conditions.get("Admitted") or {}
         if admitted.get("status") != "True":
+            # Kueue leaves a stale Admitted=False/NoReservation from an earlier eviction in place.
+            stale = admitted.get("reason") in (None, "", "NoReservation")
             return result(
                 Phase.AWAITING_CHECKS,
-                admitted.get("reason") or "QuotaReserved",
+                "QuotaReserved" if stale else admitted["reason"],
                 describe_waiting_for_checks(common["cluster_queue"], common["admission_checks"]),
             )
         reserved = quota.get("message") or f"Quota reserved in ClusterQueue {common['cluster_queue']}"

@@ -372,7 +372,12 @@ def test_quota_reserved_is_not_admitted_while_admission_checks_are_pending():
     again = observe(
         rayjob("Suspended"), workload(RESERVED, no_reservation, admission=ADMISSION, checks=CHECKS)
     )
-    assert again.phase is Phase.AWAITING_CHECKS
+    assert (again.phase, again.reason) == (Phase.AWAITING_CHECKS, "QuotaReserved")
+    unsatisfied = cond("Admitted", "False", "UnsatisfiedChecks", "The workload has not all checks ready")
+    assert (
+        observe(rayjob("Suspended"), workload(RESERVED, unsatisfied, checks=CHECKS)).reason
+        == "UnsatisfiedChecks"
+    )
     ready = [(name, "Ready", "") for name, _, _ in CHECKS]
     admitted = observe(
         rayjob("Initializing", suspend=False), workload(RESERVED, ADMITTED, admission=ADMISSION, checks=ready)
