@@ -175,7 +175,7 @@ def test_successful_rayjob_runs_its_cluster_and_submitter_and_cleans_up():
 
 def test_suspend_deletes_everything_and_resume_starts_a_new_attempt():
     async def body(cluster: Cluster) -> None:
-        cluster.store.create(RAYJOBS, rayjob(annotations={"kubesim.dev/duration": "inf"}))
+        cluster.store.create(RAYJOBS, rayjob(entrypoint="sleep infinity"))
         first = await until(
             lambda: (s := status_of(cluster)).get("jobStatus") == "RUNNING" and s, "first attempt RUNNING"
         )
@@ -212,7 +212,7 @@ def test_created_suspended_rayjob_waits_without_creating_anything():
 
 def test_fail_attempts_are_retried_within_backoff_limit():
     async def body(cluster: Cluster) -> None:
-        annotations = {"kubesim.dev/duration": "3", "kubesim.dev/fail-attempts": "1"}
+        annotations = {"kubesim.dev/fail-attempts": "1"}  # no RayJob field says "fail the first try only"
         cluster.store.create(RAYJOBS, rayjob(annotations=annotations, backoffLimit=2))
         first = await until(lambda: (s := status_of(cluster)).get("jobId") and s, "first jobId")
         done = await until(deployment_is(cluster, "Complete", "Failed"), "a final state")
@@ -225,6 +225,7 @@ def test_fail_attempts_are_retried_within_backoff_limit():
 
 def test_app_failure_beyond_backoff_limit_fails_the_rayjob():
     async def body(cluster: Cluster) -> None:
+        # The annotation's failure raises in the driver (a traceback); an entrypoint's exit code is below.
         annotations = {"kubesim.dev/duration": "3", "kubesim.dev/outcome": "AppFailed"}
         cluster.store.create(RAYJOBS, rayjob(annotations=annotations, backoffLimit=1))
         done = await until(deployment_is(cluster, "Complete", "Failed"), "a final state")
@@ -278,9 +279,8 @@ def test_submission_failure_exhausts_the_submitter_job():
 
 def test_active_deadline_fails_without_retry():
     async def body(cluster: Cluster) -> None:
-        annotations = {"kubesim.dev/duration": "inf"}
         cluster.store.create(
-            RAYJOBS, rayjob(annotations=annotations, activeDeadlineSeconds=8, backoffLimit=3)
+            RAYJOBS, rayjob(entrypoint="sleep infinity", activeDeadlineSeconds=8, backoffLimit=3)
         )
         done = await until(deployment_is(cluster, "Complete", "Failed"), "a final state")
         assert (done["reason"], done["failed"]) == ("DeadlineExceeded", 1)
@@ -339,9 +339,7 @@ def test_invalid_rayjob_is_parked_in_validation_failed(name, spec, event, messag
 
 def test_ttl_deletes_only_the_cluster_after_it_expires():
     async def body(cluster: Cluster) -> None:
-        cluster.store.create(
-            RAYJOBS, rayjob(annotations={"kubesim.dev/duration": "1"}, ttlSecondsAfterFinished=60)
-        )
+        cluster.store.create(RAYJOBS, rayjob(entrypoint="sleep 1", ttlSecondsAfterFinished=60))
         done = await until(deployment_is(cluster, "Complete"), "Complete")
         assert exists(cluster, RAYCLUSTERS, done["rayClusterName"])  # 60 simulated s = 60 ms from now
         await until(lambda: not exists(cluster, RAYCLUSTERS, done["rayClusterName"]), "TTL deletion")
@@ -353,7 +351,7 @@ def test_ttl_deletes_only_the_cluster_after_it_expires():
 
 def test_deleting_a_running_rayjob_removes_its_children():
     async def body(cluster: Cluster) -> None:
-        cluster.store.create(RAYJOBS, rayjob(annotations={"kubesim.dev/duration": "inf"}))
+        cluster.store.create(RAYJOBS, rayjob(entrypoint="sleep infinity"))
         running = await until(
             lambda: (s := status_of(cluster)).get("jobStatus") == "RUNNING" and s, "RUNNING"
         )
@@ -369,9 +367,7 @@ def test_deleting_a_running_rayjob_removes_its_children():
 
 def test_http_mode_runs_without_a_submitter():
     async def body(cluster: Cluster) -> None:
-        cluster.store.create(
-            RAYJOBS, rayjob(annotations={"kubesim.dev/duration": "2"}, submissionMode="HTTPMode")
-        )
+        cluster.store.create(RAYJOBS, rayjob(entrypoint="sleep 2", submissionMode="HTTPMode"))
         done = await until(deployment_is(cluster, "Complete", "Failed"), "a final state")
         assert (done["jobDeploymentStatus"], done["jobStatus"]) == ("Complete", "SUCCEEDED")
         assert not exists(cluster, "jobs.batch", "train")
