@@ -1044,7 +1044,7 @@ class KueueController:
         inactive, releases the quota. ``prepare`` edits the Workload first (Kueue's ``WithCustomPrepare``,
         e.g. the requeue state of a PodsReady timeout); every admission check goes back to Pending."""
         now = self.clock.timestamp()
-        underlying = preempted_reason or underlying_cause
+        underlying = underlying_cause  # a preemption's cause is "" in Kueue; its kind is in Preempted
         # A deactivation names its cause in the condition (DeactivatedDueToAdmissionCheck); the
         # eviction stats keep reason and cause apart.
         condition_reason = reason
