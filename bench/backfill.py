@@ -95,13 +95,13 @@ def blocker_rayjob() -> dict:
         "metadata": {
             "name": BLOCKER,
             "labels": {
-                "kueue.x-k8s.io/queue-name": "default",
+                "kueue.x-k8s.io/queue-name": "user-queue",
                 "kueue.x-k8s.io/priority-class": "prod-priority",
             },
-            "annotations": {"kubesim.dev/duration": "inf", "kubesim.dev/startup": "0"},
+            "annotations": {"kubesim.dev/startup": "0"},
         },
         "spec": {
-            "entrypoint": "python -c 'import time; time.sleep(10**9)'",
+            "entrypoint": "sleep infinity",
             "submissionMode": "HTTPMode",
             "shutdownAfterJobFinishes": True,  # KubeRay's webhook demands it of a Kueue-managed RayJob
             "rayClusterSpec": {

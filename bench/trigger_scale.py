@@ -80,10 +80,10 @@ def rayjob(name: str, *, managed: bool, duration: str) -> dict:
         "metadata": {
             "name": name,
             "labels": labels,
-            "annotations": {"kubesim.dev/duration": duration, "kubesim.dev/startup": "1"},
+            "annotations": {"kubesim.dev/startup": "1"},
         },
         "spec": {
-            "entrypoint": "python train.py",
+            "entrypoint": f"sleep {'infinity' if duration == 'inf' else duration}",
             "submissionMode": "HTTPMode",
             "shutdownAfterJobFinishes": True,
             "rayClusterSpec": {

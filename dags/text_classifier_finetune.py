@@ -59,7 +59,7 @@ with DAG(
             "backfills are clamped to dev-priority."
         ),
         "queue": queue_param(
-            "default",
+            "user-queue",
             "Kueue LocalQueue in namespace ray; which exist depends on the installed setup.",
             explained=True,
         ),
@@ -85,11 +85,8 @@ with DAG(
         queue="{{ params.queue }}",
         priority="dev-priority",
         priority_policy={"allowed": PRIORITY_CLASSES},
-        # sim_duration only sets kubesim's annotation (a real cluster ignores it): 20 simulated s per epoch.
-        values={"num_workers": "{{ params.num_workers }}", "sim_duration": "{{ params.epochs * 20 }}"},
-        runtime_env={
-            "env_vars": {"NUM_EPOCHS": "{{ params.epochs }}", "BATCH_SIZE": "{{ params.batch_size }}"}
-        },
+        values={"num_workers": "{{ params.num_workers }}", "num_epochs": "{{ params.epochs }}"},
+        runtime_env={"env_vars": {"BATCH_SIZE": "{{ params.batch_size }}"}},
         wait_for_completion=False,
     )
     wait = RayJobSensor(

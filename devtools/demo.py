@@ -24,10 +24,11 @@ from devtools.postgres import metadata_database
 DAG_ID = "text_classifier_finetune"
 TIME_SCALE = float(os.environ.get("DEMO_TIME_SCALE", "10"))
 DEADLINE_SECONDS = 300
-BACKFILL_CONF = {"epochs": 12}
-"""12 epochs = 240 simulated s = 24 s at the default time scale: the prod run is submitted while a backfill
-RayJob still runs. With the default 3 (6 s), the e2e walkthrough saw in CI two dev RayJobs end before the
-prod run's submit task had started, and nothing was preempted."""
+BACKFILL_CONF = {"epochs": 9}
+"""60 s installing the runtime env's packages plus 9 epochs of 20 s = 240 simulated s = 24 s at the default
+time scale (kubesim/README.md): the prod run is submitted while a backfill RayJob still runs. With the
+default 3 epochs, the e2e walkthrough saw in CI two dev RayJobs end before the prod run's submit task had
+started, and nothing was preempted."""
 
 
 def rayjobs(kubeconfig: Path) -> list[dict]:

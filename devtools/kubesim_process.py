@@ -50,6 +50,7 @@ def start_kubesim(
     queues: str = "single",
     time_scale: float = 1.0,
     extra_apply: list[Path] | None = None,
+    kueue_config: Path | None = None,
     timeout: float = 60,
 ) -> KubesimProcess:
     workdir.mkdir(parents=True, exist_ok=True)
@@ -69,6 +70,8 @@ def start_kubesim(
     ]
     for path in [*setup_manifests(queues), *(extra_apply or [])]:
         command += ["--apply", str(path)]
+    if kueue_config is not None:
+        command += ["--kueue-config", str(kueue_config)]
     log = log_path.open("ab")
     process = subprocess.Popen(
         command,

@@ -36,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="file or dir created at start (repeatable)",
     )
     serve.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per real second")
+    serve.add_argument(
+        "--kueue-config",
+        metavar="FILE",
+        help="Kueue's manager Configuration YAML; its waitForPodsReady (timeout, requeuingStrategy) is "
+        "honoured in simulated time (default: Kueue v0.19's, 30 min timeout, 60 s backoff doubling to 1 h)",
+    )
     return parser
 
 
@@ -53,7 +59,10 @@ def tune_gc() -> None:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    cluster = Cluster(crds_dir=args.crds, time_scale=args.time_scale)
+    from kubesim.kueue.config import KueueConfig
+
+    kueue_config = KueueConfig.load(args.kueue_config) if args.kueue_config else None
+    cluster = Cluster(crds_dir=args.crds, time_scale=args.time_scale, kueue_config=kueue_config)
     server = await start_server(cluster, host=args.host, port=args.port, apply=args.apply)
     tune_gc()
     stop = asyncio.Event()

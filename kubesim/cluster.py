@@ -30,7 +30,8 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 class Cluster:
     """One simulated cluster. ``controllers`` names the controller modules to run; tests of the bare
-    API server pass ``()`` so nothing but the test touches their objects."""
+    API server pass ``()`` so nothing but the test touches their objects. ``kueue_config`` is the
+    Kueue manager configuration (``kubesim.kueue.config.KueueConfig``; None: Kueue's defaults)."""
 
     def __init__(
         self,
@@ -38,8 +39,10 @@ class Cluster:
         crds_dir: str | Path | None = CRDS_DIR,
         time_scale: float = 1.0,
         controllers: Iterable[str] = CONTROLLERS,
+        kueue_config: object | None = None,
     ) -> None:
         self.clock = Clock(time_scale)
+        self.kueue_config = kueue_config
         self.registry = Registry(crds_dir)
         self.store = Store(self.registry, self.clock)
         self.logs = PodLogs()

@@ -1,8 +1,8 @@
 """RayCluster: head and worker pods, a head Service, and the status KubeRay v1.7.0 computes from them.
 
-Pods are created Pending and a simulated kubelet marks them Running and Ready after the cluster's
-``kubesim.dev/startup`` seconds (the annotation is copied from the RayJob / RayService, as KubeRay
-copies all annotations onto the RayCluster). The status follows ``calculateStatus``: ``state: ready``
+Pods are created Pending and a simulated kubelet marks them Running and Ready ``DEFAULT_STARTUP``
+simulated seconds later (tests may change that with the ``kubesim.dev/startup`` annotation, which KubeRay
+copies from the RayJob / RayService onto the RayCluster). The status follows ``calculateStatus``: ``state: ready``
 once every desired pod runs, ``suspended`` when ``spec.suspend`` and no pod is left, conditions
 ``HeadPodReady`` / ``RayClusterProvisioned`` / ``RayClusterSuspended`` / ``RayClusterSuspending``.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 
 from kubernetes.utils.quantity import parse_quantity
@@ -25,6 +26,7 @@ from kubesim.kuberay_context import (
     owner_reference,
 )
 from kubesim.kuberay_sim import startup_seconds
+from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
 from kubesim.store import ApiError
 
 CLUSTER_LABEL = "ray.io/cluster"
@@ -34,6 +36,7 @@ HEAD_GROUP = "headgroup"
 MAX_INT32 = 2147483647
 DEFAULT_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080}
 DASHBOARD_PORT = 8265
+SCHEDULE_RETRY = 10.0  # simulated seconds between two scheduling attempts of an unschedulable pod
 
 _ip_counter = 0
 
@@ -423,8 +426,42 @@ def running_pod_status(pod: dict, now: str) -> dict:
     }
 
 
+def schedule_pod(
+    ctx: Context, namespace: str, pod_name: str, seconds: float, start: Callable[[], None]
+) -> None:
+    """The simulated kube-scheduler, then the kubelet: place the pod on a node (``kubesim.scheduling``) and
+    run ``start`` ``seconds`` later. A pod no node takes stays Pending (``PodScheduled=False`` /
+    ``Unschedulable``) and is tried again every ``SCHEDULE_RETRY`` simulated seconds, as the scheduler
+    retries unschedulable pods."""
+
+    def attempt() -> None:
+        try:
+            pod = ctx.store.get(PODS, pod_name, namespace=namespace)
+        except ApiError as exc:
+            if exc.code == 404:
+                return
+            raise
+        status = pod.get("status") or {}
+        if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Pending":
+            return
+        nodes, _ = ctx.store.list(NODES)
+        message = unschedulable_message(pod.get("spec") or {}, nodes)
+        scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+        if message is None:
+            if scheduled.get("status") == "False":
+                ctx.write_status(PODS, pod, pending_pod_status(pod, ctx.clock.timestamp()))
+            if seconds != float("inf"):
+                ctx.call_after(seconds, start)
+            return
+        if scheduled.get("message") != message:
+            ctx.write_status(PODS, pod, unschedulable_pod_status(pod, message, ctx.clock.timestamp()))
+        ctx.call_after(SCHEDULE_RETRY, attempt)
+
+    attempt()
+
+
 def start_pod_later(ctx: Context, namespace: str, pod_name: str, seconds: float) -> None:
-    """The simulated kubelet: after ``seconds`` the pod is Running and Ready (unless it is gone)."""
+    """Once scheduled, the simulated kubelet: after ``seconds`` the pod is Running and Ready (unless gone)."""
 
     def start() -> None:
         try:
@@ -437,8 +474,7 @@ def start_pod_later(ctx: Context, namespace: str, pod_name: str, seconds: float)
             return
         ctx.write_status(PODS, pod, running_pod_status(pod, ctx.clock.timestamp()))
 
-    if seconds != float("inf"):
-        ctx.call_after(seconds, start)
+    schedule_pod(ctx, namespace, pod_name, seconds, start)
 
 
 def _create_pod(ctx: Context, cluster: dict, template: dict, node_type: str, group: str) -> None:

@@ -439,7 +439,7 @@ def _create_submitter_if_needed(ctx: Context, rayjob: dict, status: dict, cluste
 def _submit_over_http(ctx: Context, rayjob: dict, status: dict) -> str | None:
     """HTTPMode: KubeRay itself submits; a refused submission starts the status-check failure clock."""
     namespace = rayjob["metadata"]["namespace"]
-    behaviour = Behaviour.for_attempt(rayjob["metadata"].get("annotations"), status.get("failed", 0))
+    behaviour = Behaviour.for_attempt(rayjob, status.get("failed", 0))
     if behaviour.outcome == "SubmissionFailed":
         if not status.get("jobStatusCheckFailureStartTime"):
             status["jobStatusCheckFailureStartTime"] = ctx.stamp(rayjob["metadata"]["uid"], "checkFailure")

@@ -2,8 +2,9 @@
 
 KubeRay learns a Ray job's fate only by asking the head's dashboard (``GetJobInfo``); the submitter
 pod learns it by following the driver log. This module is that dashboard: one job table per
-RayCluster, each job an asyncio task that prints driver-like output and ends the way the RayJob's
-``kubesim.dev/*`` annotations say. Deleting the RayCluster kills its jobs, as losing the head would.
+RayCluster, each job an asyncio task that prints driver-like output and ends the way the RayJob itself
+says (``Behaviour``: its entrypoint and runtime environment, read as a real cluster would run them).
+Deleting the RayCluster kills its jobs, as losing the head would.
 """
 
 from __future__ import annotations
@@ -11,12 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import re
+import shlex
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import yaml
+
 from kubesim.clock import Clock
 
+# Test-only overrides: the project's RayJob templates never send these (KubeRay would copy them onto the
+# RayCluster of a real cluster); tests use them for what no real RayJob field can say (e.g. "fail the first
+# attempt only").
 DURATION = "kubesim.dev/duration"
 STARTUP = "kubesim.dev/startup"
 OUTCOME = "kubesim.dev/outcome"
@@ -24,19 +32,33 @@ FAIL_ATTEMPTS = "kubesim.dev/fail-attempts"
 
 OUTCOMES = ("Succeeded", "AppFailed", "SubmissionFailed")
 TERMINAL = ("STOPPED", "SUCCEEDED", "FAILED")
-PROGRESS_EVERY = 3.0  # simulated seconds between two progress lines of the driver
+EPOCH_SECONDS = 20.0
+"""Simulated seconds one training epoch takes (``NUM_EPOCHS`` / ``EPOCHS`` / ``--epochs N``)."""
+DEFAULT_DURATION = 30.0
+"""Simulated seconds a Ray job runs when neither its entrypoint nor its runtime env says how long."""
+DEFAULT_STARTUP = 5.0
+"""Simulated seconds until a RayCluster's pods are running (image pull, container start)."""
+RUNTIME_ENV_SETUP = 60.0
+"""Simulated seconds Ray spends installing a runtime environment's packages (``pip``, ``uv``, ``conda``)
+before the driver starts; the Ray job is PENDING meanwhile. Every RayJob gets a fresh cluster, so it pays
+this every attempt."""
+PACKAGE_MANAGERS = ("pip", "uv", "conda")
+PROGRESS_EVERY = 3.0  # simulated seconds between two progress lines of a driver without epochs
 PENDING_FOR = 1.0  # simulated seconds a submitted job stays PENDING before its driver starts
+_EPOCH_FLAGS = ("--num-epochs", "--num_epochs", "--epochs", "--max-epochs", "--max_epochs")
+_EPOCH_VARIABLES = ("NUM_EPOCHS", "EPOCHS")
+_SEPARATORS = (";", "&&", "||", "&", "|")
 
 
 def startup_seconds(annotations: dict | None) -> float:
-    """Simulated seconds until a RayCluster's pods are running (annotation, default 5)."""
-    return _seconds((annotations or {}).get(STARTUP), 5.0)
+    """Simulated seconds until a RayCluster's pods are running (test-only annotation, default 5)."""
+    return _seconds((annotations or {}).get(STARTUP), DEFAULT_STARTUP)
 
 
 def _seconds(value: str | None, default: float) -> float:
     if value is None or value == "":
         return default
-    if str(value).lower() == "inf":
+    if str(value).lower() in ("inf", "infinity"):
         return math.inf
     try:
         return max(0.0, float(value))
@@ -45,26 +67,143 @@ def _seconds(value: str | None, default: float) -> float:
 
 
 @dataclass(frozen=True)
-class Behaviour:
-    """How one attempt of a RayJob ends, read from its annotations when the job is submitted."""
+class Entrypoint:
+    """What a RayJob's shell entrypoint does, as far as the simulation cares.
 
-    duration: float = 30.0
-    outcome: str = "Succeeded"
+    * ``sleep N`` (seconds, or ``infinity``) runs that long; several sleeps add up;
+    * ``--epochs N`` (also ``--num-epochs``, ``--max-epochs``, ``=N`` forms) or a ``NUM_EPOCHS=N`` /
+      ``EPOCHS=N`` prefix trains N epochs of ``EPOCH_SECONDS`` each;
+    * ``exit N`` ends it with exit code N (what follows never runs). Conditions (``&&``, ``||``) are not
+      evaluated: an ``exit`` anywhere is taken.
+    """
+
+    sleep: float = 0.0
+    epochs: int | None = None
+    exit_code: int = 0
 
     @classmethod
-    def for_attempt(cls, annotations: dict | None, failed_so_far: int) -> Behaviour:
+    def parse(cls, command: str) -> Entrypoint:
+        try:
+            lexer = shlex.shlex(command or "", posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            tokens = list(lexer)
+        except ValueError:  # unbalanced quotes: a real shell would refuse it too; nothing to learn
+            return cls()
+        sleep, epochs, exit_code = 0.0, None, 0
+        for words in _commands(tokens):
+            while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+                name, _, value = words.pop(0).partition("=")
+                if name in _EPOCH_VARIABLES and value.isdigit():
+                    epochs = int(value)
+            if not words:
+                continue
+            if words[0] == "sleep" and len(words) > 1:
+                sleep += _seconds(words[1], 0.0)
+            elif words[0] == "exit":
+                exit_code = int(words[1]) if len(words) > 1 and words[1].lstrip("-").isdigit() else 0
+                break
+            for index, word in enumerate(words):
+                flag, has_value, value = word.partition("=")
+                if flag not in _EPOCH_FLAGS:
+                    continue
+                value = value if has_value else (words[index + 1] if index + 1 < len(words) else "")
+                if value.isdigit():
+                    epochs = int(value)
+        return cls(sleep=sleep, epochs=epochs, exit_code=exit_code)
+
+
+def _commands(tokens: list[str]) -> list[list[str]]:
+    commands: list[list[str]] = [[]]
+    for token in tokens:
+        if token in _SEPARATORS:
+            commands.append([])
+        else:
+            commands[-1].append(token)
+    return [c for c in commands if c]
+
+
+def _runtime_env(runtime_env_yaml: str | None) -> dict:
+    try:
+        env = yaml.safe_load(runtime_env_yaml or "") or {}
+    except yaml.YAMLError:
+        return {}
+    return env if isinstance(env, dict) else {}
+
+
+def runtime_env_setup_seconds(runtime_env_yaml: str | None) -> float:
+    """``RUNTIME_ENV_SETUP`` when the runtime environment installs packages, else 0."""
+    env = _runtime_env(runtime_env_yaml)
+    return RUNTIME_ENV_SETUP if any(env.get(manager) for manager in PACKAGE_MANAGERS) else 0.0
+
+
+def runtime_env_epochs(runtime_env_yaml: str | None) -> int | None:
+    """``NUM_EPOCHS`` (or ``EPOCHS``) from the runtime environment's ``env_vars``."""
+    env = _runtime_env(runtime_env_yaml).get("env_vars") or {}
+    if not isinstance(env, dict):
+        return None
+    for name in _EPOCH_VARIABLES:
+        value = str(env.get(name, "")).strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How one attempt of a RayJob runs and ends, read from the RayJob when the job is submitted.
+
+    From what the RayJob already says, as a real cluster would run it: the entrypoint (``Entrypoint``)
+    and the runtime environment (``NUM_EPOCHS`` / ``EPOCHS``; packages to install first). Duration = the
+    entrypoint's sleeps plus ``EPOCH_SECONDS`` per epoch, ``DEFAULT_DURATION`` when it says neither, after
+    ``RUNTIME_ENV_SETUP`` when there are packages to install; a non-zero ``exit`` fails the Ray job
+    (``AppFailed``). The test-only ``kubesim.dev/*`` annotations override duration and outcome.
+    """
+
+    duration: float = DEFAULT_DURATION
+    outcome: str = "Succeeded"
+    epochs: int | None = None
+    exit_code: int = 0
+    simulated_failure: bool = False
+    """The failure comes from the test-only outcome annotation (the driver raises), not the entrypoint."""
+    setup: float = 0.0
+    """Simulated seconds the job stays PENDING while Ray installs its runtime environment."""
+
+    @classmethod
+    def for_attempt(cls, rayjob: dict | None, failed_so_far: int) -> Behaviour:
         """``failed_so_far`` is ``status.failed``: attempts before it that failed (preemptions do not count)."""
-        annotations = annotations or {}
-        outcome = annotations.get(OUTCOME, "Succeeded")
-        if outcome not in OUTCOMES:
-            outcome = "Succeeded"
+        rayjob = rayjob or {}
+        spec = rayjob.get("spec") or {}
+        annotations = (rayjob.get("metadata") or {}).get("annotations") or {}
+        entrypoint = Entrypoint.parse(spec.get("entrypoint") or "")
+        epochs = entrypoint.epochs
+        if epochs is None:
+            epochs = runtime_env_epochs(spec.get("runtimeEnvYAML"))
+        duration = entrypoint.sleep + (epochs or 0) * EPOCH_SECONDS
+        if entrypoint.sleep == 0 and not epochs:
+            duration = DEFAULT_DURATION
+        outcome, exit_code, simulated = "Succeeded", entrypoint.exit_code, False
+        if exit_code != 0:
+            outcome = "AppFailed"
+        if OUTCOME in annotations:
+            outcome = annotations[OUTCOME] if annotations[OUTCOME] in OUTCOMES else "Succeeded"
+            exit_code, simulated = (1, True) if outcome == "AppFailed" else (0, False)
         try:
             fail_attempts = int(annotations.get(FAIL_ATTEMPTS, "0"))
         except ValueError:
             fail_attempts = 0
         if fail_attempts > 0:
-            outcome = "AppFailed" if failed_so_far < fail_attempts else "Succeeded"
-        return cls(duration=_seconds(annotations.get(DURATION), 30.0), outcome=outcome)
+            failing = failed_so_far < fail_attempts
+            outcome, exit_code, simulated = ("AppFailed", 1, True) if failing else ("Succeeded", 0, False)
+        if DURATION in annotations:
+            duration = _seconds(annotations.get(DURATION), DEFAULT_DURATION)
+        return cls(
+            duration=duration,
+            outcome=outcome,
+            epochs=epochs,
+            exit_code=exit_code,
+            simulated_failure=simulated,
+            setup=runtime_env_setup_seconds(spec.get("runtimeEnvYAML")),
+        )
 
 
 @dataclass
@@ -161,7 +300,7 @@ class RayDashboards:
     async def _drive(self, namespace: str, cluster: str, run: RayJobRun) -> None:
         """The driver process: PENDING, then RUNNING with progress lines, then the verdict."""
         with contextlib.suppress(asyncio.CancelledError):
-            await self._clock.sleep(PENDING_FOR)
+            await self._clock.sleep(PENDING_FOR + run.behaviour.setup)
             run.status, run.message, run.start_time = (
                 "RUNNING",
                 "Job is currently running.",
@@ -170,35 +309,47 @@ class RayDashboards:
             self._on_change(namespace, cluster)
             for line in _driver_preamble(namespace, cluster, run):
                 run.emit(line)
-            await self._run_epochs(run)
-            if run.behaviour.outcome == "AppFailed":
-                tail = _traceback(run)
-                for line in tail:
+            await self._run(run)
+            behaviour = run.behaviour
+            if behaviour.outcome == "AppFailed":
+                for line in _traceback(run) if behaviour.simulated_failure else ():
                     run.emit(line)
                 message = (
-                    "Job entrypoint command failed with exit code 1, last available logs "
-                    "(truncated to 20,000 chars):\n" + "\n".join(tail)
+                    f"Job entrypoint command failed with exit code {behaviour.exit_code}, last available logs "
+                    "(truncated to 20,000 chars):\n" + "\n".join(run.lines[-10:])
                 )
                 self._finish(namespace, cluster, run, "FAILED", message)
                 run.emit(f"Job '{run.job_id}' failed")
             else:
-                run.emit("Training finished.")
+                if behaviour.epochs:
+                    run.emit("Training finished.")
                 self._finish(namespace, cluster, run, "SUCCEEDED", "Job finished successfully.")
                 run.emit(f"Job '{run.job_id}' succeeded")
 
-    async def _run_epochs(self, run: RayJobRun) -> None:
-        duration = run.behaviour.duration
-        total = None if math.isinf(duration) else max(1, math.ceil(duration / PROGRESS_EVERY))
-        epoch = 0
-        remaining = duration
+    async def _run(self, run: RayJobRun) -> None:
+        """Spend the job's duration: one line per epoch when it trains epochs, progress lines when it runs
+        for an unknown reason (nothing said how long), silence when it only sleeps."""
+        behaviour = run.behaviour
+        duration = behaviour.duration
+        if behaviour.epochs:
+            per_epoch = duration / behaviour.epochs
+            for epoch in range(1, behaviour.epochs + 1):
+                await self._clock.sleep(per_epoch)
+                loss = 2.3 * (0.85**epoch)
+                run.emit(
+                    f"epoch {epoch}/{behaviour.epochs} step={epoch * 100} loss={loss:.4f} "
+                    "throughput=1280 samples/s"
+                )
+            return
+        quiet = Entrypoint.parse(run.entrypoint).sleep > 0
+        step, remaining = 0, duration
         while remaining > 0:
-            step = min(PROGRESS_EVERY, remaining)
-            await self._clock.sleep(step)
-            remaining -= step
-            epoch += 1
-            loss = 2.3 * (0.85**epoch)
-            of_total = f"/{total}" if total else ""
-            run.emit(f"epoch {epoch}{of_total} step={epoch * 100} loss={loss:.4f} throughput=1280 samples/s")
+            wait = remaining if quiet else min(PROGRESS_EVERY, remaining)
+            await self._clock.sleep(wait)
+            remaining -= wait
+            step += 1
+            if not quiet:
+                run.emit(f"step={step * 100} loss={2.3 * (0.85**step):.4f} throughput=1280 samples/s")
 
 
 def _driver_preamble(namespace: str, cluster: str, run: RayJobRun) -> list[str]:

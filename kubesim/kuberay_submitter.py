@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 
 from kubesim.kuberay_context import CREATED_BY, JOBS, OPERATOR, PODS, RAYJOBS, Context, owner_reference
-from kubesim.kuberay_raycluster import pending_pod_status, running_pod_status
+from kubesim.kuberay_raycluster import pending_pod_status, running_pod_status, schedule_pod
 from kubesim.kuberay_sim import Behaviour
 from kubesim.store import ApiError
 
@@ -215,7 +215,7 @@ def _create_submitter_pod(ctx: Context, job: dict) -> None:
     created = ctx.store.create(PODS, pod, namespace=namespace)
     ctx.write_status(PODS, created, pending_pod_status(created, ctx.clock.timestamp()))
     name = created["metadata"]["name"]
-    ctx.call_after(POD_START, lambda: _start_container(ctx, namespace, name))
+    schedule_pod(ctx, namespace, name, POD_START, lambda: _start_container(ctx, namespace, name))
 
 
 # -- the container ---------------------------------------------------------------------------------
@@ -262,9 +262,8 @@ async def _run_submitter(ctx: Context, pod: dict) -> None:
     exit_code = 1
     try:
         rayjob = _rayjob_of(ctx, pod)
-        annotations = (rayjob or {}).get("metadata", {}).get("annotations")
         failed_so_far = ((rayjob or {}).get("status") or {}).get("failed", 0)
-        behaviour = Behaviour.for_attempt(annotations, failed_so_far)
+        behaviour = Behaviour.for_attempt(rayjob, failed_so_far)
         entrypoint = ((rayjob or {}).get("spec") or {}).get("entrypoint", "")
         if behaviour.outcome == "SubmissionFailed":
             for line in _submission_failure(address, job_id):

@@ -80,11 +80,13 @@ def run_kubesim(
     mode: str = "thread",
     kubeconfig_path: str | Path | None = None,
     controllers: Iterable[str] = CONTROLLERS,
+    kueue_config: str | Path | None = None,
 ) -> Iterator[Kubesim]:
     """Start kubesim, wait until GET /version answers, yield it, stop it.
 
     ``controllers`` (thread mode only) lets API-level tests run the bare API server with no controller
-    reacting to their objects; the subprocess always runs the CLI, which runs them all.
+    reacting to their objects; the subprocess always runs the CLI, which runs them all. ``kueue_config``
+    is a Kueue Configuration file (``--kueue-config``), e.g. a short waitForPodsReady timeout.
     """
     with contextlib.ExitStack() as stack:
         if kubeconfig_path is None:
@@ -92,12 +94,12 @@ def run_kubesim(
             kubeconfig_path = Path(directory) / "kubeconfig"
         if mode == "thread":
             server = _run_in_thread(
-                crds_dir, list(apply), time_scale, Path(kubeconfig_path), tuple(controllers)
+                crds_dir, list(apply), time_scale, Path(kubeconfig_path), tuple(controllers), kueue_config
             )
         elif mode == "subprocess":
             if tuple(controllers) != CONTROLLERS:
                 raise ValueError("mode='subprocess' runs the CLI, which always runs every controller")
-            server = _run_subprocess(crds_dir, list(apply), time_scale, Path(kubeconfig_path))
+            server = _run_subprocess(crds_dir, list(apply), time_scale, Path(kubeconfig_path), kueue_config)
         else:
             raise ValueError(f"mode must be 'thread' or 'subprocess', not {mode!r}")
         yield stack.enter_context(server)
@@ -105,15 +107,25 @@ def run_kubesim(
 
 @contextlib.contextmanager
 def _run_in_thread(
-    crds_dir, apply: list, time_scale: float, kubeconfig_path: Path, controllers: tuple[str, ...]
+    crds_dir,
+    apply: list,
+    time_scale: float,
+    kubeconfig_path: Path,
+    controllers: tuple[str, ...],
+    kueue_config,
 ) -> Iterator[Kubesim]:
+    from kubesim.kueue.config import KueueConfig
+
+    config = KueueConfig.load(kueue_config) if kueue_config else None
     loop = asyncio.new_event_loop()
     started: Future = Future()
     stopping = asyncio.Event()
 
     async def main() -> None:
         try:
-            cluster = Cluster(crds_dir=crds_dir, time_scale=time_scale, controllers=controllers)
+            cluster = Cluster(
+                crds_dir=crds_dir, time_scale=time_scale, controllers=controllers, kueue_config=config
+            )
             server = await start_server(cluster, host="127.0.0.1", port=0, apply=apply)
         except BaseException as exc:
             started.set_exception(exc)
@@ -141,7 +153,9 @@ def _run_in_thread(
 
 
 @contextlib.contextmanager
-def _run_subprocess(crds_dir, apply: list, time_scale: float, kubeconfig_path: Path) -> Iterator[Kubesim]:
+def _run_subprocess(
+    crds_dir, apply: list, time_scale: float, kubeconfig_path: Path, kueue_config
+) -> Iterator[Kubesim]:
     """Run the CLI; on a clean exit of the ``with`` body, also require a clean exit of kubesim on SIGTERM."""
     command = [
         sys.executable,
@@ -158,6 +172,8 @@ def _run_subprocess(crds_dir, apply: list, time_scale: float, kubeconfig_path: P
         command += ["--crds", str(crds_dir)]
     for path in apply:
         command += ["--apply", str(path)]
+    if kueue_config:
+        command += ["--kueue-config", str(kueue_config)]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1]
     )

@@ -32,10 +32,12 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from kubesim.clock import parse_time
 from kubesim.events import record_event
-from kubesim.kueue import jobs, model, quantity, scheduler
+from kubesim.kueue import admission_checks, jobs, model, pods_ready, quantity, scheduler
+from kubesim.kueue.config import KueueConfig
 from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY, JobKind
 from kubesim.store import ApiError, Delivery, fast_copy
 
@@ -45,7 +47,8 @@ RF_KEY = "resourceflavors.kueue.x-k8s.io"
 WPC_KEY = "workloadpriorityclasses.kueue.x-k8s.io"
 COHORT_KEY = "cohorts.kueue.x-k8s.io"
 NAMESPACE_KEY = "namespaces"
-CONFIG_KEYS = (CQ_KEY, LQ_KEY, RF_KEY, WPC_KEY, COHORT_KEY, NAMESPACE_KEY)
+AC_KEY = admission_checks.ADMISSION_CHECK_KEY
+CONFIG_KEYS = (CQ_KEY, LQ_KEY, RF_KEY, WPC_KEY, COHORT_KEY, NAMESPACE_KEY, AC_KEY)
 WATCHED_KEYS = (*JOB_KINDS, WORKLOAD_KEY, *CONFIG_KEYS)
 
 ADMISSION_COMPONENT = "kueue-admission"
@@ -171,6 +174,7 @@ class World:
     cohorts: dict[str, dict] = field(default_factory=dict)
     local_queues: dict[tuple[str, str], dict] = field(default_factory=dict)
     priority_classes: dict[str, dict] = field(default_factory=dict)
+    admission_checks: dict[str, dict] = field(default_factory=dict)
     namespace_labels: dict[str, dict] = field(default_factory=dict)
     workloads: list[dict] = field(default_factory=list)
 
@@ -196,6 +200,7 @@ class World:
             cohorts=by_name(COHORT_KEY),
             local_queues={(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in items(LQ_KEY)},
             priority_classes=by_name(WPC_KEY),
+            admission_checks=by_name(AC_KEY),
             namespace_labels={
                 n: o["metadata"].get("labels") or {} for n, o in by_name(NAMESPACE_KEY).items()
             },
@@ -369,14 +374,18 @@ def missing_flavors(cq: dict, flavors: dict[str, dict]) -> list[str]:
     return [name for name in dict.fromkeys(names) if name not in flavors]
 
 
-def cluster_queue_active(cq: dict, flavors: dict[str, dict]) -> tuple[bool, str, str]:
+def cluster_queue_active(
+    cq: dict, flavors: dict[str, dict], checks: dict[str, dict] | None = None
+) -> tuple[bool, str, str]:
     """(active, reason, message) of the ClusterQueue ``Active`` condition.
 
     Kueue lists every cause that keeps the queue from admitting, in a fixed order, and takes the
     first one's reason: "Can't admit new workloads: is stopped, references missing
-    ResourceFlavor(s): spot,a100." with reason ``Stopped`` (names joined by a bare comma). Kueue's
-    further causes come after these, in this order: "references missing AdmissionCheck(s): ..."
-    (``AdmissionCheckNotFound``), "references inactive AdmissionCheck(s): ..." (``AdmissionCheckInactive``).
+    ResourceFlavor(s): spot,a100." with reason ``Stopped`` (names joined by a bare comma), then
+    "references missing AdmissionCheck(s): ..." (``AdmissionCheckNotFound``) and "references inactive
+    AdmissionCheck(s): ..." (``AdmissionCheckInactive``). ``checks`` (AdmissionChecks by name) None leaves
+    the admission checks out (the scheduler's model: queue_blocker keeps a queue with a missing or
+    inactive check from admitting anything before).
     """
     causes: list[tuple[str, str]] = []
     if stop_policy(cq) != "None":
@@ -384,6 +393,8 @@ def cluster_queue_active(cq: dict, flavors: dict[str, dict]) -> tuple[bool, str,
     missing = missing_flavors(cq, flavors)
     if missing:
         causes.append(("FlavorNotFound", f"references missing ResourceFlavor(s): {','.join(missing)}"))
+    if checks is not None:
+        causes.extend(admission_checks.inactive_causes(cq, checks))
     if not causes:
         return True, "Ready", "Can admit new workloads"
     message = f"Can't admit new workloads: {', '.join(text for _, text in causes)}."
@@ -402,7 +413,7 @@ def queue_blocker(wl: dict, world: World) -> tuple[str | None, str | None]:
     cq = world.cluster_queues.get(cq_name)
     if cq is None:
         return cq_name, f"ClusterQueue {cq_name} doesn't exist"
-    if not cluster_queue_active(cq, world.flavors)[0]:
+    if not cluster_queue_active(cq, world.flavors, world.admission_checks)[0]:
         return cq_name, f"ClusterQueue {cq_name} is inactive"
     return cq_name, None
 
@@ -547,7 +558,7 @@ def model_workload(
         cluster_queue=cluster_queue,
         pod_sets=model_pod_sets(wl),
         priority=int(spec.get("priority") or 0),
-        queue_timestamp=timestamp_seconds(meta.get("creationTimestamp")),
+        queue_timestamp=timestamp_seconds(pods_ready.queue_order_timestamp(wl)),
         creation_seq=seq,
         job_uid=(meta.get("labels") or {}).get(jobs.JOB_UID_LABEL),
         namespace=meta["namespace"],
@@ -633,7 +644,7 @@ def local_queue_active(lq: dict, world: World) -> tuple[str, str, str]:
     if stop_policy(lq) != "None":
         return "False", "Stopped", "LocalQueue is stopped"
     cq = world.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue", ""))
-    if cq is None or not cluster_queue_active(cq, world.flavors)[0]:
+    if cq is None or not cluster_queue_active(cq, world.flavors, world.admission_checks)[0]:
         return "False", "ClusterQueueIsInactive", "Can't submit new workloads to clusterQueue"
     return "True", "Ready", "Can submit new workloads to localQueue"
 
@@ -683,6 +694,12 @@ class KueueController:
         # The admitted part of the scheduler's snapshot, and what it was built from.
         self._snapshot_cache: tuple[World, tuple[int, int], model.Snapshot] | None = None
         self._reservations = 0
+        self.config: KueueConfig = getattr(cluster, "kueue_config", None) or KueueConfig()
+        # Precise admission times (the Admitted condition keeps whole seconds), for waitForPodsReady.
+        self.admitted_at: dict[str, datetime] = {}
+        self.checks = admission_checks.AdmissionChecks(self)
+        self.pods_ready = pods_ready.PodsReady(self, self.config)
+        self._wake_handles: dict[int, asyncio.TimerHandle] = {}
 
     # -------------------------------------------------------------------------------- loop
 
@@ -763,6 +780,8 @@ class KueueController:
         self._sync_priority_classes(self._world())
         self._reconcile_jobs(self._world(), full)
         self._reconcile_evictions(self._world(), full)
+        self.checks.reconcile(self._world())
+        self.pods_ready.reconcile(full)
         self._schedule_pass()
         self._write_queue_statuses(self._world())
 
@@ -789,6 +808,51 @@ class KueueController:
 
     def _event(self, obj: dict, type_: str, reason: str, message: str, component: str) -> None:
         record_event(self.store, obj, type_, reason, message, component)
+
+    def wake_after(self, simulated_seconds: float) -> None:
+        """Run a pass once ``simulated_seconds`` have passed (a timeout or a backoff falls due then, with
+        no object changing to wake the controller). One timer per real second is enough."""
+        delay = max(0.0, self.clock.real_seconds(simulated_seconds)) + 0.01
+        loop = asyncio.get_running_loop()
+        slot = int(loop.time() + delay)
+        if slot not in self._wake_handles:
+            self._wake_handles[slot] = loop.call_later(delay, self._wake_from_timer, slot)
+
+    def _wake_from_timer(self, slot: int) -> None:
+        self._wake_handles.pop(slot, None)
+        self.wake.set()
+
+    def reserved_moment(self, wl: dict) -> datetime:
+        """When the current quota reservation was made, as precisely as known."""
+        at = self.reserved_at.get(wl["metadata"]["uid"])
+        if at is not None:
+            return datetime.fromtimestamp(at, UTC)
+        condition = find_condition(wl, "QuotaReserved") or {}
+        return (
+            parse_time(condition["lastTransitionTime"])
+            if condition.get("lastTransitionTime")
+            else self.clock.now()
+        )
+
+    def admitted_moment(self, wl: dict) -> datetime:
+        """When the Workload was last admitted (``Admitted=True``), as precisely as known."""
+        condition = find_condition(wl, "Admitted") or {}
+        at = self.admitted_at.get(wl["metadata"]["uid"])
+        stamp = condition.get("lastTransitionTime")
+        if at is not None and (not stamp or abs((at - parse_time(stamp)).total_seconds()) < 2):
+            return at
+        return parse_time(stamp) if stamp else self.clock.now()
+
+    def set_deactivation_target(self, wl: dict, reason: str, message: str) -> None:
+        """``SetDeactivationTarget``: the workload controller then deactivates and evicts it."""
+        self._mutate(
+            WORKLOAD_KEY,
+            wl,
+            lambda obj: set_condition(
+                obj, "DeactivationTarget", "True", reason, message, self.clock.timestamp()
+            ),
+            status=True,
+        )
 
     # -------------------------------------------------------------------------------- jobs
 
@@ -840,7 +904,7 @@ class KueueController:
                 self._stop_job(kind, job, wl, evicted.get("message", ""))
             elif not jobs.is_active(kind, job):
                 self._release(wl)
-        else:
+        elif condition_true(wl, "Admitted"):  # quota reserved and every admission check Ready
             if jobs.is_suspended(kind, job):
                 self._start_job(kind, job, wl, world)
             self._sync_pods_ready(kind, job, wl)
@@ -1046,9 +1110,11 @@ class KueueController:
         *,
         preempted_reason: str | None = None,
         underlying_cause: str = "",
+        prepare: Callable[[dict], None] | None = None,
     ) -> None:
         """Set Evicted (and Preempted) and count it; the job reconcile then stops the job and, once it is
-        inactive, releases the quota.
+        inactive, releases the quota. ``prepare`` edits the Workload first (Kueue's ``WithCustomPrepare``,
+        e.g. the requeue state of a PodsReady timeout); every admission check goes back to Pending.
 
         ``status.schedulingStats.evictions`` counts evictions per (reason, underlyingCause). Kueue gives an
         underlying cause only where the reason alone is too coarse (a PodsReady timeout: ``WaitForStart``
@@ -1056,13 +1122,21 @@ class KueueController:
         empty, its kind (InClusterQueue, ...) is only in the ``Preempted`` condition.
         """
         now = self.clock.timestamp()
+        # A deactivation names its cause in the condition (DeactivatedDueToAdmissionCheck); the
+        # eviction stats keep reason and cause apart.
+        condition_reason = reason
+        if reason == "Deactivated" and underlying_cause:
+            condition_reason = f"DeactivatedDueTo{underlying_cause}"
 
         def change(obj: dict) -> None:
-            set_condition(obj, "Evicted", "True", reason, message, now)
+            if prepare is not None:
+                prepare(obj)
+            admission_checks.reset_on_eviction(obj, now)
+            set_condition(obj, "Evicted", "True", condition_reason, message, now)
             if preempted_reason:
                 set_condition(obj, "Preempted", "True", preempted_reason, message, now)
             if reason != "Preempted":
-                set_condition(obj, "Requeued", "False", reason, message, now)
+                set_condition(obj, "Requeued", "False", condition_reason, message, now)
             stats = obj["status"].setdefault("schedulingStats", {}).setdefault("evictions", [])
             for entry in stats:
                 if entry.get("reason") == reason and entry.get("underlyingCause", "") == underlying_cause:
@@ -1073,10 +1147,28 @@ class KueueController:
 
         if self._mutate(WORKLOAD_KEY, wl, change, status=True) is None:
             return
-        self._event(wl, "Normal", f"EvictedDueTo{reason}", message, ADMISSION_COMPONENT)
+        self._event(wl, "Normal", f"EvictedDueTo{condition_reason}", message, ADMISSION_COMPONENT)
         if preempted_reason:
             self._event(wl, "Normal", "Preempted", message, ADMISSION_COMPONENT)
         self._stop_owner(wl, message)
+
+    def _deactivate(self, wl: dict) -> None:
+        """Evict an inactive Workload: ``Deactivated``, or ``DeactivatedDueTo<cause>`` with the message of
+        the ``DeactivationTarget`` that asked for it (which goes), and no requeue state."""
+        target = find_condition(wl, "DeactivationTarget") or {}
+        cause, message = "", MSG_DEACTIVATED
+        if target.get("status") == "True":
+            cause = target.get("reason", "")
+            message = f"{MSG_DEACTIVATED} due to {target.get('message', '')}"
+
+        def prepare(obj: dict) -> None:
+            status = obj.setdefault("status", {})
+            status["conditions"] = [
+                c for c in status.get("conditions") or [] if c["type"] != "DeactivationTarget"
+            ]
+            status.pop("requeueState", None)
+
+        self._evict(wl, "Deactivated", message, underlying_cause=cause, prepare=prepare)
 
     def _stop_owner(self, wl: dict, message: str) -> None:
         for ref in wl["metadata"].get("ownerReferences") or []:
@@ -1105,11 +1197,15 @@ class KueueController:
         for wl in workloads:
             if is_finished(wl):
                 continue
+            if condition_true(wl, "DeactivationTarget") and (wl.get("spec") or {}).get("active", True):
+                # A rejected admission check or an exhausted requeuing limit: Kueue deactivates it.
+                self._mutate(WORKLOAD_KEY, wl, lambda obj: obj["spec"].update(active=False), status=False)
+                continue
             lq = world.local_queue_of(wl)
             if holds_quota(wl) and not is_evicting(wl):
                 cq = world.cluster_queues.get(admission_of(wl)["clusterQueue"])
                 if not (wl.get("spec") or {}).get("active", True):
-                    self._evict(wl, "Deactivated", MSG_DEACTIVATED)
+                    self._deactivate(wl)
                 elif cq is not None and stop_policy(cq) == "HoldAndDrain":
                     self._evict(wl, "ClusterQueueStopped", MSG_CQ_STOPPED)
                 elif lq is not None and stop_policy(lq) == "HoldAndDrain":
@@ -1198,8 +1294,11 @@ class KueueController:
         queues: dict[str, list[model.Workload]] = {}
         where: dict[str, tuple[str, str]] = {}
         queued = self.view.index.queued
+        clock_now = self.clock.now()
         for ident in sorted(queued):
             wl = queued[ident]
+            if pods_ready.backing_off(wl, clock_now):
+                continue  # requeued only once its backoff (requeueState.requeueAt) is over
             cq_name, blocked = queue_blocker(wl, world)
             if blocked:
                 self._set_pending(wl, "Inadmissible", blocked, now)
@@ -1269,8 +1368,10 @@ class KueueController:
             set_condition(
                 obj, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}", now
             )
-            set_condition(obj, "Admitted", "True", "Admitted", MSG_ADMITTED, now)
-            set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
+            # With admission checks, reserving quota is only the first step: Admitted waits for them.
+            if admission_checks.ready_to_admit(obj, world.cluster_queues.get(cq)):
+                set_condition(obj, "Admitted", "True", "Admitted", MSG_ADMITTED, now)
+                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
             for type_ in ("Evicted", "Preempted"):
                 previous = find_condition(obj, type_)
                 if previous and previous.get("status") == "True":
@@ -1298,14 +1399,34 @@ class KueueController:
             f"Quota reserved in ClusterQueue {cq}, wait time since queued was {waited}s",
             ADMISSION_COMPONENT,
         )
+        self.parked.discard(wl["metadata"]["uid"])
+        if condition_true(admitted, "Admitted"):
+            self._on_admitted(admitted, world, waited_for_checks=0)
+
+    def admit_after_checks(self, wl: dict, world: World) -> None:
+        """Every admission check of a Workload holding quota is Ready: admit it and start its job."""
+        now = self.clock.timestamp()
+
+        def change(obj: dict) -> None:
+            set_condition(obj, "Admitted", "True", "Admitted", MSG_ADMITTED, now)
+            set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
+
+        admitted = self._mutate(WORKLOAD_KEY, wl, change, status=True)
+        if admitted is not None:
+            waited = self.clock.now() - self.reserved_moment(admitted)
+            self._on_admitted(admitted, world, waited_for_checks=max(0, int(waited.total_seconds())))
+
+    def _on_admitted(self, admitted: dict, world: World, *, waited_for_checks: int) -> None:
+        """The Admitted event, and the job started (unsuspended with the admission's pod set infos)."""
+        self.admitted_at[admitted["metadata"]["uid"]] = self.clock.now()
+        cq = admission_of(admitted)["clusterQueue"]
         self._event(
             admitted,
             "Normal",
             "Admitted",
-            f"Admitted by ClusterQueue {cq}, wait time since reservation was 0s",
+            f"Admitted by ClusterQueue {cq}, wait time since reservation was {waited_for_checks}s",
             ADMISSION_COMPONENT,
         )
-        self.parked.discard(wl["metadata"]["uid"])
         for ref in admitted["metadata"].get("ownerReferences") or []:
             kind = jobs.JOB_KINDS_BY_KIND.get(ref.get("kind"))
             if kind is None or not ref.get("controller"):
@@ -1344,7 +1465,7 @@ class KueueController:
             cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
             cq_pending[cq_name] = cq_pending.get(cq_name, 0) + index.queued_count.get(key, 0)
         for name, cq in world.cluster_queues.items():
-            active, reason, message = cluster_queue_active(cq, world.flavors)
+            active, reason, message = cluster_queue_active(cq, world.flavors, world.admission_checks)
             status = cluster_queue_status(cq, index.cluster_queue_tally.get(name), cq_pending.get(name, 0))
 
             def change(obj: dict, status=status, active=active, reason=reason, message=message) -> None:

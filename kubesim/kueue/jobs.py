@@ -186,8 +186,12 @@ def default_submitter_template() -> dict:
 
 
 def worker_count(group: dict) -> int:
-    count = group.get("replicas", 1)
-    count = 1 if count is None else int(count)
+    """Pods of a worker group in its pod set: ``replicas`` x ``numOfHosts``.
+
+    A group without ``replicas`` counts 0: the RayJob/RayCluster CRD defaults the field to 0 before
+    Kueue ever reads the object (Kueue's own fallback of 1 only applies to a nil it never sees).
+    """
+    count = int(group.get("replicas") or 0)
     hosts = int(group.get("numOfHosts") or 1)
     return count * hosts if hosts > 1 else count
 

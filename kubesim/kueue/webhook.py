@@ -3,6 +3,8 @@
 
 Mutation (create only): default the queue label to ``default`` when a LocalQueue named ``default`` exists
 in the namespace, and default managed jobs to suspended so that nothing runs before Kueue admits it.
+The same LocalQueue defaulting applies to the other kinds kubesim serves that Kueue's shipped config
+integrates: ownerless Pods and batch Jobs (``label_for_default_queue``).
 Validation (create and update): the rules Kueue v0.19.2 enforces, denied with the API server's wording
 ``admission webhook "<name>" denied the request: <field errors>`` (403 Forbidden).
 
@@ -247,6 +249,32 @@ def apply_defaults(kind: JobKind, job: dict, default_queue_exists: bool) -> None
         jobs.set_suspend(kind, job, True)
 
 
+# ----------------------------------------------------------------------------------------------- other kinds
+
+DEFAULTED_KINDS = ("pods", "jobs.batch")
+"""Kinds besides the Ray ones whose objects Kueue v0.19 puts into a LocalQueue named ``default``: its shipped
+configuration enables the ``pod``, ``batch/job``, ``deployment`` and ``statefulset`` integrations (kubesim
+serves no Deployments or StatefulSets)."""
+UNMANAGED_NAMESPACES = ("kube-system", "kueue-system")
+"""Kueue's default ``managedJobsNamespaceSelector`` leaves these namespaces alone."""
+
+
+def label_for_default_queue(obj: dict, default_queue_exists: bool) -> bool:
+    """LocalQueueDefaulting for a Pod or batch Job: an object without an owner and without a queue label,
+    in a namespace with a LocalQueue named ``default``, gets ``kueue.x-k8s.io/queue-name: default``.
+
+    Only the label: kubesim does not gate such Pods or suspend such Jobs (it runs no generic workloads,
+    only KubeRay's, whose pods and submitter Jobs have owners), so it is the label that tells a user the
+    object now waits for that queue on a real cluster. True when it labelled the object."""
+    metadata = obj.setdefault("metadata", {})
+    if not default_queue_exists or metadata.get("ownerReferences"):
+        return False
+    if metadata.get("namespace") in UNMANAGED_NAMESPACES or jobs.queue_name(obj):
+        return False
+    metadata.setdefault("labels", {})[jobs.QUEUE_LABEL] = DEFAULT_LOCAL_QUEUE
+    return True
+
+
 # ----------------------------------------------------------------------------------------------- hook
 
 
@@ -265,6 +293,10 @@ def make_admission_hook(store) -> Callable[[str, object, dict, dict | None], Non
             causes = cluster_queue_causes(obj)
             if causes:
                 raise invalid_object(rt, (obj.get("metadata") or {}).get("name", ""), causes)
+            return
+        if rt.key in DEFAULTED_KINDS:
+            if operation == "CREATE":
+                label_for_default_queue(obj, default_queue_exists(obj.get("metadata", {}).get("namespace")))
             return
         kind = jobs.JOB_KINDS.get(rt.key)
         if kind is None:

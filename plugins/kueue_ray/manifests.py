@@ -64,7 +64,9 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES_DIR = REPO_ROOT / "include" / "manifests" / "rayjobs"
 
-SUBMISSION_MODES = ("K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode")
+SUBMISSION_MODES = ("K8sJobMode", "HTTPMode", "SidecarMode")
+"""KubeRay's submission modes that work under Kueue from Airflow (InteractiveMode is refused: see
+``validate_rayjob``)."""
 MAX_WORKER_GROUPS_K8SJOBMODE = 16
 """Kueue allows 18 pod sets; head + submitter leave 16 for worker groups."""
 MAX_WORKER_GROUPS = 17
@@ -462,14 +464,22 @@ def validate_rayjob(body: dict) -> None:
     _validate_name(metadata.get("name"))
     _validate_labels(metadata.get("labels") or {})
     mode = spec.get("submissionMode", "K8sJobMode")
-    if mode not in SUBMISSION_MODES:
+    if mode not in (*SUBMISSION_MODES, "InteractiveMode"):
         raise ManifestError(
             "unknown submission mode",
             field="spec.submissionMode",
             value=mode,
             fix=f"use one of {list(SUBMISSION_MODES)}",
         )
-    if mode != "InteractiveMode" and not str(spec.get("entrypoint") or "").strip():
+    if mode == "InteractiveMode":
+        raise ManifestError(
+            "InteractiveMode cannot run under Kueue from Airflow: KubeRay waits for a spec.jobId that nobody "
+            "sets, and such a RayJob cannot be suspended, so a preemption of it never completes",
+            field="spec.submissionMode",
+            value=mode,
+            fix="use K8sJobMode (the default; driver log in the task log) or HTTPMode",
+        )
+    if not str(spec.get("entrypoint") or "").strip():
         raise ManifestError(
             f"{mode} needs the command to run",
             field="spec.entrypoint",
@@ -658,7 +668,7 @@ def pod_sets(body: dict) -> list[dict]:
 
     head: 1 pod (+ autoscaler sidecar with in-tree autoscaling, + submitter sidecar in SidecarMode,
     max-merged with the Redis cleanup job when GCS fault tolerance is on); each worker group:
-    replicas (default 1) x numOfHosts; submitter (K8sJobMode only, last): submitterPodTemplate's
+    replicas (0 when missing, the CRD default) x numOfHosts; submitter (K8sJobMode only, last): submitterPodTemplate's
     requests or KubeRay's default 500m CPU / 200Mi. Limits stand in for missing requests.
     """
     spec = body.get("spec") or {}
@@ -675,7 +685,7 @@ def pod_sets(body: dict) -> list[dict]:
         head = max_resources(head, REDIS_CLEANUP_REQUESTS)
     sets = [_pod_set("head", 1, head)]
     for group in cluster.get("workerGroupSpecs") or []:
-        count = int(group.get("replicas", 1))
+        count = int(group.get("replicas") or 0)  # the CRD defaults a missing replicas to 0
         hosts = int(group.get("numOfHosts", 1) or 1)
         if hosts > 1:
             count *= hosts

@@ -132,17 +132,24 @@ def finish(
     ti.xcom_push(key=TIMELINE_XCOM_KEY, value=timeline)
     name, namespace = event["name"], event["namespace"]
     operator.log.info(
-        "RayJob %s/%s ended %s after %.1fs queued and %.1fs running; %d admission(s), %d preemption(s)",
+        "RayJob %s/%s ended %s after %.1fs queued (%.1fs of it waiting for admission checks) and %.1fs "
+        "running; %d admission(s), %d preemption(s), %d eviction(s) for pods not ready",
         namespace,
         name,
         event.get("phase") or event["status"],
         timeline.get("queued_seconds") or 0.0,
+        timeline.get("awaiting_checks_seconds") or 0.0,
         timeline.get("running_seconds") or 0.0,
         len(timeline.get("admissions") or ()),
         len(timeline.get("preemptions") or ()),
+        timeline.get("pods_ready_eviction_count") or 0,
     )
     for preemption in timeline.get("preemptions") or ():
         operator.log.info("  preempted at %s: %s", preemption.get("at"), preemption.get("message"))
+    for eviction in timeline.get("evictions") or ():
+        operator.log.info(
+            "  evicted at %s (%s): %s", eviction.get("at"), eviction.get("reason"), eviction.get("message")
+        )
     if log_tail_lines > 0 and event.get("status") != DELETED:
         from kueue_ray.hook import RayJobHook
 
@@ -171,8 +178,11 @@ class SubmitRayJobOperator(BaseOperator):
     Waiting is deferred to the triggerer by default, where one shared watch serves all waiting tasks.
     The task log tells what happens and why (queued with position, admitted with flavors, running,
     preempted, requeued, ...). Queueing is normal: no timeout counts queue time unless ``queue_timeout`` is
-    set. The task fails with Kueue's/KubeRay's message when the RayJob fails, stays inadmissible longer
-    than ``inadmissible_grace``, or exceeds a timeout or ``max_preemptions``.
+    set, and waiting for admission checks (quota reserved, not yet admitted) is queueing too: ``run_timeout``
+    counts from the admission. The task fails with Kueue's/KubeRay's message when the RayJob fails, an
+    admission check rejects it, it stays inadmissible longer than ``inadmissible_grace``, or it exceeds a
+    timeout, ``max_preemptions`` or ``max_pods_ready_evictions``; a RayJob given up on while still queued or
+    running is deleted.
 
     .. code-block:: python
 
@@ -206,6 +216,10 @@ class SubmitRayJobOperator(BaseOperator):
     :param deferrable: wait in the triggerer (default) instead of holding a worker slot.
     :param queue_timeout / run_timeout: seconds; see ``kueue_ray.trigger.Watchdog``.
     :param fail_on_inadmissible / inadmissible_grace / max_preemptions: see ``Watchdog``.
+    :param max_pods_ready_evictions: how many evictions for pods that did not get ready within Kueue's
+        waitForPodsReady timeout (30 min by default; usually a taint without toleration, or an image that
+        cannot be pulled) are tolerated; the next one fails the task with that hint and deletes the RayJob
+        (Kueue itself would requeue it forever). Default 1; None never gives up.
     :param poll_interval: seconds between reads when waiting in the worker (``deferrable=False``).
     :param resync_interval: the longest a missed watch event may go unnoticed while deferred, seconds: the
         triggerer's watch hub relists the namespace at the shortest interval of its triggers.
@@ -258,6 +272,7 @@ class SubmitRayJobOperator(BaseOperator):
         fail_on_inadmissible: bool = True,
         inadmissible_grace: float = 60.0,
         max_preemptions: int | None = None,
+        max_pods_ready_evictions: int | None = 1,
         poll_interval: float = 5.0,
         resync_interval: float = 300.0,
         log_tail_lines: int = 50,
@@ -289,6 +304,7 @@ class SubmitRayJobOperator(BaseOperator):
         self.fail_on_inadmissible = fail_on_inadmissible
         self.inadmissible_grace = inadmissible_grace
         self.max_preemptions = max_preemptions
+        self.max_pods_ready_evictions = max_pods_ready_evictions
         self.poll_interval = poll_interval
         self.resync_interval = resync_interval
         self.log_tail_lines = log_tail_lines
@@ -383,6 +399,7 @@ class SubmitRayJobOperator(BaseOperator):
             fail_on_inadmissible=self.fail_on_inadmissible,
             inadmissible_grace=self.inadmissible_grace,
             max_preemptions=self.max_preemptions,
+            max_pods_ready_evictions=self.max_pods_ready_evictions,
             owner=vars(identity).copy(),
             submitted_at=metadata.get("creationTimestamp") or datetime.now(UTC).isoformat(),
             resync_interval=self.resync_interval,

@@ -20,8 +20,8 @@ PRIORITY_CLASSES: dict[str, int] = {"dev-priority": 100, "prod-priority": 1000}
 """The WorkloadPriorityClasses of include/manifests/kueue/, with their values (higher wins); in this
 order, so the form lists the default first."""
 
-LOCAL_QUEUES: tuple[str, ...] = ("default", "team-a", "team-b")
-"""The LocalQueues in ``NAMESPACE`` of both queue setups: ``default`` (single-queue) and the two teams'."""
+LOCAL_QUEUES: tuple[str, ...] = ("user-queue", "team-a", "team-b")
+"""The LocalQueues in ``NAMESPACE`` of both queue setups: ``user-queue`` (single-queue) and the two teams'."""
 
 SCHEDULING_SECTION = "Scheduling"
 """The Trigger-form section that groups priority and queue, so they read as one decision."""
@@ -33,7 +33,7 @@ PRIORITY_EXPLAINED: dict[str, str] = {
 """What each class means for the run, shown instead of the bare name: the consequence is the decision."""
 
 QUEUE_EXPLAINED: dict[str, str] = {
-    "default": "default (single-queue setup)",
+    "user-queue": "user-queue (single-queue setup)",
     "team-a": "team-a (team-queues setup)",
     "team-b": "team-b (team-queues setup)",
 }

@@ -49,9 +49,10 @@ class RayJobSensor(BaseSensorOperator):
     :param submit_task_id: take name / namespace / uid from this task's ``rayjob`` XCom instead.
     :param kubernetes_conn_id: Airflow ``kubernetes`` connection.
     :param deferrable: wait in the triggerer (default); else poke / reschedule with the sync hook.
-    :param queue_timeout / run_timeout / fail_on_inadmissible / inadmissible_grace / max_preemptions:
-        see ``kueue_ray.trigger.Watchdog``. In reschedule mode the inadmissible grace restarts with
-        every poke; use poke mode or deferral when it matters.
+    :param queue_timeout / run_timeout / fail_on_inadmissible / inadmissible_grace / max_preemptions /
+        max_pods_ready_evictions: see ``kueue_ray.trigger.Watchdog`` and ``SubmitRayJobOperator``
+        (``max_pods_ready_evictions`` defaults to 1 here too). In reschedule mode the inadmissible grace
+        restarts with every poke; use poke mode or deferral when it matters.
     :param delete_on_kill: when the deferred sensor is killed (marked failed / success), delete the RayJob if
         it was submitted in the same DAG run and this try is still its waiter (see the module docstring).
         Killing a sensor that waits in a worker (``deferrable=False``) deletes nothing.
@@ -76,6 +77,7 @@ class RayJobSensor(BaseSensorOperator):
         fail_on_inadmissible: bool = True,
         inadmissible_grace: float = 60.0,
         max_preemptions: int | None = None,
+        max_pods_ready_evictions: int | None = 1,
         delete_on_kill: bool = True,
         resync_interval: float = 300.0,
         log_tail_lines: int = 50,
@@ -96,6 +98,7 @@ class RayJobSensor(BaseSensorOperator):
         self.fail_on_inadmissible = fail_on_inadmissible
         self.inadmissible_grace = inadmissible_grace
         self.max_preemptions = max_preemptions
+        self.max_pods_ready_evictions = max_pods_ready_evictions
         self.delete_on_kill = delete_on_kill
         self.resync_interval = resync_interval
         self.log_tail_lines = log_tail_lines
@@ -171,6 +174,7 @@ class RayJobSensor(BaseSensorOperator):
             fail_on_inadmissible=self.fail_on_inadmissible,
             inadmissible_grace=self.inadmissible_grace,
             max_preemptions=self.max_preemptions,
+            max_pods_ready_evictions=self.max_pods_ready_evictions,
             owner=None,  # a sensor never owns the RayJob; at most it is its registered waiter
             waiter=waiter,
             submitted_at=metadata.get("creationTimestamp") or datetime.now(UTC).isoformat(),

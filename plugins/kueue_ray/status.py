@@ -10,11 +10,17 @@ The order of the checks matters and follows the behaviour of Kueue v0.19 / KubeR
 1. KubeRay terminal states first (Complete, Failed, ValidationFailed): they are final whatever Kueue says.
 2. Workload ``Finished`` before ``QuotaReserved``: finished Workloads keep ``QuotaReserved=True``.
 3. Deactivation (``spec.active=false``, ``Evicted`` reason ``Deactivated*``): it will not run again.
+   A ``Rejected`` admission check counts as deactivation: Kueue deactivates the Workload for it.
 4. KubeRay ``Retrying`` (or ``New`` after a failed attempt): the Workload stays admitted during retries.
-5. An eviction whose RayJob is still stopping: PREEMPTED until KubeRay reaches ``Suspended``.
-6. Quota reserved: ADMITTED while the cluster starts, RUNNING once KubeRay runs the job.
+5. An eviction whose RayJob is still stopping, as what it is: PREEMPTED (``Preempted``), PODS_NOT_READY
+   (``PodsReadyTimeout``: waitForPodsReady, on by default in Kueue v0.19) or EVICTED (anything else, e.g. an
+   admission check asking for a retry, a stopped queue), until KubeRay reaches ``Suspended``.
+6. Quota reserved: AWAITING_CHECKS until ``Admitted=True`` (admission checks, e.g. a ProvisioningRequest,
+   must all be Ready; the RayJob stays suspended), then ADMITTED while the cluster starts, RUNNING once
+   KubeRay runs the job.
 7. Otherwise the ``QuotaReserved=False`` reason/message: INADMISSIBLE for configuration problems and
-   requests above the ClusterQueue's maximum capacity, QUEUED for everything that resolves by waiting.
+   requests above the ClusterQueue's maximum capacity, QUEUED for everything that resolves by waiting
+   (including the backoff after a PodsReadyTimeout eviction).
 
 Both Kueue's default reasons (``Pending`` / ``Inadmissible``) and the granular ones of
 ``UnadmittedWorkloadsObservability`` (``WaitingForQuota``, ``ExceedsMaxQuota``, ``Misconfigured``, ...)
@@ -24,6 +30,7 @@ are understood.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -37,13 +44,22 @@ class Phase(StrEnum):
     """Suspended and waiting for quota (also after a preemption or a PodsReady-timeout backoff)."""
     INADMISSIBLE = "INADMISSIBLE"
     """Waiting cannot help: queue missing or stopped, or the request exceeds the maximum capacity."""
+    AWAITING_CHECKS = "AWAITING_CHECKS"
+    """Quota reserved, but Kueue waits for the ClusterQueue's admission checks before it admits; the RayJob
+    stays suspended meanwhile (no run time counts)."""
     ADMITTED = "ADMITTED"
-    """Quota reserved; KubeRay is starting the Ray cluster."""
+    """Admitted (``Admitted=True``); KubeRay is starting the Ray cluster."""
     RUNNING = "RUNNING"
     RETRYING = "RETRYING"
     """An attempt failed and KubeRay starts another one (within ``spec.backoffLimit``)."""
     PREEMPTED = "PREEMPTED"
-    """Evicted by Kueue; KubeRay is still tearing the Ray cluster down. Requeued afterwards."""
+    """Preempted by Kueue; KubeRay is still tearing the Ray cluster down. Requeued afterwards."""
+    PODS_NOT_READY = "PODS_NOT_READY"
+    """Evicted because its pods were not all ready within Kueue's waitForPodsReady timeout (taints,
+    tolerations, image pulls); KubeRay tears the cluster down, Kueue requeues it after a backoff."""
+    EVICTED = "EVICTED"
+    """Evicted for another reason than preemption or pods (an admission check asking for a retry, a stopped
+    queue, failed nodes); KubeRay tears the cluster down, then it queues again."""
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     STOPPED = "STOPPED"
@@ -53,6 +69,11 @@ class Phase(StrEnum):
 
 
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED, Phase.DEACTIVATED})
+EVICTION_PHASES = frozenset({Phase.PREEMPTED, Phase.PODS_NOT_READY, Phase.EVICTED})
+"""Kueue took the quota away and KubeRay is tearing the Ray cluster down."""
+PODS_READY_TIMEOUT = "PodsReadyTimeout"
+PODS_NOT_READY_HINT = "check taints, tolerations, image pulls"
+MSG_ADMITTED = "The workload is admitted"
 ACTIVE_DEPLOYMENT_STATUSES = frozenset({"Initializing", "Running", "Waiting", "Suspending", "Retrying"})
 
 _INADMISSIBLE_REASONS = frozenset({"Inadmissible", "Misconfigured", "Suspended", "ExceedsMaxQuota"})
@@ -101,6 +122,16 @@ class Observation:
     quota_reserved_at: str | None = None
     """When Kueue reserved quota for the current admission (the ``QuotaReserved=True`` condition's
     ``lastTransitionTime``), so a waiter that starts late still knows how long the job queued."""
+    admitted_at: str | None = None
+    """When Kueue admitted it (``Admitted=True``'s ``lastTransitionTime``): after the reservation when
+    admission checks had to pass first."""
+    admission_checks: list[dict[str, str]] = field(default_factory=list)
+    """The Workload's admission checks: ``[{"name", "state", "message"}]``."""
+    pods_ready_evictions: int = 0
+    """How often Kueue evicted it because its pods were not ready in time (``PodsReadyTimeout``)."""
+    pods_ready_timeout: float | None = None
+    """Seconds between the admission and a ``PodsReadyTimeout`` eviction (Kueue's waitForPodsReady
+    timeout), when both times are on the Workload."""
     ray_job_started_at: str | None = None
     ray_job_finished_at: str | None = None
     """When the current attempt's Ray job started and ended, as KubeRay copies them from the Ray dashboard
@@ -152,6 +183,10 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
         "job_status": job_status,
         "last_preemption": last_preemption(workload),
         "quota_reserved_at": quota_reserved_since(workload),
+        "admitted_at": admitted_since(workload),
+        "admission_checks": admission_checks(workload),
+        "pods_ready_evictions": count_pods_ready_evictions(workload),
+        "pods_ready_timeout": pods_ready_timeout(workload),
         "ray_job_started_at": (status.get("rayJobInfo") or {}).get("startTime") or None,
         "ray_job_finished_at": (status.get("rayJobInfo") or {}).get("endTime") or None,
     }
@@ -186,7 +221,10 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
         # Kueue holds a RayJob that KubeRay marked ValidationFailed: it will never start.
         return result(Phase.FAILED, "ValidationFailed", rj_message or quota.get("message") or "")
 
-    # 3. Deactivation is final for us.
+    # 3. Deactivation is final for us; a rejected admission check is Kueue's reason to deactivate.
+    rejected = [c for c in common["admission_checks"] if c["state"] == "Rejected"]
+    if rejected:
+        return result(Phase.DEACTIVATED, "AdmissionCheckRejected", describe_rejection(rejected))
     target = conditions.get("DeactivationTarget") or {}
     if workload is not None and (workload.get("spec") or {}).get("active") is False:
         deactivated_by = evicted if str(evicted.get("reason", "")).startswith("Deactivated") else target
@@ -216,17 +254,31 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
     # 5. Evicted while the Ray cluster is still being torn down.
     quota_reserved = quota.get("status") == "True"
     if evicted.get("status") == "True" and (quota_reserved or deployment in ACTIVE_DEPLOYMENT_STATUSES):
-        return result(Phase.PREEMPTED, evicted.get("reason") or "Evicted", evicted.get("message") or "")
+        reason = evicted.get("reason") or "Evicted"
+        message = evicted.get("message") or ""
+        if reason == PODS_READY_TIMEOUT:
+            return result(
+                Phase.PODS_NOT_READY,
+                reason,
+                f"{pods_not_ready_hint(common['pods_ready_timeout'])} ({message})",
+            )
+        return result(Phase.PREEMPTED if reason == "Preempted" else Phase.EVICTED, reason, message)
 
-    # 6. Admitted.
+    # 6. Quota reserved: admitted once every admission check is Ready (Admitted=True).
     if quota_reserved:
         if deployment == "Running" and not suspended:
             return result(Phase.RUNNING, job_status or "Running", rj_message)
-        return result(
-            Phase.ADMITTED,
-            "QuotaReserved",
-            quota.get("message") or f"Quota reserved in ClusterQueue {common['cluster_queue']}",
-        )
+        admitted = conditions.get("Admitted") or {}
+        if admitted.get("status") != "True":
+            # Kueue leaves a stale Admitted=False/NoReservation from an earlier eviction in place.
+            stale = admitted.get("reason") in (None, "", "NoReservation")
+            return result(
+                Phase.AWAITING_CHECKS,
+                "QuotaReserved" if stale else admitted["reason"],
+                describe_waiting_for_checks(common["cluster_queue"], common["admission_checks"]),
+            )
+        reserved = quota.get("message") or f"Quota reserved in ClusterQueue {common['cluster_queue']}"
+        return result(Phase.ADMITTED, "Admitted", f"{reserved}; {admitted.get('message') or MSG_ADMITTED}")
 
     # 7. Not admitted: inadmissible or simply waiting.
     reason = quota.get("reason") or ""
@@ -234,6 +286,12 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
     if reason in _INADMISSIBLE_REASONS or _names_queue_problem(message) or is_never_fits(message):
         return result(Phase.INADMISSIBLE, reason or "Inadmissible", message)
     requeue_at = (wl_status.get("requeueState") or {}).get("requeueAt")
+    backing_off = evicted.get("status") == "True" and evicted.get("reason") == PODS_READY_TIMEOUT
+    if backing_off and message in ("", evicted.get("message")):  # nothing newer from the scheduler yet
+        backoff = f" once its backoff ends at {requeue_at}" if requeue_at else ""
+        hint = pods_not_ready_hint(common["pods_ready_timeout"])
+        detail = f"{hint}; Kueue requeues it{backoff} ({evicted.get('message') or ''})"
+        return result(Phase.QUEUED, PODS_READY_TIMEOUT, detail)
     if evicted.get("status") == "True":
         detail = evicted.get("message") or ""
         if requeue_at:
@@ -277,6 +335,91 @@ def last_preemption(workload: dict | None) -> dict[str, str] | None:
         if message.startswith("Previously: "):
             return {"reason": "Preempted", "message": message.removeprefix("Previously: ")}
     return None
+
+
+def _condition(workload: dict | None, type_: str) -> dict:
+    for condition in ((workload or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == type_:
+            return condition
+    return {}
+
+
+def admitted_since(workload: dict | None) -> str | None:
+    """``lastTransitionTime`` of a True ``Admitted`` condition (finished Workloads keep it)."""
+    condition = _condition(workload, "Admitted")
+    return (condition.get("lastTransitionTime") or None) if condition.get("status") == "True" else None
+
+
+def admission_checks(workload: dict | None) -> list[dict[str, str]]:
+    """The Workload's ``status.admissionChecks`` as ``[{"name", "state", "message"}]``."""
+    return [
+        {
+            "name": str(c.get("name") or ""),
+            "state": str(c.get("state") or ""),
+            "message": str(c.get("message") or ""),
+        }
+        for c in ((workload or {}).get("status") or {}).get("admissionChecks") or []
+    ]
+
+
+def describe_waiting_for_checks(cluster_queue: str | None, checks: list[dict[str, str]]) -> str:
+    """``quota reserved in ClusterQueue cq, waiting for admission checks: gpu (Pending: Waiting for nodes)``."""
+    where = f" in ClusterQueue {cluster_queue}" if cluster_queue else ""
+    if not checks:
+        return f"quota reserved{where}, not admitted yet"
+    listed = ", ".join(
+        f"{c['name']} ({c['state']}: {c['message']})" if c["message"] else f"{c['name']} ({c['state']})"
+        for c in checks
+    )
+    return f"quota reserved{where}, waiting for admission checks: {listed}"
+
+
+def describe_rejection(rejected: list[dict[str, str]]) -> str:
+    """Why a rejected admission check ends the wait, naming the check and its message."""
+    parts = [f"{c['name']}: {c['message']}" if c["message"] else c["name"] for c in rejected]
+    noun = "admission checks" if len(rejected) > 1 else "admission check"
+    return f"{noun} rejected the RayJob ({'; '.join(parts)}); Kueue deactivates its Workload"
+
+
+def count_pods_ready_evictions(workload: dict | None) -> int:
+    """How often waitForPodsReady evicted it: ``schedulingStats.evictions`` of reason ``PodsReadyTimeout``,
+    or ``requeueState.count`` (Kueue counts those requeues there) when that is ahead."""
+    status = (workload or {}).get("status") or {}
+    evictions = (status.get("schedulingStats") or {}).get("evictions") or []
+    counted = sum(int(e.get("count") or 0) for e in evictions if e.get("reason") == PODS_READY_TIMEOUT)
+    return max(counted, int((status.get("requeueState") or {}).get("count") or 0))
+
+
+def pods_ready_timeout(workload: dict | None) -> float | None:
+    """Seconds from the admission to the ``PodsReadyTimeout`` eviction (Kueue's waitForPodsReady timeout),
+    while both conditions still say so (Kueue rewrites ``Admitted`` once the quota is released)."""
+    evicted, admitted = _condition(workload, "Evicted"), _condition(workload, "Admitted")
+    if evicted.get("reason") != PODS_READY_TIMEOUT or admitted.get("status") != "True":
+        return None
+    start, end = admitted.get("lastTransitionTime"), evicted.get("lastTransitionTime")
+    if not start or not end:
+        return None
+    seconds = (_parse(end) - _parse(start)).total_seconds()
+    return seconds if seconds > 0 else None
+
+
+def _parse(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def format_duration(seconds: float) -> str:
+    """``1800`` -> ``30m``, ``5400`` -> ``1h30m``, ``90`` -> ``1m30s``: how Kueue's config spells them."""
+    total = max(0, round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "") + (f"{secs}s" if secs else "")
+    return text or "0s"
+
+
+def pods_not_ready_hint(timeout: float | None) -> str:
+    """``pods not ready within 30m: check taints, tolerations, image pulls``."""
+    within = format_duration(timeout) if timeout else "Kueue's waitForPodsReady timeout"
+    return f"pods not ready within {within}: {PODS_NOT_READY_HINT}"
 
 
 def quota_reserved_since(workload: dict | None) -> str | None:

@@ -1,4 +1,5 @@
-"""What happened to a RayJob while Airflow waited: queueing, admissions, preemptions, resource use.
+"""What happened to a RayJob while Airflow waited: queueing, admission checks, admissions, preemptions,
+evictions for pods that never got ready, resource use.
 
 The trigger feeds every observed transition into a :class:`Timeline`; the result travels in the trigger
 event and lands in XCom, so it must survive ``to_dict`` / ``from_dict`` (JSON only) and keep accumulating
@@ -17,10 +18,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kueue_ray.quantity import parse_quantity
-from kueue_ray.status import TERMINAL_PHASES, Observation, Phase
+from kueue_ray.status import EVICTION_PHASES, TERMINAL_PHASES, Observation, Phase
 
-WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE})
-HOLDING_QUOTA_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING, Phase.PREEMPTED})
+WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE, Phase.AWAITING_CHECKS})
+"""Not admitted: queued time, including the wait for admission checks with quota already reserved."""
+HOLDING_QUOTA_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING, *EVICTION_PHASES})
 _ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
 
 Timestamp = datetime | float | int | str
@@ -45,11 +47,16 @@ class Timeline:
     admissions: list[dict] = field(default_factory=list)
     """[{"at", "cluster_queue", "flavors"}], one per (re-)admission."""
     preemptions: list[dict] = field(default_factory=list)
-    """[{"at", "reason", "message"}], one per eviction."""
+    """[{"at", "reason", "message"}], one per preemption."""
+    evictions: list[dict] = field(default_factory=list)
+    """[{"at", "reason", "message"}], one per eviction that was not a preemption: ``PodsReadyTimeout``
+    (pods not ready in time), ``AdmissionCheck``, stopped queues, ..."""
     finished_at: float | None = None
     final_phase: str | None = None
     queued_seconds: float = 0.0
-    """Time not admitted (submitted, queued, inadmissible), over all waits."""
+    """Time not admitted (submitted, queued, inadmissible, waiting for admission checks), over all waits."""
+    awaiting_checks_seconds: float = 0.0
+    """The part of ``queued_seconds`` spent with quota reserved, waiting for admission checks."""
     admitted_seconds: float = 0.0
     """Time holding quota (cluster starting, running, retrying, being preempted)."""
     running_seconds: float = 0.0
@@ -59,8 +66,9 @@ class Timeline:
     resource_usage: dict[str, str] = field(default_factory=dict)
     """Admitted resources of the current admission."""
     preemption_count: int = 0
-    """Kueue preemptions (Observation.preemptions) already accounted for in ``preemptions``; other
-    evictions (PodsReadyTimeout, stopped queues) are listed there too but not counted here."""
+    """Kueue preemptions (Observation.preemptions) already accounted for in ``preemptions``."""
+    pods_ready_eviction_count: int = 0
+    """``PodsReadyTimeout`` evictions (Observation.pods_ready_evictions) already listed in ``evictions``."""
 
     def record(self, observation: Observation, at: Timestamp) -> bool:
         """Account for the time since the last observation and note this one; True if the phase changed."""
@@ -77,7 +85,13 @@ class Timeline:
         self.last_observed_at = max(now, self.last_observed_at or now)
 
         newly_admitted = current in _ADMITTED_PHASES and previous not in _ADMITTED_PHASES
-        first_seen_finished = current in TERMINAL_PHASES and not self.admissions and observation.cluster_queue
+        # First seen over: it was admitted if Kueue says so (finished Workloads keep Admitted=True), or it
+        # ended while holding quota other than by a deactivation (which may come before admission, e.g. a
+        # rejected admission check).
+        was_admitted = observation.admitted_at is not None or (
+            observation.cluster_queue is not None and current is not Phase.DEACTIVATED
+        )
+        first_seen_finished = current in TERMINAL_PHASES and not self.admissions and was_admitted
         if newly_admitted or first_seen_finished:
             self.admissions.append(
                 {
@@ -104,12 +118,29 @@ class Timeline:
             # The PREEMPTED moment itself was not observed (e.g. RUNNING straight to QUEUED).
             self.preemptions.append({"at": now, **kueue_words})
             self.preemption_count += 1
+        self._record_evictions(observation, previous, now)
 
         if current in TERMINAL_PHASES and self.final_phase is None:
             self.finished_at = self.finished_at or now  # the catch-up may know the Ray job's own end
             self.final_phase = current.value
         self.phase = current.value
         return current is not previous
+
+    def _record_evictions(self, observation: Observation, previous: Phase | None, now: float) -> None:
+        """Evictions other than preemptions; ``PodsReadyTimeout`` ones are counted from the Workload's
+        eviction stats, so one whose PODS_NOT_READY moment was not observed is listed too."""
+        current = observation.phase
+        said = {"reason": observation.reason, "message": observation.message}
+        if current in (Phase.PODS_NOT_READY, Phase.EVICTED) and previous is not current:
+            self.evictions.append({"at": now, **said})
+            if (
+                current is Phase.PODS_NOT_READY
+                and observation.pods_ready_evictions > self.pods_ready_eviction_count
+            ):
+                self.pods_ready_eviction_count += 1
+        while observation.pods_ready_evictions > self.pods_ready_eviction_count:
+            self.evictions.append({"at": now, "reason": "PodsReadyTimeout", "message": observation.message})
+            self.pods_ready_eviction_count += 1
 
     def _catch_up(self, observation: Observation, now: float) -> float | None:
         """Account for the time before the first observation; return when quota was reserved, if known.
@@ -122,16 +153,26 @@ class Timeline:
         as queueing (its preemption is still counted, from the Workload's eviction stats).
         """
         phase = observation.phase
+        if phase is Phase.AWAITING_CHECKS and observation.quota_reserved_at:
+            reserved_at = self._within(observation.quota_reserved_at, self.submitted_at, now)
+            self._attribute(Phase.QUEUED, reserved_at - self.submitted_at)
+            self._attribute(Phase.AWAITING_CHECKS, now - reserved_at)
+            return None
         if phase in WAITING_PHASES:
             self._attribute(phase, max(0.0, now - self.submitted_at))
             return None
-        reserved_at = None
+        quota_at = reserved_at = None
         if observation.quota_reserved_at and (phase in HOLDING_QUOTA_PHASES or phase in TERMINAL_PHASES):
-            reserved_at = self._within(observation.quota_reserved_at, self.submitted_at, now)
+            quota_at = self._within(observation.quota_reserved_at, self.submitted_at, now)
+            # Admitted once the admission checks passed (at the reservation when there were none).
+            reserved_at = (
+                self._within(observation.admitted_at, quota_at, now) if observation.admitted_at else quota_at
+            )
         if reserved_at is None:
             return None
         self.resource_usage = dict(observation.resource_usage)
-        self._attribute(Phase.QUEUED, reserved_at - self.submitted_at)
+        self._attribute(Phase.QUEUED, quota_at - self.submitted_at)
+        self._attribute(Phase.AWAITING_CHECKS, reserved_at - quota_at)
         started = self._within(observation.ray_job_started_at, reserved_at, now)
         if phase in TERMINAL_PHASES:
             ended = self._within(observation.ray_job_finished_at, started or reserved_at, now)
@@ -157,6 +198,8 @@ class Timeline:
     def _attribute(self, phase: Phase, seconds: float) -> None:
         if phase in WAITING_PHASES:
             self.queued_seconds += seconds
+            if phase is Phase.AWAITING_CHECKS:
+                self.awaiting_checks_seconds += seconds
         elif phase in HOLDING_QUOTA_PHASES:
             self.admitted_seconds += seconds
         if phase is Phase.RUNNING:
@@ -171,9 +214,11 @@ class Timeline:
             "submitted_at": to_iso(self.submitted_at),
             "admissions": [{**a, "at": to_iso(a["at"])} for a in self.admissions],
             "preemptions": [{**p, "at": to_iso(p["at"])} for p in self.preemptions],
+            "evictions": [{**e, "at": to_iso(e["at"])} for e in self.evictions],
             "finished_at": to_iso(self.finished_at),
             "final_phase": self.final_phase,
             "queued_seconds": round(self.queued_seconds, 3),
+            "awaiting_checks_seconds": round(self.awaiting_checks_seconds, 3),
             "admitted_seconds": round(self.admitted_seconds, 3),
             "running_seconds": round(self.running_seconds, 3),
             "resource_seconds": {k: round(v, 3) for k, v in self.resource_seconds.items()},
@@ -181,6 +226,7 @@ class Timeline:
             "last_observed_at": to_iso(self.last_observed_at),
             "resource_usage": dict(self.resource_usage),
             "preemption_count": self.preemption_count,
+            "pods_ready_eviction_count": self.pods_ready_eviction_count,
         }
 
     @classmethod
@@ -194,9 +240,11 @@ class Timeline:
             submitted_at=epoch(data.get("submitted_at")),
             admissions=[{**a, "at": epoch(a.get("at"))} for a in data.get("admissions") or []],
             preemptions=[{**p, "at": epoch(p.get("at"))} for p in data.get("preemptions") or []],
+            evictions=[{**e, "at": epoch(e.get("at"))} for e in data.get("evictions") or []],
             finished_at=epoch(data.get("finished_at")),
             final_phase=data.get("final_phase"),
             queued_seconds=float(data.get("queued_seconds") or 0.0),
+            awaiting_checks_seconds=float(data.get("awaiting_checks_seconds") or 0.0),
             admitted_seconds=float(data.get("admitted_seconds") or 0.0),
             running_seconds=float(data.get("running_seconds") or 0.0),
             resource_seconds={k: float(v) for k, v in (data.get("resource_seconds") or {}).items()},
@@ -204,4 +252,5 @@ class Timeline:
             last_observed_at=epoch(data.get("last_observed_at")),
             resource_usage=dict(data.get("resource_usage") or {}),
             preemption_count=int(data.get("preemption_count") or 0),
+            pods_ready_eviction_count=int(data.get("pods_ready_eviction_count") or 0),
         )

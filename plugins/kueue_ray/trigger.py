@@ -11,8 +11,8 @@ every trigger in the LocalQueue. Only a RayJob outside the hub's watch (a sensor
 re-read by its own trigger.
 
 It fires exactly one TriggerEvent, and only when waiting is over (``Watchdog``): a terminal phase,
-inadmissible for longer than the grace period, a queue or run timeout, too many preemptions, or the RayJob
-deleted under us. Everything else is logged, not reported. An API failure is never a reason: reads retry
+inadmissible for longer than the grace period, a queue or run timeout, too many preemptions, too many
+evictions for pods that never got ready, or the RayJob deleted under us. Everything else is logged, not reported. An API failure is never a reason: reads retry
 until the API server answers, and anything unexpected is logged and the wait resumes, because a trigger
 that ends without an event fails its task for a reason that has nothing to do with the RayJob.
 
@@ -39,19 +39,21 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, Backoff
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
-from kueue_ray.status import Observation, Phase, observe
+from kueue_ray.status import Observation, Phase, observe, pods_not_ready_hint
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.verdicts import (
     DELETED,
     FAILED,
     INADMISSIBLE,
+    PODS_NOT_READY,
     QUEUE_TIMEOUT,
     RUN_TIMEOUT,
     SUCCESS,
     TOO_MANY_PREEMPTIONS,
 )
 
-WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE})
+WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE, Phase.AWAITING_CHECKS})
+"""Not admitted yet: the queue clock runs (waiting for admission checks is waiting for admission too)."""
 ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
 POSITION_PHASES = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
 UNWATCHED_POLL_SECONDS = 15.0
@@ -86,9 +88,9 @@ def _parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
-def _quota_condition(workload: dict | None) -> dict:
+def _condition(workload: dict | None, type_: str) -> dict:
     for condition in ((workload or {}).get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "QuotaReserved":
+        if condition.get("type") == type_:
             return condition
     return {}
 
@@ -101,10 +103,14 @@ class Watchdog:
     its name says, preferring the Workload's condition timestamps so a triggerer restart does not reset it:
 
     * ``queue_timeout``: waiting for admission this time — since submission, or since the last admission
-      was lost (preemption);
-    * ``run_timeout``: since the last admission (quota reservation);
+      was lost (preemption); time spent waiting for admission checks counts, it is waiting for admission;
+    * ``run_timeout``: since the last admission (``Admitted=True``, after every admission check passed),
+      not since the quota reservation;
     * ``inadmissible_grace``: how long Kueue has kept saying "cannot be admitted";
-    * ``max_preemptions``: how often Kueue may take the quota away before we give up.
+    * ``max_preemptions``: how often Kueue may take the quota away before we give up;
+    * ``max_pods_ready_evictions``: how often Kueue may evict it because its pods did not get ready within
+      its waitForPodsReady timeout (Kueue itself requeues such a Workload forever), counted apart from
+      preemptions: more than this and we give up.
     """
 
     submitted_at: datetime
@@ -113,9 +119,12 @@ class Watchdog:
     fail_on_inadmissible: bool = True
     inadmissible_grace: float = 60.0
     max_preemptions: int | None = None
+    max_pods_ready_evictions: int | None = None
     inadmissible_since: datetime | None = None
     waiting_since: datetime | None = None
     admitted_since: datetime | None = None
+    pods_ready_timeout: float | None = None
+    """Kueue's waitForPodsReady timeout as last seen on the Workload (for the give-up message)."""
 
     def check(self, observation: Observation, workload: dict | None, now: datetime) -> Verdict | None:
         """A Verdict when waiting is over, None to keep waiting."""
@@ -131,6 +140,16 @@ class Watchdog:
                 "MaxPreemptionsExceeded",
                 f"preempted {observation.preemptions} times, more than max_preemptions={self.max_preemptions}; "
                 f"Kueue says: {observation.describe()}",
+            )
+        limit = self.max_pods_ready_evictions
+        if limit is not None and observation.pods_ready_evictions > limit:
+            return Verdict(
+                PODS_NOT_READY,
+                "PodsReadyTimeout",
+                f"{pods_not_ready_hint(self.pods_ready_timeout)}. Kueue evicted it "
+                f"{observation.pods_ready_evictions} times because its pods did not all become ready "
+                f"(PodsReadyTimeout), more than max_pods_ready_evictions={limit}; Kueue says: "
+                f"{observation.describe()}",
             )
         if phase is Phase.INADMISSIBLE and self.fail_on_inadmissible:
             waited = (now - self.inadmissible_since).total_seconds()
@@ -174,9 +193,15 @@ class Watchdog:
 
     def _track(self, observation: Observation, workload: dict | None, now: datetime) -> None:
         phase = observation.phase
-        quota = _quota_condition(workload)
+        if observation.pods_ready_timeout:
+            self.pods_ready_timeout = observation.pods_ready_timeout
+        quota = _condition(workload, "QuotaReserved")
         changed_at = _parse_time(quota.get("lastTransitionTime"))
         reserved = quota.get("status") == "True"
+        admitted = _condition(workload, "Admitted")
+        admitted_at = (
+            _parse_time(admitted.get("lastTransitionTime")) if admitted.get("status") == "True" else None
+        )
         if phase in WAITING_PHASES:
             self.admitted_since = None
             if self.waiting_since is None:
@@ -187,8 +212,8 @@ class Watchdog:
         elif phase in ADMITTED_PHASES:
             self.waiting_since = None
             if self.admitted_since is None:
-                self.admitted_since = (changed_at if reserved else None) or now
-        else:  # PREEMPTED (quota being released) or terminal: neither clock runs
+                self.admitted_since = admitted_at or now
+        else:  # evicted (quota being released) or terminal: neither clock runs
             self.waiting_since = None
             self.admitted_since = None
         if phase is not Phase.INADMISSIBLE:
@@ -230,6 +255,7 @@ def event_payload(
             ray_cluster=observation.ray_cluster,
             dashboard_url=observation.dashboard_url,
             preemptions=observation.preemptions,
+            pods_ready_evictions=observation.pods_ready_evictions,
             failed_attempts=observation.failed_attempts,
         )
     return payload
@@ -293,6 +319,8 @@ class RayJobTrigger(BaseTrigger):
     :param fail_on_inadmissible: stop when Kueue reports the job cannot be admitted...
     :param inadmissible_grace: ...for this many seconds without change.
     :param max_preemptions: stop after more preemptions than this; None for no limit.
+    :param max_pods_ready_evictions: stop after more PodsReadyTimeout evictions (pods not ready within
+        Kueue's waitForPodsReady timeout) than this; None for no limit.
     :param owner: the task try that owns the RayJob: {dag_id, run_id, task_id, map_index, try_number}.
         on_kill deletes the RayJob while this try still owns it (the operator).
     :param waiter: the sensor try waiting for the RayJob, same keys as ``owner``; on_kill deletes the RayJob
@@ -318,6 +346,7 @@ class RayJobTrigger(BaseTrigger):
         fail_on_inadmissible: bool = True,
         inadmissible_grace: float = 60.0,
         max_preemptions: int | None = None,
+        max_pods_ready_evictions: int | None = None,
         owner: dict[str, Any] | None = None,
         waiter: dict[str, Any] | None = None,
         submitted_at: str | None = None,
@@ -336,6 +365,7 @@ class RayJobTrigger(BaseTrigger):
         self.fail_on_inadmissible = fail_on_inadmissible
         self.inadmissible_grace = inadmissible_grace
         self.max_preemptions = max_preemptions
+        self.max_pods_ready_evictions = max_pods_ready_evictions
         self.owner = dict(owner) if owner else None
         self.waiter = dict(waiter) if waiter else None
         self.submitted_at = submitted_at
@@ -358,6 +388,7 @@ class RayJobTrigger(BaseTrigger):
                 "fail_on_inadmissible": self.fail_on_inadmissible,
                 "inadmissible_grace": self.inadmissible_grace,
                 "max_preemptions": self.max_preemptions,
+                "max_pods_ready_evictions": self.max_pods_ready_evictions,
                 "owner": self.owner,
                 "waiter": self.waiter,
                 "submitted_at": self.submitted_at,
@@ -375,6 +406,7 @@ class RayJobTrigger(BaseTrigger):
             fail_on_inadmissible=self.fail_on_inadmissible,
             inadmissible_grace=self.inadmissible_grace,
             max_preemptions=self.max_preemptions,
+            max_pods_ready_evictions=self.max_pods_ready_evictions,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -10,7 +10,9 @@ INADMISSIBLE = "inadmissible"
 QUEUE_TIMEOUT = "queue_timeout"
 RUN_TIMEOUT = "run_timeout"
 TOO_MANY_PREEMPTIONS = "too_many_preemptions"
+PODS_NOT_READY = "pods_not_ready"
+"""Kueue evicted it more often than ``max_pods_ready_evictions`` because its pods never got ready."""
 DELETED = "deleted"
 
-GAVE_UP = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS})
+GAVE_UP = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS, PODS_NOT_READY})
 """Verdicts that end the wait while the RayJob itself is still queued or running."""

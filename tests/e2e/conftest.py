@@ -1,7 +1,10 @@
 """One kubesim and one real `airflow standalone` for the whole e2e session.
 
 kubesim serves both queue setups at once (they share no names): the single ClusterQueue the text
-classifier walkthrough needs and the team queues the 8-GPU Aurora and LLM pipelines need. Airflow loads
+classifier walkthrough needs and the team queues the 8-GPU Aurora and LLM pipelines need, plus the e2e-only
+cluster in `cluster/`: nodes (a CPU node, a tainted GPU pool, a spot pool nothing tolerates) and queues
+behind admission checks and on that spot pool. Kueue runs with `kueue-config.yaml` (waitForPodsReady with a
+2-minute timeout). Airflow loads
 the project's dags/ and, as a second DAG bundle, tests/e2e/dags/ (small DAGs only these tests use), and
 reaches kubesim through the `kubernetes_default` connection, as in production.
 
@@ -29,7 +32,7 @@ FULL = os.environ.get("E2E_FULL") == "1"
 """`make test-full`: the fault test runs its full load."""
 
 PIPELINES = ["text_classifier_finetune", "aurora_finetune_and_serve", "llm_train_and_batch_inference"]
-E2E_DAGS = ["e2e_rayjob", "e2e_worker_death", "e2e_orphan"]
+E2E_DAGS = ["e2e_rayjob", "e2e_guarded", "e2e_worker_death", "e2e_orphan"]
 MAINTENANCE = ["kueue_ray_janitor"]
 
 
@@ -62,7 +65,8 @@ def kubesim(tmp_path_factory):
         tmp_path_factory.mktemp("kubesim"),
         queues="single",
         time_scale=TIME_SCALE,
-        extra_apply=[KUEUE_MANIFESTS / "team-queues"],
+        extra_apply=[KUEUE_MANIFESTS / "team-queues", E2E_DIR / "cluster"],
+        kueue_config=E2E_DIR / "kueue-config.yaml",
     )
     yield sim
     sim.stop()

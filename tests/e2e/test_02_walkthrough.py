@@ -13,10 +13,11 @@ pytestmark = pytest.mark.timeout(420)
 DAG = "text_classifier_finetune"
 PREEMPTED_BY_PRIORITY = "Preempted to accommodate a workload"
 DUE_TO_PRIORITY = "due to prioritization in the ClusterQueue"
-BACKFILL_CONF = {"priority": "prod-priority", "epochs": 12}
-"""Asks for prod (the policy must still give dev-priority). 12 epochs = 240 simulated s = 24 s here: the
-prod run must be submitted while a dev RayJob still runs, and the default 6 s could end before the prod
-run's submit task had started (seen in CI: two dev runs finished first and nothing was preempted)."""
+BACKFILL_CONF = {"priority": "prod-priority", "epochs": 9}
+"""Asks for prod (the policy must still give dev-priority). 60 s installing the runtime env's packages plus
+9 epochs of 20 s = 240 simulated s = 24 s here (kubesim/README.md): the prod run must be submitted while a
+dev RayJob still runs, and the default 3 epochs could end before the prod run's submit task had started
+(seen in CI: two dev runs finished first and nothing was preempted)."""
 
 
 def running_backfill_rayjob(e2e) -> dict | None:

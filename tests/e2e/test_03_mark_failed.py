@@ -23,9 +23,9 @@ def phase(job: dict) -> str:
 @pytest.mark.parametrize(
     ("dag_id", "task_id", "conf"),
     [
-        # 20 epochs: the pipeline's RayJob runs 400 simulated seconds, long enough to be killed mid-run.
+        # 20 epochs: the pipeline's RayJob runs 460 simulated seconds, long enough to be killed mid-run.
         ("text_classifier_finetune", "wait", {"epochs": 20}),
-        ("e2e_rayjob", "submit", {"values": {"sim_duration": "inf"}}),
+        ("e2e_rayjob", "submit", {"entrypoint": "sleep infinity"}),
     ],
     ids=["pipeline-sensor", "deferred-operator"],
 )

@@ -14,7 +14,7 @@ DAG = "e2e_rayjob"
 
 def test_task_survives_a_triggerer_restart_with_one_rayjob(e2e):
     e2e.collect_requests()
-    run_id = e2e.start_run(DAG, {"values": {"sim_duration": "150"}})
+    run_id = e2e.start_run(DAG, {"entrypoint": "sleep 150"})
     e2e.wait_ti_state(DAG, run_id, "submit", {"deferred"})
 
     assert e2e.airflow.kill_triggerer() >= 1

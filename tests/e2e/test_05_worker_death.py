@@ -14,7 +14,7 @@ DAG = "e2e_worker_death"
 
 def test_retry_adopts_the_rayjob_of_the_killed_worker(e2e):
     e2e.collect_requests()
-    run_id = e2e.start_run(DAG, {"values": {"sim_duration": "60"}})
+    run_id = e2e.start_run(DAG, {"values": {"num_epochs": 3}})
 
     run = e2e.wait_run(DAG, run_id, timeout=240)
 

@@ -19,11 +19,19 @@ BAD_SCHEMA = str(Path(__file__).resolve().parent / "templates" / "bad-schema.yam
 
 # id -> (conf, words the task log must contain: the problem and the fix)
 CASES = {
-    "unknown-local-queue": ({"queue": "no-such-queue"}, ["no-such-queue", "default"]),
+    "unknown-local-queue": ({"queue": "no-such-queue"}, ["no-such-queue", "user-queue"]),
     "unknown-priority-class": ({"priority": "urgent-priority"}, ["urgent-priority", "dev-priority"]),
-    "above-max-capacity": ({"template": "llm-train", "queue": "default"}, ["cluster-queue", "nominalQuota"]),
+    "above-max-capacity": (
+        {"template": "llm-train", "queue": "user-queue"},
+        ["cluster-queue", "nominalQuota"],
+    ),
     "template-schema-error": ({"template": BAD_SCHEMA}, ["headGroupSpec", "template"]),
     "yaml-injection": ({"values": {"submission_mode": "x\nkind: Pod"}}, ["submissionMode", "K8sJobMode"]),
+    # KubeRay would wait for a spec.jobId nobody sets, and the RayJob could never be suspended (preempted).
+    "interactive-mode": (
+        {"values": {"submission_mode": "InteractiveMode"}},
+        ["InteractiveMode", "K8sJobMode"],
+    ),
     # RayJob names are hashed from the run (never too long); a queue name is copied into a label.
     "oversized-queue-name": ({"queue": "q" * 300}, ["kueue.x-k8s.io/queue-name", "63"]),
 }

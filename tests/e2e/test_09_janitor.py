@@ -17,7 +17,7 @@ JANITOR = "kueue_ray_janitor"
 
 
 def test_the_janitor_deletes_the_rayjob_of_a_task_that_failed_for_good(e2e):
-    run_id = e2e.start_run(DAG, {"values": {"sim_duration": "inf"}})
+    run_id = e2e.start_run(DAG, {"entrypoint": "sleep infinity"})
     assert e2e.wait_run(DAG, run_id, timeout=120)["state"] == "failed"
     [orphan] = e2e.rayjobs_of(DAG, run_id, "submit")
     assert not orphan["metadata"].get("deletionTimestamp")

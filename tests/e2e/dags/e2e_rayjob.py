@@ -18,7 +18,9 @@ from kueue_ray.operators import SubmitRayJobOperator
 NAMESPACE = "ray"
 
 
-def conf_driven_submit(task_id: str, operator_class: type[SubmitRayJobOperator] = SubmitRayJobOperator):
+def conf_driven_submit(
+    task_id: str, operator_class: type[SubmitRayJobOperator] = SubmitRayJobOperator, **limits
+):
     return operator_class(
         task_id=task_id,
         template="{{ params.template }}",
@@ -26,16 +28,20 @@ def conf_driven_submit(task_id: str, operator_class: type[SubmitRayJobOperator] 
         queue="{{ params.queue }}",
         priority="{{ params.priority }}",
         values="{{ params['values'] }}",
+        entrypoint="{{ params.entrypoint }}",
         inadmissible_grace=10,
+        **limits,
     )
 
 
 def free_params() -> dict:
     return {
         "template": Param("text-classifier", type="string"),
-        "queue": Param("default", type="string"),
+        "queue": Param("user-queue", type="string"),
         "priority": Param("dev-priority", type="string"),
         "values": Param({}, type="object"),
+        # A command a real cluster runs as well, e.g. "sleep infinity" for a RayJob that runs until stopped.
+        "entrypoint": Param(None, type=["null", "string"]),
     }
 
 
@@ -51,6 +57,25 @@ with DAG(
     params=free_params(),
 ):
     conf_driven_submit("submit")
+
+
+GUARDED_RUN_TIMEOUT = 25.0
+"""Seconds from the RayJob's admission: enough for the text-classifier template with ``sleep 30`` (60 s
+installing its runtime env's packages plus 30 s: 9 s here), far less than the 40 s the e2e-checked queue's
+admission check keeps it waiting with quota already reserved."""
+
+with DAG(
+    dag_id="e2e_guarded",
+    description="e2e: e2e_rayjob with a run_timeout and at most one eviction for pods that never get ready",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    render_template_as_native_obj=True,
+    max_active_runs=16,
+    tags=["e2e"],
+    params=free_params(),
+):
+    conf_driven_submit("submit", run_timeout=GUARDED_RUN_TIMEOUT, max_pods_ready_evictions=1)
 
 
 class DieAfterCreate(SubmitRayJobOperator):

@@ -71,10 +71,10 @@ def test_session_cluster_runs_the_controllers(kubesim, unique_name):
         "kind": "RayJob",
         "metadata": {
             "name": unique_name,
-            "annotations": {"kubesim.dev/duration": "1", "kubesim.dev/startup": "1"},
+            "annotations": {"kubesim.dev/startup": "1"},
         },
         "spec": {
-            "entrypoint": "python -c 'print(1)'",
+            "entrypoint": "sleep 1",
             "rayClusterSpec": {
                 "headGroupSpec": {
                     "template": {"spec": {"containers": [{"name": "ray-head", "image": "ray"}]}}

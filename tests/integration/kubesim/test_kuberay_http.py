@@ -27,9 +27,9 @@ def manifest(name: str) -> dict:
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
-        "metadata": {"name": name, "annotations": {"kubesim.dev/duration": "10", "kubesim.dev/startup": "2"}},
+        "metadata": {"name": name, "annotations": {"kubesim.dev/startup": "2"}},
         "spec": {
-            "entrypoint": "python train.py",
+            "entrypoint": "python train.py --epochs 2",
             "shutdownAfterJobFinishes": True,
             "rayClusterSpec": {
                 "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container]}}}

@@ -88,7 +88,7 @@ def queues(custom, ns: str, cq: str, *, cpu: str = "2", flavor_labels: dict | No
 
 def rayjob(name: str, *, cpu: str = "1", labels: dict | None = None, **spec) -> dict:
     body = {
-        "entrypoint": "python train.py",
+        "entrypoint": "sleep infinity",
         "shutdownAfterJobFinishes": True,
         "submissionMode": "HTTPMode",
         "rayClusterSpec": {
@@ -111,7 +111,7 @@ def rayjob(name: str, *, cpu: str = "1", labels: dict | None = None, **spec) -> 
         "metadata": {
             "name": name,
             "labels": {"kueue.x-k8s.io/queue-name": "q", **(labels or {})},
-            "annotations": {"kubesim.dev/duration": "inf", "kubesim.dev/startup": "1"},
+            "annotations": {"kubesim.dev/startup": "1"},
         },
         "spec": body,
     }

@@ -147,10 +147,9 @@ def rayjob(name: str, spec: dict) -> dict:
             "name": name,
             "namespace": spec.get("namespace", "default"),
             "labels": labels,
-            "annotations": {"kubesim.dev/duration": "inf", "kubesim.dev/startup": "1"},
         },
         "spec": {
-            "entrypoint": "python train.py",
+            "entrypoint": "sleep infinity",  # runs until the story finishes it, on any cluster
             "shutdownAfterJobFinishes": True,
             "submissionMode": spec.get("mode", "HTTPMode"),
             "rayClusterSpec": cluster,

@@ -163,21 +163,20 @@ def make_rayjob_body(
     outcome: str = "Succeeded",
     submission_mode: str = "HTTPMode",
 ) -> dict:
-    """A seed-000-sized RayJob (its head fills the whole ClusterQueue); durations are simulated seconds."""
+    """A seed-000-sized RayJob (its head fills the whole ClusterQueue) whose entrypoint sleeps ``duration``
+    simulated seconds ("inf": until stopped) and, for ``outcome="AppFailed"``, then exits 1, as it would on
+    a real cluster. Only the pods' start-up time (a property of the nodes, not of the RayJob) is kubesim's
+    annotation."""
     requests = {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpu}
+    entrypoint = f"sleep {'infinity' if duration == 'inf' else duration}"
+    if outcome == "AppFailed":
+        entrypoint += "; exit 1"
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
-        "metadata": {
-            "name": "placeholder",
-            "annotations": {
-                "kubesim.dev/duration": duration,
-                "kubesim.dev/startup": "1",
-                "kubesim.dev/outcome": outcome,
-            },
-        },
+        "metadata": {"name": "placeholder", "annotations": {"kubesim.dev/startup": "1"}},
         "spec": {
-            "entrypoint": "python train.py",
+            "entrypoint": entrypoint,
             "submissionMode": submission_mode,
             "rayClusterSpec": {
                 "headGroupSpec": {

@@ -122,7 +122,9 @@ def scenario(body: Callable[[Cluster], object]) -> None:
 
 def test_successful_rayjob_runs_its_cluster_and_submitter_and_cleans_up():
     async def body(cluster: Cluster) -> None:
-        cluster.store.create(RAYJOBS, rayjob(annotations={"kubesim.dev/duration": "10"}))
+        cluster.store.create(
+            RAYJOBS, rayjob(runtimeEnvYAML="env_vars:\n  NUM_EPOCHS: '3'\n  BATCH_SIZE: '16'\n")
+        )
         running = await until(
             lambda: (s := status_of(cluster)).get("jobStatus") == "RUNNING" and s, "RUNNING"
         )
@@ -157,7 +159,12 @@ def test_successful_rayjob_runs_its_cluster_and_submitter_and_cleans_up():
         log = cluster.logs.read(NS, pods[0]["metadata"]["name"], "ray-job-submitter")
         assert f"Job '{done['jobId']}' submitted successfully" in log
         assert "Job submission server address: http://" in log
-        assert "epoch 2/4" in log
+        # The driver log agrees with the run's params: 3 epochs, not a count derived from a duration.
+        assert [line.split()[1] for line in log.splitlines() if line.startswith("epoch ")] == [
+            "1/3",
+            "2/3",
+            "3/3",
+        ]
         assert log.rstrip().endswith(f"Job '{done['jobId']}' succeeded")
         reasons = [reason for reason, _ in events(cluster)]
         assert ("CreatedRayJobSubmitter", "Created Kubernetes Job default/train") in events(cluster)
@@ -168,7 +175,7 @@ def test_successful_rayjob_runs_its_cluster_and_submitter_and_cleans_up():
 
 def test_suspend_deletes_everything_and_resume_starts_a_new_attempt():
     async def body(cluster: Cluster) -> None:
-        cluster.store.create(RAYJOBS, rayjob(annotations={"kubesim.dev/duration": "inf"}))
+        cluster.store.create(RAYJOBS, rayjob(entrypoint="sleep infinity"))
         first = await until(
             lambda: (s := status_of(cluster)).get("jobStatus") == "RUNNING" and s, "first attempt RUNNING"
         )
@@ -205,7 +212,7 @@ def test_created_suspended_rayjob_waits_without_creating_anything():
 
 def test_fail_attempts_are_retried_within_backoff_limit():
     async def body(cluster: Cluster) -> None:
-        annotations = {"kubesim.dev/duration": "3", "kubesim.dev/fail-attempts": "1"}
+        annotations = {"kubesim.dev/fail-attempts": "1"}  # no RayJob field says "fail the first try only"
         cluster.store.create(RAYJOBS, rayjob(annotations=annotations, backoffLimit=2))
         first = await until(lambda: (s := status_of(cluster)).get("jobId") and s, "first jobId")
         done = await until(deployment_is(cluster, "Complete", "Failed"), "a final state")
@@ -218,6 +225,7 @@ def test_fail_attempts_are_retried_within_backoff_limit():
 
 def test_app_failure_beyond_backoff_limit_fails_the_rayjob():
     async def body(cluster: Cluster) -> None:
+        # The annotation's failure raises in the driver (a traceback); an entrypoint's exit code is below.
         annotations = {"kubesim.dev/duration": "3", "kubesim.dev/outcome": "AppFailed"}
         cluster.store.create(RAYJOBS, rayjob(annotations=annotations, backoffLimit=1))
         done = await until(deployment_is(cluster, "Complete", "Failed"), "a final state")
@@ -232,6 +240,21 @@ def test_app_failure_beyond_backoff_limit_fails_the_rayjob():
         log = cluster.logs.read(NS, pods[0]["metadata"]["name"])
         assert "Traceback (most recent call last):" in log
         assert log.rstrip().endswith(f"Job '{done['jobId']}' failed")
+
+    scenario(body)
+
+
+def test_an_entrypoint_that_exits_non_zero_fails_the_ray_job_with_its_exit_code():
+    async def body(cluster: Cluster) -> None:
+        cluster.store.create(RAYJOBS, rayjob(entrypoint="sleep 3; exit 3"))
+        done = await until(deployment_is(cluster, "Complete", "Failed"), "a final state")
+        assert (done["jobDeploymentStatus"], done["jobStatus"], done["reason"]) == (
+            "Failed",
+            "FAILED",
+            "AppFailed",
+        )
+        assert done["message"].startswith("Job entrypoint command failed with exit code 3")
+        assert "simulated" not in done["message"]
 
     scenario(body)
 
@@ -256,9 +279,8 @@ def test_submission_failure_exhausts_the_submitter_job():
 
 def test_active_deadline_fails_without_retry():
     async def body(cluster: Cluster) -> None:
-        annotations = {"kubesim.dev/duration": "inf"}
         cluster.store.create(
-            RAYJOBS, rayjob(annotations=annotations, activeDeadlineSeconds=8, backoffLimit=3)
+            RAYJOBS, rayjob(entrypoint="sleep infinity", activeDeadlineSeconds=8, backoffLimit=3)
         )
         done = await until(deployment_is(cluster, "Complete", "Failed"), "a final state")
         assert (done["reason"], done["failed"]) == ("DeadlineExceeded", 1)
@@ -317,9 +339,7 @@ def test_invalid_rayjob_is_parked_in_validation_failed(name, spec, event, messag
 
 def test_ttl_deletes_only_the_cluster_after_it_expires():
     async def body(cluster: Cluster) -> None:
-        cluster.store.create(
-            RAYJOBS, rayjob(annotations={"kubesim.dev/duration": "1"}, ttlSecondsAfterFinished=60)
-        )
+        cluster.store.create(RAYJOBS, rayjob(entrypoint="sleep 1", ttlSecondsAfterFinished=60))
         done = await until(deployment_is(cluster, "Complete"), "Complete")
         assert exists(cluster, RAYCLUSTERS, done["rayClusterName"])  # 60 simulated s = 60 ms from now
         await until(lambda: not exists(cluster, RAYCLUSTERS, done["rayClusterName"]), "TTL deletion")
@@ -331,7 +351,7 @@ def test_ttl_deletes_only_the_cluster_after_it_expires():
 
 def test_deleting_a_running_rayjob_removes_its_children():
     async def body(cluster: Cluster) -> None:
-        cluster.store.create(RAYJOBS, rayjob(annotations={"kubesim.dev/duration": "inf"}))
+        cluster.store.create(RAYJOBS, rayjob(entrypoint="sleep infinity"))
         running = await until(
             lambda: (s := status_of(cluster)).get("jobStatus") == "RUNNING" and s, "RUNNING"
         )
@@ -347,9 +367,7 @@ def test_deleting_a_running_rayjob_removes_its_children():
 
 def test_http_mode_runs_without_a_submitter():
     async def body(cluster: Cluster) -> None:
-        cluster.store.create(
-            RAYJOBS, rayjob(annotations={"kubesim.dev/duration": "2"}, submissionMode="HTTPMode")
-        )
+        cluster.store.create(RAYJOBS, rayjob(entrypoint="sleep 2", submissionMode="HTTPMode"))
         done = await until(deployment_is(cluster, "Complete", "Failed"), "a final state")
         assert (done["jobDeploymentStatus"], done["jobStatus"]) == ("Complete", "SUCCEEDED")
         assert not exists(cluster, "jobs.batch", "train")

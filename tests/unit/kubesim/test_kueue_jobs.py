@@ -64,6 +64,12 @@ def test_pod_sets_head_workers_and_default_submitter():
     assert submitter["resources"]["requests"] == {"cpu": "500m", "memory": "200Mi"}
 
 
+def test_worker_group_without_replicas_counts_zero_as_the_crd_defaults_it():
+    job = rayjob()
+    del job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"]
+    assert jobs.build_pod_sets(RAYJOB, job)[1]["count"] == 0
+
+
 def test_http_mode_has_no_submitter_pod_set():
     names = [ps["name"] for ps in jobs.build_pod_sets(RAYJOB, rayjob(submissionMode="HTTPMode"))]
     assert names == ["head", "gpu-workers"]

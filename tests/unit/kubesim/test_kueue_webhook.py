@@ -1,5 +1,7 @@
 """Kueue's RayJob webhook as the API server runs it: defaulting and denials with upstream's messages."""
 
+import copy
+
 import pytest
 
 from kubesim.clock import Clock
@@ -75,6 +77,31 @@ def test_queue_label_defaults_to_the_default_local_queue(store):
     created = store.create(RAYJOBS, rayjob(queue=None))
     assert created["metadata"]["labels"][QUEUE_LABEL] == "default"
     assert created["spec"]["suspend"] is True
+
+
+def test_ownerless_pods_and_jobs_in_a_namespace_with_a_default_local_queue_get_its_label(store):
+    """Kueue 0.19's LocalQueueDefaulting: what lands in such a namespace waits for that queue."""
+    pod = {"metadata": {"name": "debug", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
+    job = {"metadata": {"name": "etl", "namespace": "default"}, "spec": {"template": {"spec": {}}}}
+    assert QUEUE_LABEL not in (store.create("pods", copy.deepcopy(pod))["metadata"].get("labels") or {})
+    store.create(
+        "localqueues.kueue.x-k8s.io",
+        {"metadata": {"name": "default", "namespace": "default"}, "spec": {"clusterQueue": "cq"}},
+    )
+    pod["metadata"]["name"] = "debug-2"
+    assert store.create("pods", pod)["metadata"]["labels"][QUEUE_LABEL] == "default"
+    assert store.create("jobs.batch", job)["metadata"]["labels"][QUEUE_LABEL] == "default"
+    owned = {
+        "metadata": {
+            "name": "worker",
+            "namespace": "default",
+            "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "c", "uid": "u"}],
+        },
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    assert QUEUE_LABEL not in (store.create("pods", owned)["metadata"].get("labels") or {})
+    chosen = {"metadata": {"name": "other", "namespace": "default", "labels": {QUEUE_LABEL: "team-a"}}}
+    assert store.create("pods", chosen)["metadata"]["labels"][QUEUE_LABEL] == "team-a"
 
 
 def test_shutdown_after_job_finishes_is_required(store):

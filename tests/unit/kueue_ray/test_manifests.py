@@ -350,11 +350,20 @@ def test_validation_errors_name_field_value_and_fix(change, field, fix_word):
     assert "got " in message
 
 
-def test_interactive_mode_needs_no_entrypoint():
+def test_interactive_mode_is_refused_before_anything_is_created():
+    """KubeRay would wait for a spec.jobId nobody sets, and the RayJob could never be suspended."""
     body = valid_body()
     body["spec"]["submissionMode"] = "InteractiveMode"
-    del body["spec"]["entrypoint"]
-    validate_rayjob(body)
+    with pytest.raises(ManifestError) as err:
+        validate_rayjob(body)
+    assert err.value.field == "spec.submissionMode"
+    message = str(err.value)
+    assert "jobId" in message and "suspended" in message and "K8sJobMode" in message
+
+
+def test_build_refuses_interactive_mode_from_template_values():
+    with pytest.raises(ManifestError, match="InteractiveMode"):
+        build(values={"submission_mode": "InteractiveMode"})
 
 
 # ------------------------------------------------------------------------------------------ quota sizing
@@ -453,6 +462,22 @@ def test_workers_count_replicas_times_hosts_and_init_containers_take_the_max():
     sets = pod_sets(body)
     assert sets[1] == {"name": "tpu-slice", "count": 8, "requests": {"cpu": "3", "google.com/tpu": "4"}}
     assert total_request(body) == {"cpu": "25", "google.com/tpu": "32"}
+
+
+def test_worker_group_without_replicas_counts_zero_pods_as_the_crd_default_and_kueue_do():
+    body = head_only("HTTPMode", requests={"cpu": "1"})
+    body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = [
+        {
+            "groupName": "workers",
+            "minReplicas": 0,
+            "maxReplicas": 4,
+            "template": {
+                "spec": {"containers": [{"name": "w", "image": "i", "resources": {"requests": {"cpu": "8"}}}]}
+            },
+        }
+    ]
+    assert pod_sets(body)[1]["count"] == 0
+    assert total_request(body) == {"cpu": "1"}
 
 
 def test_autoscaler_and_sidecar_submitter_are_counted_in_the_head():

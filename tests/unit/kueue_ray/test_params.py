@@ -80,10 +80,10 @@ def test_queue_param_accepts_only_installed_queues_and_keeps_each_dags_default()
 
 
 def test_queue_param_can_say_which_setup_each_queue_belongs_to():
-    assert "values_display" not in queue_param("default", "where").schema
-    display = queue_param("default", "where", explained=True).schema["values_display"]
+    assert "values_display" not in queue_param("user-queue", "where").schema
+    display = queue_param("user-queue", "where", explained=True).schema["values_display"]
     assert display == {
-        "default": "default (single-queue setup)",
+        "user-queue": "user-queue (single-queue setup)",
         "team-a": "team-a (team-queues setup)",
         "team-b": "team-b (team-queues setup)",
     }

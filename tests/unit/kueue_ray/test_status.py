@@ -2,7 +2,14 @@
 
 import pytest
 from kueue_ray.quantity import parse_quantity
-from kueue_ray.status import Phase, count_preemptions, is_never_fits, observe
+from kueue_ray.status import (
+    Phase,
+    count_pods_ready_evictions,
+    count_preemptions,
+    format_duration,
+    is_never_fits,
+    observe,
+)
 
 NEVER_FITS = (
     "couldn't assign flavors to pod set submitter: insufficient quota for cpu in flavor default-flavor, "
@@ -59,8 +66,13 @@ ADMISSION = {
 }
 
 
-def workload(*conditions, admission=None, active=True, evictions=None, requeue_at=None):
+def workload(*conditions, admission=None, active=True, evictions=None, requeue_at=None, checks=None):
     status = {"conditions": list(conditions)}
+    if checks:
+        status["admissionChecks"] = [
+            {"name": n, "state": st, "message": m, "lastTransitionTime": "2026-12-02T10:00:00Z"}
+            for n, st, m in checks
+        ]
     if admission:
         status["admission"] = admission
     if evictions:
@@ -256,17 +268,142 @@ def test_last_preemption_survives_readmission_without_the_previously_prefix():
     assert observe(rayjob("Running", suspend=False), workload(RESERVED)).last_preemption is None
 
 
-def test_pods_ready_timeout_backoff_is_queued_and_says_until_when():
-    evicted = cond(
-        "Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout default/rayjob-train-42"
-    )
+PODS_READY_MSG = "Exceeded the PodsReady timeout default/rayjob-train-42-123ec"
+
+
+def test_pods_ready_timeout_backoff_is_queued_says_why_and_until_when():
+    evicted = cond("Evicted", "True", "PodsReadyTimeout", PODS_READY_MSG)
     wl = workload(
-        evicted, cond("Requeued", "False", "PodsReadyTimeout", ""), requeue_at="2026-12-02T12:00:00Z"
+        cond("QuotaReserved", "False", "Pending", PODS_READY_MSG),
+        evicted,
+        cond("Requeued", "False", "PodsReadyTimeout", PODS_READY_MSG),
+        cond("Admitted", "False", "NoReservation", "The workload has no reservation"),
+        requeue_at="2026-12-02T12:00:00Z",
+        evictions=[{"reason": "PodsReadyTimeout", "underlyingCause": "WaitForStart", "count": 1}],
     )
     obs = observe(rayjob("Suspended"), wl)
-    assert obs.phase is Phase.QUEUED
-    assert "2026-12-02T12:00:00Z" in obs.message
-    assert obs.preemptions == 0
+    assert (obs.phase, obs.reason) == (Phase.QUEUED, "PodsReadyTimeout")
+    assert "pods not ready within" in obs.message and "check taints, tolerations, image pulls" in obs.message
+    assert "2026-12-02T12:00:00Z" in obs.message and PODS_READY_MSG in obs.message
+    assert (obs.preemptions, obs.pods_ready_evictions) == (0, 1)
+
+
+def test_after_the_backoff_the_schedulers_newer_words_win():
+    wl = workload(
+        cond("QuotaReserved", "False", "Pending", MORE_NEEDED),
+        cond("Evicted", "True", "PodsReadyTimeout", PODS_READY_MSG),
+        cond("Requeued", "True", "BackoffFinished", "The workload backoff was finished"),
+    )
+    obs = observe(rayjob("Suspended"), wl)
+    assert (obs.phase, obs.message) == (Phase.QUEUED, MORE_NEEDED)
+
+
+def timed(condition, at):
+    return {**condition, "lastTransitionTime": at}
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "phase"),
+    [
+        ("Preempted", PREEMPTED_MSG, Phase.PREEMPTED),
+        ("PodsReadyTimeout", PODS_READY_MSG, Phase.PODS_NOT_READY),
+        ("AdmissionCheck", 'Evicted due to AdmissionCheck in Retry state: "gpu" (retry)', Phase.EVICTED),
+        ("ClusterQueueStopped", "The ClusterQueue is stopped", Phase.EVICTED),
+    ],
+)
+def test_an_eviction_is_shown_as_what_it_is(reason, message, phase):
+    wl = workload(RESERVED, ADMITTED, cond("Evicted", "True", reason, message), admission=ADMISSION)
+    obs = observe(rayjob("Suspending", suspend=True), wl)
+    assert (obs.phase, obs.reason, obs.terminal) == (phase, reason, False)
+    assert message in obs.message
+
+
+def test_pods_not_ready_names_the_timeout_kueue_applied_and_the_usual_causes():
+    wl = workload(
+        timed(RESERVED, "2026-12-02T10:00:00Z"),
+        timed(ADMITTED, "2026-12-02T10:00:00Z"),
+        timed(cond("Evicted", "True", "PodsReadyTimeout", PODS_READY_MSG), "2026-12-02T10:30:00Z"),
+        admission=ADMISSION,
+        evictions=[{"reason": "PodsReadyTimeout", "underlyingCause": "WaitForStart", "count": 1}],
+    )
+    obs = observe(rayjob("Suspending", suspend=True), wl)
+    assert obs.phase is Phase.PODS_NOT_READY
+    assert (
+        obs.message == f"pods not ready within 30m: check taints, tolerations, image pulls ({PODS_READY_MSG})"
+    )
+    assert (obs.pods_ready_timeout, obs.pods_ready_evictions, obs.preemptions) == (1800.0, 1, 0)
+
+
+def test_pods_ready_evictions_are_counted_apart_from_preemptions():
+    stats = [
+        {"reason": "PodsReadyTimeout", "underlyingCause": "WaitForStart", "count": 2},
+        {"reason": "PodsReadyTimeout", "underlyingCause": "WaitForRecovery", "count": 1},
+        {"reason": "Preempted", "underlyingCause": "", "count": 4},
+    ]
+    assert count_pods_ready_evictions(workload(evictions=stats)) == 3
+    assert count_preemptions(workload(evictions=stats)) == 4
+    ahead = workload(requeue_at="2026-12-02T12:00:00Z")  # requeueState.count 1, stats not written yet
+    assert count_pods_ready_evictions(ahead) == 1
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(1800, "30m"), (5400, "1h30m"), (90, "1m30s"), (6, "6s")])
+def test_durations_read_like_kueues_config(seconds, text):
+    assert format_duration(seconds) == text
+
+
+CHECKS = [("gpu-provisioning", "Pending", "Waiting for 1 GPU node"), ("quota-audit", "Ready", "")]
+
+
+def test_quota_reserved_is_not_admitted_while_admission_checks_are_pending():
+    """Kueue reserves quota first; the RayJob stays suspended until every check is Ready."""
+    obs = observe(rayjob("Suspended"), workload(RESERVED, admission=ADMISSION, checks=CHECKS))
+    assert (obs.phase, obs.terminal) == (Phase.AWAITING_CHECKS, False)
+    assert obs.message == (
+        "quota reserved in ClusterQueue cluster-queue, waiting for admission checks: "
+        "gpu-provisioning (Pending: Waiting for 1 GPU node), quota-audit (Ready)"
+    )
+    assert obs.admission_checks[0] == {
+        "name": "gpu-provisioning",
+        "state": "Pending",
+        "message": "Waiting for 1 GPU node",
+    }
+    # Re-reserved after an eviction, Kueue keeps Admitted=False until the checks pass again.
+    no_reservation = cond("Admitted", "False", "NoReservation", "The workload has no reservation")
+    again = observe(
+        rayjob("Suspended"), workload(RESERVED, no_reservation, admission=ADMISSION, checks=CHECKS)
+    )
+    assert (again.phase, again.reason) == (Phase.AWAITING_CHECKS, "QuotaReserved")
+    unsatisfied = cond("Admitted", "False", "UnsatisfiedChecks", "The workload has not all checks ready")
+    assert (
+        observe(rayjob("Suspended"), workload(RESERVED, unsatisfied, checks=CHECKS)).reason
+        == "UnsatisfiedChecks"
+    )
+    ready = [(name, "Ready", "") for name, _, _ in CHECKS]
+    admitted = observe(
+        rayjob("Initializing", suspend=False), workload(RESERVED, ADMITTED, admission=ADMISSION, checks=ready)
+    )
+    assert admitted.phase is Phase.ADMITTED
+
+
+def test_a_rejected_admission_check_ends_it_naming_the_check_and_its_message():
+    rejected = [("capacity", "Rejected", "no A100 capacity in westeurope")]
+    obs = observe(rayjob("Suspended"), workload(RESERVED, admission=ADMISSION, checks=rejected))
+    assert (obs.phase, obs.terminal, obs.reason) == (Phase.DEACTIVATED, True, "AdmissionCheckRejected")
+    assert "capacity: no A100 capacity in westeurope" in obs.message
+    # Once Kueue deactivated it, its own words name the check (the check itself is reset to Pending).
+    kueue_words = 'The workload is deactivated due to AdmissionCheck in Rejected state: "capacity" (no A100)'
+    deactivated = workload(
+        cond("QuotaReserved", "False", "Pending", kueue_words),
+        cond("Evicted", "True", "DeactivatedDueToAdmissionCheck", kueue_words),
+        active=False,
+        checks=[("capacity", "Pending", "Reset to Pending after eviction. Previously: Rejected")],
+    )
+    after = observe(rayjob("Suspended"), deactivated)
+    assert (after.phase, after.reason, after.message) == (
+        Phase.DEACTIVATED,
+        "DeactivatedDueToAdmissionCheck",
+        kueue_words,
+    )
 
 
 def test_preemption_count_from_historical_condition():
@@ -307,7 +444,9 @@ def test_deactivation_is_terminal(wl):
 
 
 def test_observation_serialises_for_trigger_events():
-    data = observe(rayjob("Initializing", suspend=False), workload(RESERVED, admission=ADMISSION)).to_dict()
+    data = observe(
+        rayjob("Initializing", suspend=False), workload(RESERVED, ADMITTED, admission=ADMISSION)
+    ).to_dict()
     assert data["phase"] == "ADMITTED"
     assert data["flavors"]["submitter"] == {"cpu": "default-flavor", "memory": "default-flavor"}
 

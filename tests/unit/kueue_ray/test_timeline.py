@@ -101,20 +101,88 @@ def test_missed_preemption_quotes_kueues_preempted_condition_not_the_pending_mes
     ]
 
 
-def test_pods_ready_timeout_eviction_is_listed_but_not_counted_as_preemption():
+def test_pods_ready_timeouts_are_evictions_of_their_own_not_preemptions():
+    hint = "pods not ready within 30m: check taints, tolerations, image pulls"
+
+    def not_ready(n):
+        return dataclasses.replace(
+            obs(Phase.PODS_NOT_READY, reason="PodsReadyTimeout", message=hint, admitted=True),
+            pods_ready_evictions=n,
+        )
+
+    def queued(n, preemptions=0):
+        return dataclasses.replace(obs(Phase.QUEUED, preemptions=preemptions), pods_ready_evictions=n)
+
     timeline = feed(
         Timeline(),
         [
             (0, obs(Phase.ADMITTED, admitted=True)),
-            (5, obs(Phase.PREEMPTED, reason="PodsReadyTimeout", admitted=True)),
-            (6, obs(Phase.QUEUED)),
-            (8, obs(Phase.RUNNING, admitted=True)),
-            (9, obs(Phase.PREEMPTED, reason="Preempted", preemptions=1, admitted=True)),
-            (10, obs(Phase.QUEUED, preemptions=1)),
+            (5, not_ready(1)),
+            (6, queued(1)),
+            (8, obs(Phase.ADMITTED, admitted=True)),
+            (9, queued(2)),  # the second PODS_NOT_READY moment was not observed: counted from the stats
+            (10, obs(Phase.RUNNING, admitted=True)),
+            (11, obs(Phase.PREEMPTED, reason="Preempted", preemptions=1, admitted=True)),
+            (12, queued(2, preemptions=1)),
         ],
     )
-    assert [p["reason"] for p in timeline.preemptions] == ["PodsReadyTimeout", "Preempted"]
-    assert timeline.preemption_count == 1
+    assert [p["reason"] for p in timeline.preemptions] == ["Preempted"]
+    assert [e["reason"] for e in timeline.evictions] == ["PodsReadyTimeout", "PodsReadyTimeout"]
+    assert timeline.evictions[0]["message"] == hint
+    assert (timeline.preemption_count, timeline.pods_ready_eviction_count) == (1, 2)
+    assert Timeline.from_dict(json.loads(json.dumps(timeline.to_dict()))).pods_ready_eviction_count == 2
+
+
+def test_waiting_for_admission_checks_is_queued_time_not_run_time():
+    timeline = feed(
+        Timeline(),
+        [
+            (0, obs(Phase.QUEUED)),
+            (10, obs(Phase.AWAITING_CHECKS, reason="QuotaReserved")),
+            (40, obs(Phase.ADMITTED, admitted=True)),
+            (45, obs(Phase.RUNNING, admitted=True)),
+            (105, obs(Phase.SUCCEEDED, admitted=True)),
+        ],
+    )
+    assert (timeline.queued_seconds, timeline.awaiting_checks_seconds) == (40, 30)
+    assert (timeline.admitted_seconds, timeline.running_seconds) == (65, 60)
+    assert [a["at"] for a in timeline.admissions] == [T0 + 40]
+
+
+def test_a_late_waiter_splits_the_wait_at_the_reservation_and_the_admission():
+    running = dataclasses.replace(
+        late(Phase.RUNNING, reserved_offset=10, started_offset=45, admitted=True),
+        admitted_at=datetime.fromtimestamp(T0 + 40, UTC).isoformat(),
+    )
+    timeline = feed(Timeline(submitted_at=T0), [(50, running)])
+    assert (timeline.queued_seconds, timeline.awaiting_checks_seconds) == (40, 30)
+    assert (timeline.admitted_seconds, timeline.running_seconds) == (10, 5)
+    assert [a["at"] for a in timeline.admissions] == [T0 + 40]
+    awaiting = late(Phase.AWAITING_CHECKS, reserved_offset=10)
+    early = feed(Timeline(submitted_at=T0), [(25, awaiting)])
+    assert (early.queued_seconds, early.awaiting_checks_seconds) == (25, 15)
+
+
+def test_a_workload_deactivated_before_its_admission_was_never_admitted():
+    """A rejected admission check: quota was reserved, the checks never passed."""
+    timeline = feed(
+        Timeline(),
+        [
+            (0, obs(Phase.QUEUED)),
+            (2, obs(Phase.AWAITING_CHECKS, admitted=True)),
+            (3, obs(Phase.DEACTIVATED, reason="AdmissionCheckRejected", admitted=True)),
+        ],
+    )
+    assert timeline.admissions == []
+    assert (timeline.queued_seconds, timeline.awaiting_checks_seconds, timeline.final_phase) == (
+        3,
+        1,
+        "DEACTIVATED",
+    )
+    first_seen = feed(
+        Timeline(), [(5, obs(Phase.DEACTIVATED, reason="AdmissionCheckRejected", admitted=True))]
+    )
+    assert first_seen.admissions == []
 
 
 def test_round_trip_through_json_keeps_accumulating():

@@ -14,6 +14,7 @@ from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from kueue_ray.status import Observation, Phase
 from kueue_ray.trigger import (
     INADMISSIBLE,
+    PODS_NOT_READY,
     QUEUE_TIMEOUT,
     RUN_TIMEOUT,
     SUCCESS,
@@ -30,28 +31,35 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def obs(phase: Phase, reason: str = "", message: str = "", preemptions: int = 0) -> Observation:
+def obs(phase: Phase, reason: str = "", message: str = "", preemptions: int = 0, **more) -> Observation:
     return Observation(
         phase=phase,
         terminal=phase in (Phase.SUCCEEDED, Phase.FAILED),
         reason=reason,
         message=message,
         preemptions=preemptions,
+        **more,
     )
 
 
-def workload(reserved: bool, since: datetime) -> dict:
-    return {
-        "status": {
-            "conditions": [
-                {
-                    "type": "QuotaReserved",
-                    "status": "True" if reserved else "False",
-                    "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                }
-            ]
+def stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def workload(reserved: bool, since: datetime, *, admitted: datetime | None | bool = True) -> dict:
+    """QuotaReserved as given; Admitted=True at the same moment (``admitted=True``), at another moment,
+    or absent (``None``: quota reserved while admission checks are pending)."""
+    conditions = [
+        {
+            "type": "QuotaReserved",
+            "status": "True" if reserved else "False",
+            "lastTransitionTime": stamp(since),
         }
-    }
+    ]
+    if reserved and admitted is not None:
+        moment = since if admitted is True else admitted
+        conditions.append({"type": "Admitted", "status": "True", "lastTransitionTime": stamp(moment)})
+    return {"status": {"conditions": conditions}}
 
 
 def test_serialize_round_trip_through_airflow_serde():
@@ -65,6 +73,7 @@ def test_serialize_round_trip_through_airflow_serde():
         run_timeout=None,
         inadmissible_grace=30.0,
         max_preemptions=3,
+        max_pods_ready_evictions=2,
         owner={"dag_id": "pipe", "run_id": "manual__1", "task_id": "train", "map_index": -1, "try_number": 2},
         waiter={"dag_id": "pipe", "run_id": "manual__1", "task_id": "wait", "map_index": -1, "try_number": 1},
         submitted_at="2026-12-01T12:00:00+00:00",
@@ -104,6 +113,31 @@ def test_run_timeout_counts_from_the_last_admission_and_restarts_after_preemptio
     assert dog.check(obs(Phase.QUEUED), workload(False, at(96)), at(100)) is None
     assert dog.check(obs(Phase.RUNNING), workload(True, at(150)), at(200)) is None
     assert dog.check(obs(Phase.RUNNING), workload(True, at(150)), at(251)).status == RUN_TIMEOUT
+
+
+def test_run_timeout_does_not_count_the_wait_for_admission_checks():
+    """Quota reserved at 10 s, the admission check passed at 300 s: the run clock starts at 300 s."""
+    dog = Watchdog(submitted_at=T0, run_timeout=100, queue_timeout=400)
+    awaiting = obs(Phase.AWAITING_CHECKS, "QuotaReserved", "waiting for admission checks: gpu (Pending)")
+    assert dog.check(awaiting, workload(True, at(10), admitted=None), at(250)) is None
+    assert dog.seconds_until_next_deadline(at(250)) == 150  # only the queue clock runs meanwhile
+    admitted = workload(True, at(10), admitted=at(300))
+    assert dog.check(obs(Phase.RUNNING), admitted, at(390)) is None
+    assert dog.check(obs(Phase.RUNNING), admitted, at(401)).status == RUN_TIMEOUT
+    late = Watchdog(submitted_at=T0, queue_timeout=100)
+    assert late.check(awaiting, workload(True, at(10), admitted=None), at(101)).status == QUEUE_TIMEOUT
+
+
+def test_pods_ready_evictions_are_their_own_limit_with_the_hint():
+    dog = Watchdog(submitted_at=T0, max_preemptions=0, max_pods_ready_evictions=1)
+    first = obs(Phase.PODS_NOT_READY, "PodsReadyTimeout", pods_ready_evictions=1, pods_ready_timeout=1800.0)
+    assert dog.check(first, None, at(1)) is None  # not a preemption: max_preemptions=0 does not apply
+    assert dog.check(obs(Phase.QUEUED, "PodsReadyTimeout", pods_ready_evictions=1), None, at(2)) is None
+    verdict = dog.check(obs(Phase.QUEUED, "PodsReadyTimeout", pods_ready_evictions=2), None, at(3))
+    assert verdict.status == PODS_NOT_READY
+    assert verdict.message.startswith("pods not ready within 30m: check taints, tolerations, image pulls")
+    assert "max_pods_ready_evictions=1" in verdict.message
+    assert Watchdog(submitted_at=T0).check(obs(Phase.QUEUED, pods_ready_evictions=50), None, at(4)) is None
 
 
 def test_inadmissible_fails_only_after_the_grace_period_and_resets_when_it_clears():

@@ -119,7 +119,7 @@ PRIORITY_DISPLAY = {
     "prod-priority": "prod-priority (1000): admitted first, preempts dev-priority work",
 }
 QUEUE_DISPLAY = {
-    "default": "default (single-queue setup)",
+    "user-queue": "user-queue (single-queue setup)",
     "team-a": "team-a (team-queues setup)",
     "team-b": "team-b (team-queues setup)",
 }
@@ -134,7 +134,7 @@ def choice(value: str, enum: list[str], title: str, description: str, display: d
 
 
 PRIORITIES = ["dev-priority", "prod-priority"]
-QUEUES = ["default", "team-a", "team-b"]
+QUEUES = ["user-queue", "team-a", "team-b"]
 SCHEDULING_FORMS = {
     "text_classifier_finetune": {
         "priority": choice(
@@ -146,7 +146,7 @@ SCHEDULING_FORMS = {
             PRIORITY_DISPLAY,
         ),
         "queue": choice(
-            "default",
+            "user-queue",
             QUEUES,
             "LocalQueue",
             "Kueue LocalQueue in namespace ray; which exist depends on the installed setup.",

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 from kueue_ray.capacity import find_shortfall, max_capacity
-from kueue_ray.manifests import AirflowIdentity, build_rayjob, build_rayservice
+from kueue_ray.manifests import (
+    TEMPLATES_DIR,
+    AirflowIdentity,
+    build_rayjob,
+    build_rayservice,
+    render_template,
+)
 
 from kubesim.resources import CRDS_DIR
 from kubesim.schema import load_crd_schemas, validate
@@ -60,7 +66,7 @@ def test_strict_validation_rejects_an_unknown_field(schemas):
 
 def test_base_has_namespace_flavors_and_priority_classes():
     docs = documents(*sorted(KUEUE_DIR.glob("*.yaml")))
-    assert set(by_kind(docs, "Namespace")) == {"ray"}
+    assert set(by_kind(docs, "Namespace")) == {"ray", "airflow"}
     flavors = by_kind(docs, "ResourceFlavor")
     assert set(flavors) == {"default", "gpu"}
     assert flavors["gpu"]["spec"]["nodeLabels"] == {"accelerator": "nvidia"}
@@ -73,7 +79,7 @@ def test_each_setup_defines_the_local_queues_the_dags_offer():
     single = documents(*sorted((KUEUE_DIR / "single-queue").glob("*.yaml")))
     team = documents(*sorted((KUEUE_DIR / "team-queues").glob("*.yaml")))
     assert {n: q["metadata"]["namespace"] for n, q in by_kind(single, "LocalQueue").items()} == {
-        "default": "ray"
+        "user-queue": "ray"
     }
     assert {n: q["spec"]["clusterQueue"] for n, q in by_kind(team, "LocalQueue").items()} == {
         "team-a": "team-a-cq",
@@ -87,7 +93,7 @@ def text_classifier(mode: str):
         "text-classifier",
         name="tc",
         namespace="ray",
-        queue="default",
+        queue="user-queue",
         priority="dev-priority",
         identity=IDENTITY,
         values={"submission_mode": mode},
@@ -161,7 +167,7 @@ def test_rayjob_templates_render_valid_rayjobs(template, schemas):
         template,
         name="x",
         namespace="ray",
-        queue="default",
+        queue="user-queue",
         priority="dev-priority",
         identity=IDENTITY,
         values=TEMPLATE_VALUES[template],
@@ -219,3 +225,92 @@ def test_rbac_cluster_role_only_reads():
         "workloadpriorityclasses",
     }
     assert all("*" not in rule["resources"] + rule["verbs"] for rule in cluster + rules("Role"))
+
+
+# ------------------------------------------------------------------------------------------ GPU taints
+
+GPU_TAINTS = (
+    {"key": "sku", "value": "gpu", "effect": "NoSchedule"},  # AKS GPU node pools
+    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},  # NVIDIA GPU operator
+)
+
+
+def tolerates(tolerations: list[dict], taint: dict) -> bool:
+    """The kubelet's rule: same key (or an empty key with Exists), same effect (or none), and Exists or
+    an equal value."""
+    for toleration in tolerations or []:
+        if toleration.get("effect") not in (None, "", taint["effect"]):
+            continue
+        operator = toleration.get("operator", "Equal")
+        if operator == "Exists" and toleration.get("key") in (None, "", taint["key"]):
+            return True
+        same_key = toleration.get("key") == taint["key"]
+        if operator == "Equal" and same_key and toleration.get("value", "") == taint["value"]:
+            return True
+    return False
+
+
+def gpu_pod_templates(body: dict) -> dict[str, dict]:
+    """Every pod template of a RayJob / RayService whose containers ask for an NVIDIA GPU."""
+    spec = body["spec"]
+    cluster = spec.get("rayClusterSpec") or spec.get("rayClusterConfig")
+    templates = {"head": cluster["headGroupSpec"]["template"]}
+    for group in cluster.get("workerGroupSpecs") or []:
+        templates[group["groupName"]] = group["template"]
+    if spec.get("submitterPodTemplate"):
+        templates["submitter"] = spec["submitterPodTemplate"]
+
+    def wants_gpu(template: dict) -> bool:
+        return any(
+            "nvidia.com/gpu"
+            in {
+                **(c.get("resources") or {}).get("limits", {}),
+                **(c.get("resources") or {}).get("requests", {}),
+            }
+            for c in template["spec"]["containers"]
+        )
+
+    return {name: t for name, t in templates.items() if wants_gpu(t)}
+
+
+def test_the_gpu_flavor_carries_the_tolerations_kueue_injects_for_tainted_gpu_pools():
+    flavor = by_kind(documents(KUEUE_DIR / "10-resource-flavors.yaml"), "ResourceFlavor")["gpu"]
+    tolerations = flavor["spec"]["tolerations"]
+    assert all(tolerates(tolerations, taint) for taint in GPU_TAINTS)
+    assert not tolerates(tolerations, {"key": "dedicated", "value": "x", "effect": "NoSchedule"})
+
+
+@pytest.mark.parametrize(
+    "template", sorted(p.name.removesuffix(".yaml.j2") for p in TEMPLATES_DIR.glob("*.yaml.j2"))
+)
+def test_every_gpu_pod_of_every_template_tolerates_the_gpu_taints(template):
+    values = {"model_path": "/mnt/models/x"}
+    body = render_template(template, values)
+    build = build_rayservice if body["kind"] == "RayService" else build_rayjob
+    built = build(
+        template,
+        name="x",
+        namespace="ray",
+        queue="team-a",
+        priority="dev-priority",
+        identity=IDENTITY,
+        values=values,
+    )
+    gpu_pods = gpu_pod_templates(built.body)
+    assert gpu_pods, f"{template} asks for no GPU: the check would prove nothing"
+    for name, pod in gpu_pods.items():
+        missing = [t for t in GPU_TAINTS if not tolerates(pod["spec"].get("tolerations"), t)]
+        assert not missing, f"{template}: the {name} pods do not tolerate {missing}"
+
+
+@pytest.mark.parametrize(
+    "template", sorted(p.name.removesuffix(".yaml.j2") for p in TEMPLATES_DIR.glob("*.yaml.j2"))
+)
+def test_no_template_sends_kubesim_only_metadata_to_a_real_cluster(template):
+    """KubeRay copies a RayJob's annotations and labels onto its RayCluster: nothing kubesim-only may go."""
+    text = (TEMPLATES_DIR / f"{template}.yaml.j2").read_text()
+    assert "kubesim" not in text
+    body = render_template(template, {"model_path": "/mnt/models/x"})
+    metadata = body["metadata"]
+    keys = [*(metadata.get("annotations") or {}), *(metadata.get("labels") or {})]
+    assert not [key for key in keys if "kubesim" in key]
