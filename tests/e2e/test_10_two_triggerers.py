@@ -151,8 +151,13 @@ def test_two_triggerers_hold_few_watches_and_hand_over_waits_without_loss(e2e):
             timeout=120,
             what=lambda: f"the waits of {victim} taken over by {survivor}: {holders(e2e, run_ids)}",
         )
-        watches = watches_of(e2e, trees[survivor]())
-        assert set(watches) == EXPECTED_WATCHES and len(watches) <= MAX_WATCHES_PER_TRIGGERER, watches
+        # Taken over in the database first; the survivor's triggers then start and subscribe.
+        watches = wait_until(
+            lambda: set(w := watches_of(e2e, trees[survivor]())) == EXPECTED_WATCHES and w,
+            timeout=30,
+            what=lambda: f"the survivor's watches: {watches_of(e2e, trees[survivor]())}",
+        )
+        assert len(watches) <= MAX_WATCHES_PER_TRIGGERER, watches
 
         for run_id in run_ids:
             run = e2e.wait_run(DAG, run_id, timeout=300)
