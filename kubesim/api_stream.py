@@ -356,7 +356,8 @@ async def serve_watch(
             return await _send_expired(request, error.message)
         raise
     stream.live = True
-    stats.watch_opened()
+    watch = (_peer(request), rt.key, target.namespace or "")
+    stats.watch_opened(*watch)
     limits = [v for v in (_float(query.get("timeoutSeconds")), faults.watch_drop_after_s) if v is not None]
     timer = asyncio.get_running_loop().call_later(min(limits), stream.finish) if limits else None
     try:
@@ -369,8 +370,14 @@ async def serve_watch(
         hub.discard(stream)
         if timer is not None:
             timer.cancel()
-        stats.watch_closed()
+        stats.watch_closed(*watch)
     return response
+
+
+def _peer(request: web.Request) -> str:
+    """The client's address as "host:port" (what the client's socket calls its local address)."""
+    peername = request.transport.get_extra_info("peername") if request.transport else None
+    return f"{peername[0]}:{peername[1]}" if peername else ""
 
 
 async def _send_expired(request: web.Request, message: str) -> web.StreamResponse:

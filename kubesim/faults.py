@@ -130,6 +130,9 @@ class Stats:
         self.requests_total = 0
         self.watches_open = 0
         self.watches_opened_total = 0
+        self.open_watches: Counter[tuple[str, str, str]] = Counter()
+        """(client address "host:port", resource, namespace) of every open watch stream: which client
+        holds which watches, as a server-side count a client cannot misreport."""
         self.log: deque[RequestRecord] = deque(maxlen=REQUEST_LOG_LIMIT)
 
     def record(self, record: RequestRecord) -> None:
@@ -137,12 +140,16 @@ class Stats:
         self.requests_total += 1
         self.log.append(record)
 
-    def watch_opened(self) -> None:
+    def watch_opened(self, peer: str = "", resource: str = "", namespace: str = "") -> None:
         self.watches_open += 1
         self.watches_opened_total += 1
+        self.open_watches[(peer, resource, namespace)] += 1
 
-    def watch_closed(self) -> None:
+    def watch_closed(self, peer: str = "", resource: str = "", namespace: str = "") -> None:
         self.watches_open -= 1
+        self.open_watches[(peer, resource, namespace)] -= 1
+        if not self.open_watches[(peer, resource, namespace)]:
+            del self.open_watches[(peer, resource, namespace)]
 
     def clear_log(self) -> None:
         self.log.clear()
@@ -153,5 +160,9 @@ class Stats:
             "requests_total": self.requests_total,
             "watches_open": self.watches_open,
             "watches_opened_total": self.watches_opened_total,
+            "open_watches": [
+                {"peer": peer, "resource": resource, "namespace": namespace, "count": count}
+                for (peer, resource, namespace), count in sorted(self.open_watches.items())
+            ],
             "objects": objects,
         }
