@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from devtools.airflow import ROOT, start_airflow
-from devtools.kubesim_process import KUEUE_MANIFESTS, start_kubesim
+from devtools.kubesim_process import ALL_SETUPS, start_kubesim
 from devtools.postgres import metadata_database
 from tests.e2e.harness import E2E, wait_until
 
@@ -58,12 +58,7 @@ def wait_for_dags_or_import_errors(airflow, dag_ids: list[str], timeout: float =
 
 @pytest.fixture(scope="session")
 def kubesim(tmp_path_factory):
-    sim = start_kubesim(
-        tmp_path_factory.mktemp("kubesim"),
-        queues="single",
-        time_scale=TIME_SCALE,
-        extra_apply=[KUEUE_MANIFESTS / "team-queues"],
-    )
+    sim = start_kubesim(tmp_path_factory.mktemp("kubesim"), queues=ALL_SETUPS, time_scale=TIME_SCALE)
     yield sim
     sim.stop()
 
