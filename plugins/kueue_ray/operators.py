@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from kueue_ray.links import RAYJOB_XCOM_KEY, KueueWorkloadLink, RayDashboardLink
+from kueue_ray.links import RAYJOB_XCOM_KEY, RayDashboardLink, dashboard_template, where_to_look
 from kueue_ray.naming import QUEUE_LABEL, AirflowIdentity
 from kueue_ray.verdicts import DELETED, GAVE_UP, SUCCESS
 
@@ -210,7 +210,9 @@ class SubmitRayJobOperator(BaseOperator):
     :param resync_interval: the longest a missed watch event may go unnoticed while deferred, seconds: the
         triggerer's watch hub relists the namespace at the shortest interval of its triggers.
     :param log_tail_lines: driver (submitter) log lines copied into the task log at the end.
-    :param ray_dashboard_url_template / workload_url_template: extra link templates (see ``links``).
+    :param ray_dashboard_url_template: URL of the "Ray dashboard" link, a ``str.format`` template over
+        {namespace}, {name}, {uid} (see ``kueue_ray.links``); default: localhost through the
+        ``kubectl port-forward`` the task log prints.
     """
 
     template_fields: Sequence[str] = (
@@ -232,7 +234,7 @@ class SubmitRayJobOperator(BaseOperator):
         "ray_resources": "json",
         "template": "yaml",
     }
-    operator_extra_links = (RayDashboardLink(), KueueWorkloadLink())
+    operator_extra_links = (RayDashboardLink(),)
     ui_color = "#e8f1fb"
 
     def __init__(
@@ -262,7 +264,6 @@ class SubmitRayJobOperator(BaseOperator):
         resync_interval: float = 300.0,
         log_tail_lines: int = 50,
         ray_dashboard_url_template: str | None = None,
-        workload_url_template: str | None = None,
         executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -293,7 +294,6 @@ class SubmitRayJobOperator(BaseOperator):
         self.resync_interval = resync_interval
         self.log_tail_lines = log_tail_lines
         self.ray_dashboard_url_template = ray_dashboard_url_template
-        self.workload_url_template = workload_url_template
         self.rayjob_details: dict[str, Any] | None = None
         self._owned: tuple[str, str, str, AirflowIdentity] | None = None
 
@@ -367,6 +367,8 @@ class SubmitRayJobOperator(BaseOperator):
         self._owned = (metadata["name"], self.namespace, metadata["uid"], identity)
         self.rayjob_details = rayjob_details(rayjob, queue=self.local_queue, priority=priority)
         context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
+        for line in where_to_look(dashboard_template(self), self.rayjob_details):
+            self.log.info(line)
         reference = {"name": metadata["name"], "namespace": self.namespace, "uid": metadata["uid"]}
         if not self.wait_for_completion:
             return reference

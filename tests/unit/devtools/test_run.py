@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_defaults_are_kubesim_on_port_8080_in_real_time_with_dags_unpaused():
     settings = run.settings_from({})
-    assert settings == run.Settings(port=8080, time_scale=1.0, cluster="kubesim", kubeconfig=None, unpause=True)
+    assert settings == run.Settings(
+        port=8080, time_scale=1.0, cluster="kubesim", kubeconfig=None, unpause=True
+    )
 
 
 def test_an_exported_kubeconfig_alone_does_not_select_a_real_cluster(tmp_path):
@@ -69,7 +71,6 @@ def test_the_banner_names_the_real_clusters_context_and_server(tmp_path):
 def test_make_run_installs_every_queue_setup_so_every_dag_default_queue_exists():
     """Each shipped DAG's default LocalQueue (its ``queue`` param) is one that make run's kubesim has."""
     from airflow.dag_processing.dagbag import DagBag
-
     from kueue_ray.params import NAMESPACE
 
     applied = setup_manifests(ALL_SETUPS)
@@ -78,7 +79,9 @@ def test_make_run_installs_every_queue_setup_so_every_dag_default_queue_exists()
     installed = set(local_queues(applied))
     dagbag = DagBag(dag_folder=str(ROOT / "dags"))
     defaults = {
-        dag_id: f"{NAMESPACE}/{dag.params['queue']}" for dag_id, dag in dagbag.dags.items() if "queue" in dag.params
+        dag_id: f"{NAMESPACE}/{dag.params['queue']}"
+        for dag_id, dag in dagbag.dags.items()
+        if "queue" in dag.params
     }
     assert len(defaults) == 3
     assert {dag_id: queue for dag_id, queue in defaults.items() if queue not in installed} == {}
@@ -147,7 +150,9 @@ def test_a_start_moves_the_previous_starts_state_aside(run_dir):
 
     assert not (run_dir / "airflow").exists()
     assert not (run_dir / "kubesim.log").exists() and not (run_dir / "kubesim.kubeconfig").exists()
-    assert (run_dir / "previous" / "airflow" / "airflow.db").read_text() == "old runs of a cluster that is gone"
+    assert (
+        run_dir / "previous" / "airflow" / "airflow.db"
+    ).read_text() == "old runs of a cluster that is gone"
     assert (run_dir / "previous" / "kubesim.log").exists()
     assert not (run_dir / "previous" / "older.log").exists()
 
