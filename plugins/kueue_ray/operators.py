@@ -66,23 +66,24 @@ def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **ext
 class WorkerWait:
     """The trigger's rules, one synchronous read at a time: ``deferrable=False`` and the sensor's poke mode.
 
-    Same observe() / Watchdog / Timeline as the trigger, so a task tells the same story whether it
+    Same observe() / Watchdog / Timeline / Story as the trigger, so a task tells the same story whether it
     waited in the triggerer or in a worker slot.
     """
 
     def __init__(self, trigger: RayJobTrigger, log: Any) -> None:
+        from kueue_ray.narration import Story
         from kueue_ray.timeline import Timeline
 
         self.trigger = trigger
         self.log = log
         self.timeline = Timeline.from_dict(trigger.timeline)
         self.watchdog = trigger.make_watchdog()
-        self.last_said: tuple | None = None
+        self.story = Story()
 
     def step(self, hook: RayJobHook) -> dict[str, Any] | None:
         """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
         from kueue_ray.status import observe
-        from kueue_ray.trigger import POSITION_PHASES, Verdict, describe_transition, event_payload
+        from kueue_ray.trigger import Verdict, event_payload
 
         trigger = self.trigger
         ids = {"name": trigger.name, "namespace": trigger.namespace, "uid": trigger.uid}
@@ -96,19 +97,53 @@ class WorkerWait:
             )
         observation = observe(rayjob, workload)
         self.timeline.record(observation, now)
-        said = (observation.phase, observation.reason, observation.message)
-        if said != self.last_said:
-            self.last_said = said
-            position = None
-            queue = trigger.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
-            if observation.phase in POSITION_PHASES and observation.workload_name and queue:
-                found = hook.queue_position(trigger.namespace, queue, observation.workload_name)
-                position = found.describe() if found else None
-            self.log.info(describe_transition(trigger.namespace, trigger.name, observation, position))
+        self.tell(hook, rayjob, observation)
         verdict = self.watchdog.check(observation, workload, now)
         if verdict is None:
             return None
         return event_payload(verdict, observation, self.timeline, **ids, **extra)
+
+    def tell(self, hook: RayJobHook, rayjob: dict, observation: Any) -> None:
+        """Log what is new, as ``RayJobTrigger._tell`` does: a transition (queue position, preemptor named)
+        or, while waiting, a position that moved since the last line."""
+        from kueue_ray.narration import preemptor_job_uid
+        from kueue_ray.trigger import describe_transition
+
+        trigger, story, now = self.trigger, self.story, time.monotonic()
+        if story.news(observation):
+            position = self.position(hook, rayjob, observation)
+            uid = preemptor_job_uid(observation.message)
+            preemptor = find_rayjob(hook, trigger.namespace, uid) if uid else None
+            self.log.info(
+                describe_transition(trigger.namespace, trigger.name, observation, position, preemptor)
+            )
+            story.told_position(position, now)
+            return
+        check = story.position_check_in(observation, now)
+        if check is not None and check <= 0:
+            position = self.position(hook, rayjob, observation)
+            line = story.position_line(trigger.namespace, trigger.name, observation.phase, position, now)
+            if line:
+                self.log.info(line)
+
+    def position(self, hook: RayJobHook, rayjob: dict, observation: Any) -> str | None:
+        from kueue_ray.trigger import POSITION_PHASES
+
+        queue = self.trigger.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
+        if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
+            return None
+        found = hook.queue_position(self.trigger.namespace, queue, observation.workload_name)
+        return found.describe() if found else None
+
+
+def find_rayjob(hook: RayJobHook, namespace: str, uid: str) -> dict | None:
+    """This project's RayJob with ``uid`` in ``namespace`` (e.g. a preemptor), for naming it in the log;
+    None when there is none or the list fails (a name in a log line is not worth failing a task)."""
+    try:
+        rayjobs = hook.list_managed_rayjobs(namespace)
+    except Exception:  # noqa: BLE001 - the log line falls back to Kueue's UIDs
+        return None
+    return next((r for r in rayjobs if (r.get("metadata") or {}).get("uid") == uid), None)
 
 
 def wait_in_worker(
@@ -141,8 +176,18 @@ def finish(
         len(timeline.get("admissions") or ()),
         len(timeline.get("preemptions") or ()),
     )
-    for preemption in timeline.get("preemptions") or ():
-        operator.log.info("  preempted at %s: %s", preemption.get("at"), preemption.get("message"))
+    preemptions = timeline.get("preemptions") or ()
+    if preemptions:
+        from kueue_ray.hook import RayJobHook
+        from kueue_ray.narration import name_preemptor, preemptor_job_uid, readable_quantities
+
+        hook = RayJobHook(kubernetes_conn_id=operator.kubernetes_conn_id)
+        for preemption in preemptions:
+            message = preemption.get("message") or ""
+            uid = preemptor_job_uid(message)
+            preemptor = find_rayjob(hook, namespace, uid) if uid else None
+            told = readable_quantities(name_preemptor(message, preemptor))
+            operator.log.info("  preempted at %s: %s", preemption.get("at"), told)
     if log_tail_lines > 0 and event.get("status") != DELETED:
         from kueue_ray.hook import RayJobHook
 
