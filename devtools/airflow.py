@@ -64,6 +64,8 @@ def port_user(port: int, host: str = "127.0.0.1") -> str | None:
     """Who listens on ``host:port`` ("pid 123: airflow api-server"), "another process" when the OS does
     not say; None when the port is free to bind (what the api-server will do)."""
     with socket.socket() as sock:
+        # As the api-server (uvicorn) binds: a port left in TIME_WAIT by the previous start is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

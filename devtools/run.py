@@ -13,7 +13,9 @@ Settings, from the environment (README "make run"):
 
 Every start is a fresh one: kubesim's cluster lives in memory, so the Airflow database and logs in
 ``.run/`` start empty too (the previous start's are kept in ``.run/previous/``); Airflow history that
-named RayJobs of a gone cluster would otherwise fail its runs. The start fails within seconds, quoting
+named RayJobs of a gone cluster would otherwise fail its runs. The metadata database is a throwaway
+PostgreSQL server when the machine has one (``devtools.postgres``: Airflow on SQLite fails concurrent
+writes such as ``airflow backfill create`` with "database is locked"), else SQLite in ``.run/airflow``. The start fails within seconds, quoting
 the failing part's log, when the port is taken or kubesim or an Airflow component exits, and stops
 everything when one of them exits later. Ctrl-C stops everything.
 """
@@ -49,6 +51,7 @@ from devtools.kubesim_process import (
     setup_manifests,
     start_kubesim,
 )
+from devtools.postgres import metadata_database
 
 RUN_DIR = ROOT / ".run"
 AIRFLOW_HOME = RUN_DIR / "airflow"
@@ -170,7 +173,9 @@ def check_kubesim(kubesim: KubesimProcess | None) -> None:
         )
 
 
-def banner(settings: Settings, kubesim: KubesimProcess | None, airflow: Airflow) -> str:
+def banner(
+    settings: Settings, kubesim: KubesimProcess | None, airflow: Airflow, database_url: str | None
+) -> str:
     rel = os.path.relpath
     lines = [""]
     if kubesim is not None:
@@ -187,6 +192,10 @@ def banner(settings: Settings, kubesim: KubesimProcess | None, airflow: Airflow)
     lines += [
         f"Airflow UI: {airflow.url}  login: {USERNAME} / {PASSWORD}  (AIRFLOW_PORT)",
         f"  DAGs start {paused}",
+        "  Metadata database: "
+        + (
+            "a throwaway PostgreSQL server" if database_url else f"SQLite, {rel(airflow.home / 'airflow.db')}"
+        ),
         '  CLI: make airflow ARGS="dags list"',
         f"  Logs: {rel(airflow.log_path)}, task logs in {rel(airflow.home / 'logs')}"
         + (f", {rel(kubesim.log_path)}" if kubesim else ""),
@@ -214,50 +223,52 @@ def run(settings: Settings) -> None:
             f"e.g. AIRFLOW_PORT={settings.port + 1} make run"
         )
     keep_previous()
-    kubesim = None
-    airflow = None
-    try:
-        if settings.cluster == "kubesim":
-            if os.environ.get("KUBECONFIG"):
+    with metadata_database() as database_url:
+        kubesim = None
+        airflow = None
+        try:
+            if settings.cluster == "kubesim":
+                if os.environ.get("KUBECONFIG"):
+                    print(
+                        f"KUBECONFIG={os.environ['KUBECONFIG']} is ignored: make run uses kubesim "
+                        "(CLUSTER=kubeconfig make run uses that cluster).",
+                        flush=True,
+                    )
+                print("Starting kubesim with every queue setup of include/manifests/kueue/ ...", flush=True)
+                kubesim = start_kubesim(RUN_DIR, queues=ALL_SETUPS, time_scale=settings.time_scale)
+                kubeconfig = kubesim.kubeconfig
+            else:
+                kubeconfig = settings.kubeconfig
                 print(
-                    f"KUBECONFIG={os.environ['KUBECONFIG']} is ignored: make run uses kubesim "
-                    "(CLUSTER=kubeconfig make run uses that cluster).",
+                    f"CLUSTER=kubeconfig: Airflow uses the REAL cluster of {kubeconfig} "
+                    f"({describe_kubeconfig(kubeconfig)}); kubesim is not started.",
                     flush=True,
                 )
-            print("Starting kubesim with every queue setup of include/manifests/kueue/ ...", flush=True)
-            kubesim = start_kubesim(RUN_DIR, queues=ALL_SETUPS, time_scale=settings.time_scale)
-            kubeconfig = kubesim.kubeconfig
-        else:
-            kubeconfig = settings.kubeconfig
-            print(
-                f"CLUSTER=kubeconfig: Airflow uses the REAL cluster of {kubeconfig} "
-                f"({describe_kubeconfig(kubeconfig)}); kubesim is not started.",
-                flush=True,
+            print(f"Starting Airflow on http://127.0.0.1:{settings.port} (about 30 s) ...", flush=True)
+            airflow = start_airflow(
+                AIRFLOW_HOME,
+                kubeconfig=kubeconfig,
+                port=settings.port,
+                database_url=database_url,
+                healthy=True,
+                while_waiting=lambda: check_kubesim(kubesim),
+                extra_env={
+                    "KUBECONFIG": str(kubeconfig),  # everything in Airflow agrees on the one cluster
+                    "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(not settings.unpause),
+                },
             )
-        print(f"Starting Airflow on http://127.0.0.1:{settings.port} (about 30 s) ...", flush=True)
-        airflow = start_airflow(
-            AIRFLOW_HOME,
-            kubeconfig=kubeconfig,
-            port=settings.port,
-            healthy=True,
-            while_waiting=lambda: check_kubesim(kubesim),
-            extra_env={
-                "KUBECONFIG": str(kubeconfig),  # everything in Airflow agrees on the one cluster
-                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(not settings.unpause),
-            },
-        )
-        write_cli_state(airflow)
-        print(banner(settings, kubesim, airflow), flush=True)
-        supervise(kubesim, airflow)
-    except (KubesimStartError, AirflowStartError) as exc:
-        raise RunError(str(exc)) from exc
-    finally:
-        print("\nStopping...", flush=True)
-        if airflow is not None:
-            airflow.stop()
-        if kubesim is not None:
-            kubesim.stop()
-        CLI_STATE.unlink(missing_ok=True)
+            write_cli_state(airflow)
+            print(banner(settings, kubesim, airflow, database_url), flush=True)
+            supervise(kubesim, airflow)
+        except (KubesimStartError, AirflowStartError) as exc:
+            raise RunError(str(exc)) from exc
+        finally:
+            print("\nStopping...", flush=True)
+            if airflow is not None:
+                airflow.stop()
+            if kubesim is not None:
+                kubesim.stop()
+            CLI_STATE.unlink(missing_ok=True)
 
 
 def main() -> int:

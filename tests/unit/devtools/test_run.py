@@ -165,3 +165,16 @@ def test_a_second_make_run_in_the_same_checkout_is_refused_while_the_first_runs(
     finally:
         os.close(first)
     os.close(run.take_lock())  # free again once the first is gone
+
+
+def test_a_port_the_previous_start_left_in_time_wait_counts_as_free():
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn, the api-server, does
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server side closes first: its port goes to TIME_WAIT
+        client.close()
+    assert port_user(port) is None
