@@ -26,7 +26,7 @@ import httpx
 import psutil
 import pytest
 
-from devtools.airflow import PASSWORD, USERNAME, free_port
+from devtools.airflow import PASSWORD, USERNAME, component_of, free_port
 from devtools.run import READY_BANNER
 from tests.e2e.harness import TERMINAL_RUN_STATES, wait_until
 
@@ -265,7 +265,28 @@ def test_second_and_third_starts_in_the_same_checkout_are_healthy_and_fresh(chec
         except BaseException:
             run.kill()
             raise
-        assert not run.stop(), f"the {start} start left processes behind"
+        if start == "second":
+            assert not run.stop(), "the second start left processes behind"
+    # The third start loses its scheduler: make run stops at once and says so with the scheduler's log.
+    [scheduler] = [
+        p
+        for p in run.descendants()
+        if component_of(p.cmdline()) == "scheduler" and component_of(p.parent().cmdline()) != "scheduler"
+    ]
+    others = [p for p in run.descendants() if p.pid != scheduler.pid]
+    scheduler.kill()
+    started = time.monotonic()
+    try:
+        run.process.wait(timeout=60)
+    except BaseException:
+        run.kill()
+        raise
+    assert time.monotonic() - started < 15
+    assert run.process.returncode != 0
+    assert "make run failed: airflow scheduler exited; its last lines in" in run.output
+    assert "\nscheduler  | " in run.output.split("make run failed:")[1]
+    _, alive = psutil.wait_procs(others, timeout=120)
+    assert not alive, f"Airflow or kubesim outlived make run: {alive}"
 
 
 def test_a_taken_port_stops_make_run_within_seconds_naming_the_holder(checkout):
