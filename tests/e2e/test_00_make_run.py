@@ -325,3 +325,42 @@ def test_kubesim_exiting_stops_make_run_with_the_end_of_its_log(checkout):
     assert "kubesim listening on http://127.0.0.1:" in output.split("make run failed:")[1]
     _, alive = psutil.wait_procs(airflow, timeout=120)
     assert not alive, f"Airflow outlived make run: {alive}"
+
+
+def test_a_cluster_from_kubeconfig_is_used_only_when_asked_and_gets_every_dag_paused(
+    checkout, first_start, tmp_path
+):
+    """CLUSTER=kubeconfig: Airflow uses that cluster (a separate kubesim plays it here), make run starts no
+    kubesim of its own, and no DAG is unpaused, so nothing is scheduled onto a real cluster unasked."""
+    from devtools.kubesim_process import start_kubesim
+
+    first_start.stop()  # one make run per checkout at a time
+
+    cluster = start_kubesim(tmp_path / "cluster")
+    run = MakeRun(checkout, free_port(), CLUSTER="kubeconfig", KUBECONFIG=str(cluster.kubeconfig))
+    try:
+        run.wait_ready()
+        assert (
+            f"Cluster: REAL, from {cluster.kubeconfig} (context kubesim, server {cluster.url})" in run.output
+        )
+        assert "DAGs start paused (UNPAUSE=1 unpauses them)" in run.output
+        assert not [p for p in run.descendants() if "kubesim" in " ".join(p.cmdline())]
+        api = Api(run.url)
+        shipped = {path.stem for path in (checkout / "dags").glob("*.py")}
+        dags = wait_until(
+            lambda: (
+                (found := api.get("/dags", limit=100)["dags"])
+                and {d["dag_id"] for d in found} == shipped
+                and found
+            ),
+            timeout=120,
+            what="every DAG to be parsed",
+        )
+        assert {dag["dag_id"]: dag["is_paused"] for dag in dags} == {dag["dag_id"]: True for dag in dags}
+        assert all(not api.runs(dag["dag_id"]) for dag in dags)
+    except BaseException:
+        run.kill()
+        raise
+    finally:
+        cluster.stop()
+    assert not run.stop()
