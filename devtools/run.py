@@ -11,13 +11,15 @@ Settings, from the environment (README "make run"):
 * ``UNPAUSE``: whether the DAGs start unpaused. Default 1 on kubesim and 0 on a real cluster, so a real
   cluster gets scheduled runs only when asked for with ``UNPAUSE=1``.
 
-Every start is a fresh one: kubesim's cluster lives in memory, so the Airflow database and logs in
-``.run/`` start empty too (the previous start's are kept in ``.run/previous/``); Airflow history that
-named RayJobs of a gone cluster would otherwise fail its runs. The metadata database is a throwaway
-PostgreSQL server when the machine has one (``devtools.postgres``: Airflow on SQLite fails concurrent
-writes such as ``airflow backfill create`` with "database is locked"), else SQLite in ``.run/airflow``. The start fails within seconds, quoting
-the failing part's log, when the port is taken or kubesim or an Airflow component exits, and stops
-everything when one of them exits later. Ctrl-C stops everything.
+Every start is a fresh one: kubesim's cluster lives in memory, so Airflow's metadata database starts
+empty too (Airflow history naming RayJobs of a gone cluster would fail its runs), and the previous
+start's logs are moved to ``.run/previous/``. The database is a throwaway PostgreSQL server when the
+machine has one (``devtools.postgres``: on SQLite, Airflow fails concurrent writes such as
+``airflow backfill create`` with "database is locked"), else SQLite in ``.run/airflow/``.
+
+The start fails within seconds, quoting the failing part's log, when the port is taken or kubesim or an
+Airflow component exits, and `make run` stops everything when one of them exits later. Ctrl-C stops
+everything.
 """
 
 from __future__ import annotations
