@@ -287,7 +287,7 @@ def measure(runs: int, backfill_runs: int, workdir: Path, timeout_s: float) -> d
     from devtools.postgres import start_postgres
 
     database = start_postgres()
-    sim = start_kubesim(workdir / "kubesim", queues="single", time_scale=TIME_SCALE)
+    sim = start_kubesim(workdir / "kubesim", queues="single-queue", time_scale=TIME_SCALE)
     try:
         started = time.monotonic()
         airflow = start_airflow(

@@ -282,6 +282,13 @@ class Subscription:
             workload = self.hub.cached(self, WORKLOAD)
         return rayjob, workload
 
+    def rayjob_by_uid(self, uid: str) -> dict | None:
+        """A RayJob of this namespace the hub's watch holds, found by uid (e.g. the preemptor that Kueue's
+        eviction message names only by its JobUID); None when the watch does not have it."""
+        loop = self.hub.loop_of(self, RAYJOB)
+        objects = loop.objects.values() if loop is not None else ()
+        return next((obj for obj in objects if (obj.get("metadata") or {}).get("uid") == uid), None)
+
     async def pending_workloads(self, queue: str) -> dict | None:
         """The visibility summary of LocalQueue ``queue`` (shared, a few seconds old at most); None when
         the visibility API is not served, not allowed or failing."""
