@@ -36,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="file or dir created at start (repeatable)",
     )
     serve.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per real second")
+    serve.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="require 'Authorization: Bearer TOKEN' on every API request (401 otherwise); the kubeconfig "
+        "written by --kubeconfig-out carries it",
+    )
     return parser
 
 
@@ -54,7 +60,7 @@ def tune_gc() -> None:
 
 async def serve(args: argparse.Namespace) -> None:
     cluster = Cluster(crds_dir=args.crds, time_scale=args.time_scale)
-    server = await start_server(cluster, host=args.host, port=args.port, apply=args.apply)
+    server = await start_server(cluster, host=args.host, port=args.port, apply=args.apply, token=args.token)
     tune_gc()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -62,7 +68,7 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     try:
         if args.kubeconfig_out:
-            write_kubeconfig(args.kubeconfig_out, server.url)
+            write_kubeconfig(args.kubeconfig_out, server.url, args.token)
         print(f"kubesim listening on {server.url}", flush=True)
         await stop.wait()
     finally:

@@ -375,8 +375,13 @@ async def serve_watch(
 
 async def _send_expired(request: web.Request, message: str) -> web.StreamResponse:
     """As the API server does for a too-old resourceVersion: 200, one ERROR event with a 410 Status."""
+    return await send_watch_error(request, _expired(message))
+
+
+async def send_watch_error(request: web.Request, status: dict) -> web.StreamResponse:
+    """A watch the API server accepted and then ended with ``status``: 200, one ERROR event carrying it."""
     response = await _open_stream(request)
-    await response.write(_event_line("ERROR", _expired(message)))
+    await response.write(_event_line("ERROR", status))
     return response
 
 
