@@ -13,6 +13,7 @@ import asyncio
 import base64
 import json
 import logging
+import time
 from collections.abc import Callable
 
 import msgspec
@@ -107,12 +108,15 @@ async def _faults_and_accounting(request: web.Request, handler: Callable) -> web
     if request.path.startswith("/kubesim/"):
         return await handler(request)
     faults = request.app[FAULTS]
-    record = _record(request, 0)
+    arrived = time.time()
+    record = _record(request, 0, arrived)
     if faults.latency_ms:
         await asyncio.sleep(faults.latency_ms / 1000)
     if not request.app[AUTH].allows(request.path, request.headers.get("Authorization")):
         response: web.StreamResponse = _refused(unauthorized())
     elif (rule := faults.take_rule(record)) is not None:
+        if rule.served and record.verb != "watch":
+            await _serve(request, handler)  # the server acts; only its answer is lost
         answer = refusal(
             rule,
             record,
@@ -129,15 +133,19 @@ async def _faults_and_accounting(request: web.Request, handler: Callable) -> web
             status_body(500, "InternalError", "Internal error occurred: kubesim injected fault"), 500
         )
     else:
-        try:
-            response = await handler(request)
-        except web.HTTPException as exc:  # raised by aiohttp itself, e.g. 413 for an oversized body
-            response = json_response(status_body(exc.status, exc.reason, exc.text or exc.reason), exc.status)
-        except Exception:
-            log.exception("unhandled error serving %s %s", request.method, request.path)
-            response = json_response(status_body(500, "InternalError", "Internal error occurred"), 500)
-    request.app[STATS].record(_record(request, response.status))
+        response = await _serve(request, handler)
+    request.app[STATS].record(_record(request, response.status, arrived))
     return response
+
+
+async def _serve(request: web.Request, handler: Callable) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:  # raised by aiohttp itself, e.g. 413 for an oversized body
+        return json_response(status_body(exc.status, exc.reason, exc.text or exc.reason), exc.status)
+    except Exception:
+        log.exception("unhandled error serving %s %s", request.method, request.path)
+        return json_response(status_body(500, "InternalError", "Internal error occurred"), 500)
 
 
 def _refused(answer: Refusal) -> web.Response:
@@ -146,10 +154,10 @@ def _refused(answer: Refusal) -> web.Response:
     return response
 
 
-def _record(request: web.Request, code: int) -> RequestRecord:
+def _record(request: web.Request, code: int, arrived: float) -> RequestRecord:
     target = parse_target(request.path)
     if target is None or not target.plural:
-        return RequestRecord(request.method.lower(), "", "", "", "", "", code, request.path)
+        return RequestRecord(request.method.lower(), "", "", "", "", "", code, request.path, arrived)
     return RequestRecord(
         verb=rbac_verb(request.method, target, request.query),
         group=target.group,
@@ -159,6 +167,7 @@ def _record(request: web.Request, code: int) -> RequestRecord:
         name=target.name,
         code=code,
         path=request.path,
+        at=arrived,
     )
 
 

@@ -35,6 +35,8 @@ RULE_FIELDS = {
     "retry_after_s",
     "user",
     "message",
+    "served",
+    "watch_event",
 }
 
 
@@ -51,6 +53,11 @@ class FaultRule:
     ``localqueues.visibility.kueue.x-k8s.io/pendingworkloads``), and, if ``namespace`` is set, it is in
     that namespace. The rule then holds for its next ``count`` matches, or for ``seconds`` after it was set,
     or (neither) until the faults are cleared.
+
+    ``served`` serves the request first and replaces only its answer: the answer was lost on its way back
+    (a proxy timed out, the connection dropped) after the server acted, so a client that retries finds
+    its own work done. ``watch_event`` False sends a 410 to a watch as an HTTP 410 (a server or proxy that
+    refuses the watch request itself) instead of the API server's ERROR event.
     """
 
     code: int
@@ -63,6 +70,8 @@ class FaultRule:
     retry_after_s: int | None = None
     user: str = DEFAULT_USER
     message: str | None = None
+    served: bool = False
+    watch_event: bool = True
     hits: int = 0
 
     @classmethod
@@ -93,6 +102,9 @@ class FaultRule:
             raise FaultSettingsError(f"rule retry_after_s must be a positive integer, got {retry_after!r}")
         if retry_after is None and code == 429:
             retry_after = 1  # what API Priority and Fairness sends
+        for flag in ("served", "watch_event"):
+            if not isinstance(spec.get(flag, False), bool):
+                raise FaultSettingsError(f"rule {flag} must be true or false, got {spec[flag]!r}")
         return cls(
             code=code,
             verbs=frozenset(verbs),
@@ -104,6 +116,8 @@ class FaultRule:
             retry_after_s=retry_after,
             user=spec.get("user") or DEFAULT_USER,
             message=spec.get("message") or None,
+            served=spec.get("served", False),
+            watch_event=spec.get("watch_event", True),
         )
 
     def matches(self, record: RequestRecord) -> bool:
@@ -127,6 +141,8 @@ class FaultRule:
             "retry_after_s": self.retry_after_s,
             "user": self.user,
             "message": self.message,
+            "served": self.served,
+            "watch_event": self.watch_event,
             "hits": self.hits,
         }
 
@@ -196,7 +212,8 @@ def refusal(
         return Refusal(403, status_body(403, "Forbidden", message or text, details), headers)
     if code == 410:
         text = message or f"too old resource version: {resource_version or 0} ({current_version})"
-        return Refusal(410, status_body(410, "Expired", text), headers, as_watch_error=record.verb == "watch")
+        as_event = record.verb == "watch" and rule.watch_event
+        return Refusal(410, status_body(410, "Expired", text), headers, as_watch_error=as_event)
     if code == 429:
         details = {"retryAfterSeconds": rule.retry_after_s}
         text = message or "Too many requests, please try again later."
@@ -342,6 +359,8 @@ class RequestRecord:
     name: str
     code: int
     path: str
+    at: float = 0.0
+    """Wall-clock time the request arrived (``time.time()``), so a test can tell how long a client waited."""
 
     def as_dict(self) -> dict:
         return {
@@ -353,6 +372,7 @@ class RequestRecord:
             "name": self.name,
             "code": self.code,
             "path": self.path,
+            "at": round(self.at, 3),
         }
 
     @property

@@ -298,3 +298,29 @@ def test_the_cli_requires_its_token(tmp_path):
         assert _http(f"{sim.url}/api/v1/namespaces")[0] == 401
         assert _http(f"{sim.url}/api/v1/namespaces", token="cli-token")[0] == 200
         assert "token: cli-token" in (tmp_path / "kubeconfig").read_text()
+
+
+def test_a_served_rule_acts_and_loses_only_the_answer(api_faults, api_client, unique_name):
+    core = client.CoreV1Api(api_client)
+    api_faults.refuse(500, verbs=["create"], resources=["namespaces"], count=1, served=True)
+    with pytest.raises(ApiException) as lost:
+        core.create_namespace({"metadata": {"name": unique_name}})
+    assert lost.value.status == 500
+    assert core.read_namespace(unique_name).metadata.name == unique_name, "the server did create it"
+    core.delete_namespace(unique_name)
+
+
+def test_a_410_to_a_watch_may_come_as_an_http_status(api_faults):
+    api_faults.refuse(410, verbs=["watch"], resources=["configmaps"], watch_event=False)
+    code, _, body = _http(
+        f"{api_faults.url}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=5"
+    )
+    assert (code, json.loads(body)["reason"]) == (410, "Expired")
+
+
+def test_the_request_log_says_when_each_request_arrived(kubesim_api, api_client):
+    kubesim_api.clear_requests()
+    before = time.time()
+    client.CoreV1Api(api_client).list_namespace()
+    [record] = kubesim_api.requests()
+    assert before - 0.01 <= record["at"] <= time.time() + 0.01
