@@ -222,7 +222,13 @@ async def _post_faults(request: web.Request) -> web.Response:
         settings = await request.json() if request.can_read_body else {}
         if not isinstance(settings, dict):
             raise FaultSettingsError("the body must be a JSON object")
-        request.app[FAULTS].update(settings)
+        drop = settings.pop("drop_watches", False)
+        if not isinstance(drop, bool):
+            raise FaultSettingsError("drop_watches must be true or false")
+        if settings or not drop:
+            request.app[FAULTS].update(settings)
+        if drop:  # once, now: every open watch ends, as when the API server restarts
+            request.app[STREAMS].end_watches()
     except (ValueError, TypeError) as exc:
         return json_response(status_body(400, "BadRequest", str(exc)), 400)
     return json_response(request.app[FAULTS].as_dict())

@@ -174,6 +174,13 @@ class StreamHub:
             self._ticker.cancel()
             self._ticker = None
 
+    def end_watches(self) -> int:
+        """End every open watch stream now, as an API server going down does; how many were open."""
+        streams = [response for response in self._open if isinstance(response, _WatchStream)]
+        for stream in streams:
+            stream.finish()
+        return len(streams)
+
     def flush_soon(self, stream: _WatchStream) -> None:
         """Have ``stream`` write what it queued in the hub's next flush, with every other stream a burst
         of events touched: one loop callback per burst, not one per stream (1,000 handles per write)."""
