@@ -298,10 +298,10 @@ def test_a_failing_visibility_api_only_loses_the_position_of_a_worker_wait(
     assert queued_lines and not any("position" in line for line in queued_lines), queued_lines
 
 
-def test_an_unavailable_visibility_api_only_loses_the_position_of_a_poking_sensor(
+def test_a_timing_out_visibility_api_only_loses_the_position_of_a_poking_sensor(
     faults, queued, rayjob_body, task_context
 ):
-    faults.refuse(503, resources=[VISIBILITY], namespace=queued.namespace)
+    faults.refuse(504, resources=[VISIBILITY], namespace=queued.namespace)
     context = task_context("train")
     SubmitRayJobOperator(
         task_id="train",
@@ -331,4 +331,4 @@ def test_an_unavailable_visibility_api_only_loses_the_position_of_a_poking_senso
     thread.join(timeout=120)
     assert outcome.get("result", {}).get("name"), "the sensor succeeded"
     asked = [r for r in namespace_requests(faults, queued) if r["subresource"] == "pendingworkloads"]
-    assert asked and {r["code"] for r in asked} == {503}
+    assert asked and {r["code"] for r in asked} == {504}
