@@ -65,6 +65,20 @@ def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **ext
     return details
 
 
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def _transient(exc: BaseException) -> bool:
+    """An API failure that says nothing about the RayJob (overload, a control plane in trouble, a dropped
+    connection); a refusal (401, 403) or a bad request is not one."""
+    status = getattr(exc, "status", None)
+    if status is not None:
+        return status in TRANSIENT_STATUSES
+    from urllib3.exceptions import HTTPError
+
+    return isinstance(exc, HTTPError | OSError)
+
+
 class WorkerWait:
     """The trigger's rules, one synchronous read at a time: ``deferrable=False`` and the sensor's poke mode.
 
@@ -126,20 +140,6 @@ class WorkerWait:
         if verdict is None:
             return None
         return event_payload(verdict, observation, self.timeline, **ids, **extra)
-
-
-TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-
-def _transient(exc: BaseException) -> bool:
-    """An API failure that says nothing about the RayJob (overload, a control plane in trouble, a dropped
-    connection); a refusal (401, 403) or a bad request is not one."""
-    status = getattr(exc, "status", None)
-    if status is not None:
-        return status in TRANSIENT_STATUSES
-    from urllib3.exceptions import HTTPError
-
-    return isinstance(exc, HTTPError | OSError)
 
 
 def wait_in_worker(
