@@ -1,11 +1,15 @@
 """Start kubesim as a separate process with the project's Kueue setup applied, the way `make run`,
 `make demo` and the end-to-end tests need it: a real HTTP server that Airflow reaches through a kubeconfig.
+
+It always runs with a fresh bearer token (`--token`), which only the kubeconfig it writes carries: a real
+cluster refuses unauthenticated requests, so every request the project makes must be seen authenticating.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -71,6 +75,12 @@ class KubesimProcess:
     kubeconfig: Path
     process: subprocess.Popen
     log_path: Path
+    token: str
+    """The bearer token every API request needs (in the kubeconfig; ``headers`` for raw HTTP)."""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
 
     def exited(self) -> int | None:
         """The exit code once kubesim has exited, else None."""
@@ -105,6 +115,7 @@ def start_kubesim(
     URL (dead now) can never be mistaken for this one's.
     """
     workdir.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(16)
     kubeconfig = workdir / "kubesim.kubeconfig"
     log_path = workdir / "kubesim.log"
     kubeconfig.unlink(missing_ok=True)
@@ -119,6 +130,8 @@ def start_kubesim(
         str(kubeconfig),
         "--time-scale",
         str(time_scale),
+        "--token",
+        token,
     ]
     for path in [*setup_manifests(queues), *(extra_apply or [])]:
         command += ["--apply", str(path)]
@@ -143,8 +156,10 @@ def start_kubesim(
         if match and kubeconfig.exists():
             url = match.group(1)
             try:
-                if httpx.get(f"{url}/version", timeout=2).status_code == 200:
-                    return KubesimProcess(url=url, kubeconfig=kubeconfig, process=process, log_path=log_path)
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    return KubesimProcess(
+                        url=url, kubeconfig=kubeconfig, process=process, log_path=log_path, token=token
+                    )
             except httpx.HTTPError:
                 pass
         time.sleep(0.2)

@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Kueue's manager Configuration YAML; its waitForPodsReady (timeout, requeuingStrategy) is "
         "honoured in simulated time (default: Kueue v0.19's, 30 min timeout, 60 s backoff doubling to 1 h)",
     )
+    serve.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="require 'Authorization: Bearer TOKEN' on every API request (401 otherwise); the kubeconfig "
+        "written by --kubeconfig-out carries it",
+    )
     return parser
 
 
@@ -63,7 +69,7 @@ async def serve(args: argparse.Namespace) -> None:
 
     kueue_config = KueueConfig.load(args.kueue_config) if args.kueue_config else None
     cluster = Cluster(crds_dir=args.crds, time_scale=args.time_scale, kueue_config=kueue_config)
-    server = await start_server(cluster, host=args.host, port=args.port, apply=args.apply)
+    server = await start_server(cluster, host=args.host, port=args.port, apply=args.apply, token=args.token)
     tune_gc()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -71,7 +77,7 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     try:
         if args.kubeconfig_out:
-            write_kubeconfig(args.kubeconfig_out, server.url)
+            write_kubeconfig(args.kubeconfig_out, server.url, args.token)
         print(f"kubesim listening on {server.url}", flush=True)
         await stop.wait()
     finally:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from kueue_ray.trigger import RayJobTrigger
 
 TIMELINE_XCOM_KEY = "timeline"
+SUBMIT_DECISIONS = 3
+"""How often ``submit`` decides again when the RayJob it found changes under it before it acts."""
 
 
 def task_identity(context: Context) -> AirflowIdentity:
@@ -63,6 +65,20 @@ def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **ext
     return details
 
 
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def _transient(exc: BaseException) -> bool:
+    """An API failure that says nothing about the RayJob (overload, a control plane in trouble, a dropped
+    connection); a refusal (401, 403) or a bad request is not one."""
+    status = getattr(exc, "status", None)
+    if status is not None:
+        return status in TRANSIENT_STATUSES
+    from urllib3.exceptions import HTTPError
+
+    return isinstance(exc, HTTPError | OSError)
+
+
 class WorkerWait:
     """The trigger's rules, one synchronous read at a time: ``deferrable=False`` and the sensor's poke mode.
 
@@ -89,7 +105,22 @@ class WorkerWait:
         ids = {"name": trigger.name, "namespace": trigger.namespace, "uid": trigger.uid}
         extra = {"queue": trigger.queue, "priority": trigger.priority}
         now = datetime.now(UTC)
-        rayjob, workload = hook.read_state(trigger.name, trigger.namespace, trigger.uid)
+        try:
+            rayjob, workload = hook.read_state(trigger.name, trigger.namespace, trigger.uid)
+        except Exception as exc:
+            if not _transient(exc):
+                raise
+            from kueue_ray.api_errors import describe_error
+
+            # The hook already retried it for a while: the API server is having a bad minute. Waiting goes
+            # on (as in the triggerer); the next read decides.
+            self.log.warning(
+                "Reading RayJob %s/%s failed (%s); reading it again at the next poll",
+                trigger.namespace,
+                trigger.name,
+                describe_error(exc),
+            )
+            return None
         if rayjob is None:
             message = f"RayJob {trigger.namespace}/{trigger.name} (uid {trigger.uid}) was deleted before it finished"
             return event_payload(
@@ -463,23 +494,41 @@ class SubmitRayJobOperator(BaseOperator):
           this try number so the earlier try's trigger will not delete it on kill;
         * there, made by this task, and failed / stopped / deactivated -> deleted and created afresh;
         * there, made by anything else -> error: we never touch what is not ours.
+
+        The deletion carries the uid and version the decision was made on; if the RayJob changed
+        meanwhile (409), it is read again and the decision made again.
         """
+        from kueue_ray.hook import CONFLICT
         from kueue_ray.status import Phase, observe
 
         name = body["metadata"]["name"]
-        rayjob, created = hook.create_or_get_rayjob(body, self.namespace)
-        if created:
-            self.log.info("Created RayJob %s/%s (uid %s)", self.namespace, name, rayjob["metadata"]["uid"])
-            return rayjob
-        holder = AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations"))
-        if not identity.same_task(holder):
-            raise AirflowException(
-                f"RayJob {self.namespace}/{name} already exists and belongs to {holder or 'something else'}, "
-                f"not to {identity.dag_id}.{identity.task_id} run {identity.run_id}; delete it or rename the task"
-            )
-        workload = hook.find_workload(rayjob["metadata"]["uid"], self.namespace)
-        observation = observe(rayjob, workload)
-        if observation.terminal and observation.phase is not Phase.SUCCEEDED:
+        for _ in range(SUBMIT_DECISIONS):
+            rayjob, created = hook.create_or_get_rayjob(body, self.namespace)
+            if created:
+                self.log.info(
+                    "Created RayJob %s/%s (uid %s)", self.namespace, name, rayjob["metadata"]["uid"]
+                )
+                return rayjob
+            metadata = rayjob["metadata"]
+            holder = AirflowIdentity.from_annotations(metadata.get("annotations"))
+            if not identity.same_task(holder):
+                raise AirflowException(
+                    f"RayJob {self.namespace}/{name} already exists and belongs to {holder or 'something else'}, "
+                    f"not to {identity.dag_id}.{identity.task_id} run {identity.run_id}; delete it or rename the task"
+                )
+            observation = observe(rayjob, hook.find_workload(metadata["uid"], self.namespace))
+            if not observation.terminal or observation.phase is Phase.SUCCEEDED:
+                self.log.info(
+                    "Adopting RayJob %s/%s (uid %s) submitted by try %s: %s",
+                    self.namespace,
+                    name,
+                    metadata["uid"],
+                    holder.try_number,
+                    observation.describe(),
+                )
+                if holder.try_number != identity.try_number:
+                    rayjob = hook.claim_rayjob(rayjob, identity)
+                return rayjob
             self.log.info(
                 "RayJob %s/%s from try %s ended %s (%s); replacing it",
                 self.namespace,
@@ -488,27 +537,18 @@ class SubmitRayJobOperator(BaseOperator):
                 observation.phase.value,
                 observation.message,
             )
-            uid = rayjob["metadata"]["uid"]
-            hook.delete_rayjob(name, self.namespace, uid)
-            hook.wait_until_gone(name, self.namespace, uid)
-            rayjob, created = hook.create_or_get_rayjob(body, self.namespace)
-            if not created:
-                raise AirflowException(
-                    f"RayJob {self.namespace}/{name} was re-created by someone else meanwhile"
-                )
-            self.log.info("Created RayJob %s/%s (uid %s)", self.namespace, name, rayjob["metadata"]["uid"])
-            return rayjob
-        self.log.info(
-            "Adopting RayJob %s/%s (uid %s) submitted by try %s: %s",
-            self.namespace,
-            name,
-            rayjob["metadata"]["uid"],
-            holder.try_number,
-            observation.describe(),
+            # Only the version this decision was made on: if it changed meanwhile, read it and decide again.
+            deleted = hook.delete_rayjob(
+                name, self.namespace, metadata["uid"], metadata.get("resourceVersion")
+            )
+            if deleted == CONFLICT:
+                self.log.info("RayJob %s/%s changed while replacing it; deciding again", self.namespace, name)
+                continue
+            hook.wait_until_gone(name, self.namespace, metadata["uid"])
+        raise AirflowException(
+            f"RayJob {self.namespace}/{name} kept changing while this task decided whether to adopt or replace "
+            f"it ({SUBMIT_DECISIONS} times); retry the task"
         )
-        if holder.try_number != identity.try_number:
-            rayjob = hook.claim_rayjob(rayjob, identity)
-        return rayjob
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after waiting: timeline to XCom, driver log to the task log, raise unless succeeded."""

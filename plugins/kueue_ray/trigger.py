@@ -37,7 +37,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, Backoff
+from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, NOTICE, Backoff
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
 from kueue_ray.status import Observation, Phase, observe, pods_not_ready_hint
@@ -501,6 +501,9 @@ class RayJobTrigger(BaseTrigger):
                     if next_reread is not None and time.monotonic() >= next_reread:
                         rayjob, workload = await subscription.current(reread_rayjob=True)
                         next_reread = time.monotonic() + reread
+                    continue
+                if update.kind == NOTICE:  # how waiting works now, e.g. polling while watches are refused
+                    self.log.warning(update.message)
                     continue
                 rayjob, workload = await _apply(update, rayjob, workload, subscription)
 

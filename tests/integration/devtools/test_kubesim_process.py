@@ -20,7 +20,7 @@ def test_a_second_start_in_the_same_folder_finds_its_own_url_not_the_previous_on
     sim = start_kubesim(tmp_path, timeout=20)
     try:
         assert sim.url != "http://127.0.0.1:1"
-        assert httpx.get(f"{sim.url}/version").status_code == 200
+        assert httpx.get(f"{sim.url}/version", headers=sim.headers).status_code == 200
         assert "127.0.0.1:1\n" not in (tmp_path / "kubesim.log").read_text()
         assert sim.url in sim.kubeconfig.read_text()
     finally:
