@@ -1,4 +1,4 @@
-"""Extra links on the operator and sensor: the Ray dashboard and the Kueue Workload of the RayJob.
+"""Extra links on the operator and sensor: the task's Kueue tab, the Ray dashboard and the Kueue Workload.
 
 Both are rendered on the worker when a task segment ends (also the one that defers), from what the task
 pushed to XCom under ``RAYJOB_XCOM_KEY``: {name, namespace, uid, workload_name, ray_cluster, job_id,
@@ -10,6 +10,8 @@ from the ``kubernetes`` connection's extra, else a default:
 * Ray dashboard: ``ray_dashboard_url_template`` (operator arg / connection extra), e.g.
   ``https://ray.example.com/{namespace}/{ray_cluster}/#/jobs/{job_id}``. Default: KubeRay's
   ``status.dashboardURL`` (an in-cluster service address, reachable through ``kubectl port-forward``).
+* Kueue: the task instance's "Kueue" tab in Airflow's own UI (``kueue_ray_ui_plugin``): queue position,
+  phase and timeline of the RayJob, live. Under ``[api] base_url`` when that is set.
 * Kueue Workload: ``workload_url_template``, e.g. a cluster console
   ``https://console.example.com/k8s/ns/{namespace}/kueue.x-k8s.io~v1beta2~Workload/{workload_name}``.
   Default: the kubectl command that shows it, ``kubectl -n {namespace} describe workload {workload_name}``
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import string
 from typing import Any
+from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
 
@@ -27,6 +30,20 @@ RAYJOB_XCOM_KEY = "rayjob"
 DASHBOARD_TEMPLATE_FIELD = "ray_dashboard_url_template"
 WORKLOAD_TEMPLATE_FIELD = "workload_url_template"
 DEFAULT_WORKLOAD_TEMPLATE = "kubectl -n {namespace} describe workload {workload_name}"
+KUEUE_TAB_ROUTE = "kueue"
+"""The ``url_route`` of the plugin's task-instance tab: Airflow's UI serves it at
+``.../tasks/<task_id>/plugin/kueue``."""
+
+
+def task_instance_path(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    """A task instance's page in Airflow's UI, relative to its base URL (ids percent-encoded, as the UI
+    encodes them: run ids hold ``:`` and ``+``)."""
+    path = f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/tasks/{quote(task_id, safe='')}"
+    return f"{path}/mapped/{map_index}" if map_index is not None and map_index >= 0 else path
+
+
+def kueue_tab_path(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    return f"{task_instance_path(dag_id, run_id, task_id, map_index)}/plugin/{KUEUE_TAB_ROUTE}"
 
 
 def render_link(template: str | None, fields: dict[str, Any]) -> str:
@@ -78,6 +95,20 @@ class RayDashboardLink(BaseOperatorLink):
         if url and "://" not in url:
             url = f"http://{url}"
         return url
+
+
+class KueueTabLink(BaseOperatorLink):
+    """The task instance's Kueue tab: where the RayJob waits, why, and what happened to it."""
+
+    name = "Kueue"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        if not _rayjob_fields(operator, ti_key).get("name"):
+            return ""
+        from airflow.sdk.configuration import conf
+
+        base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+        return base + kueue_tab_path(ti_key.dag_id, ti_key.run_id, ti_key.task_id, ti_key.map_index)
 
 
 class KueueWorkloadLink(BaseOperatorLink):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
-from kueue_ray.links import RAYJOB_XCOM_KEY, KueueWorkloadLink, RayDashboardLink
+from kueue_ray.links import RAYJOB_XCOM_KEY, KueueTabLink, KueueWorkloadLink, RayDashboardLink
 from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL
 from kueue_ray.operators import WorkerWait, finish, rayjob_details, task_identity
 
@@ -61,7 +61,7 @@ class RayJobSensor(BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("rayjob_name", "namespace", "submit_task_id")
-    operator_extra_links = (RayDashboardLink(), KueueWorkloadLink())
+    operator_extra_links = (KueueTabLink(), RayDashboardLink(), KueueWorkloadLink())
 
     def __init__(
         self,

@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
+from kueue_ray.links import kueue_tab_path, task_instance_path
 from kueue_ray.naming import JOB_UID_LABEL, PRIORITY_CLASS_LABEL, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.quantity import QuantityError, format_quantity, parse_quantity
 from kueue_ray.status import TERMINAL_PHASES, Observation, observe
@@ -29,8 +30,6 @@ from kueue_ray.ui.cache import PendingRead, Snapshot
 from kueue_ray.ui.spans import build_spans
 
 APP_PREFIX = "/kueue"
-TAB_ROUTE = "kueue"
-"""``url_route`` of the task-instance tab: Airflow serves it at ``.../tasks/<task>/plugin/kueue``."""
 QUEUES_ROUTE = "kueue-queues"
 """``url_route`` of the navigation page: ``/plugin/kueue-queues``."""
 
@@ -58,14 +57,14 @@ class Links:
     root: str = ""
 
     def task_instance(self, identity: AirflowIdentity) -> str:
-        path = f"{self.root}/dags/{quote(identity.dag_id, safe='')}/runs/{quote(identity.run_id, safe='')}"
-        path += f"/tasks/{quote(identity.task_id, safe='')}"
-        if identity.map_index >= 0:
-            path += f"/mapped/{identity.map_index}"
-        return path
+        return self.root + task_instance_path(
+            identity.dag_id, identity.run_id, identity.task_id, identity.map_index
+        )
 
     def kueue_tab(self, identity: AirflowIdentity) -> str:
-        return f"{self.task_instance(identity)}/plugin/{TAB_ROUTE}"
+        return self.root + kueue_tab_path(
+            identity.dag_id, identity.run_id, identity.task_id, identity.map_index
+        )
 
     def queue(self, cluster_queue: str) -> str:
         """The queues page scrolled to one ClusterQueue, as a page of Airflow's UI (not the bare iframe)."""

@@ -184,6 +184,26 @@ def test_extra_links_render_from_what_the_task_knows():
     assert RayDashboardLink().get_link(op, ti_key=None) == ""
 
 
+def test_the_kueue_link_opens_the_task_instances_kueue_tab_under_the_base_url(monkeypatch):
+    from types import SimpleNamespace
+
+    from kueue_ray.links import KueueTabLink
+
+    run_id = "backfill__2026-10-01T00:00:00+00:00"
+    key = SimpleNamespace(dag_id="text_classifier_finetune", run_id=run_id, task_id="wait", map_index=-1)
+    op = operator()
+    op.rayjob_details = {"namespace": "ml"}
+    assert KueueTabLink().get_link(op, ti_key=key) == ""  # no RayJob yet: no link
+    op.rayjob_details = {"name": "j", "namespace": "ml", "uid": "u"}
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/")
+    assert KueueTabLink().get_link(op, ti_key=key) == (
+        "https://airflow.example.com/dags/text_classifier_finetune/runs/"
+        "backfill__2026-10-01T00%3A00%3A00%2B00%3A00/tasks/wait/plugin/kueue"
+    )
+    mapped = SimpleNamespace(**{**vars(key), "map_index": 3})
+    assert KueueTabLink().get_link(op, ti_key=mapped).endswith("/tasks/wait/mapped/3/plugin/kueue")
+
+
 def test_the_kueue_queue_does_not_replace_the_airflow_executor_queue():
     op = operator(executor_queue="gpu-workers")
     assert (op.local_queue, op.queue) == ("team-a", "gpu-workers")
