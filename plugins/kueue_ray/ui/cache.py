@@ -104,7 +104,8 @@ class Health:
 
     reachable: bool
     synced_at: float | None
-    """Wall time the cache was last known to be in step (a list or watch event, or now while healthy)."""
+    """Wall time the shown state was last known to be current: now while healthy; otherwise the last
+    success (list, open watch, event, visibility read) of whatever is failing."""
     failing_since: float | None
     error: str | None
 
@@ -140,6 +141,18 @@ class Snapshot:
     namespaces: list[str]
     health: Health
     version: int
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the page: the API's status and message, or the connection error."""
+    status = getattr(exc, "status", None)
+    if status is not None:
+        message = getattr(exc, "reason", "") or ""
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(getattr(exc, "body", "") or "{}").get("message") or message
+        return f"HTTP {status}: {message}"[:300]
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:300]
 
 
 class _Loop:
@@ -275,8 +288,7 @@ class _Loop:
             self.cache._bump()
 
     def _failed(self, exc: BaseException) -> None:
-        text = str(exc).splitlines()[0] if str(exc) else ""
-        self.error = f"{type(exc).__name__}: {text}"[:300]
+        self.error = describe_error(exc)
         if self.failing_since is None:
             self.failing_since = time.time()
             log.warning("Kueue UI: watch of %s failed: %s", self.watched.kind, self.error)
@@ -289,6 +301,10 @@ class _Visibility:
     monotonic_at: float = -math.inf
     version_at: int = -1
     in_flight: asyncio.Task | None = None
+    failing_since: float | None = None
+    """Since when reads fail. An open watch can outlive an API server that answers nothing else (or a
+    network that silently dropped it); the visibility read, repeated at least every
+    ``visibility_max_age`` while anyone looks, notices."""
 
 
 class ClusterCache:
@@ -355,16 +371,25 @@ class ClusterCache:
         )
 
     def health(self) -> Health:
-        failing = [loop for loop in self.loops if loop.failing_since is not None]
-        synced = [loop.synced_at for loop in self.loops]
+        # (failing since, error, last success) of every loop and visibility read that currently fails
+        failing = [
+            (lp.failing_since, lp.error, lp.synced_at) for lp in self.loops if lp.failing_since is not None
+        ]
+        failing += [
+            (entry.failing_since, entry.read.error, entry.read.fetched_at)
+            for entry in self._visibility.values()
+            if entry.failing_since is not None
+        ]
         if not failing:
             listed = all(loop.listed for loop in self.loops)
             return Health(listed, time.time() if listed else None, None, None if listed else "connecting")
+        successes = [ok for _, _, ok in failing]
+        first = min(failing, key=lambda f: f[0])
         return Health(
             reachable=False,
-            synced_at=None if None in synced else min(synced),
-            failing_since=min(loop.failing_since for loop in failing),
-            error=failing[0].error,
+            synced_at=None if None in successes else min(successes),
+            failing_since=first[0],
+            error=first[1],
         )
 
     def timeline(self, uid: str) -> Timeline | None:
@@ -407,11 +432,14 @@ class ClusterCache:
                     _request_timeout=30,
                 )
             entry.read = PendingRead(summary or {}, time.time())
+            if entry.failing_since is not None:
+                entry.failing_since = None
+                self._bump()
         except Exception as exc:  # noqa: BLE001 - keep the last good answer, say why it is old
-            text = str(exc).splitlines()[0] if str(exc) else ""
-            entry.read = PendingRead(
-                entry.read.summary, entry.read.fetched_at, f"{type(exc).__name__}: {text}"
-            )
+            entry.read = PendingRead(entry.read.summary, entry.read.fetched_at, describe_error(exc))
+            if entry.failing_since is None:
+                entry.failing_since = time.time()
+                self._bump()
         finally:
             entry.monotonic_at = time.monotonic()
             entry.version_at = version
