@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from kueue_ray.links import kueue_tab_path, task_instance_path
 from kueue_ray.naming import JOB_UID_LABEL, PRIORITY_CLASS_LABEL, QUEUE_LABEL, AirflowIdentity
-from kueue_ray.quantity import QuantityError, format_quantity, parse_quantity
+from kueue_ray.quantity import QuantityError, human_quantity, parse_quantity
 from kueue_ray.status import TERMINAL_PHASES, Observation, observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
@@ -92,7 +92,8 @@ def _quantity(value: Any) -> Decimal | None:
 
 
 def _show(value: Decimal | None) -> str | None:
-    return None if value is None else format_quantity(value)
+    """For reading, not for copying into a manifest: "2.5" CPUs, "~8.21G" bytes."""
+    return None if value is None else human_quantity(value)
 
 
 def _priority(workload: dict | None, rayjob: dict | None) -> dict[str, Any]:

@@ -205,11 +205,11 @@ def test_quota_rows_show_usage_against_nominal_and_the_borrowing_and_lending_lim
     assert view["cohorts"] == [{"name": "shared", "cluster_queues": ["cluster-queue"]}]
     cpu, gpu = queue["quota"]
     assert (cpu["usage"], cpu["nominal"], cpu["borrowing_limit"], cpu["lending_limit"], cpu["borrowed"]) == (
-        "3750m",
-        "2500m",
-        "2500m",
-        "500m",
-        "1250m",
+        "3.75",
+        "2.5",
+        "2.5",
+        "0.5",
+        "1.25",
     )
     # Bars in percent of nominal + borrowing limit (5 CPU): used 75 %, nominal at 50 %, lendable from 40 %.
     assert cpu["bar"] == {

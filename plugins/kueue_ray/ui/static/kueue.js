@@ -212,7 +212,7 @@
             : null),
         el("td", { text: clock(s.start) }),
         el("td", { class: "num" }, s.ongoing ? age(s.start, " so far") : duration(s.duration_seconds)),
-        el("td", { class: "message", text: [s.reason, s.message].filter(Boolean).join(": ") }))));
+        el("td", { class: "message", title: s.message, text: [s.reason, s.message].filter(Boolean).join(": ") }))));
   }
 
   function renderTask(data) {
@@ -230,9 +230,10 @@
       el("dt", { text: "Priority" }), el("dd", { id: "priority", text: priority(r.priority) }));
     const phase = el("div", { class: "card" },
       el("div", { class: "phase", id: "phase", "data-phase": data.phase.phase || "" }, data.phase.words),
-      data.phase.message ? el("div", { class: "message", id: "phase-message", text: `${data.phase.reason}: ${data.phase.message}` }) : null,
+      data.phase.message ? el("div", { class: "message", id: "phase-message", title: data.phase.message, text: `${data.phase.reason}: ${data.phase.message}` }) : null,
       el("div", { id: "position", "data-position": pos ? pos.in_cluster_queue : "" },
-        pos ? `Position ${pos.in_cluster_queue} of ${pos.pending_in_cluster_queue} pending in ClusterQueue ${r.cluster_queue} (${pos.in_local_queue} in its LocalQueue)` : ""));
+        pos ? `Position ${pos.in_cluster_queue} of ${pos.pending_in_cluster_queue} pending in ClusterQueue ${r.cluster_queue} (${pos.in_local_queue} in its LocalQueue)` : ""),
+      facts);
     const t = data.timeline;
     const timeline = el("div", { class: "card" },
       el("h3", { text: "Timeline" }),
@@ -246,7 +247,7 @@
       data.links.ray_dashboard ? el("a", { href: data.links.ray_dashboard, target: "_blank", rel: "noopener", id: "ray-dashboard", text: "Ray dashboard" }) : el("span", { class: "muted", text: "No Ray dashboard (no Ray cluster now)" }),
       " · ",
       data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${r.cluster_queue} on the Kueue queues page` }) : "");
-    content.replaceChildren(phase, el("div", { class: "card" }, facts), timeline, links);
+    content.replaceChildren(phase, timeline, links);
   }
 
   // ----- polling ---------------------------------------------------------------------------------
