@@ -22,7 +22,7 @@ import pytest
 from kueue_ray.links import kueue_tab_path
 
 from devtools.airflow import ROOT
-from tests.browser.conftest import SANDBOX_DAG
+from tests.browser.conftest import SANDBOX_DAG, keep_request_log
 from tests.e2e.harness import wait_until
 from tests.e2e.test_02_walkthrough import running_backfill_rayjob
 
@@ -80,7 +80,7 @@ def tab(run_id: str, task_id: str, dag_id: str = DAG) -> str:
 
 
 @pytest.fixture(scope="module")
-def walkthrough(ui, browsers, ui_kubesim, passwords):
+def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
     """Run the walkthrough while the browsers look; return what they saw at each moment."""
     seen: dict = {}
     ops, ops_tab, outsider = browsers("ops"), browsers("ops", "tab"), browsers("outsider")
@@ -191,6 +191,7 @@ def walkthrough(ui, browsers, ui_kubesim, passwords):
     ops.open_in_airflow(QUEUES_PAGE, "Kueue queues")
     ops.wait(lambda: holder in ops.js(PAGE_ADMITTED), 120, "the long prod run admitted")
     ops.wait(lambda: waiter in [row[2] for row in ops.js(PAGE_PENDING)], 120, "the dev run pending behind it")
+    keep_request_log(pytestconfig, ui_kubesim)
     ui_kubesim.stop()
     ops.wait(lambda: ops.js("return document.getElementById('banner').dataset.state === 'unreachable'"), 90)
     seen["unreachable"] = {

@@ -1,4 +1,5 @@
-"""Headless Chromium for the browser tests: installed from Debian when absent, driven with Selenium.
+"""Headless Chromium for the browser tests and the UI benchmark: installed from Debian when absent,
+driven with Selenium.
 
 Chromium runs here as root and without network, hence ``--no-sandbox`` and the flags that stop its
 background traffic (otherwise it floods the machine with refused connections), and a fresh profile per
@@ -15,8 +16,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 PACKAGES = ("chromium", "chromium-driver")
 FLAGS = (
@@ -42,15 +41,19 @@ def _installed() -> tuple[str, str] | None:
     return (browser, driver) if browser and driver else None
 
 
+class ChromiumUnavailable(RuntimeError):
+    """Chromium or its driver is missing and cannot be installed on this machine."""
+
+
 def ensure_chromium() -> tuple[str, str]:
-    """Paths of Chromium and its driver; apt-get installs them when missing (root on Debian/Ubuntu), and
-    the calling test is skipped, saying why, only where that is impossible."""
+    """Paths of Chromium and its driver; apt-get installs them when missing (root on Debian/Ubuntu).
+    ChromiumUnavailable, saying why, only where that is impossible."""
     found = _installed()
     if found:
         return found
     apt = shutil.which("apt-get")
     if apt is None or os.geteuid() != 0:
-        pytest.skip(
+        raise ChromiumUnavailable(
             "Chromium and chromedriver are not installed and cannot be installed here "
             f"(needs root and apt-get): install the Debian packages {' '.join(PACKAGES)}"
         )
@@ -62,7 +65,9 @@ def ensure_chromium() -> tuple[str, str]:
         result = subprocess.run(install, capture_output=True, text=True, env=env, timeout=1200, check=False)
     found = _installed()
     if found is None:
-        pytest.skip(f"could not install {' '.join(PACKAGES)} with apt-get: {result.stderr[-500:]}")
+        raise ChromiumUnavailable(
+            f"could not install {' '.join(PACKAGES)} with apt-get: {result.stderr[-500:]}"
+        )
     return found
 
 
