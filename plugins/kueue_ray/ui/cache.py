@@ -13,8 +13,8 @@ to what the pages show:
   ``visibility_min_interval``, and at least every ``visibility_max_age`` while someone looks;
 * a live :class:`~kueue_ray.timeline.Timeline` per RayJob, fed by the same ``status.observe`` as the
   trigger, so a task that is still waiting already has its timeline;
-* a change counter (``version``) that requests can wait on (long polling), so tabs refresh when the
-  cluster changes and otherwise cost nothing.
+* a change counter (``version``): a page that already shows the current version is answered "no
+  change" without building anything.
 
 Cost therefore grows with the number of namespaces and with changes in the cluster, not with viewers.
 
@@ -92,7 +92,7 @@ class CacheSettings:
     watch_timeout_seconds: int = 300
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
-    visibility_min_interval: float = 1.0
+    visibility_min_interval: float = 2.0
     visibility_max_age: float = 30.0
     max_timelines: int = 5000
     """Timelines (and identities) of RayJobs kept after they are gone, oldest dropped first."""
@@ -325,7 +325,6 @@ class ClusterCache:
         self.client = SharedApiClient(connection_factory, conn_id)
         self.loops = [_Loop(self, watched) for watched in watched_resources(self.namespaces)]
         self.version = 0
-        self._changed = asyncio.Event()
         self._queue_version = 0
         """Bumped by Workload and ClusterQueue changes: what can reorder a pending list."""
         self._visibility: dict[str, _Visibility] = {}
@@ -395,14 +394,6 @@ class ClusterCache:
     def timeline(self, uid: str) -> Timeline | None:
         """The live timeline of the RayJob with this uid, as observed by this process."""
         return self._timelines.get(uid)
-
-    async def wait_for_change(self, after: int, timeout: float) -> int:
-        """Return the version once it differs from ``after`` (at once if it already does), or after
-        ``timeout`` seconds."""
-        if self.version == after:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
-        return self.version
 
     async def pending(self, cluster_queue: str) -> PendingRead:
         """Kueue's pending workloads of ``cluster_queue`` in queue order, shared by every caller."""
@@ -507,8 +498,6 @@ class ClusterCache:
 
     def _bump(self) -> None:
         self.version += 1
-        self._changed.set()
-        self._changed = asyncio.Event()
 
     def _loop(self, kind: str, namespace: str | None) -> _Loop:
         return next(lp for lp in self.loops if lp.watched.kind == kind and lp.watched.namespace == namespace)

@@ -12,10 +12,13 @@ JSON API, used by both pages and documented in README.md ("Kueue in the Airflow 
   (``views.task_view``); 403 unless the user may read the DAG;
 * ``GET /kueue/api/v1/openapi.json`` - the schema of the above.
 
-Both JSON endpoints take ``wait_after=<version>``: the answer is held until the cluster changed since the
-``version`` of a previous answer (or ``LONG_POLL_SECONDS`` passed). That is how the pages stay live
-without reloading and without asking the cluster anything per request: every answer is built from the
-process's :class:`~kueue_ray.ui.cache.ClusterCache`.
+Both JSON endpoints take ``known=<version>``: when the cluster has not changed since the answer that
+carried that ``version``, the answer is an empty 204 at once. The pages ask every ``POLL_SECONDS`` (2 s)
+with the version they show, so they stay live without a reload, an unchanged cluster costs a 204, and no
+request is held open: a browser opens at most six connections to one host for all its tabs together, and
+tabs holding requests open (long polling) starved every other tab of Airflow's UI in the benchmark.
+Every answer is built from the process's :class:`~kueue_ray.ui.cache.ClusterCache`; no request asks
+the cluster anything of its own.
 
 Everything, static files included, requires an authenticated Airflow user (``access``).
 """
@@ -29,7 +32,7 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import FileResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -41,7 +44,6 @@ log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = frozenset({"kueue.js", "kueue.css", "kueue.svg"})
-LONG_POLL_SECONDS = 25.0
 CONFIG_SECTION = "kueue_ray"
 DEFAULT_NAMESPACES = "ray"
 DASHBOARD_LINK_XCOM = "_link_RayDashboardLink"
@@ -74,6 +76,9 @@ async def current_user(request: Request) -> Any:
 
 
 User = Annotated[Any, Depends(current_user)]
+Known = Annotated[
+    int | None, Query(description="the `version` of the answer the page shows: 204 if unchanged")
+]
 
 
 def parse_map_index(value: str | None) -> int:
@@ -152,22 +157,29 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             raise HTTPException(404, f"no static file {name!r}")
         return FileResponse(STATIC / name, headers={"Cache-Control": "no-cache"})
 
-    @router.get("/api/v1/queues", summary="Every ClusterQueue: quota, cohort, pending and admitted workloads")
-    async def queues(
-        request: Request,
-        user: User,
-        wait_after: Annotated[int | None, Query(description="answer once the version differs")] = None,
-    ) -> dict[str, Any]:
+    @router.get(
+        "/api/v1/queues",
+        summary="Every ClusterQueue: quota, cohort, pending and admitted workloads",
+        responses={204: {"description": "nothing changed since the version given as `known`"}},
+    )
+    async def queues(request: Request, user: User, known: Known = None) -> Any:
         cluster_cache: ClusterCache = request.app.state.cache
-        if wait_after is not None:
-            await cluster_cache.wait_for_change(wait_after, LONG_POLL_SECONDS)
+        if known is not None and known == cluster_cache.version:
+            return Response(status_code=204)
         access = await run_in_threadpool(readable.for_user, user)
         snapshot = cluster_cache.snapshot()
         names = [cq["metadata"]["name"] for cq in snapshot.cluster_queues]
         reads = await asyncio.gather(*(cluster_cache.pending(name) for name in names))
         return queues_view(snapshot, dict(zip(names, reads, strict=True)), access, links())
 
-    @router.get("/api/v1/task-instance", summary="The RayJob of one task instance, live")
+    @router.get(
+        "/api/v1/task-instance",
+        summary="The RayJob of one task instance, live",
+        responses={
+            204: {"description": "nothing changed since the version given as `known`"},
+            403: {"description": "the user may not read the DAG"},
+        },
+    )
     async def task_instance(
         request: Request,
         user: User,
@@ -175,14 +187,14 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
         run_id: str,
         task_id: str,
         map_index: str = "-1",
-        wait_after: Annotated[int | None, Query(description="answer once the version differs")] = None,
-    ) -> dict[str, Any]:
+        known: Known = None,
+    ) -> Any:
         cluster_cache: ClusterCache = request.app.state.cache
         access = await run_in_threadpool(readable.for_user, user)
         if not access.can_read(dag_id):
             raise HTTPException(403, f"You may not read DAG {dag_id!r}, so nothing of its RayJobs is shown.")
-        if wait_after is not None:
-            await cluster_cache.wait_for_change(wait_after, LONG_POLL_SECONDS)
+        if known is not None and known == cluster_cache.version:
+            return Response(status_code=204)
         ref = TaskRef(dag_id, run_id, task_id, parse_map_index(map_index))
         xcoms = await run_in_threadpool(read_task_xcoms, ref)
         snapshot = cluster_cache.snapshot()

@@ -96,7 +96,8 @@ def test_positions_and_the_timeline_follow_the_cluster_live(
             version = cache.version
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                version = await cache.wait_for_change(version, 5)
+                await until(lambda v=version: cache.version != v, timeout=30, what="a change")
+                version = cache.version
                 names = await pending_names()
                 if not seen_pending or seen_pending[-1] != names:
                     seen_pending.append(names)

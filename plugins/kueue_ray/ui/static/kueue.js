@@ -1,5 +1,5 @@
-// The two Kueue pages (queues, task-instance tab): long-poll the JSON API and render it. No framework,
-// no build step. Text is always set with textContent, never parsed as HTML.
+// The two Kueue pages (queues, task-instance tab): poll the JSON API and render what changed. No
+// framework, no build step. Text is always set with textContent, never parsed as HTML.
 "use strict";
 
 (function () {
@@ -260,40 +260,52 @@
     return base;
   }
 
+  const POLL_MS = 2000; // ask every 2 s; an unchanged cluster is a 204
+  const FULL_MS = 30000; // and take a full answer every 30 s anyway (XComs, permissions)
+
+  function pause(ms) { return new Promise((resolve) => setTimeout(resolve, ms)); }
+
   async function poll() {
     let version = null;
+    let fullAt = 0;
     for (;;) {
       const url = apiUrl();
-      if (version !== null) url.searchParams.set("wait_after", version);
+      if (version !== null && Date.now() - fullAt < FULL_MS) url.searchParams.set("known", version);
       let response;
       try {
         response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
       } catch (error) {
         banner.hidden = false;
         banner.textContent = `Airflow's API server cannot be reached (${error}); retrying.`;
-        await new Promise((resolve) => setTimeout(resolve, 3000));
+        await pause(3000);
+        continue;
+      }
+      if (response.status === 204) {
+        await pause(POLL_MS);
         continue;
       }
       if (response.status === 401 || response.status === 403) {
         const body = await response.json().catch(() => ({}));
         content.replaceChildren(el("p", { id: "denied", class: "banner", text: body.detail || "Not allowed." }));
-        await new Promise((resolve) => setTimeout(resolve, 15000));
         version = null;
+        await pause(15000);
         continue;
       }
       if (!response.ok) {
         banner.hidden = false;
         banner.textContent = `The Kueue API answered ${response.status}; retrying.`;
-        await new Promise((resolve) => setTimeout(resolve, 3000));
+        await pause(3000);
         continue;
       }
       const data = await response.json();
       clockOffset = Date.parse(data.now) - Date.now();
       lastData = data;
       version = data.version;
+      fullAt = Date.now();
       (page === "queues" ? renderQueues : renderTask)(data);
       renderFreshness(data);
       document.body.dataset.version = String(version);
+      await pause(POLL_MS);
     }
   }
 
