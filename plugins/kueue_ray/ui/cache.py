@@ -32,7 +32,7 @@ import logging
 import math
 import random
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -325,8 +325,8 @@ class ClusterCache:
         self.client = SharedApiClient(connection_factory, conn_id)
         self.loops = [_Loop(self, watched) for watched in watched_resources(self.namespaces)]
         self.version = 0
-        self._queue_version = 0
-        """Bumped by Workload and ClusterQueue changes: what can reorder a pending list."""
+        self._queue_versions: Counter[str] = Counter()
+        """Per ClusterQueue, bumped by changes of it and of its Workloads: what can change its pending list."""
         self._visibility: dict[str, _Visibility] = {}
         self._identities: OrderedDict[str, AirflowIdentity] = OrderedDict()
         self._timelines: OrderedDict[str, Timeline] = OrderedDict()
@@ -401,7 +401,8 @@ class ClusterCache:
         age = time.monotonic() - entry.monotonic_at
         settings = self.settings
         stale = age >= settings.visibility_max_age or (
-            entry.version_at != self._queue_version and age >= settings.visibility_min_interval
+            entry.version_at != self._queue_versions[cluster_queue]
+            and age >= settings.visibility_min_interval
         )
         if stale and entry.in_flight is None:
             entry.in_flight = asyncio.ensure_future(self._read_pending(cluster_queue, entry))
@@ -410,7 +411,7 @@ class ClusterCache:
         return entry.read
 
     async def _read_pending(self, cluster_queue: str, entry: _Visibility) -> None:
-        version = self._queue_version
+        version = self._queue_versions[cluster_queue]
         try:
             async with self.client.lease() as api_client:
                 summary = await api_client.call_api(
@@ -443,24 +444,42 @@ class ClusterCache:
         if name is None:
             return
         watched = loop.watched
+        previous = loop.objects.get(name)
         if kind == "DELETED":
             obj = loop.objects.pop(name, None)
             if obj is None:
                 return
             self._index(watched, obj, None)
-        elif resource_version_newer(obj, loop.objects.get(name)):
+        elif resource_version_newer(obj, previous):
             loop.objects[name] = obj
             self._index(watched, obj, name)
         else:
             return
-        if watched.kind in (WORKLOADS, CLUSTER_QUEUES):
-            self._queue_version += 1
+        if watched.kind == CLUSTER_QUEUES:
+            self._queue_versions[name] += 1
+        elif watched.kind == WORKLOADS:
+            for cluster_queue in {self._cluster_queue_of(watched.namespace, w) for w in (previous, obj) if w}:
+                if cluster_queue is None:
+                    for known in list(self._queue_versions):
+                        self._queue_versions[known] += 1
+                else:
+                    self._queue_versions[cluster_queue] += 1
         if watched.kind == RAYJOBS:
             self._remember(obj)
         uid = self._rayjob_uid(watched.kind, obj)
         if uid is not None:
             self._observe(watched.namespace, uid)
         self._bump()
+
+    def _cluster_queue_of(self, namespace: str | None, workload: dict) -> str | None:
+        """The ClusterQueue a Workload is admitted to or queues for (None when its LocalQueue is unknown)."""
+        admitted_to = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        if admitted_to:
+            return admitted_to
+        local_queue = self._loop(LOCAL_QUEUES, namespace).objects.get(
+            (workload.get("spec") or {}).get("queueName")
+        )
+        return ((local_queue or {}).get("spec") or {}).get("clusterQueue")
 
     def _index(self, watched: Watched, obj: dict, name: str | None) -> None:
         uid = self._rayjob_uid(watched.kind, obj)
