@@ -193,7 +193,7 @@ def markdown(result: dict) -> str:
     w, wo = result["with_tabs"], result["without_tabs"]
     return "\n".join(
         [
-            f"#### Kueue pages: {result['tabs']} open tabs (`python -m bench.ui_tabs`)",
+            f"#### Kueue pages: {result['tabs']} open tab(s) (`python -m bench.ui_tabs`)",
             "",
             f"{result['minutes']:g}-minute windows, a dev run triggered every {result['churn_seconds']:g} s "
             f"({result['runs_triggered']} in all).",
@@ -201,12 +201,12 @@ def markdown(result: dict) -> str:
             "| window | Kubernetes API requests / min | of which only the pages' cache makes | "
             "visibility reads / min | Airflow `/kueue/api` calls / min |",
             "|---|---|---|---|---|",
-            f"| {result['tabs']} tabs on the queues page | {w['per_minute']} | {w['ui_only_per_minute']} | "
+            f"| {result['tabs']} tab(s) on the queues page | {w['per_minute']} | {w['ui_only_per_minute']} | "
             f"{w['visibility_per_minute']} | {w['airflow_api_calls_per_minute']} "
             f"({w['airflow_api_calls_per_tab_minute']} per tab) |",
             f"| no tab open | {wo['per_minute']} | {wo['ui_only_per_minute']} | {wo['visibility_per_minute']} | 0 |",
             "",
-            f"What the {result['tabs']} tabs cost the Kubernetes API: {result['tabs_cost_per_minute']} requests per "
+            f"What the {result['tabs']} tab(s) cost the Kubernetes API: {result['tabs_cost_per_minute']} requests per "
             f"minute. Polling per tab instead (estimate, not measured: "
             f"{result['polling_estimate_per_minute']['basis']}): "
             f"{result['polling_estimate_per_minute']['requests']} per minute.",
