@@ -47,7 +47,7 @@ PHASE_WORDS = {
     "DEACTIVATED": "Deactivated by Kueue: it will not run again unless reactivated",
 }
 HIDDEN_OWNER = "a workload of a DAG you cannot read"
-FOREIGN_OWNER = "a workload not submitted by this Airflow"
+FOREIGN_OWNER = "a workload this Airflow has no record of (not submitted by it, or gone before it was seen)"
 
 
 @dataclass(frozen=True)
@@ -388,18 +388,9 @@ def task_view(
             "rayjob": None,
             "message": "This task instance has not submitted or waited for a RayJob (it has no 'rayjob' XCom).",
         }
-    name, namespace, uid = rayjob_xcom.get("name"), rayjob_xcom.get("namespace"), rayjob_xcom.get("uid")
-    rayjob = next(
-        (
-            r
-            for r in snapshot.rayjobs
-            if _meta(r).get("name") == name
-            and _meta(r).get("namespace") == namespace
-            and (not uid or _meta(r).get("uid") == uid)
-        ),
-        None,
-    )
-    uid = uid or _meta(rayjob).get("uid")
+    name, namespace = rayjob_xcom.get("name"), rayjob_xcom.get("namespace")
+    rayjob = _find_rayjob(snapshot, rayjob_xcom)
+    uid = rayjob_xcom.get("uid") or _meta(rayjob).get("uid")
     workload = next(
         (
             w
@@ -410,15 +401,9 @@ def task_view(
         None,
     )
     observation = observe(rayjob, workload) if rayjob is not None else None
-    local_queue = (
-        (_meta(rayjob).get("labels") or {}).get(QUEUE_LABEL)
-        or ((workload or {}).get("spec") or {}).get("queueName")
-        or rayjob_xcom.get("queue")
-    )
-    cluster_queue = (
-        (observation.cluster_queue if observation else None)
-        or _cluster_queue_of(snapshot, namespace, local_queue)
-        or rayjob_xcom.get("cluster_queue")
+    local_queue = _local_queue(rayjob, rayjob_xcom) or ((workload or {}).get("spec") or {}).get("queueName")
+    cluster_queue = (observation.cluster_queue if observation else None) or task_cluster_queue(
+        snapshot, rayjob_xcom
     )
     priority = _priority(workload, rayjob)
     priority["class"] = priority["class"] or rayjob_xcom.get("priority")
@@ -459,11 +444,34 @@ def task_view(
     }
 
 
-def _cluster_queue_of(snapshot: Snapshot, namespace: str | None, local_queue: str | None) -> str | None:
+def _find_rayjob(snapshot: Snapshot, rayjob_xcom: dict) -> dict | None:
+    """The task's RayJob in the cache: same name and namespace, and the same uid when the XCom has one
+    (a later RayJob of the same name is another task try's)."""
+    name, namespace, uid = rayjob_xcom.get("name"), rayjob_xcom.get("namespace"), rayjob_xcom.get("uid")
+    for rayjob in snapshot.rayjobs:
+        meta = _meta(rayjob)
+        if (
+            meta.get("name") == name
+            and meta.get("namespace") == namespace
+            and (not uid or meta.get("uid") == uid)
+        ):
+            return rayjob
+    return None
+
+
+def _local_queue(rayjob: dict | None, rayjob_xcom: dict) -> str | None:
+    return (_meta(rayjob).get("labels") or {}).get(QUEUE_LABEL) or rayjob_xcom.get("queue")
+
+
+def task_cluster_queue(snapshot: Snapshot, rayjob_xcom: dict) -> str | None:
+    """The ClusterQueue a task's RayJob queues in: its LocalQueue's (as the cache knows it), else what the
+    task recorded."""
+    namespace = rayjob_xcom.get("namespace")
+    local_queue = _local_queue(_find_rayjob(snapshot, rayjob_xcom), rayjob_xcom)
     for lq in snapshot.local_queues:
         if _meta(lq).get("namespace") == namespace and _meta(lq).get("name") == local_queue:
             return (lq.get("spec") or {}).get("clusterQueue")
-    return None
+    return rayjob_xcom.get("cluster_queue")
 
 
 def _timeline_for(timeline_xcom: dict | None, live: dict | None) -> tuple[dict | None, str | None]:

@@ -38,7 +38,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kueue_ray.ui.access import ReadableDags
 from kueue_ray.ui.cache import ClusterCache
-from kueue_ray.ui.views import APP_PREFIX, Links, TaskRef, queues_view, task_view
+from kueue_ray.ui.views import APP_PREFIX, Links, TaskRef, queues_view, task_cluster_queue, task_view
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
         rayjob = xcoms.get("rayjob") or {}
         live = cluster_cache.timeline(rayjob.get("uid") or "")
         pending = None
-        cluster_queue = _cluster_queue_hint(snapshot, rayjob)
+        cluster_queue = task_cluster_queue(snapshot, rayjob)
         if cluster_queue:
             pending = await cluster_cache.pending(cluster_queue)
         return task_view(
@@ -222,23 +222,6 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
 
     app.include_router(router)
     return app
-
-
-def _cluster_queue_hint(snapshot, rayjob: dict) -> str | None:
-    """The ClusterQueue whose pending list holds the task's Workload: its LocalQueue's."""
-    from kueue_ray.naming import QUEUE_LABEL
-
-    name, namespace = rayjob.get("name"), rayjob.get("namespace")
-    queue = rayjob.get("queue")
-    for obj in snapshot.rayjobs:
-        meta = obj.get("metadata") or {}
-        if meta.get("name") == name and meta.get("namespace") == namespace:
-            queue = (meta.get("labels") or {}).get(QUEUE_LABEL) or queue
-    for lq in snapshot.local_queues:
-        meta = lq.get("metadata") or {}
-        if meta.get("namespace") == namespace and meta.get("name") == queue:
-            return (lq.get("spec") or {}).get("clusterQueue")
-    return rayjob.get("cluster_queue")
 
 
 @cache
