@@ -95,3 +95,29 @@ def test_readable_dags_are_asked_once_per_user_within_the_ttl(monkeypatch):
     readable.for_user(ops)
     assert asked == [("ops", "GET"), ("ops", "GET")]
     assert access.Access("x", frozenset()).can_read(None) is False
+
+
+def test_loading_the_plugin_in_a_worker_imports_neither_fastapi_nor_the_ui(tmp_path):
+    """Task workers load every plugin (for macros); only the api-server builds the app."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    code = (
+        "import importlib.util, sys\n"
+        "spec = importlib.util.spec_from_file_location('kueue_ray_ui_plugin', 'plugins/kueue_ray_ui_plugin.py')\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'kubernetes_asyncio')"
+        " or m.startswith('kueue_ray.ui')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={"PYTHONPATH": str(root / "plugins"), "AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
