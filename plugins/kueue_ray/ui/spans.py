@@ -21,21 +21,28 @@ _KIND = {
     Phase.SUBMITTED.value: "submitted",
     Phase.QUEUED.value: "queued",
     Phase.INADMISSIBLE.value: "inadmissible",
+    "AWAITING_CHECKS": "quota_reserved",
     Phase.ADMITTED.value: "admitted",
     Phase.RUNNING.value: "running",
     Phase.RETRYING.value: "retrying",
     Phase.PREEMPTED.value: "preempted",
+    "PODS_NOT_READY": "evicted",
+    "EVICTED": "evicted",
 }
+"""Phase -> span kind. ``AWAITING_CHECKS``, ``PODS_NOT_READY`` and ``EVICTED`` are phases of the status
+model's Kueue admission checks and waitForPodsReady support; named here by value so the chart knows them
+whichever status model it runs with."""
 LABELS = {
     "submitted": "Submitted: waiting for Kueue to create the Workload",
     "queued": "Queued: waiting for quota",
-    "requeued": "Requeued after preemption: waiting for quota again",
+    "requeued": "Requeued after an eviction: waiting for quota again",
     "inadmissible": "Inadmissible: waiting cannot help until the queue or its quota changes",
     "quota_reserved": "Quota reserved: waiting for admission checks",
     "admitted": "Admitted: quota reserved, the Ray cluster is starting",
     "running": "Running",
     "retrying": "Retrying: an attempt failed, KubeRay starts another",
     "preempted": "Preempted: evicted by Kueue, the Ray cluster is being torn down",
+    "evicted": "Evicted by Kueue (not a preemption), the Ray cluster is being torn down",
     "finished": "Finished",
 }
 _JOB_UID = re.compile(r"JobUID: ([^,\s)]+)")
@@ -48,8 +55,6 @@ def kind_of(phase: str) -> str:
         return "finished"
     if phase in _KIND:
         return _KIND[phase]
-    if "RESERVED" in phase:
-        return "quota_reserved"
     return phase.lower()
 
 
@@ -87,7 +92,7 @@ def build_spans(timeline: dict[str, Any], now: float) -> list[dict]:
     """Spans from the transitions: each lasts until the next one (the current one until ``now``); the
     terminal phase is a zero-length "finished" span carrying the outcome.
 
-    A queued span after the job had already been preempted is "requeued".
+    A queued span after the job had already been preempted or evicted is "requeued".
     """
     transitions = transitions_of(timeline)
     spans: list[dict] = []
@@ -114,8 +119,9 @@ def build_spans(timeline: dict[str, Any], now: float) -> list[dict]:
             "reason": transition.get("reason") or "",
             "message": transition.get("message") or "",
         }
-        if kind == "preempted":
+        if kind in ("preempted", "evicted"):
             preempted_before = True
+        if kind == "preempted":
             span["preemptor_job_uid"] = preemptor_job_uid(span["message"])
         spans.append(span)
     return spans
