@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from kueue_ray.links import RAYJOB_XCOM_KEY, RayDashboardLink, dashboard_template, where_to_look
+from kueue_ray.links import RAYJOB_XCOM_KEY, KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
 from kueue_ray.naming import QUEUE_LABEL, AirflowIdentity
 from kueue_ray.verdicts import DELETED, GAVE_UP, SUCCESS
 
@@ -324,7 +324,7 @@ class SubmitRayJobOperator(BaseOperator):
         "ray_resources": "json",
         "template": "yaml",
     }
-    operator_extra_links = (RayDashboardLink(),)
+    operator_extra_links = (KueueTabLink(), RayDashboardLink())
     ui_color = "#e8f1fb"
 
     def __init__(
