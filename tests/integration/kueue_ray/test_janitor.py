@@ -50,10 +50,18 @@ def phase_of(queues, uid: str) -> str:
     return "gone" if job is None else (job.get("status") or {}).get("jobDeploymentStatus") or "queued"
 
 
+def running_steadily(queues, uid: str) -> bool:
+    """Its Ray job runs: KubeRay writes no more status (hence no new resourceVersion) until it ends, so a
+    decision the janitor makes now stays current unless the test itself changes the RayJob."""
+    job = next((r for r in queues.rayjobs() if r["metadata"]["uid"] == uid), None)
+    status = (job or {}).get("status") or {}
+    return status.get("jobDeploymentStatus") == "Running" and status.get("jobStatus") == "RUNNING"
+
+
 def test_an_orphan_is_deleted_and_the_job_queued_behind_it_is_admitted(queues, rayjob_body, task_context):
     # The first RayJob runs and holds the whole ClusterQueue; its submitting task then failed for good.
     orphan = submit(queues, rayjob_body(duration="inf"), task_context("submit", run_id="r1"), "submit")
-    wait_for(lambda: phase_of(queues, orphan["uid"]) == "Running")
+    wait_for(lambda: running_steadily(queues, orphan["uid"]))
     waiting = submit(queues, rayjob_body(duration="inf"), task_context("submit", run_id="r2"), "submit")
     states = AirflowStates({"r1": {"submit": "failed"}, "r2": {"submit": "success", "wait": "deferred"}})
 
@@ -174,7 +182,7 @@ def test_an_orphan_adopted_before_its_deletion_is_left_to_the_task_that_adopted_
 
 def test_a_deletion_whose_answer_was_lost_is_reported_done(kubesim, queues, rayjob_body, task_context):
     orphan = submit(queues, rayjob_body(duration="inf"), task_context("submit", run_id="r1"), "submit")
-    wait_for(lambda: phase_of(queues, orphan["uid"]) == "Running")
+    wait_for(lambda: running_steadily(queues, orphan["uid"]))
     # Another controller's finalizer keeps the deleted RayJob around, so the retry finds it terminating.
     [rayjob] = queues.rayjobs()
     held = [*rayjob["metadata"].get("finalizers", []), "example.com/hold"]
