@@ -578,6 +578,41 @@ class AsyncRayJobHook(AsyncKubernetesHook):
             return None
         return summary or {}
 
+    async def submitter_log_tail(
+        self, rayjob_name: str, namespace: str, tail_lines: int = 50, api_client: Any = None
+    ) -> str | None:
+        """``RayJobHook.submitter_log_tail`` for the triggerer, where a successful task ends: the last
+        lines of the submitter pod's log; None when there is no such pod (HTTPMode, or deleted) or the
+        log may not be read."""
+        from kubernetes_asyncio.client import CoreV1Api
+
+        async with self._client(api_client) as client:
+            core = CoreV1Api(client)
+            try:
+                pods = (
+                    await core.list_namespaced_pod(
+                        namespace, label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}"
+                    )
+                ).items
+                if not pods:
+                    return None
+                newest = max(pods, key=lambda p: p.metadata.creation_timestamp or 0)
+                response = await core.read_namespaced_pod_log(
+                    newest.metadata.name,
+                    namespace,
+                    container=SUBMITTER_CONTAINER,
+                    tail_lines=tail_lines,
+                    _preload_content=False,  # the raw text, not the client's decoding of it
+                )
+                try:
+                    return (await response.read()).decode("utf-8", errors="replace")
+                finally:
+                    response.release()
+            except AsyncApiException as exc:
+                if exc.status in (400, 403, 404):
+                    return None
+                raise
+
     def _client(self, api_client: Any):
         """Use the caller's long-lived ApiClient (the hub's) when given, else a fresh one from the connection."""
         if api_client is not None:
