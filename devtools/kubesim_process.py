@@ -3,14 +3,18 @@
 
 It always runs with a fresh bearer token (`--token`), which only the kubeconfig it writes carries: a real
 cluster refuses unauthenticated requests, so every request the project makes must be seen authenticating.
+With ``tls`` it also serves HTTPS with its own CA (`--tls`), as `make run` does so that kubectl, which sends
+a bearer token only over HTTPS, works with its kubeconfig.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -25,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KUEUE_MANIFESTS = ROOT / "include" / "manifests" / "kueue"
 ALL_SETUPS = "all"
 """Every queue setup of ``KUEUE_MANIFESTS`` side by side (they share no names), as `make run` installs them."""
-LISTENING = re.compile(r"kubesim listening on (http://\S+)")
+LISTENING = re.compile(r"kubesim listening on (https?://\S+)")
 
 
 def queue_setups(manifests: Path = KUEUE_MANIFESTS) -> list[str]:
@@ -82,6 +86,11 @@ class KubesimProcess:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """What raw HTTP clients (httpx ``verify=``) need to trust kubesim: its CA when it serves HTTPS."""
+        return trust(self.kubeconfig)
+
     def exited(self) -> int | None:
         """The exit code once kubesim has exited, else None."""
         return self.process.poll()
@@ -100,6 +109,16 @@ class KubesimStartError(RuntimeError):
     """kubesim exited or never answered; the message ends with the last lines of its log."""
 
 
+def trust(kubeconfig: Path) -> ssl.SSLContext | bool:
+    """An SSL context trusting the CA in ``kubeconfig`` (``certificate-authority-data``); True (the
+    system's CAs, irrelevant for plain HTTP) when it names none."""
+    cluster = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+    ca = cluster.get("certificate-authority-data")
+    if not ca:
+        return True
+    return ssl.create_default_context(cadata=base64.b64decode(ca).decode())
+
+
 def start_kubesim(
     workdir: Path,
     *,
@@ -107,6 +126,7 @@ def start_kubesim(
     time_scale: float = 1.0,
     extra_apply: list[Path] | None = None,
     kueue_config: Path | None = None,
+    tls: bool = False,
     timeout: float = 60,
 ) -> KubesimProcess:
     """Start kubesim with the Kueue base manifests and ``queues`` applied; return once it answers.
@@ -137,6 +157,8 @@ def start_kubesim(
         command += ["--apply", str(path)]
     if kueue_config is not None:
         command += ["--kueue-config", str(kueue_config)]
+    if tls:
+        command.append("--tls")
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command,
@@ -156,7 +178,7 @@ def start_kubesim(
         if match and kubeconfig.exists():
             url = match.group(1)
             try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                if httpx.get(f"{url}/readyz", timeout=2, verify=trust(kubeconfig)).status_code == 200:
                     return KubesimProcess(
                         url=url, kubeconfig=kubeconfig, process=process, log_path=log_path, token=token
                     )

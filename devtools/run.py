@@ -237,7 +237,7 @@ def run(settings: Settings) -> None:
                         flush=True,
                     )
                 print("Starting kubesim with every queue setup of include/manifests/kueue/ ...", flush=True)
-                kubesim = start_kubesim(RUN_DIR, queues=ALL_SETUPS, time_scale=settings.time_scale)
+                kubesim = start_kubesim(RUN_DIR, queues=ALL_SETUPS, time_scale=settings.time_scale, tls=True)
                 kubeconfig = kubesim.kubeconfig
             else:
                 kubeconfig = settings.kubeconfig

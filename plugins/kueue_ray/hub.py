@@ -384,6 +384,12 @@ class Subscription:
         the visibility API is not served, not allowed or failing."""
         return await self.hub.pending_workloads(self, queue)
 
+    def workloads_version(self) -> int:
+        """How many Workload changes of this namespace the hub has seen; a queue position (in a LocalQueue,
+        hence in this namespace) can only move when this moves, so an unchanged number needs no new read."""
+        scope = self.hub._scopes.get(self.scope)
+        return scope.workload_changes if scope is not None else 0
+
     async def _wait_for_list(self, kind: str) -> bool:
         """True once the loop's first list is in the cache (waiting for it a bounded time)."""
         loop = self.hub.loop_of(self, kind)
@@ -795,6 +801,8 @@ class _Scope:
     by_uid: dict[str, list[Subscription]] = field(default_factory=dict)
     loops: dict[str, _WatchLoop] = field(default_factory=dict)
     pending_reads: dict[str, _PendingRead] = field(default_factory=dict)
+    workload_changes: int = 0
+    """Workload changes cached so far (``Subscription.workloads_version``)."""
 
     def add(self, subscription: Subscription) -> None:
         self.by_name.setdefault(subscription.name, []).append(subscription)
@@ -1018,6 +1026,7 @@ class WatchHub:
         if not resource_version_newer(obj, loop.objects.get(key)):
             return
         obj = loop.objects[key] = loop.resource.essential(obj)
+        self._count_change(loop)
         self._deliver(loop, key, obj)
 
     def offer_deleted(self, loop: _WatchLoop, key: str, obj: dict | None = None) -> None:
@@ -1028,7 +1037,13 @@ class WatchHub:
         if cached is not None and deleted_uid is not None and cached["metadata"].get("uid") != deleted_uid:
             return  # an older object of the same name went away; the cached one is newer
         loop.objects.pop(key, None)
+        self._count_change(loop)
         self._deliver(loop, key, None, deleted_uid=deleted_uid)
+
+    @staticmethod
+    def _count_change(loop: _WatchLoop) -> None:
+        if loop.resource.kind == WORKLOAD:
+            loop.scope.workload_changes += 1
 
     def _deliver(self, loop: _WatchLoop, key: str, obj: dict | None, deleted_uid: str | None = None) -> None:
         for subscription in loop.scope.subscribers_of(loop.resource.kind, key):

@@ -1,4 +1,4 @@
-"""The extra link on the operator and the sensor: the Ray dashboard of the task's RayJob.
+"""Extra links on the operator and the sensor: the task's Kueue tab and the Ray dashboard of its RayJob.
 
 When it shows. Airflow renders an operator's extra links on the worker at the end of every task segment,
 the one that defers included, and the UI reads them from XCom. A deferred task runs no worker code until
@@ -15,12 +15,16 @@ What it opens. A link is a URL a browser can open, never a command; commands go 
 prints. Where dashboards are exposed (an ingress, a proxy), set ``ray_dashboard_url_template`` on the
 operator or sensor, or in the ``kubernetes`` connection's extra: a ``str.format`` string over the fields
 above, e.g. ``https://ray.example.com/{namespace}/{name}/#/jobs``.
+
+The Kueue link opens the task instance's "Kueue" tab in Airflow's own UI (``kueue_ray_ui_plugin``): queue
+position, phase and timeline of the RayJob, live; under ``[api] base_url`` when that is set.
 """
 
 from __future__ import annotations
 
 import string
 from typing import Any
+from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
 
@@ -31,6 +35,20 @@ DASHBOARD_PORT = 8265
 """The Ray dashboard's port on the head Service (KubeRay's default)."""
 PORT_FORWARD_URL = f"http://localhost:{DASHBOARD_PORT}/#/jobs"
 """The default link: the Ray dashboard's job list through ``port_forward_command``."""
+KUEUE_TAB_ROUTE = "kueue"
+"""The ``url_route`` of the plugin's task-instance tab: Airflow's UI serves it at
+``.../tasks/<task_id>/plugin/kueue``."""
+
+
+def task_instance_path(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    """A task instance's page in Airflow's UI, relative to its base URL (ids percent-encoded, as the UI
+    encodes them: run ids hold ``:`` and ``+``)."""
+    path = f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/tasks/{quote(task_id, safe='')}"
+    return f"{path}/mapped/{map_index}" if map_index is not None and map_index >= 0 else path
+
+
+def kueue_tab_path(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    return f"{task_instance_path(dag_id, run_id, task_id, map_index)}/plugin/{KUEUE_TAB_ROUTE}"
 
 
 def render_link(template: str | None, fields: dict[str, Any]) -> str:
@@ -108,3 +126,17 @@ class RayDashboardLink(BaseOperatorLink):
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         return dashboard_url(dashboard_template(operator), _rayjob_fields(operator, ti_key))
+
+
+class KueueTabLink(BaseOperatorLink):
+    """The task instance's Kueue tab: where the RayJob waits, why, and what happened to it."""
+
+    name = "Kueue"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        if not _rayjob_fields(operator, ti_key).get("name"):
+            return ""
+        from airflow.sdk.configuration import conf
+
+        base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+        return base + kueue_tab_path(ti_key.dag_id, ti_key.run_id, ti_key.task_id, ti_key.map_index)

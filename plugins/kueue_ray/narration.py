@@ -9,7 +9,9 @@ it waits; ``kueue_ray.trigger.describe_transition`` writes the lines. Pure: the 
   keeps the eviction message on a just-preempted Workload, so the QUEUED line after PREEMPTED would say
   the same thing again.
 * While the job waits, the position is checked again every ``POSITION_RELOG_SECONDS`` and logged when it
-  moved, so a long wait shows its progress: at most one position line per task per that interval.
+  moved, so a long wait shows its progress: at most one position line per task per that interval. The
+  trigger reads it again only when a Workload of the namespace changed since its last read (a position
+  in a LocalQueue can move for no other reason), so a quiet queue costs no request.
 * Kueue names a preemptor only by UIDs ("Preempted to accommodate a workload (UID: ..., JobUID: ...)";
   the JobUID is the preemptor RayJob's uid). When that RayJob is known, the line names it, with the DAG
   and run its annotations record.
@@ -98,6 +100,8 @@ class Story:
     position: str | None = None
     position_told_at: float | None = None
     """Monotonic time the position was last logged (or checked unchanged)."""
+    position_version: int | None = None
+    """The queue's version (``Subscription.workloads_version``) when the position was last read."""
 
     def news(self, observation: Observation) -> bool:
         """Whether ``observation`` says something new; call once per observation."""
@@ -113,9 +117,17 @@ class Story:
         self.last_message = observation.message
         return not repeat
 
-    def told_position(self, position: str | None, now: float) -> None:
-        """The line just written carried ``position`` (None: none known)."""
-        self.position, self.position_told_at = position, now
+    def told_position(self, position: str | None, now: float, version: int | None = None) -> None:
+        """The line just written carried ``position`` (None: none known), read at queue ``version``."""
+        self.position, self.position_told_at, self.position_version = position, now, version
+
+    def position_current(self, version: int | None, now: float) -> bool:
+        """Whether the position told is still the queue's: nothing changed since it was read. Then the next
+        check waits another interval, and no read is made."""
+        if version is None or version != self.position_version:
+            return False
+        self.position_told_at = now
+        return True
 
     def position_check_in(self, observation: Observation, now: float) -> float | None:
         """Seconds until the position should be checked again; None when it is not waiting in a queue."""
@@ -124,12 +136,18 @@ class Story:
         return max(0.0, self.position_told_at + POSITION_RELOG_SECONDS - now)
 
     def position_line(
-        self, namespace: str, name: str, phase: Phase, position: str | None, now: float
+        self,
+        namespace: str,
+        name: str,
+        phase: Phase,
+        position: str | None,
+        now: float,
+        version: int | None = None,
     ) -> str | None:
         """After a check: the line to write when the position moved, else None (and the next check waits
         another interval either way)."""
         moved = position is not None and position != self.position
-        self.position_told_at = now
+        self.position_told_at, self.position_version = now, version
         if not moved:
             return None
         self.position = position

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from kueue_ray.links import RayDashboardLink, dashboard_template, where_to_look
+from kueue_ray.links import KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
 from kueue_ray.naming import QUEUE_LABEL, RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY, AirflowIdentity
 from kueue_ray.verdicts import DELETED, GAVE_UP, SUCCESS
 
@@ -53,6 +53,10 @@ def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **ext
     return details(rayjob, payload, **extra)
 
 
+OWN_LINKS = (RayDashboardLink, KueueTabLink)
+"""The extra links a success ended in the triggerer leaves as a worker would (``trigger_ending``)."""
+
+
 def needs_worker(operator: BaseOperator, own_class: type) -> str | None:
     """Why ``operator``'s success must resume on a worker rather than end in the triggerer; None if it
     need not. Ending in the triggerer skips everything a worker runs after ``execute_complete``."""
@@ -64,7 +68,7 @@ def needs_worker(operator: BaseOperator, own_class: type) -> str | None:
         return "it has outlets, whose asset events a worker emits"
     if type(operator).post_execute is not BaseOperator.post_execute:
         return f"{type(operator).__name__} overrides post_execute"
-    others = [link.name for link in operator.operator_extra_links if not isinstance(link, RayDashboardLink)]
+    others = [link.name for link in operator.operator_extra_links if not isinstance(link, OWN_LINKS)]
     if others:
         return f"its extra links {others} are computed on a worker"
     from airflow.sdk.listener import get_listener_manager
@@ -90,7 +94,14 @@ def trigger_ending(
     from kueue_ray.results import TriggerEnding
 
     template = dashboard_template(operator)
-    links = {link.xcom_key: template for link in operator.operator_extra_links}
+    # The Kueue tab's link is known from the deferral on (the task instance's page) and stays as the
+    # deferring segment pushed it; the dashboard's may need fields KubeRay fills in later, so it is rendered
+    # again at the end.
+    links = {
+        link.xcom_key: template
+        for link in operator.operator_extra_links
+        if isinstance(link, RayDashboardLink)
+    }
     return TriggerEnding(
         log_tail_lines=operator.log_tail_lines,
         rayjob_extra=dict(rayjob_extra),
@@ -338,7 +349,7 @@ class SubmitRayJobOperator(BaseOperator):
         "ray_resources": "json",
         "template": "yaml",
     }
-    operator_extra_links = (RayDashboardLink(),)
+    operator_extra_links = (KueueTabLink(), RayDashboardLink())
     ui_color = "#e8f1fb"
 
     def __init__(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
-from kueue_ray.links import RayDashboardLink, dashboard_template, where_to_look
+from kueue_ray.links import KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
 from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL, RAYJOB_XCOM_KEY
 from kueue_ray.operators import WorkerWait, finish, rayjob_details, task_identity, trigger_ending
 
@@ -65,7 +65,7 @@ class RayJobSensor(BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("rayjob_name", "namespace", "submit_task_id")
-    operator_extra_links = (RayDashboardLink(),)
+    operator_extra_links = (KueueTabLink(), RayDashboardLink())
 
     def __init__(
         self,

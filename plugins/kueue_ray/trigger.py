@@ -613,17 +613,20 @@ class RayJobTrigger(BaseTrigger):
         """Write to the task log what is new (``kueue_ray.narration``): a transition, with the queue position
         and the preemptor named; or, while it waits, a position that moved since the last line."""
         now = time.monotonic()
+        version = subscription.workloads_version()
         if story.news(observation):
             position = await self._position(rayjob, observation, subscription)
             uid = preemptor_job_uid(observation.message)
             preemptor = subscription.rayjob_by_uid(uid) if uid else None
             self.log.info(describe_transition(self.namespace, self.name, observation, position, preemptor))
-            story.told_position(position, now)
+            story.told_position(position, now, version)
             return
         check = story.position_check_in(observation, now)
-        if check is not None and check <= 0:
+        # A position only moves when a Workload of the queue changes: with none since the last read, the
+        # check costs no request, so waiting in a quiet queue stays free.
+        if check is not None and check <= 0 and not story.position_current(version, now):
             position = await self._position(rayjob, observation, subscription)
-            line = story.position_line(self.namespace, self.name, observation.phase, position, now)
+            line = story.position_line(self.namespace, self.name, observation.phase, position, now, version)
             if line:
                 self.log.info(line)
 

@@ -322,7 +322,7 @@ def test_kubesim_exiting_stops_make_run_with_the_end_of_its_log(checkout):
     assert run.process.returncode != 0
     output = run.output
     assert "make run failed: kubesim exited with code -9; last lines of" in output
-    assert "kubesim listening on http://127.0.0.1:" in output.split("make run failed:")[1]
+    assert "kubesim listening on https://127.0.0.1:" in output.split("make run failed:")[1]
     _, alive = psutil.wait_procs(airflow, timeout=120)
     assert not alive, f"Airflow outlived make run: {alive}"
 

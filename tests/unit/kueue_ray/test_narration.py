@@ -141,3 +141,12 @@ def test_the_position_is_checked_every_interval_while_queued_and_logged_only_whe
 def test_the_interval_is_documented_in_seconds():
     assert narration.POSITION_RELOG_SECONDS == 30.0
     assert "POSITION_RELOG_SECONDS" in narration.__doc__
+
+
+def test_a_position_is_read_again_only_after_the_queue_changed():
+    story = Story()
+    story.told_position("position 3 of 3 pending in its LocalQueue", now=0.0, version=7)
+    assert story.position_current(7, now=40.0)  # nothing changed: no read, next check in another interval
+    assert story.position_check_in(obs(Phase.QUEUED, "Pending", NO_FIT), now=40.0) == POSITION_RELOG_SECONDS
+    assert not story.position_current(8, now=80.0)  # a Workload changed: read it
+    assert not story.position_current(None, now=80.0)  # no version known: read it

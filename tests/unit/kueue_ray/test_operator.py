@@ -198,12 +198,33 @@ def test_submitting_logs_the_port_forward_and_the_workload_command(cluster, capf
     assert "kubectl -n ml describe workloads -l kueue.x-k8s.io/job-uid=uid-1" in log
 
 
-def test_the_operator_and_sensor_offer_only_the_dashboard_link():
+def test_the_operator_and_sensor_offer_browser_links_only():
+    """The Kueue tab and the Ray dashboard: URLs a browser opens; no kubectl command as a link."""
     from kueue_ray.sensors import RayJobSensor
 
     sensor = RayJobSensor(task_id="wait", submit_task_id="submit")
     for task in (operator(), sensor):
-        assert [link.name for link in task.operator_extra_links] == ["Ray dashboard"]
+        assert [link.name for link in task.operator_extra_links] == ["Kueue", "Ray dashboard"]
+
+
+def test_the_kueue_link_opens_the_task_instances_kueue_tab_under_the_base_url(monkeypatch):
+    from types import SimpleNamespace
+
+    from kueue_ray.links import KueueTabLink
+
+    run_id = "backfill__2026-10-01T00:00:00+00:00"
+    key = SimpleNamespace(dag_id="text_classifier_finetune", run_id=run_id, task_id="wait", map_index=-1)
+    op = operator()
+    op.rayjob_details = {"namespace": "ml"}
+    assert KueueTabLink().get_link(op, ti_key=key) == ""  # no RayJob yet: no link
+    op.rayjob_details = {"name": "j", "namespace": "ml", "uid": "u"}
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/")
+    assert KueueTabLink().get_link(op, ti_key=key) == (
+        "https://airflow.example.com/dags/text_classifier_finetune/runs/"
+        "backfill__2026-10-01T00%3A00%3A00%2B00%3A00/tasks/wait/plugin/kueue"
+    )
+    mapped = SimpleNamespace(**{**vars(key), "map_index": 3})
+    assert KueueTabLink().get_link(op, ti_key=mapped).endswith("/tasks/wait/mapped/3/plugin/kueue")
 
 
 def test_the_kueue_queue_does_not_replace_the_airflow_executor_queue():
