@@ -586,8 +586,34 @@ class RayJobTrigger(BaseTrigger):
             self.namespace,
             self.name,
         )
+        if self.task_instance is None:  # run outside a triggerer (dag.test): Airflow's own way
+            self._fired = True
+            return TaskSuccessEvent(xcoms=xcoms)
+        await self._push(xcoms)
         self._fired = True
-        return TaskSuccessEvent(xcoms=xcoms)
+        return TaskSuccessEvent()
+
+    async def _push(self, xcoms: dict[str, Any]) -> None:
+        """Store the XComs exactly as a worker's ``xcom_push`` does: through Airflow's XCom class (and so
+        any custom XCom backend) and the triggerer's channel to the API server.
+
+        Not as ``TaskSuccessEvent(xcoms=...)``: Airflow 3.3.2 stores those JSON-encoded once more than a
+        worker's (``TaskInstance.xcom_push`` serializes, the column serializes again), so a downstream
+        task would pull a string where it pulled a dict before.
+        """
+        from airflow.sdk.execution_time.xcom import XCom
+
+        ti = self.task_instance
+        map_index = getattr(ti, "map_index", -1)
+        for key, value in xcoms.items():
+            await XCom.aset(
+                key,
+                value,
+                dag_id=ti.dag_id,
+                task_id=ti.task_id,
+                run_id=ti.run_id,
+                map_index=-1 if map_index is None else map_index,
+            )
 
     async def _log_tail(self, subscription: Any, lines: int) -> str | None:
         """The driver (submitter) log's last lines, through the namespace's shared client; None, with a

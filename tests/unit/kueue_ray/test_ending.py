@@ -164,3 +164,38 @@ def test_the_closing_lines_are_the_same_on_both_paths():
     assert lines[1].startswith(
         "  preempted at 2026-12-01T12:00:30+00:00: Preempted to accommodate RayJob ml/"
     )
+
+
+class Comms:
+    """The triggerer's channel to its supervisor, as Airflow's XCom class uses it: records what is sent."""
+
+    def __init__(self):
+        self.sent = []
+
+    async def asend(self, message):
+        self.sent.append(message)
+
+
+def test_in_a_triggerer_the_xcoms_go_the_way_a_workers_xcom_push_goes(monkeypatch):
+    """Through Airflow's XCom class and SetXCom, not inside TaskSuccessEvent (which 3.3.2 double-encodes)."""
+    comms = Comms()
+    monkeypatch.setattr("airflow.sdk.execution_time.task_runner.SUPERVISOR_COMMS", comms, raising=False)
+    trigger = RayJobTrigger(
+        name=EVENT["name"],
+        namespace="ml",
+        uid="uid-1",
+        end_in_triggerer=TriggerEnding(log_tail_lines=0).to_dict(),
+    )
+    trigger.task_instance = TI()
+    observation = Observation(phase=Phase.SUCCEEDED, terminal=True, reason="Succeeded", message="")
+    verdict = Verdict(SUCCESS, "Succeeded", "")
+    timeline = Timeline.from_dict(EVENT["timeline"])
+    event = asyncio.run(trigger._end_here(verdict, observation, timeline, Subscription()))
+    assert isinstance(event, TaskSuccessEvent) and event.xcoms is None
+    pushed = {message.key: message for message in comms.sent}
+    assert set(pushed) == {"timeline", "rayjob", "return_value"}
+    assert all(
+        (m.dag_id, m.task_id, m.run_id, m.map_index) == ("pipe", "train", "manual__1", -1) for m in comms.sent
+    )
+    assert pushed["return_value"].value == {"name": EVENT["name"], "namespace": "ml", "uid": "uid-1"}
+    assert pushed["timeline"].value["final_phase"] == "SUCCEEDED"
