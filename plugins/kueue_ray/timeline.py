@@ -93,7 +93,8 @@ class Timeline:
             self.submitted_at = now
         admitted_at = None
         current_since = now
-        if self.last_observed_at is None:
+        first_look = self.last_observed_at is None
+        if first_look:
             admitted_at = self._catch_up(observation, now)
             current_since = self._transitions_before(observation, admitted_at, now)
         elif previous is not None:
@@ -110,7 +111,10 @@ class Timeline:
             observation.cluster_queue is not None and current is not Phase.DEACTIVATED
         )
         first_seen_finished = current in TERMINAL_PHASES and not self.admissions and was_admitted
-        if newly_admitted or first_seen_finished:
+        # First seen being evicted (e.g. a waiter that starts while Kueue preempts it): the admission it is
+        # losing happened, and comes before the eviction recorded below.
+        first_seen_evicted = first_look and current in EVICTION_PHASES and was_admitted
+        if newly_admitted or first_seen_finished or first_seen_evicted:
             at = admitted_at if admitted_at is not None else now
             self.admissions.append(
                 {
