@@ -20,6 +20,7 @@ Result::
 
     {"runs", "airflow_startup_s", "phase_s", "metadata_database",
      "paths": {dag_id: {"end_in_triggerer", "finished", "states", "complete_to_success": summary_ms,
+                        "complete_to_success_ms": every sample, sorted,
                         "worker_starts", "worker_slots_per_success"}}}
 """
 
@@ -100,6 +101,7 @@ def measure_paths(airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: fl
             "finished": len(done[dag_id]),
             "states": states,
             "complete_to_success": summary_ms(latencies),
+            "complete_to_success_ms": sorted(round(latency * 1000, 1) for latency in latencies),
             "worker_starts": starts,
             "worker_slots_per_success": round((starts - successes) / successes, 2) if successes else None,
         }
