@@ -83,17 +83,27 @@ class QueueCapacity:
     capacity: dict[str, dict[str, Decimal]]
 
 
-def position_from_summary(summary: dict, workload_name: str) -> QueuePosition | None:
-    """Find ``workload_name`` in a visibility ``PendingWorkloadsSummary``; None when it is not pending."""
+def positions_from_summary(summary: dict) -> dict[str, QueuePosition]:
+    """Every pending Workload's position in a visibility ``PendingWorkloadsSummary``, by Workload name.
+
+    One pass over the list: the triggerer shares one summary among all the tasks queued in a LocalQueue,
+    and thousands of them looking their own Workload up in it must not each scan it."""
     items = summary.get("items") or []
+    positions: dict[str, QueuePosition] = {}
     for item in items:
-        if (item.get("metadata") or {}).get("name") == workload_name:
-            return QueuePosition(
+        name = (item.get("metadata") or {}).get("name")
+        if name and name not in positions:
+            positions[name] = QueuePosition(
                 in_local_queue=int(item.get("positionInLocalQueue", 0)),
                 in_cluster_queue=int(item.get("positionInClusterQueue", 0)),
                 pending_in_local_queue=len(items),
             )
-    return None
+    return positions
+
+
+def position_from_summary(summary: dict, workload_name: str) -> QueuePosition | None:
+    """Find ``workload_name`` in a visibility ``PendingWorkloadsSummary``; None when it is not pending."""
+    return positions_from_summary(summary).get(workload_name)
 
 
 def _delete_options(uid: str, resource_version: str | None) -> dict:
@@ -558,7 +568,7 @@ class AsyncRayJobHook(AsyncKubernetesHook):
 
     async def pending_workloads(self, namespace: str, queue: str, api_client: Any = None) -> dict | None:
         """The LocalQueue's ``PendingWorkloadsSummary`` from Kueue's visibility API, for every trigger
-        waiting in it at once (see ``position_from_summary``); None when the API is not served, not
+        waiting in it at once (see ``positions_from_summary``); None when the API is not served, not
         allowed, failing or unreachable (as ``RayJobHook.queue_position``)."""
         try:
             async with self._client(api_client) as client:

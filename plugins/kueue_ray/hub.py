@@ -379,10 +379,11 @@ class Subscription:
         objects = loop.objects.values() if loop is not None else ()
         return next((obj for obj in objects if (obj.get("metadata") or {}).get("uid") == uid), None)
 
-    async def pending_workloads(self, queue: str) -> dict | None:
-        """The visibility summary of LocalQueue ``queue`` (shared, a few seconds old at most); None when
-        the visibility API is not served, not allowed or failing."""
-        return await self.hub.pending_workloads(self, queue)
+    async def pending_positions(self, queue: str) -> dict[str, Any] | None:
+        """The positions of LocalQueue ``queue``'s pending Workloads by name (``kueue_ray.hook.QueuePosition``,
+        shared, a few seconds old at most); None when the visibility API is not served, not allowed or
+        failing."""
+        return await self.hub.pending_positions(self, queue)
 
     def workloads_version(self) -> int:
         """How many Workload changes of this namespace the hub has seen; a queue position (in a LocalQueue,
@@ -980,8 +981,9 @@ class WatchHub:
         scope = self._scopes.get(subscription.scope)
         return scope.client.lease() if scope is not None else contextlib.nullcontext()
 
-    async def pending_workloads(self, subscription: Subscription, queue: str) -> dict | None:
-        """One visibility read of LocalQueue ``queue`` shared by every subscriber of the namespace.
+    async def pending_positions(self, subscription: Subscription, queue: str) -> dict[str, Any] | None:
+        """One visibility read of LocalQueue ``queue`` shared by every subscriber of the namespace, indexed
+        by Workload name once (``kueue_ray.hook.positions_from_summary``).
 
         Concurrent callers await the same request; its answer (or its failure, as None) serves everyone
         for ``pending_workloads_ttl_seconds`` after it completes, so a burst of queued triggers logging
@@ -1000,14 +1002,15 @@ class WatchHub:
     def _mark_fresh(self, read: _PendingRead) -> None:
         read.fresh_until = time.monotonic() + self.settings.pending_workloads_ttl_seconds
 
-    async def _read_pending(self, subscription: Subscription, queue: str) -> dict | None:
-        from kueue_ray.hook import AsyncRayJobHook
+    async def _read_pending(self, subscription: Subscription, queue: str) -> dict[str, Any] | None:
+        from kueue_ray.hook import AsyncRayJobHook, positions_from_summary
 
         try:
             async with self._lease(subscription) as client:
-                return await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_workloads(
+                summary = await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_workloads(
                     subscription.namespace, queue, api_client=client
                 )
+            return positions_from_summary(summary) if summary is not None else None
         except Exception as exc:  # noqa: BLE001 - a position is a nicety; never fail a wait for it
             log.debug(
                 "Pending workloads of LocalQueue %s/%s unavailable: %s", subscription.namespace, queue, exc

@@ -664,10 +664,8 @@ class RayJobTrigger(BaseTrigger):
         queue = self.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
         if not queue:
             return None
-        from kueue_ray.hook import position_from_summary
-
-        summary = await subscription.pending_workloads(queue)
-        position = position_from_summary(summary, observation.workload_name) if summary else None
+        positions = await subscription.pending_positions(queue)
+        position = positions.get(observation.workload_name) if positions else None
         return position.describe() if position else None
 
     async def on_kill(self) -> None:
