@@ -151,7 +151,7 @@ def render_trigger(result: dict) -> list[str]:
         "| N | watch streams | startup requests | waiting windows (requests / s) | wave requests (watches "
         "re-opened) | resync (req / resync) | trigger requests, 10 sim min | polling requests, 10 sim min "
         "| polling ÷ trigger | detection p50 / p99 / max (ms) | CPU s (startup / +waiting / +waves) "
-        "| RSS MiB (startup / peak) |",
+        "| RSS MiB (imports / startup / peak) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rows = [row for row in result["rows"] if "error" not in row]
@@ -169,7 +169,7 @@ def render_trigger(result: dict) -> list[str]:
             f"| {t['requests_10_sim_min']} | {polling_10} | {row['polling_over_trigger_10_sim_min']}× "
             f"| {latency['p50_ms']} / {latency['p99_ms']} / {latency['max_ms']} "
             f"| {cpu['startup']} / {cpu['after_waiting']} / {cpu['after_waves']} "
-            f"| {t['rss_mib']['after_startup']} / {t['rss_mib']['peak']} |"
+            f"| {t['rss_mib'].get('after_imports', '–')} / {t['rss_mib']['after_startup']} / {t['rss_mib']['peak']} |"
         )
     lines += [
         "",

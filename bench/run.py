@@ -131,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", help="write the JSON results here")
     parser.add_argument("--trigger-sizes", help="comma-separated N for the trigger benchmark, e.g. 100,1000")
+    parser.add_argument(
+        "--trigger-detect-n",
+        type=int,
+        help="trigger benchmark: complete only this many RayJobs (all at once) for the detection latency",
+    )
     parser.add_argument("--refused-n", type=int, help="N for the refused-watch benchmark (and run that step)")
     for option in ("objects", "watchers", "writes", "readers"):
         parser.add_argument(
@@ -150,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             **(PROFILES[args.profile]["refused"] or {"window_s": 60.0, "poll_window_s": 30.0}),
             "n": args.refused_n,
         }
+    if args.trigger_detect_n is not None:
+        PROFILES[args.profile]["trigger"]["detect_n"] = args.trigger_detect_n
     if args.trigger_sizes:
         PROFILES[args.profile]["trigger"]["sizes"] = tuple(int(n) for n in args.trigger_sizes.split(","))
     out = Path(args.out) if args.out else Path(tempfile.gettempdir()) / f"bench-{args.profile}.json"

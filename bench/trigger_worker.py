@@ -26,6 +26,7 @@ import resource
 import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 
@@ -109,6 +110,30 @@ def report_watch_ends() -> None:
     _WatchLoop._watch = timed_watch
 
 
+TRACEMALLOC_ENV = "BENCH_TRACEMALLOC"
+"""Set (to anything) to trace allocations made after the imports: each ``usage`` command then writes the
+live allocations by source line next to the log (``LOG.allocations-<fired>-fired.txt``). Tracing slows
+the worker and adds to its RSS, so its figures are not the benchmark's; it says where the memory goes."""
+
+
+def write_allocations(path: Path, top: int = 40) -> None:
+    snapshot = tracemalloc.take_snapshot()
+    by_line = snapshot.statistics("lineno")
+    by_file = snapshot.statistics("filename")
+    total = sum(stat.size for stat in by_line)
+    lines = [
+        f"live allocations traced since the imports: {total / 2**20:.1f} MiB in {len(by_line)} lines",
+        "",
+    ]
+    lines += ["by file:"] + [
+        f"{s.size / 2**20:8.2f} MiB {s.count:9d} blocks  {s.traceback}" for s in by_file[:top]
+    ]
+    lines += ["", "by line:"] + [
+        f"{s.size / 2**20:8.2f} MiB {s.count:9d} blocks  {s.traceback}" for s in by_line[:top]
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
 async def wait_one(trigger, fired: list) -> None:
     async for event in trigger.run():
         fired.append(trigger.name)
@@ -117,8 +142,13 @@ async def wait_one(trigger, fired: list) -> None:
 
 
 async def main(spec_path: str, log_path: str) -> None:
+    from kueue_ray.hook import AsyncRayJobHook  # noqa: F401 - the hub's first request imports it anyway
     from kueue_ray.trigger import RayJobTrigger
 
+    # What the imports cost (Airflow, the provider, both Kubernetes clients) before any trigger exists.
+    imported = usage()
+    if os.environ.get(TRACEMALLOC_ENV):
+        tracemalloc.start()
     take_stdout(log_path)
     report_watch_ends()
     spec = json.loads(Path(spec_path).read_text())
@@ -141,11 +171,13 @@ async def main(spec_path: str, log_path: str) -> None:
     commands: asyncio.Queue[str] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     threading.Thread(target=read_commands, args=(loop, commands), daemon=True).start()
-    emit({"started": len(tasks), "usage": usage()})
+    emit({"started": len(tasks), "usage": usage(), "imported": imported})
     while True:
         command = await commands.get()
         if command == "usage":
             emit({"usage": usage(), "fired_total": len(fired)})
+            if tracemalloc.is_tracing():
+                write_allocations(Path(f"{log_path}.allocations-{len(fired)}-fired.txt"))
         elif command == "quit":
             break
     for task in tasks:

@@ -1,8 +1,14 @@
-"""Test-wide setup: mark tests by the folder they live in (unit / integration / browser / e2e)."""
+"""Test-wide setup: Airflow without its examples; mark tests by the folder they live in (unit /
+integration / browser / e2e)."""
 
+import os
 from pathlib import Path
 
 import pytest
+
+# As the project's Airflow runs (devtools.airflow): without Airflow's example DAGs and example plugins.
+# The example plugins install a listener, and a listener makes every task resume on a worker.
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -83,17 +83,27 @@ class QueueCapacity:
     capacity: dict[str, dict[str, Decimal]]
 
 
-def position_from_summary(summary: dict, workload_name: str) -> QueuePosition | None:
-    """Find ``workload_name`` in a visibility ``PendingWorkloadsSummary``; None when it is not pending."""
+def positions_from_summary(summary: dict) -> dict[str, QueuePosition]:
+    """Every pending Workload's position in a visibility ``PendingWorkloadsSummary``, by Workload name.
+
+    One pass over the list: the triggerer shares one summary among all the tasks queued in a LocalQueue,
+    and thousands of them looking their own Workload up in it must not each scan it."""
     items = summary.get("items") or []
+    positions: dict[str, QueuePosition] = {}
     for item in items:
-        if (item.get("metadata") or {}).get("name") == workload_name:
-            return QueuePosition(
+        name = (item.get("metadata") or {}).get("name")
+        if name and name not in positions:
+            positions[name] = QueuePosition(
                 in_local_queue=int(item.get("positionInLocalQueue", 0)),
                 in_cluster_queue=int(item.get("positionInClusterQueue", 0)),
                 pending_in_local_queue=len(items),
             )
-    return None
+    return positions
+
+
+def position_from_summary(summary: dict, workload_name: str) -> QueuePosition | None:
+    """Find ``workload_name`` in a visibility ``PendingWorkloadsSummary``; None when it is not pending."""
+    return positions_from_summary(summary).get(workload_name)
 
 
 def _delete_options(uid: str, resource_version: str | None) -> dict:
@@ -558,7 +568,7 @@ class AsyncRayJobHook(AsyncKubernetesHook):
 
     async def pending_workloads(self, namespace: str, queue: str, api_client: Any = None) -> dict | None:
         """The LocalQueue's ``PendingWorkloadsSummary`` from Kueue's visibility API, for every trigger
-        waiting in it at once (see ``position_from_summary``); None when the API is not served, not
+        waiting in it at once (see ``positions_from_summary``); None when the API is not served, not
         allowed, failing or unreachable (as ``RayJobHook.queue_position``)."""
         try:
             async with self._client(api_client) as client:
@@ -577,6 +587,41 @@ class AsyncRayJobHook(AsyncKubernetesHook):
             )
             return None
         return summary or {}
+
+    async def submitter_log_tail(
+        self, rayjob_name: str, namespace: str, tail_lines: int = 50, api_client: Any = None
+    ) -> str | None:
+        """``RayJobHook.submitter_log_tail`` for the triggerer, where a successful task ends: the last
+        lines of the submitter pod's log; None when there is no such pod (HTTPMode, or deleted) or the
+        log may not be read."""
+        from kubernetes_asyncio.client import CoreV1Api
+
+        async with self._client(api_client) as client:
+            core = CoreV1Api(client)
+            try:
+                pods = (
+                    await core.list_namespaced_pod(
+                        namespace, label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}"
+                    )
+                ).items
+                if not pods:
+                    return None
+                newest = max(pods, key=lambda p: p.metadata.creation_timestamp or 0)
+                response = await core.read_namespaced_pod_log(
+                    newest.metadata.name,
+                    namespace,
+                    container=SUBMITTER_CONTAINER,
+                    tail_lines=tail_lines,
+                    _preload_content=False,  # the raw text, not the client's decoding of it
+                )
+                try:
+                    return (await response.read()).decode("utf-8", errors="replace")
+                finally:
+                    response.release()
+            except AsyncApiException as exc:
+                if exc.status in (400, 403, 404):
+                    return None
+                raise
 
     def _client(self, api_client: Any):
         """Use the caller's long-lived ApiClient (the hub's) when given, else a fresh one from the connection."""

@@ -50,8 +50,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kueue_ray import metrics
 from kueue_ray.api_errors import api_error, can_i, describe_error, retry_after_seconds
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from kueue_ray.status import essential_rayjob, essential_workload
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,8 @@ class WatchedResource:
     label_selector: str
     key_of: Callable[[dict], str | None]
     selects: Callable[[dict], bool]
+    essential: Callable[[dict], dict]
+    """What the cache keeps of an object: the fields waiting reads (``kueue_ray.status.essential_*``)."""
 
     @property
     def qualified(self) -> str:
@@ -99,6 +103,7 @@ RAYJOBS = WatchedResource(
     label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
     key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
     selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
+    essential=essential_rayjob,
 )
 # Kueue copies no labels of ours onto Workloads, only the owner's uid: select on that label existing and
 # key the Workloads by it.
@@ -110,6 +115,7 @@ WORKLOADS = WatchedResource(
     label_selector=JOB_UID_LABEL,
     key_of=lambda obj: _labels(obj).get(JOB_UID_LABEL),
     selects=lambda obj: JOB_UID_LABEL in _labels(obj),
+    essential=essential_workload,
 )
 
 
@@ -147,6 +153,8 @@ class HubSettings:
     degraded_watch_retry_every: int = 30
     """While polling: every this many requests is an attempt to watch again instead of a list (with the
     defaults, once every 5 minutes)."""
+    gauge_interval: float = 10.0
+    """Seconds between two reports of the ``kueue_ray.tasks_waiting`` gauge (StatsD's usual flush)."""
 
 
 def resource_version_newer(candidate: dict, current: dict | None) -> bool:
@@ -235,8 +243,58 @@ class SharedApiClient:
             await opened.exit_stack.aclose()
 
 
+class Mailbox:
+    """A subscriber's undelivered updates: what an ``asyncio.Queue`` does here, in a fraction of its
+    memory (a Queue holds four deques of 64 slots each; a triggerer holds thousands of these)."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: list[Update] | None = None
+        self._waiter: asyncio.Future | None = None
+
+    def put_nowait(self, item: Update) -> None:
+        if self._items is None:
+            self._items = [item]
+        else:
+            self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def get_nowait(self) -> Update:
+        if not self._items:
+            raise asyncio.QueueEmpty
+        item = self._items.pop(0)
+        if not self._items:
+            self._items = None
+        return item
+
+    async def get(self, timeout: float | None) -> Update:
+        """The next update; TimeoutError when ``timeout`` seconds pass without one (None: no limit)."""
+        if self._items is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(self._waiter, timeout)
+            finally:
+                self._waiter = None
+        return self.get_nowait()
+
+
+QUEUED, ADMITTED = "queued", "admitted"
+"""A subscriber's ``stage`` for the ``kueue_ray.tasks_waiting`` gauge: waiting for admission, or not."""
+
+
 class Subscription:
-    """One trigger's interest in one RayJob (name + uid) and its Workload."""
+    """One trigger's interest in one RayJob (name + uid) and its Workload.
+
+    ``queue`` and ``stage`` are what the trigger last told about it (LocalQueue, ``QUEUED`` / ``ADMITTED``),
+    counted by the hub's ``kueue_ray.tasks_waiting`` gauge. Slotted: a triggerer holds thousands.
+    """
+
+    __slots__ = ("hub", "conn_id", "namespace", "name", "uid", "resync_interval", "updates", "queue", "stage")
 
     def __init__(
         self, hub: WatchHub, conn_id: str, namespace: str, name: str, uid: str, resync_interval: float
@@ -247,7 +305,9 @@ class Subscription:
         self.name = name
         self.uid = uid
         self.resync_interval = resync_interval
-        self.updates: asyncio.Queue[Update] = asyncio.Queue()
+        self.updates = Mailbox()
+        self.queue: str | None = None
+        self.stage = QUEUED
 
     @property
     def scope(self) -> tuple[str, str]:
@@ -256,9 +316,13 @@ class Subscription:
     async def next_update(self, timeout: float | None) -> Update | None:
         """The next change, or None when ``timeout`` seconds pass without one (None waits for ever)."""
         try:
-            return await asyncio.wait_for(self.updates.get(), timeout)
+            return await self.updates.get(timeout)
         except TimeoutError:
             return None
+
+    def api_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The scope's shared ApiClient for a one-off read (e.g. the driver log at the end)."""
+        return self.hub._lease(self)
 
     async def current(self, *, reread_rayjob: bool = False) -> tuple[dict | None, dict | None]:
         """(RayJob, Workload) as known now: from the hub's cache, or read from the API server.
@@ -315,10 +379,11 @@ class Subscription:
         objects = loop.objects.values() if loop is not None else ()
         return next((obj for obj in objects if (obj.get("metadata") or {}).get("uid") == uid), None)
 
-    async def pending_workloads(self, queue: str) -> dict | None:
-        """The visibility summary of LocalQueue ``queue`` (shared, a few seconds old at most); None when
-        the visibility API is not served, not allowed or failing."""
-        return await self.hub.pending_workloads(self, queue)
+    async def pending_positions(self, queue: str) -> dict[str, Any] | None:
+        """The positions of LocalQueue ``queue``'s pending Workloads by name (``kueue_ray.hook.QueuePosition``,
+        shared, a few seconds old at most); None when the visibility API is not served, not allowed or
+        failing."""
+        return await self.hub.pending_positions(self, queue)
 
     def workloads_version(self) -> int:
         """How many Workload changes of this namespace the hub has seen; a queue position (in a LocalQueue,
@@ -786,6 +851,7 @@ class WatchHub:
         self.connection_factory = connection_factory
         self._scopes: dict[tuple[str, str], _Scope] = {}
         self._event_loop: asyncio.AbstractEventLoop | None = None
+        self._gauges: asyncio.Task | None = None
 
     @contextlib.asynccontextmanager
     async def subscribe(
@@ -812,6 +878,10 @@ class WatchHub:
                 loop = scope.loops[resource.kind] = _WatchLoop(self, scope, resource)
                 loop.start()
         scope.add(subscription)
+        if self._gauges is None or self._gauges.done():
+            self._gauges = asyncio.create_task(
+                self._report_waiting(), name="kueue-ray-tasks-waiting", context=contextvars.Context()
+            )
         for loop in scope.loops.values():
             if loop.polling_because is not None:
                 subscription.updates.put_nowait(Update(NOTICE, None, loop.polling_notice()))
@@ -828,6 +898,34 @@ class WatchHub:
                 for loop in scope.loops.values():
                     await loop.stop()
                 await scope.client.retire()
+
+    def waiting(self) -> dict[tuple[str, str | None, str], int]:
+        """Subscribers per (namespace, LocalQueue, stage): the tasks this triggerer waits for."""
+        counts: dict[tuple[str, str | None, str], int] = {}
+        for (_, namespace), scope in self._scopes.items():
+            for group in scope.by_name.values():
+                for subscription in group:
+                    key = (namespace, subscription.queue, subscription.stage)
+                    counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    async def _report_waiting(self) -> None:
+        """Send ``kueue_ray.tasks_waiting`` every ``gauge_interval`` while anyone waits; a queue nobody
+        waits in any more is sent once as 0, so its graph does not stay at its last value."""
+        host = metrics.hostname()
+        reported: set[tuple[str, str | None, str]] = set()
+        while True:
+            counts = self.waiting()
+            for key in reported - counts.keys():
+                counts[key] = 0
+            stats = metrics.stats()
+            for (namespace, queue, stage), count in counts.items():
+                tags = metrics.tags(queue=queue, namespace=namespace, stage=stage, hostname=host)
+                stats.gauge(metrics.TASKS_WAITING, count, tags=tags)
+            reported = {key for key, count in counts.items() if count}
+            if not reported:
+                return
+            await asyncio.sleep(self.settings.gauge_interval)
 
     def watch_loops(self) -> list[tuple[str, str, str]]:
         """(connection, namespace, resource) of every running watch loop."""
@@ -883,8 +981,9 @@ class WatchHub:
         scope = self._scopes.get(subscription.scope)
         return scope.client.lease() if scope is not None else contextlib.nullcontext()
 
-    async def pending_workloads(self, subscription: Subscription, queue: str) -> dict | None:
-        """One visibility read of LocalQueue ``queue`` shared by every subscriber of the namespace.
+    async def pending_positions(self, subscription: Subscription, queue: str) -> dict[str, Any] | None:
+        """One visibility read of LocalQueue ``queue`` shared by every subscriber of the namespace, indexed
+        by Workload name once (``kueue_ray.hook.positions_from_summary``).
 
         Concurrent callers await the same request; its answer (or its failure, as None) serves everyone
         for ``pending_workloads_ttl_seconds`` after it completes, so a burst of queued triggers logging
@@ -903,14 +1002,15 @@ class WatchHub:
     def _mark_fresh(self, read: _PendingRead) -> None:
         read.fresh_until = time.monotonic() + self.settings.pending_workloads_ttl_seconds
 
-    async def _read_pending(self, subscription: Subscription, queue: str) -> dict | None:
-        from kueue_ray.hook import AsyncRayJobHook
+    async def _read_pending(self, subscription: Subscription, queue: str) -> dict[str, Any] | None:
+        from kueue_ray.hook import AsyncRayJobHook, positions_from_summary
 
         try:
             async with self._lease(subscription) as client:
-                return await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_workloads(
+                summary = await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_workloads(
                     subscription.namespace, queue, api_client=client
                 )
+            return positions_from_summary(summary) if summary is not None else None
         except Exception as exc:  # noqa: BLE001 - a position is a nicety; never fail a wait for it
             log.debug(
                 "Pending workloads of LocalQueue %s/%s unavailable: %s", subscription.namespace, queue, exc
@@ -924,10 +1024,11 @@ class WatchHub:
                 subscription.updates.put_nowait(Update(NOTICE, None, message))
 
     def offer(self, loop: _WatchLoop, key: str, obj: dict) -> None:
-        """A version of ``key`` arrived: cache it if it is newer and tell its subscribers."""
+        """A version of ``key`` arrived: cache what waiting reads of it if it is newer, and tell its
+        subscribers."""
         if not resource_version_newer(obj, loop.objects.get(key)):
             return
-        loop.objects[key] = obj
+        obj = loop.objects[key] = loop.resource.essential(obj)
         self._count_change(loop)
         self._deliver(loop, key, obj)
 
@@ -971,6 +1072,7 @@ class WatchHub:
         if self._event_loop is not running:
             self._event_loop = running
             self._scopes.clear()
+            self._gauges = None
 
 
 HUB = WatchHub()

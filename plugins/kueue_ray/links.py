@@ -28,9 +28,8 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
 
-from kueue_ray.naming import JOB_UID_LABEL
+from kueue_ray.naming import JOB_UID_LABEL, RAYJOB_XCOM_KEY
 
-RAYJOB_XCOM_KEY = "rayjob"
 DASHBOARD_TEMPLATE_FIELD = "ray_dashboard_url_template"
 DASHBOARD_PORT = 8265
 """The Ray dashboard's port on the head Service (KubeRay's default)."""

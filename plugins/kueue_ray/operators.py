@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from kueue_ray.links import RAYJOB_XCOM_KEY, KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
-from kueue_ray.naming import QUEUE_LABEL, AirflowIdentity
+from kueue_ray.links import KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
+from kueue_ray.naming import QUEUE_LABEL, RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY, AirflowIdentity
 from kueue_ray.verdicts import DELETED, GAVE_UP, SUCCESS
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from kueue_ray.hook import RayJobHook
     from kueue_ray.trigger import RayJobTrigger
 
-TIMELINE_XCOM_KEY = "timeline"
 SUBMIT_DECISIONS = 3
 """How often ``submit`` decides again when the RayJob it found changes under it before it acts."""
 
@@ -47,22 +46,68 @@ def task_identity(context: Context) -> AirflowIdentity:
 
 
 def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    """What the links and downstream tasks need to know about the RayJob (the ``rayjob`` XCom)."""
-    metadata = rayjob.get("metadata") or {}
-    status = rayjob.get("status") or {}
-    details = {
-        "name": metadata.get("name"),
-        "namespace": metadata.get("namespace"),
-        "uid": metadata.get("uid"),
-        "ray_cluster": status.get("rayClusterName"),
-        "job_id": status.get("jobId"),
-        "dashboard_url": status.get("dashboardURL"),
-        **extra,
+    """What the links and downstream tasks need to know about the RayJob (the ``rayjob`` XCom); see
+    ``kueue_ray.results.rayjob_details``."""
+    from kueue_ray.results import rayjob_details as details
+
+    return details(rayjob, payload, **extra)
+
+
+OWN_LINKS = (RayDashboardLink, KueueTabLink)
+"""The extra links a success ended in the triggerer leaves as a worker would (``trigger_ending``)."""
+
+
+def needs_worker(operator: BaseOperator, own_class: type) -> str | None:
+    """Why ``operator``'s success must resume on a worker rather than end in the triggerer; None if it
+    need not. Ending in the triggerer skips everything a worker runs after ``execute_complete``."""
+    if type(operator).execute_complete is not own_class.execute_complete:
+        return f"{type(operator).__name__} overrides execute_complete"
+    if operator.on_success_callback:
+        return "it has an on_success_callback, which Airflow 3.3 runs only on a worker"
+    if operator.outlets:
+        return "it has outlets, whose asset events a worker emits"
+    if type(operator).post_execute is not BaseOperator.post_execute:
+        return f"{type(operator).__name__} overrides post_execute"
+    others = [link.name for link in operator.operator_extra_links if not isinstance(link, OWN_LINKS)]
+    if others:
+        return f"its extra links {others} are computed on a worker"
+    from airflow.sdk.listener import get_listener_manager
+
+    if get_listener_manager().has_listeners:
+        # Airflow refuses to parse a task whose ``end_from_trigger`` is set while listeners are installed,
+        # for this reason; deciding here instead keeps such deployments working, on the worker path.
+        return "listener plugins are installed, and they see a task succeed only on a worker"
+    return None
+
+
+def trigger_ending(
+    operator: BaseOperator, own_class: type, rayjob_extra: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The trigger's ``end_in_triggerer`` for this task (``kueue_ray.results.TriggerEnding``), or None when
+    a success must resume on a worker (switched off, or ``needs_worker``; the task log says why)."""
+    if not operator.end_in_triggerer:
+        return None
+    reason = needs_worker(operator, own_class)
+    if reason is not None:
+        operator.log.info("When its RayJob succeeds, this task resumes on a worker: %s", reason)
+        return None
+    from kueue_ray.results import TriggerEnding
+
+    template = dashboard_template(operator)
+    # The Kueue tab's link is known from the deferral on (the task instance's page) and stays as the
+    # deferring segment pushed it; the dashboard's may need fields KubeRay fills in later, so it is rendered
+    # again at the end.
+    links = {
+        link.xcom_key: template
+        for link in operator.operator_extra_links
+        if isinstance(link, RayDashboardLink)
     }
-    for key in ("workload_name", "cluster_queue", "ray_cluster", "job_id", "dashboard_url"):
-        if payload and payload.get(key):
-            details[key] = payload[key]
-    return details
+    return TriggerEnding(
+        log_tail_lines=operator.log_tail_lines,
+        rayjob_extra=dict(rayjob_extra),
+        links=links,
+        push_return_value=bool(operator.do_xcom_push),
+    ).to_dict()
 
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -193,52 +238,24 @@ def finish(
     """Shared end of waiting (operator and sensor): timeline to XCom, driver log to the task log, raise
     on anything but success."""
 
+    from kueue_ray.hook import RayJobHook
+    from kueue_ray.results import LOG_TAIL_HEADER, reference, summary_lines
+
     ti = context["ti"]
-    timeline = event.get("timeline") or {}
-    ti.xcom_push(key=TIMELINE_XCOM_KEY, value=timeline)
+    ti.xcom_push(key=TIMELINE_XCOM_KEY, value=event.get("timeline") or {})
     name, namespace = event["name"], event["namespace"]
-    operator.log.info(
-        "RayJob %s/%s ended %s after %.1fs queued (%.1fs of it waiting for admission checks) and %.1fs "
-        "running; %d admission(s), %d preemption(s), %d eviction(s) for pods not ready",
-        namespace,
-        name,
-        event.get("phase") or event["status"],
-        timeline.get("queued_seconds") or 0.0,
-        timeline.get("awaiting_checks_seconds") or 0.0,
-        timeline.get("running_seconds") or 0.0,
-        len(timeline.get("admissions") or ()),
-        len(timeline.get("preemptions") or ()),
-        timeline.get("pods_ready_eviction_count") or 0,
-    )
-    preemptions = timeline.get("preemptions") or ()
-    if preemptions:
-        from kueue_ray.hook import RayJobHook
-        from kueue_ray.narration import name_preemptor, preemptor_job_uid, readable_quantities
-
-        hook = RayJobHook(kubernetes_conn_id=operator.kubernetes_conn_id)
-        for preemption in preemptions:
-            message = preemption.get("message") or ""
-            uid = preemptor_job_uid(message)
-            preemptor = find_rayjob(hook, namespace, uid) if uid else None
-            told = readable_quantities(name_preemptor(message, preemptor))
-            operator.log.info("  preempted at %s: %s", preemption.get("at"), told)
-    for eviction in timeline.get("evictions") or ():
-        operator.log.info(
-            "  evicted at %s (%s): %s", eviction.get("at"), eviction.get("reason"), eviction.get("message")
-        )
+    hook = RayJobHook(kubernetes_conn_id=operator.kubernetes_conn_id)
+    for line in summary_lines(event, lambda uid: find_rayjob(hook, namespace, uid)):
+        operator.log.info(line)
     if log_tail_lines > 0 and event.get("status") != DELETED:
-        from kueue_ray.hook import RayJobHook
-
-        tail = RayJobHook(kubernetes_conn_id=operator.kubernetes_conn_id).submitter_log_tail(
-            name, namespace, log_tail_lines
-        )
+        tail = hook.submitter_log_tail(name, namespace, log_tail_lines)
         if tail:
-            operator.log.info("Last %d lines of the Ray driver (submitter) log:\n%s", log_tail_lines, tail)
+            operator.log.info(LOG_TAIL_HEADER, log_tail_lines, tail)
     if event["status"] != SUCCESS:
         raise AirflowException(
             f"RayJob {namespace}/{name} did not succeed ({event['status']}, {event.get('reason')}): {event.get('message')}"
         )
-    return {"name": name, "namespace": namespace, "uid": event["uid"]}
+    return reference(event)
 
 
 class SubmitRayJobOperator(BaseOperator):
@@ -251,7 +268,9 @@ class SubmitRayJobOperator(BaseOperator):
     adopts the RayJob an earlier try submitted (or replaces it if that one failed) instead of queueing a
     duplicate.
 
-    Waiting is deferred to the triggerer by default, where one shared watch serves all waiting tasks.
+    Waiting is deferred to the triggerer by default, where one shared watch serves all waiting tasks, and
+    a success ends the task there too (``end_in_triggerer``): the task leaves the same XComs and log
+    lines without taking a worker slot again or waiting for the scheduler to hand it one.
     The task log tells what happens and why (queued with position, admitted with flavors, running,
     preempted, requeued, ...). Queueing is normal: no timeout counts queue time unless ``queue_timeout`` is
     set, and waiting for admission checks (quota reserved, not yet admitted) is queueing too: ``run_timeout``
@@ -290,6 +309,12 @@ class SubmitRayJobOperator(BaseOperator):
     :param kubernetes_conn_id: Airflow ``kubernetes`` connection.
     :param wait_for_completion: wait for the RayJob to finish (else return after submitting).
     :param deferrable: wait in the triggerer (default) instead of holding a worker slot.
+    :param end_in_triggerer: when the RayJob succeeds, end the task in the triggerer (default): XComs
+        ``timeline``, ``rayjob``, ``return_value`` and the dashboard link, the closing lines and the driver
+        log tail in the task log, then Airflow's ``TaskSuccessEvent``; no worker runs again. False resumes
+        on a worker (``execute_complete``), as does every failure (so retries apply) and a task that must
+        run code on a worker at its end (a subclass overriding ``execute_complete`` or ``post_execute``, an
+        ``on_success_callback``, ``outlets``, other extra links; the task log says which).
     :param queue_timeout / run_timeout: seconds; see ``kueue_ray.trigger.Watchdog``.
     :param fail_on_inadmissible / inadmissible_grace / max_preemptions: see ``Watchdog``.
     :param max_pods_ready_evictions: how many evictions for pods that did not get ready within Kueue's
@@ -345,6 +370,7 @@ class SubmitRayJobOperator(BaseOperator):
         kubernetes_conn_id: str = "kubernetes_default",
         wait_for_completion: bool = True,
         deferrable: bool = True,
+        end_in_triggerer: bool = True,
         queue_timeout: float | None = None,
         run_timeout: float | None = None,
         fail_on_inadmissible: bool = True,
@@ -376,6 +402,7 @@ class SubmitRayJobOperator(BaseOperator):
         self.kubernetes_conn_id = kubernetes_conn_id
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
+        self.end_in_triggerer = end_in_triggerer
         self.queue_timeout = queue_timeout
         self.run_timeout = run_timeout
         self.fail_on_inadmissible = fail_on_inadmissible
@@ -483,6 +510,10 @@ class SubmitRayJobOperator(BaseOperator):
             resync_interval=self.resync_interval,
         )
         if self.deferrable and observe(rayjob, None).phase not in TERMINAL_PHASES:
+            trigger.end_in_triggerer = trigger_ending(
+                self, SubmitRayJobOperator, {"queue": self.local_queue, "priority": priority}
+            )
+            trigger.deferred_at = datetime.now(UTC).isoformat()
             self.defer(trigger=trigger, method_name="execute_complete")
         return self.execute_complete(context, wait_in_worker(hook, trigger, self.log, self.poll_interval))
 
@@ -552,9 +583,10 @@ class SubmitRayJobOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after waiting: timeline to XCom, driver log to the task log, raise unless succeeded."""
-        identity = {"metadata": {key: event.get(key) for key in ("name", "namespace", "uid")}}
-        self.rayjob_details = rayjob_details(
-            identity, event, queue=event.get("queue") or self.local_queue, priority=event.get("priority")
+        from kueue_ray.results import event_details
+
+        self.rayjob_details = event_details(
+            event, queue=event.get("queue") or self.local_queue, priority=event.get("priority")
         )
         context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
         if event["status"] in GAVE_UP:

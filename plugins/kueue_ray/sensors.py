@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
-from kueue_ray.links import RAYJOB_XCOM_KEY, KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
-from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL
-from kueue_ray.operators import WorkerWait, finish, rayjob_details, task_identity
+from kueue_ray.links import KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
+from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL, RAYJOB_XCOM_KEY
+from kueue_ray.operators import WorkerWait, finish, rayjob_details, task_identity, trigger_ending
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -49,6 +49,8 @@ class RayJobSensor(BaseSensorOperator):
     :param submit_task_id: take name / namespace / uid from this task's ``rayjob`` XCom instead.
     :param kubernetes_conn_id: Airflow ``kubernetes`` connection.
     :param deferrable: wait in the triggerer (default); else poke / reschedule with the sync hook.
+    :param end_in_triggerer: when the RayJob succeeds, end the task in the triggerer with the same XComs
+        and log lines (default); False resumes on a worker. See ``SubmitRayJobOperator``.
     :param queue_timeout / run_timeout / fail_on_inadmissible / inadmissible_grace / max_preemptions /
         max_pods_ready_evictions: see ``kueue_ray.trigger.Watchdog`` and ``SubmitRayJobOperator``
         (``max_pods_ready_evictions`` defaults to 1 here too). In reschedule mode the inadmissible grace
@@ -73,6 +75,7 @@ class RayJobSensor(BaseSensorOperator):
         submit_task_id: str | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
         deferrable: bool = True,
+        end_in_triggerer: bool = True,
         queue_timeout: float | None = None,
         run_timeout: float | None = None,
         fail_on_inadmissible: bool = True,
@@ -93,6 +96,7 @@ class RayJobSensor(BaseSensorOperator):
         self.submit_task_id = submit_task_id
         self.kubernetes_conn_id = kubernetes_conn_id
         self.deferrable = deferrable
+        self.end_in_triggerer = end_in_triggerer
         self.queue_timeout = queue_timeout
         self.run_timeout = run_timeout
         self.fail_on_inadmissible = fail_on_inadmissible
@@ -189,6 +193,8 @@ class RayJobSensor(BaseSensorOperator):
         if self.deferrable:
             waiter = self._register_as_waiter(rayjob, context) if self.delete_on_kill else None
             self._trigger = self._make_trigger(rayjob, waiter)
+            self._trigger.end_in_triggerer = trigger_ending(self, RayJobSensor, {})
+            self._trigger.deferred_at = datetime.now(UTC).isoformat()
             self.defer(
                 trigger=self._trigger,
                 method_name="execute_complete",
@@ -208,7 +214,8 @@ class RayJobSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, event))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        identity = {"metadata": {key: event.get(key) for key in ("name", "namespace", "uid")}}
-        self.rayjob_details = rayjob_details(identity, event)
+        from kueue_ray.results import event_details
+
+        self.rayjob_details = event_details(event)
         context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
         return finish(self, context, event, log_tail_lines=self.log_tail_lines)

@@ -49,7 +49,10 @@ def to_iso(epoch: float | None) -> str | None:
 class Timeline:
     submitted_at: float | None = None
     admissions: list[dict] = field(default_factory=list)
-    """[{"at", "cluster_queue", "flavors"}], one per (re-)admission."""
+    """[{"at", "cluster_queue", "flavors", "reserved_at", "queued_since"}], one per (re-)admission: when
+    Kueue admitted it (``at``), when it reserved the quota (``reserved_at``: earlier than ``at`` only when
+    admission checks had to pass), and when this wait for admission began (``queued_since``: submission,
+    or the preemption or eviction before it)."""
     preemptions: list[dict] = field(default_factory=list)
     """[{"at", "reason", "message"}], one per preemption."""
     evictions: list[dict] = field(default_factory=list)
@@ -73,6 +76,10 @@ class Timeline:
     """Kueue preemptions (Observation.preemptions) already accounted for in ``preemptions``."""
     pods_ready_eviction_count: int = 0
     """``PodsReadyTimeout`` evictions (Observation.pods_ready_evictions) already listed in ``evictions``."""
+    queued_since: float | None = None
+    """When the current wait for admission began (None: at submission)."""
+    quota_reserved_at: float | None = None
+    """When Kueue reserved quota for the admission being waited for (admission checks pending)."""
     transitions: list[dict] = field(default_factory=list)
     """[{"at", "phase", "reason", "message"}], one per phase change, oldest first. What happened before
     the first observation is filled in from the objects' own timestamps (see ``_catch_up``)."""
@@ -84,14 +91,17 @@ class Timeline:
         current = observation.phase
         if self.submitted_at is None:
             self.submitted_at = now
-        reserved_at = None
+        admitted_at = None
         current_since = now
-        if self.last_observed_at is None:
-            reserved_at = self._catch_up(observation, now)
-            current_since = self._transitions_before(observation, reserved_at, now)
+        first_look = self.last_observed_at is None
+        if first_look:
+            admitted_at = self._catch_up(observation, now)
+            current_since = self._transitions_before(observation, admitted_at, now)
         elif previous is not None:
             self._attribute(previous, max(0.0, now - self.last_observed_at))
         self.last_observed_at = max(now, self.last_observed_at or now)
+        if current is Phase.AWAITING_CHECKS and self.quota_reserved_at is None:
+            self.quota_reserved_at = now
 
         newly_admitted = current in _ADMITTED_PHASES and previous not in _ADMITTED_PHASES
         # First seen over: it was admitted if Kueue says so (finished Workloads keep Admitted=True), or it
@@ -101,14 +111,21 @@ class Timeline:
             observation.cluster_queue is not None and current is not Phase.DEACTIVATED
         )
         first_seen_finished = current in TERMINAL_PHASES and not self.admissions and was_admitted
-        if newly_admitted or first_seen_finished:
+        # First seen being evicted (e.g. a waiter that starts while Kueue preempts it): the admission it is
+        # losing happened, and comes before the eviction recorded below.
+        first_seen_evicted = first_look and current in EVICTION_PHASES and was_admitted
+        if newly_admitted or first_seen_finished or first_seen_evicted:
+            at = admitted_at if admitted_at is not None else now
             self.admissions.append(
                 {
-                    "at": reserved_at if reserved_at is not None else now,
+                    "at": at,
                     "cluster_queue": observation.cluster_queue,
                     "flavors": observation.flavors,
+                    "reserved_at": min(self.quota_reserved_at or at, at),
+                    "queued_since": self.queued_since if self.queued_since is not None else self.submitted_at,
                 }
             )
+            self.quota_reserved_at = None
             self.resource_usage = dict(observation.resource_usage)
         elif current in _ADMITTED_PHASES and observation.resource_usage:
             self.resource_usage = dict(observation.resource_usage)
@@ -121,11 +138,13 @@ class Timeline:
         }
         if current is Phase.PREEMPTED and previous is not Phase.PREEMPTED:
             self.preemptions.append({"at": now, **kueue_words})
+            self._requeued(now)
             if observation.preemptions > self.preemption_count:
                 self.preemption_count += 1
         while observation.preemptions > self.preemption_count:
             # The PREEMPTED moment itself was not observed (e.g. RUNNING straight to QUEUED).
             self.preemptions.append({"at": now, **kueue_words})
+            self._requeued(now)
             self.preemption_count += 1
             self._note(Phase.PREEMPTED, now, kueue_words["reason"], kueue_words["message"])
         self._record_evictions(observation, previous, now)
@@ -146,6 +165,7 @@ class Timeline:
         said = {"reason": observation.reason, "message": observation.message}
         if current in (Phase.PODS_NOT_READY, Phase.EVICTED) and previous is not current:
             self.evictions.append({"at": now, **said})
+            self._requeued(now)
             if (
                 current is Phase.PODS_NOT_READY
                 and observation.pods_ready_evictions > self.pods_ready_eviction_count
@@ -153,7 +173,13 @@ class Timeline:
                 self.pods_ready_eviction_count += 1
         while observation.pods_ready_evictions > self.pods_ready_eviction_count:
             self.evictions.append({"at": now, "reason": "PodsReadyTimeout", "message": observation.message})
+            self._requeued(now)
             self.pods_ready_eviction_count += 1
+
+    def _requeued(self, at: float) -> None:
+        """Kueue took the quota away: the next admission is waited for from here."""
+        self.queued_since = at
+        self.quota_reserved_at = None
 
     def _note(self, phase: Phase, at: float, reason: str = "", message: str = "") -> None:
         """Append a transition, never before the previous one (clocks and 1 s precision differ)."""
@@ -200,6 +226,7 @@ class Timeline:
             reserved_at = self._within(observation.quota_reserved_at, self.submitted_at, now)
             self._attribute(Phase.QUEUED, reserved_at - self.submitted_at)
             self._attribute(Phase.AWAITING_CHECKS, now - reserved_at)
+            self.quota_reserved_at = reserved_at
             return None
         if phase in WAITING_PHASES:
             self._attribute(phase, max(0.0, now - self.submitted_at))
@@ -213,6 +240,7 @@ class Timeline:
             )
         if reserved_at is None:
             return None
+        self.quota_reserved_at = quota_at
         self.resource_usage = dict(observation.resource_usage)
         self._attribute(Phase.QUEUED, quota_at - self.submitted_at)
         self._attribute(Phase.AWAITING_CHECKS, reserved_at - quota_at)
@@ -255,7 +283,10 @@ class Timeline:
         """JSON-serialisable form: ISO 8601 UTC instants, seconds rounded to milliseconds."""
         return {
             "submitted_at": to_iso(self.submitted_at),
-            "admissions": [{**a, "at": to_iso(a["at"])} for a in self.admissions],
+            "admissions": [
+                {**a, **{k: to_iso(a[k]) for k in ("at", "reserved_at", "queued_since") if k in a}}
+                for a in self.admissions
+            ],
             "preemptions": [{**p, "at": to_iso(p["at"])} for p in self.preemptions],
             "evictions": [{**e, "at": to_iso(e["at"])} for e in self.evictions],
             "finished_at": to_iso(self.finished_at),
@@ -270,6 +301,8 @@ class Timeline:
             "resource_usage": dict(self.resource_usage),
             "preemption_count": self.preemption_count,
             "pods_ready_eviction_count": self.pods_ready_eviction_count,
+            "queued_since": to_iso(self.queued_since),
+            "quota_reserved_at": to_iso(self.quota_reserved_at),
             "transitions": [{**t, "at": to_iso(t["at"])} for t in self.transitions],
         }
 
@@ -282,7 +315,10 @@ class Timeline:
 
         return cls(
             submitted_at=epoch(data.get("submitted_at")),
-            admissions=[{**a, "at": epoch(a.get("at"))} for a in data.get("admissions") or []],
+            admissions=[
+                {**a, **{k: epoch(a.get(k)) for k in ("at", "reserved_at", "queued_since") if k in a}}
+                for a in data.get("admissions") or []
+            ],
             preemptions=[{**p, "at": epoch(p.get("at"))} for p in data.get("preemptions") or []],
             evictions=[{**e, "at": epoch(e.get("at"))} for e in data.get("evictions") or []],
             finished_at=epoch(data.get("finished_at")),
@@ -297,5 +333,7 @@ class Timeline:
             resource_usage=dict(data.get("resource_usage") or {}),
             preemption_count=int(data.get("preemption_count") or 0),
             pods_ready_eviction_count=int(data.get("pods_ready_eviction_count") or 0),
+            queued_since=epoch(data.get("queued_since")),
+            quota_reserved_at=epoch(data.get("quota_reserved_at")),
             transitions=[{**t, "at": epoch(t.get("at"))} for t in data.get("transitions") or []],
         )

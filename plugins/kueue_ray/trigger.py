@@ -10,11 +10,20 @@ relist is the safety net against missed events, and queue positions come from a 
 every trigger in the LocalQueue. Only a RayJob outside the hub's watch (a sensor on a foreign RayJob) is
 re-read by its own trigger.
 
-It fires exactly one TriggerEvent, and only when waiting is over (``Watchdog``): a terminal phase,
+It fires exactly one event, and only when waiting is over (``Watchdog``): a terminal phase,
 inadmissible for longer than the grace period, a queue or run timeout, too many preemptions, too many
 evictions for pods that never got ready, or the RayJob deleted under us. Everything else is logged, not reported. An API failure is never a reason: reads retry
 until the API server answers, and anything unexpected is logged and the wait resumes, because a trigger
 that ends without an event fails its task for a reason that has nothing to do with the RayJob.
+
+A success ends the task right here when the task allows it (``end_in_triggerer``, decided by the operator
+or sensor when it deferred): the trigger writes the closing lines and the driver log tail to the task log
+and yields Airflow's ``TaskSuccessEvent`` with the XComs the worker would have pushed
+(``kueue_ray.results``), so no worker slot is taken and no scheduler round trip is waited for. Everything
+else (failures, which must raise so that retries apply; give-ups, which delete the RayJob; tasks whose end
+runs user code) fires a plain TriggerEvent and resumes on a worker.
+
+Queue metrics (``kueue_ray.metrics``) are counted here, where the transitions are seen.
 
 Side effects are limited to ``on_kill`` (a user marked the task failed/success or cleared it), which
 deletes the RayJob only if this very task try still owns it (the operator) or is still its registered
@@ -35,11 +44,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
-from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, NOTICE, Backoff
+from kueue_ray.hub import ADMITTED, DEFAULT_RESYNC_SECONDS, NOTICE, QUEUED, Backoff
+from kueue_ray.metrics import WaitMetrics
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
+from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
 from kueue_ray.status import Observation, Phase, observe, pods_not_ready_hint
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.verdicts import (
@@ -61,6 +72,8 @@ UNWATCHED_POLL_SECONDS = 15.0
 """Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""
 RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX = 1.0, 60.0
 """Pause before resuming a wait that an unexpected error interrupted (doubling, jittered)."""
+LOG_TAIL_TIMEOUT_SECONDS = 15.0
+"""How long reading the driver log may hold up a success that ends in the triggerer."""
 
 
 @dataclass
@@ -69,6 +82,7 @@ class _Progress:
 
     timeline: Timeline
     watchdog: Watchdog
+    metrics: WaitMetrics
     story: Story = field(default_factory=Story)
 
 
@@ -335,6 +349,10 @@ class RayJobTrigger(BaseTrigger):
     :param resync_interval: the longest a missed watch event may go unnoticed, in seconds: the hub relists
         the namespace's RayJobs and Workloads at the shortest interval of its triggers.
     :param timeline: a Timeline dict to continue (None starts a new one).
+    :param end_in_triggerer: on success, end the task here (``kueue_ray.results.TriggerEnding.to_dict``:
+        XComs and log tail, decided by the task when it deferred); None resumes it on a worker.
+    :param deferred_at: ISO time the task deferred; a trigger starting much later is a restart, which
+        must not count the RayJob's past in the queue metrics again (``kueue_ray.metrics``).
     """
 
     def __init__(
@@ -357,6 +375,8 @@ class RayJobTrigger(BaseTrigger):
         submitted_at: str | None = None,
         resync_interval: float = DEFAULT_RESYNC_SECONDS,
         timeline: dict[str, Any] | None = None,
+        end_in_triggerer: dict[str, Any] | None = None,
+        deferred_at: str | None = None,
     ) -> None:
         super().__init__()
         self.name = name
@@ -376,6 +396,8 @@ class RayJobTrigger(BaseTrigger):
         self.submitted_at = submitted_at
         self.resync_interval = resync_interval
         self.timeline = timeline
+        self.end_in_triggerer = dict(end_in_triggerer) if end_in_triggerer else None
+        self.deferred_at = deferred_at
         self._fired = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -399,6 +421,8 @@ class RayJobTrigger(BaseTrigger):
                 "submitted_at": self.submitted_at,
                 "resync_interval": self.resync_interval,
                 "timeline": self.timeline,
+                "end_in_triggerer": self.end_in_triggerer,
+                "deferred_at": self.deferred_at,
             },
         )
 
@@ -418,7 +442,15 @@ class RayJobTrigger(BaseTrigger):
         timeline = Timeline.from_dict(self.timeline)
         if timeline.submitted_at is None and self.submitted_at:
             timeline.submitted_at = to_epoch(self.submitted_at)
-        progress = _Progress(timeline, self.make_watchdog())
+        wait_metrics = WaitMetrics(
+            self.uid,
+            queue=self.queue,
+            priority=self.priority,
+            namespace=self.namespace,
+            deferred_at=self.deferred_at,
+            started=utcnow(),
+        )
+        progress = _Progress(timeline, self.make_watchdog(), wait_metrics)
         self.log.info(
             "Waiting for RayJob %s/%s (uid %s, queue %s, priority %s) through the shared watch",
             self.namespace,
@@ -470,6 +502,9 @@ class RayJobTrigger(BaseTrigger):
                     MANAGED_BY_VALUE,
                     reread,
                 )
+            if rayjob is not None:
+                labels = (rayjob.get("metadata") or {}).get("labels") or {}
+                subscription.queue = self.queue or labels.get(QUEUE_LABEL)
             while True:
                 now = utcnow()
                 if rayjob is None:
@@ -479,12 +514,18 @@ class RayJobTrigger(BaseTrigger):
                         f"RayJob {self.namespace}/{self.name} (uid {self.uid}) was deleted before it finished",
                     )
                     self.log.error(verdict.message)
+                    progress.metrics.ended(verdict.status, verdict.reason, None)
                     return self._fire(verdict, None, timeline)
                 observation = observe(rayjob, workload)
                 timeline.record(observation, now)
+                progress.metrics.recorded(timeline, observation.cluster_queue)
+                subscription.stage = QUEUED if observation.phase in WAITING_PHASES else ADMITTED
                 await self._tell(progress.story, rayjob, observation, subscription)
                 verdict = watchdog.check(observation, workload, now)
                 if verdict is not None:
+                    progress.metrics.ended(verdict.status, verdict.reason, observation.cluster_queue)
+                    if verdict.status == SUCCESS and self.end_in_triggerer is not None:
+                        return await self._end_here(verdict, observation, timeline, subscription)
                     return self._fire(verdict, observation, timeline)
                 waits = []
                 if next_reread is not None:
@@ -507,9 +548,8 @@ class RayJobTrigger(BaseTrigger):
                     continue
                 rayjob, workload = await _apply(update, rayjob, workload, subscription)
 
-    def _fire(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> TriggerEvent:
-        self._fired = True
-        payload = event_payload(
+    def _payload(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> dict:
+        return event_payload(
             verdict,
             observation,
             timeline,
@@ -519,7 +559,81 @@ class RayJobTrigger(BaseTrigger):
             queue=self.queue,
             priority=self.priority,
         )
-        return TriggerEvent(payload)
+
+    def _fire(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> TriggerEvent:
+        """The event that resumes the task on a worker (``execute_complete``)."""
+        self._fired = True
+        return TriggerEvent(self._payload(verdict, observation, timeline))
+
+    async def _end_here(
+        self, verdict: Verdict, observation: Observation, timeline: Timeline, subscription: Any
+    ) -> TaskSuccessEvent:
+        """End a successful task in the triggerer: the log lines and XComs ``execute_complete`` would have
+        written on a worker (``kueue_ray.results``), then Airflow's ``TaskSuccessEvent``."""
+        from kueue_ray.links import dashboard_url
+
+        ending = TriggerEnding.from_dict(self.end_in_triggerer)
+        payload = self._payload(verdict, observation, timeline)
+        for line in summary_lines(payload, subscription.rayjob_by_uid):
+            self.log.info(line)
+        if ending.log_tail_lines > 0:
+            tail = await self._log_tail(subscription, ending.log_tail_lines)
+            if tail:
+                self.log.info(LOG_TAIL_HEADER, ending.log_tail_lines, tail)
+        xcoms = ending.xcoms(payload, dashboard_url)
+        self.log.info(
+            "RayJob %s/%s succeeded: the task ends here in the triggerer, no worker needed",
+            self.namespace,
+            self.name,
+        )
+        if self.task_instance is None:  # run outside a triggerer (dag.test): Airflow's own way
+            self._fired = True
+            return TaskSuccessEvent(xcoms=xcoms)
+        await self._push(xcoms)
+        self._fired = True
+        return TaskSuccessEvent()
+
+    async def _push(self, xcoms: dict[str, Any]) -> None:
+        """Store the XComs exactly as a worker's ``xcom_push`` does: through Airflow's XCom class (and so
+        any custom XCom backend) and the triggerer's channel to the API server.
+
+        Not as ``TaskSuccessEvent(xcoms=...)``: Airflow 3.3.2 stores those JSON-encoded once more than a
+        worker's (``TaskInstance.xcom_push`` serializes, the column serializes again), so a downstream
+        task would pull a string where it pulled a dict before.
+        """
+        from airflow.sdk.execution_time.xcom import XCom
+
+        ti = self.task_instance
+        map_index = getattr(ti, "map_index", -1)
+        for key, value in xcoms.items():
+            await XCom.aset(
+                key,
+                value,
+                dag_id=ti.dag_id,
+                task_id=ti.task_id,
+                run_id=ti.run_id,
+                map_index=-1 if map_index is None else map_index,
+            )
+
+    async def _log_tail(self, subscription: Any, lines: int) -> str | None:
+        """The driver (submitter) log's last lines, through the namespace's shared client; None, with a
+        warning, when it cannot be read in time (the RayJob succeeded: the task does too)."""
+        from kueue_ray.hook import AsyncRayJobHook
+
+        hook = AsyncRayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
+        try:
+            async with asyncio.timeout(LOG_TAIL_TIMEOUT_SECONDS), subscription.api_client() as client:
+                return await hook.submitter_log_tail(self.name, self.namespace, lines, api_client=client)
+        except Exception as exc:  # noqa: BLE001 - a missing log tail never fails a successful task
+            from kueue_ray.api_errors import describe_error
+
+            self.log.warning(
+                "The Ray driver log of RayJob %s/%s could not be read (%s); the task succeeds without it",
+                self.namespace,
+                self.name,
+                describe_error(exc),
+            )
+            return None
 
     async def _tell(self, story: Story, rayjob: dict, observation: Observation, subscription: Any) -> None:
         """Write to the task log what is new (``kueue_ray.narration``): a transition, with the queue position
@@ -550,10 +664,8 @@ class RayJobTrigger(BaseTrigger):
         queue = self.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
         if not queue:
             return None
-        from kueue_ray.hook import position_from_summary
-
-        summary = await subscription.pending_workloads(queue)
-        position = position_from_summary(summary, observation.workload_name) if summary else None
+        positions = await subscription.pending_positions(queue)
+        position = positions.get(observation.workload_name) if positions else None
         return position.describe() if position else None
 
     async def on_kill(self) -> None:

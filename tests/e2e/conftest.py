@@ -24,6 +24,7 @@ import pytest
 from devtools.airflow import ROOT, start_airflow
 from devtools.kubesim_process import ALL_SETUPS, start_kubesim
 from devtools.postgres import metadata_database
+from devtools.statsd import StatsdListener
 from tests.e2e.harness import E2E, wait_until
 
 E2E_DIR = Path(__file__).resolve().parent
@@ -32,7 +33,7 @@ FULL = os.environ.get("E2E_FULL") == "1"
 """`make test-full`: the fault test runs its full load."""
 
 PIPELINES = ["text_classifier_finetune", "aurora_finetune_and_serve", "llm_train_and_batch_inference"]
-E2E_DAGS = ["e2e_rayjob", "e2e_guarded", "e2e_worker_death", "e2e_orphan"]
+E2E_DAGS = ["e2e_rayjob", "e2e_on_worker", "e2e_retried", "e2e_guarded", "e2e_worker_death", "e2e_orphan"]
 MAINTENANCE = ["kueue_ray_janitor"]
 
 
@@ -79,13 +80,23 @@ def database_url():
 
 
 @pytest.fixture(scope="session")
-def airflow(kubesim, database_url, tmp_path_factory):
+def statsd():
+    """A StatsD listener that the session's Airflow sends its metrics to (Airflow's own and the queue
+    metrics of kueue_ray.metrics), tags InfluxDB-style."""
+    listener = StatsdListener()
+    yield listener
+    listener.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow(kubesim, database_url, statsd, tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow")
     instance = start_airflow(
         home,
         kubeconfig=kubesim.kubeconfig,
         database_url=database_url,
         extra_env={
+            **statsd.airflow_env(),
             "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": dag_bundles(),
             # Tests unpause what they run, so no scheduled run appears in another test's queue.
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",

@@ -11,7 +11,7 @@ from tests.e2e.harness import wait_until
 pytestmark = pytest.mark.timeout(420)
 
 DAG = "text_classifier_finetune"
-PREEMPTED_BY_PRIORITY = "Preempted to accommodate a workload"
+PREEMPTED_BY_PRIORITY = "Preempted to accommodate"
 DUE_TO_PRIORITY = "due to prioritization in the ClusterQueue"
 BACKFILL_CONF = {"priority": "prod-priority", "epochs": 9}
 """Asks for prod (the policy must still give dev-priority). 60 s installing the runtime env's packages plus
@@ -79,6 +79,9 @@ def test_preempted_dev_run_tells_kueues_reason_and_counts_one_preemption(e2e, wa
     log = e2e.task_log(DAG, preempted[0], "wait")
     assert "PREEMPTED" in log or "Preempted" in log
     assert PREEMPTED_BY_PRIORITY in log and DUE_TO_PRIORITY in log, log[-3000:]
+    # Kueue names the preemptor by UIDs only; the log names its RayJob and run (at the latest in the
+    # closing lines, written when the preemptor's RayJob is long known).
+    assert f"(DAG {DAG}, run {prod_id}, task submit)" in log, log[-3000:]
     assert timelines[preempted[0]]["final_phase"] == "SUCCEEDED"
 
 

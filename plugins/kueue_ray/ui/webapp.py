@@ -95,8 +95,7 @@ def read_task_xcoms(ref: TaskRef) -> dict[str, Any]:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from kueue_ray.links import RAYJOB_XCOM_KEY
-    from kueue_ray.operators import TIMELINE_XCOM_KEY
+    from kueue_ray.naming import RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY
 
     keys = (RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY, DASHBOARD_LINK_XCOM)
     with create_session() as session:

@@ -1,5 +1,6 @@
-"""e2e-only DAGs: one SubmitRayJobOperator whose every input comes from the run's conf, and two whose
-first try dies right after creating its RayJob (one retries and adopts it, one has no retry left).
+"""e2e-only DAGs: one SubmitRayJobOperator whose every input comes from the run's conf (as is, resuming on a
+worker, with one retry, with limits), and two whose first try dies right after creating its RayJob (one
+retries and adopts it, one has no retry left).
 
 They live in their own DAG bundle (tests/e2e/conftest.py adds it), so `make run` and the DAG integrity
 tests see only the pipelines. Params are free-form on purpose: the bad-input tests must reach the
@@ -54,6 +55,35 @@ with DAG(
     render_template_as_native_obj=True,
     max_active_runs=16,
     tags=["e2e"],
+    params=free_params(),
+):
+    conf_driven_submit("submit")
+
+
+with DAG(
+    dag_id="e2e_on_worker",
+    description="e2e: e2e_rayjob with end_in_triggerer=False: a success resumes on a worker",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    render_template_as_native_obj=True,
+    max_active_runs=16,
+    tags=["e2e"],
+    params=free_params(),
+):
+    conf_driven_submit("submit", end_in_triggerer=False)
+
+
+with DAG(
+    dag_id="e2e_retried",
+    description="e2e: e2e_rayjob with one retry: a failed RayJob fails its try and the retry runs",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    render_template_as_native_obj=True,
+    max_active_runs=16,
+    tags=["e2e"],
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=1)},
     params=free_params(),
 ):
     conf_driven_submit("submit")

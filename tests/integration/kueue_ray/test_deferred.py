@@ -1,5 +1,6 @@
 """The deferred path against kubesim: operator -> TaskDeferred -> RayJobTrigger (shared watch hub) ->
-TriggerEvent -> execute_complete, through queueing, preemption and user kills."""
+TriggerEvent -> execute_complete, through queueing, preemption and user kills. Here every task resumes on
+a worker (``end_in_triggerer=False``); test_end_in_triggerer.py covers a success ending in the triggerer."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def submit(queues, body, context, *, priority=None, task_id="train", **kwargs) -
         priority=priority or queues.low,
         namespace=queues.namespace,
         log_tail_lines=0,
-        **kwargs,
+        **{"end_in_triggerer": False, **kwargs},
     )
 
 

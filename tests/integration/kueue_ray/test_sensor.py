@@ -36,7 +36,7 @@ async def first_event(trigger) -> dict:
 def test_deferred_sensor_follows_the_submitting_task(queues, rayjob_body, task_context):
     context = task_context("train")
     reference = submit(queues, rayjob_body(duration="2"), context)
-    sensor = RayJobSensor(task_id="wait", submit_task_id="train", log_tail_lines=0)
+    sensor = RayJobSensor(task_id="wait", submit_task_id="train", log_tail_lines=0, end_in_triggerer=False)
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(context)
     trigger = deferred.value.trigger
@@ -108,7 +108,7 @@ def test_a_sensor_that_starts_after_admission_still_reports_the_queueing(queues,
         if c["type"] == "QuotaReserved"
     )
 
-    sensor = RayJobSensor(task_id="wait", submit_task_id="train", log_tail_lines=0)
+    sensor = RayJobSensor(task_id="wait", submit_task_id="train", log_tail_lines=0, end_in_triggerer=False)
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(context)
     sensor.execute_complete(context, event=asyncio.run(first_event(deferred.value.trigger)))
@@ -127,7 +127,7 @@ def test_a_sensor_that_starts_after_the_job_finished_reports_how_long_it_ran(
     wait_for(
         lambda: (queues.rayjobs()[0].get("status") or {}).get("jobDeploymentStatus") == "Complete", timeout=60
     )
-    sensor = RayJobSensor(task_id="wait", submit_task_id="train", log_tail_lines=0)
+    sensor = RayJobSensor(task_id="wait", submit_task_id="train", log_tail_lines=0, end_in_triggerer=False)
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(context)
     assert (

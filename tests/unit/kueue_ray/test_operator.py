@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from kueue_ray.hook import QueueCapacity, RayJobHook
 from kueue_ray.operators import SubmitRayJobOperator
@@ -231,3 +232,52 @@ def test_the_kueue_queue_does_not_replace_the_airflow_executor_queue():
     assert (op.local_queue, op.queue) == ("team-a", "gpu-workers")
     assert "local_queue" in op.template_fields and "queue" not in op.template_fields
     assert operator().queue != "team-a"
+
+
+def deferred_trigger(op) -> RayJobTrigger:
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute({"ti": TI(), "dag_run": DagRun("manual"), "params": {}})
+    return deferred.value.trigger
+
+
+def test_a_success_ends_in_the_triggerer_by_default_with_the_operators_xcoms(cluster):
+    trigger = deferred_trigger(operator(log_tail_lines=20))
+    assert trigger.end_in_triggerer == {
+        "log_tail_lines": 20,
+        "rayjob_extra": {"queue": "team-a", "priority": "prod-priority"},
+        "links": {"_link_RayDashboardLink": None},
+        "push_return_value": True,
+    }
+    assert trigger.deferred_at is not None
+    # What the triggerer gets back from the database still says so.
+    assert RayJobTrigger(**trigger.serialize()[1]).end_in_triggerer == trigger.end_in_triggerer
+
+
+class KeepsItsOwnEnd(SubmitRayJobOperator):
+    def execute_complete(self, context, event):
+        return super().execute_complete(context, event)
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda: operator(end_in_triggerer=False), None),
+        (lambda: operator(on_success_callback=lambda context: None), "on_success_callback"),
+        (lambda: operator(outlets=[Asset("s3://models/x")]), "outlets"),
+        (lambda: KeepsItsOwnEnd(task_id="t", template=TEMPLATE, queue="q", priority="p"), "execute_complete"),
+    ],
+)
+def test_a_success_resumes_on_a_worker_when_the_switch_is_off_or_user_code_runs_at_the_end(
+    cluster, capfd, make, why
+):
+    assert deferred_trigger(make()).end_in_triggerer is None
+    if why:
+        assert why in capfd.readouterr().out
+
+
+def test_listener_plugins_keep_the_worker_path(cluster, monkeypatch):
+    class Listeners:
+        has_listeners = True
+
+    monkeypatch.setattr("airflow.sdk.listener.get_listener_manager", lambda: Listeners())
+    assert deferred_trigger(operator()).end_in_triggerer is None

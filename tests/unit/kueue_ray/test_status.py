@@ -6,6 +6,8 @@ from kueue_ray.status import (
     Phase,
     count_pods_ready_evictions,
     count_preemptions,
+    essential_rayjob,
+    essential_workload,
     format_duration,
     is_never_fits,
     observe,
@@ -457,3 +459,67 @@ def test_the_quota_reservation_instant_is_read_only_while_quota_is_reserved():
     assert running.quota_reserved_at == "2026-12-02T10:00:30Z"
     waiting = {**cond("QuotaReserved", "False", "Pending"), "lastTransitionTime": "2026-12-02T10:00:00Z"}
     assert observe(rayjob("Suspended"), workload(waiting)).quota_reserved_at is None
+
+
+POD_TEMPLATE = {
+    "spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.52.0", "args": ["x"] * 50}]}
+}
+EVERY_PHASE = [
+    (rayjob("Suspended"), None),
+    (rayjob("Suspended"), workload(cond("QuotaReserved", "False", "Pending", MORE_NEEDED))),
+    (
+        rayjob("Suspended"),
+        workload(cond("QuotaReserved", "False", "Inadmissible", "ClusterQueue x is inactive")),
+    ),
+    (rayjob("Suspended"), workload(RESERVED, admission=ADMISSION, checks=[("gpu", "Pending", "Waiting")])),
+    (rayjob("Initializing", suspend=False), workload(RESERVED, ADMITTED, admission=ADMISSION)),
+    (
+        rayjob("Running", "RUNNING", suspend=False, jobId="j-1", rayClusterName="rc", dashboardURL="d:8265"),
+        workload(RESERVED, ADMITTED, admission=ADMISSION),
+    ),
+    (
+        rayjob("Suspending", suspend=True),
+        workload(
+            RESERVED,
+            cond("Evicted", "True", "Preempted", PREEMPTED_MSG),
+            cond("Preempted", "True", "InClusterQueue", PREEMPTED_MSG),
+            admission=ADMISSION,
+            evictions=[{"reason": "Preempted", "underlyingCause": "", "count": 1}],
+        ),
+    ),
+    (
+        rayjob("Suspended"),
+        workload(
+            cond("QuotaReserved", "False", "Pending", ""),
+            cond("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout"),
+            evictions=[{"reason": "PodsReadyTimeout", "underlyingCause": "WaitForStart", "count": 1}],
+            requeue_at="2026-12-02T10:05:00Z",
+        ),
+    ),
+    (rayjob("Retrying", suspend=False, failed=1), workload(RESERVED, ADMITTED, admission=ADMISSION)),
+    (
+        rayjob("Complete", "SUCCEEDED", suspend=False, rayJobInfo={"startTime": "t0", "endTime": "t1"}),
+        workload(RESERVED, ADMITTED, cond("Finished", "True", "Succeeded", "done"), admission=ADMISSION),
+    ),
+    (rayjob("Failed", "FAILED", reason="AppFailed", message="exit 1"), None),
+    (rayjob("Suspended"), workload(cond("QuotaReserved", "False", "Pending", ""), active=False)),
+]
+
+
+@pytest.mark.parametrize(("job", "wl"), EVERY_PHASE)
+def test_what_a_watch_cache_keeps_of_the_objects_means_the_same(job, wl):
+    """The hub keeps only ``essential_*`` of each object; observe() must read the same from it."""
+    job = {**job, "spec": {**job["spec"], "rayClusterSpec": {"headGroupSpec": {"template": POD_TEMPLATE}}}}
+    job["metadata"] = {**job["metadata"], "managedFields": [{"manager": "kuberay"}] * 10}
+    if wl is not None:
+        wl = {
+            **wl,
+            "spec": {**wl["spec"], "podSets": [{"name": "head", "count": 1, "template": POD_TEMPLATE}]},
+        }
+    kept_wl = essential_workload(wl) if wl is not None else None
+    assert observe(essential_rayjob(job), kept_wl) == observe(job, wl)
+    assert "rayClusterSpec" not in str(essential_rayjob(job)) and "managedFields" not in str(
+        essential_rayjob(job)
+    )
+    if wl is not None:
+        assert "podSets" not in str(kept_wl)

@@ -372,3 +372,17 @@ def test_a_late_first_observation_dates_the_earlier_phases_from_the_objects():
 
     queued = feed(Timeline(submitted_at=T0), [(40, late(Phase.QUEUED))])
     assert phases(queued) == [(0, "QUEUED")]
+
+
+def test_first_seen_while_preempted_records_the_admission_it_loses_then_the_preemption():
+    """A waiter whose first look finds Kueue preempting the RayJob: it was admitted once, preempted once."""
+    timeline = Timeline(submitted_at=T0)
+    preempted = dataclasses.replace(
+        obs(Phase.PREEMPTED, reason="Preempted", preemptions=1, admitted=True),
+        quota_reserved_at="2026-12-02T10:00:20Z",
+        admitted_at="2026-12-02T10:00:20Z",
+    )
+    timeline.record(preempted, T0 + 60)
+    assert [a["at"] - T0 for a in timeline.admissions] == [20.0]
+    assert [p["at"] - T0 for p in timeline.preemptions] == [60.0]
+    assert timeline.queued_since == T0 + 60

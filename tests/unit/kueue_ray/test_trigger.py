@@ -238,3 +238,22 @@ def test_a_relist_keeps_a_rayjob_its_label_selector_cannot_return():
     )
     assert told == {"foreign": []}
     assert "foreign" in loop.objects
+
+
+def test_one_pass_indexes_every_pending_workloads_position_by_name():
+    """The triggerer's shared visibility read is indexed once, so each queued task's lookup is a dict get."""
+    from kueue_ray.hook import QueuePosition, position_from_summary, positions_from_summary
+
+    summary = {
+        "items": [
+            {"metadata": {"name": f"wl-{i}"}, "positionInLocalQueue": i, "positionInClusterQueue": i + 2}
+            for i in range(3)
+        ]
+    }
+    positions = positions_from_summary(summary)
+    assert positions == {
+        f"wl-{i}": QueuePosition(in_local_queue=i, in_cluster_queue=i + 2, pending_in_local_queue=3)
+        for i in range(3)
+    }
+    assert position_from_summary(summary, "wl-1") == positions["wl-1"]
+    assert position_from_summary(summary, "gone") is None and positions_from_summary({}) == {}

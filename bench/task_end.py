@@ -1,0 +1,185 @@
+"""RayJob ``Complete`` → task success, ending in the triggerer vs resuming on a worker; worker slots per
+successful wait. ``python -m bench.task_end --runs 50 --out bench/results/task_end.json``.
+
+One ``airflow standalone`` (devtools.airflow: scheduler, dag-processor, triggerer, api-server,
+LocalExecutor, parallelism 16) on a throwaway PostgreSQL (devtools.postgres) against kubesim with the
+single-queue setup at time-scale 10, and a StatsD listener (devtools.statsd) that Airflow sends its
+metrics to. The two DAGs of ``bench/dags/task_end.py`` are the pipelines' submit → wait shape, identical
+but for the sensor's ``end_in_triggerer``; ``runs`` manual runs of each are triggered at once, alternating,
+so both paths see the same load (4 active runs per DAG, one RayJob admitted at a time).
+
+* **Complete → task success**: a raw watch of the project's RayJobs (``bench.airflow_e2e.ClusterWatch``)
+  sees ``jobDeploymentStatus`` Complete → the ``wait`` task instance's ``end_date``. On the triggerer
+  path the triggerer sets it when it handles the trigger's ``TaskSuccessEvent``; on the worker path the
+  scheduler queues the resumed task and a worker runs ``execute_complete``.
+* **Worker slots per successful wait**: Airflow's task runner sends the StatsD counter ``ti.start``
+  (tags ``dag_id``, ``task_id``) each time a worker runs a task: once for the ``execute`` that defers,
+  once more for each resume. Per path: (``ti.start`` of ``wait`` − successful waits) ÷ successful waits.
+
+Result::
+
+    {"runs", "airflow_startup_s", "phase_s", "metadata_database",
+     "paths": {dag_id: {"end_in_triggerer", "finished", "states", "complete_to_success": summary_ms,
+                        "complete_to_success_ms": every sample, sorted,
+                        "worker_starts", "worker_slots_per_success"}}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench.airflow_e2e import TERMINAL_TI_STATES, ClusterWatch, epoch
+from bench.stats import summary_ms
+
+BENCH_DAGS = Path(__file__).resolve().parent / "dags"
+PATHS = {"bench_end_in_triggerer": True, "bench_end_on_worker": False}
+"""DAG id → its sensor's ``end_in_triggerer``."""
+TIME_SCALE = 10.0
+
+
+def dag_bundles() -> str:
+    from devtools.airflow import ROOT
+
+    local = "airflow.dag_processing.bundles.local.LocalDagBundle"
+    return json.dumps(
+        [
+            {"name": "dags-folder", "classpath": local, "kwargs": {"path": str(ROOT / "dags")}},
+            {"name": "bench", "classpath": local, "kwargs": {"path": str(BENCH_DAGS)}},
+        ]
+    )
+
+
+def wait_tis(airflow, dag_id: str, prefix: str) -> dict[str, dict]:
+    """The ``wait`` task instances of this benchmark's runs of ``dag_id``, by run id."""
+    response = airflow.api(
+        "GET",
+        f"/dags/{dag_id}/dagRuns/~/taskInstances",
+        params={"task_id": "wait", "run_id_prefix_pattern": prefix, "limit": 1000},
+    )
+    response.raise_for_status()
+    return {ti["dag_run_id"]: ti for ti in response.json()["task_instances"]}
+
+
+def measure_paths(airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: float) -> dict:
+    started = time.monotonic()
+    prefix = f"bench_{uuid.uuid4().hex[:6]}__"
+    for index in range(runs):
+        for dag_id in PATHS:
+            airflow.trigger_dag_run(dag_id, run_id=f"{prefix}{dag_id}_{index:03d}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = {
+            dag_id: {
+                r: ti
+                for r, ti in wait_tis(airflow, dag_id, prefix).items()
+                if ti["state"] in TERMINAL_TI_STATES
+            }
+            for dag_id in PATHS
+        }
+        if all(len(tis) >= runs for tis in done.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    time.sleep(2)  # the last StatsD datagrams
+    paths = {}
+    for dag_id, end_in_triggerer in PATHS.items():
+        states: dict[str, int] = {}
+        latencies = []
+        for run_id, ti in done[dag_id].items():
+            states[ti["state"]] = states.get(ti["state"], 0) + 1
+            if ti["state"] == "success" and ti.get("end_date") and run_id in watch.finished:
+                latencies.append(epoch(ti["end_date"]) - watch.finished[run_id])
+        successes = states.get("success", 0)
+        starts = len(statsd.named("ti.start", dag_id=dag_id, task_id="wait"))
+        paths[dag_id] = {
+            "end_in_triggerer": end_in_triggerer,
+            "finished": len(done[dag_id]),
+            "states": states,
+            "complete_to_success": summary_ms(latencies),
+            "complete_to_success_ms": sorted(round(latency * 1000, 1) for latency in latencies),
+            "worker_starts": starts,
+            "worker_slots_per_success": round((starts - successes) / successes, 2) if successes else None,
+        }
+    return {"runs": runs, "paths": paths, "phase_s": round(time.monotonic() - started, 1)}
+
+
+def measure(runs: int, workdir: Path, timeout_s: float) -> dict:
+    from devtools.airflow import start_airflow
+    from devtools.kubesim_process import start_kubesim
+    from devtools.postgres import start_postgres
+    from devtools.statsd import StatsdListener
+
+    database = start_postgres()
+    sim = start_kubesim(workdir / "kubesim", queues="single-queue", time_scale=TIME_SCALE)
+    statsd = StatsdListener()
+    try:
+        started = time.monotonic()
+        airflow = start_airflow(
+            workdir / "airflow",
+            kubeconfig=sim.kubeconfig,
+            database_url=database.sqlalchemy_url,
+            extra_env={
+                **statsd.airflow_env(),
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+                "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": dag_bundles(),
+            },
+        )
+        try:
+            airflow.wait_for_dags(list(PATHS), timeout=300)
+            startup_s = round(time.monotonic() - started, 1)
+            watch = ClusterWatch(sim.url, sim.headers)
+            watch.start()
+            for dag_id in PATHS:
+                airflow.set_paused(dag_id, False)
+            result = measure_paths(airflow, watch, statsd, runs, timeout_s)
+            watch.stop()
+        finally:
+            airflow.stop()
+    finally:
+        statsd.stop()
+        sim.stop()
+        database.stop()
+    return {**result, "airflow_startup_s": startup_s, "metadata_database": database.version}
+
+
+def render(result: dict) -> str:
+    lines = [
+        f"{result['runs']} runs of each DAG triggered at once, alternating (4 active per DAG, one RayJob "
+        f"admitted at a time); Airflow up in {result['airflow_startup_s']} s; the phase took "
+        f"{result['phase_s']} s.",
+        "",
+        "| path | finished (states) | Complete → task success p50 / p99 / max (ms) | worker slots per successful wait |",
+        "|---|---|---|---|",
+    ]
+    for dag_id, path in result["paths"].items():
+        name = "ends in the triggerer (default)" if path["end_in_triggerer"] else "resumes on a worker"
+        latency = path["complete_to_success"]
+        lines.append(
+            f"| {name} (`{dag_id}`) | {path['finished']} ({path['states']}) | {latency['p50_ms']} / "
+            f"{latency['p99_ms']} / {latency['max_ms']} ({latency['count']} samples) | "
+            f"{path['worker_slots_per_success']} ({path['worker_starts']} `ti.start`) |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.task_end", description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--out", help="write the JSON result here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-task-end-") as directory:
+        result = measure(args.runs, Path(directory), args.timeout)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    print(render(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

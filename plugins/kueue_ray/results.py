@@ -1,0 +1,122 @@
+"""What a finished wait leaves behind: the XComs and the closing lines of the task log.
+
+The same whether the task ends in the triggerer (a successful RayJob: ``RayJobTrigger`` yields Airflow's
+``TaskSuccessEvent`` carrying these XComs, and no worker runs again) or resumes on a worker
+(``kueue_ray.operators.finish``: failures, and tasks that must run user code at the end). So downstream
+tasks, the extra links and the task log cannot tell the two apart.
+
+Pure: no Airflow, no Kubernetes client. Callers pass in what needs I/O (the preemptor RayJob, the driver
+log tail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kueue_ray.naming import RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY
+from kueue_ray.narration import name_preemptor, preemptor_job_uid, readable_quantities
+
+RETURN_VALUE_XCOM_KEY = "return_value"
+"""Airflow's key for what ``execute`` / ``execute_complete`` return (``XCOM_RETURN_KEY``)."""
+LOG_TAIL_HEADER = "Last %d lines of the Ray driver (submitter) log:\n%s"
+
+
+def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """What the links and downstream tasks need to know about the RayJob (the ``rayjob`` XCom)."""
+    metadata = rayjob.get("metadata") or {}
+    status = rayjob.get("status") or {}
+    details = {
+        "name": metadata.get("name"),
+        "namespace": metadata.get("namespace"),
+        "uid": metadata.get("uid"),
+        "ray_cluster": status.get("rayClusterName"),
+        "job_id": status.get("jobId"),
+        "dashboard_url": status.get("dashboardURL"),
+        **extra,
+    }
+    for key in ("workload_name", "cluster_queue", "ray_cluster", "job_id", "dashboard_url"):
+        if payload and payload.get(key):
+            details[key] = payload[key]
+    return details
+
+
+def event_details(event: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    """The ``rayjob`` XCom once waiting is over, from the event payload."""
+    identity = {"metadata": {key: event.get(key) for key in ("name", "namespace", "uid")}}
+    return rayjob_details(identity, event, **extra)
+
+
+def summary_lines(event: Mapping[str, Any], preemptor_of: Callable[[str], dict | None]) -> list[str]:
+    """The closing lines of the task log: how long it queued and ran, then each preemption (its preemptor
+    named, via ``preemptor_of(job_uid)``) and each other eviction."""
+    timeline = event.get("timeline") or {}
+    lines = [
+        f"RayJob {event['namespace']}/{event['name']} ended {event.get('phase') or event['status']} after "
+        f"{timeline.get('queued_seconds') or 0.0:.1f}s queued "
+        f"({timeline.get('awaiting_checks_seconds') or 0.0:.1f}s of it waiting for admission checks) and "
+        f"{timeline.get('running_seconds') or 0.0:.1f}s running; "
+        f"{len(timeline.get('admissions') or ())} admission(s), "
+        f"{len(timeline.get('preemptions') or ())} preemption(s), "
+        f"{timeline.get('pods_ready_eviction_count') or 0} eviction(s) for pods not ready"
+    ]
+    for preemption in timeline.get("preemptions") or ():
+        message = preemption.get("message") or ""
+        uid = preemptor_job_uid(message)
+        told = readable_quantities(name_preemptor(message, preemptor_of(uid) if uid else None))
+        lines.append(f"  preempted at {preemption.get('at')}: {told}")
+    for eviction in timeline.get("evictions") or ():
+        lines.append(
+            f"  evicted at {eviction.get('at')} ({eviction.get('reason')}): {eviction.get('message')}"
+        )
+    return lines
+
+
+def reference(event: Mapping[str, Any]) -> dict[str, Any]:
+    """What the task returns on success: enough to find the RayJob again."""
+    return {"name": event["name"], "namespace": event["namespace"], "uid": event["uid"]}
+
+
+@dataclass(frozen=True)
+class TriggerEnding:
+    """How the trigger ends a successful task itself: what the worker would have pushed and logged.
+
+    Travels in the trigger's kwargs as a plain dict (``to_dict`` / ``from_dict``), so it is decided on
+    the worker when the task defers, where the operator is known.
+
+    :param log_tail_lines: driver (submitter) log lines to copy into the task log; 0 reads none.
+    :param rayjob_extra: keys the ``rayjob`` XCom carries besides the RayJob's own (the operator's queue
+        and priority).
+    :param links: extra-link XCom key -> its URL template (None: the default link), rendered from the
+        ``rayjob`` XCom as ``kueue_ray.links.dashboard_url`` renders it on a worker.
+    :param push_return_value: push ``return_value`` (the operator's ``do_xcom_push``).
+    """
+
+    log_tail_lines: int = 50
+    rayjob_extra: dict[str, Any] = field(default_factory=dict)
+    links: dict[str, str | None] = field(default_factory=dict)
+    push_return_value: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TriggerEnding:
+        return cls(
+            log_tail_lines=int(data.get("log_tail_lines") or 0),
+            rayjob_extra=dict(data.get("rayjob_extra") or {}),
+            links=dict(data.get("links") or {}),
+            push_return_value=bool(data.get("push_return_value", True)),
+        )
+
+    def xcoms(self, event: Mapping[str, Any], render_link: Callable[[str | None, dict], str]) -> dict:
+        """Every XCom the task leaves on success, as the worker's ``execute_complete`` and extra links
+        push them."""
+        details = event_details(event, **self.rayjob_extra)
+        xcoms: dict[str, Any] = {TIMELINE_XCOM_KEY: event.get("timeline") or {}, RAYJOB_XCOM_KEY: details}
+        for key, template in self.links.items():
+            xcoms[key] = render_link(template, details)
+        if self.push_return_value:
+            xcoms[RETURN_VALUE_XCOM_KEY] = reference(event)
+        return xcoms
