@@ -283,7 +283,7 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
     # 7. Not admitted: inadmissible or simply waiting.
     reason = quota.get("reason") or ""
     message = quota.get("message") or ""
-    if reason in _INADMISSIBLE_REASONS or _names_queue_problem(message) or is_never_fits(message):
+    if is_inadmissible(reason, message):
         return result(Phase.INADMISSIBLE, reason or "Inadmissible", message)
     requeue_at = (wl_status.get("requeueState") or {}).get("requeueAt")
     backing_off = evicted.get("status") == "True" and evicted.get("reason") == PODS_READY_TIMEOUT
@@ -298,6 +298,12 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
             detail = f"Backing off until {requeue_at} after: {detail}"
         return result(Phase.QUEUED, reason or evicted.get("reason") or "Requeued", message or detail)
     return result(Phase.QUEUED, reason or "Pending", message or "Waiting for the Kueue scheduler.")
+
+
+def is_inadmissible(reason: str, message: str) -> bool:
+    """True when a ``QuotaReserved=False`` reason / message says waiting cannot help: a configuration
+    problem (queue missing, stopped, inactive) or a request no quota can ever hold."""
+    return reason in _INADMISSIBLE_REASONS or _names_queue_problem(message) or is_never_fits(message)
 
 
 def _names_queue_problem(message: str) -> bool:
