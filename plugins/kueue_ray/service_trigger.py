@@ -200,7 +200,7 @@ class ServiceTimeline:
                 self.starting_seconds += spent
         phase = observation.phase
         if phase in STARTING_SERVICE_PHASES:
-            key = f"{observation.target_cluster}@{observation.admitted_at}"
+            key = f"{observation.workload_name}@{observation.admitted_at}"
             if key != self.admitted_key:
                 self.admitted_key = key
                 self.admissions.append(
