@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-full lint demo bench bench-full venv clean
+.PHONY: run airflow test test-full lint demo bench bench-full venv clean
 
 venv: $(STAMP)
 
@@ -14,8 +14,13 @@ $(STAMP): requirements.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
 	rm -f $(VENV)/.installed-* && touch $@
 
+# Knobs (README "make run"): AIRFLOW_PORT, TIME_SCALE, CLUSTER=kubesim|kubeconfig, KUBECONFIG, UNPAUSE.
 run: venv
 	$(BIN)/python -m devtools.run
+
+# The airflow CLI against `make run`'s Airflow, e.g. make airflow ARGS="dags list"
+airflow: venv
+	@$(BIN)/python -m devtools.cli $(ARGS)
 
 test: venv
 	$(BIN)/ruff check .
@@ -33,7 +38,7 @@ lint: venv
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .run
 
 # Benchmarks (not part of `make test`): quick (< 5 min) and full (every figure of bench/README.md, one run).
 bench: venv

@@ -95,8 +95,10 @@ class ClusterWatch:
     simply has no sample.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
         self.url = url
+        self.headers = headers or {}
+        """Authorization for kubesim's ``--token`` (devtools.kubesim_process always sets one)."""
         self.created: dict[str, float] = {}
         self.finished: dict[str, float] = {}
         self._run_of_uid: dict[str, str] = {}
@@ -145,7 +147,7 @@ class ClusterWatch:
         from kueue_ray.naming import MANAGED_BY_SELECTOR
 
         params = {"labelSelector": MANAGED_BY_SELECTOR} if "rayjobs" in path else {}
-        with httpx.Client(base_url=self.url, timeout=None) as client:
+        with httpx.Client(base_url=self.url, timeout=None, headers=self.headers) as client:
             while not self._stop.is_set():
                 try:
                     self._list_and_watch(client, path, params, handler)
@@ -287,7 +289,7 @@ def measure(runs: int, backfill_runs: int, workdir: Path, timeout_s: float) -> d
     from devtools.postgres import start_postgres
 
     database = start_postgres()
-    sim = start_kubesim(workdir / "kubesim", queues="single", time_scale=TIME_SCALE)
+    sim = start_kubesim(workdir / "kubesim", queues="single-queue", time_scale=TIME_SCALE)
     try:
         started = time.monotonic()
         airflow = start_airflow(
@@ -306,14 +308,22 @@ def measure(runs: int, backfill_runs: int, workdir: Path, timeout_s: float) -> d
         try:
             airflow.wait_for_dags([DAG_ID], timeout=300)
             startup_s = round(time.monotonic() - started, 1)
-            watch = ClusterWatch(sim.url)
+            watch = ClusterWatch(sim.url, sim.headers)
             watch.start()
             airflow.set_paused(DAG_ID, False)
             latency = _phase(measure_latency, airflow, watch, runs, timeout_s) if runs else None
             if latency is not None:
                 latency["airflow_startup_s"] = startup_s
             backfilled = (
-                _phase(backfill.measure, airflow, sim.url, watch, backfill_runs, timeout_s=timeout_s)
+                _phase(
+                    backfill.measure,
+                    airflow,
+                    sim.url,
+                    watch,
+                    backfill_runs,
+                    timeout_s=timeout_s,
+                    headers=sim.headers,
+                )
                 if backfill_runs
                 else None
             )

@@ -124,9 +124,9 @@ def blocker_rayjob() -> dict:
     }
 
 
-def block_queue(sim_url: str, timeout_s: float) -> None:
+def block_queue(sim_url: str, timeout_s: float, headers: dict[str, str] | None = None) -> None:
     """Create the blocker and wait until KubeRay runs it (so it holds the quota)."""
-    with httpx.Client(base_url=sim_url, timeout=30) as client:
+    with httpx.Client(base_url=sim_url, timeout=30, headers=headers) as client:
         client.post(RAYJOBS, json=blocker_rayjob()).raise_for_status()
         deadline = time.monotonic() + timeout_s
         while (client.get(f"{RAYJOBS}/{BLOCKER}").json().get("status") or {}).get(
@@ -137,8 +137,8 @@ def block_queue(sim_url: str, timeout_s: float) -> None:
             time.sleep(0.5)
 
 
-def unblock_queue(sim_url: str) -> None:
-    httpx.delete(f"{sim_url}{RAYJOBS}/{BLOCKER}", timeout=30).raise_for_status()
+def unblock_queue(sim_url: str, headers: dict[str, str] | None = None) -> None:
+    httpx.delete(f"{sim_url}{RAYJOBS}/{BLOCKER}", timeout=30, headers=headers).raise_for_status()
 
 
 def count(airflow, path: str, **params) -> int:
@@ -271,9 +271,19 @@ class Creator(threading.Thread):
         return not self.is_alive() and self.started is None
 
 
-def measure(airflow, sim_url: str, watch, n: int, *, hold_s: float = 15.0, timeout_s: float = 600.0) -> dict:
+def measure(
+    airflow,
+    sim_url: str,
+    watch,
+    n: int,
+    *,
+    hold_s: float = 15.0,
+    timeout_s: float = 600.0,
+    headers: dict[str, str] | None = None,
+) -> dict:
+    """``headers``: kubesim's Authorization (devtools.kubesim_process runs it with a token)."""
     started_phase = time.monotonic()
-    block_queue(sim_url, timeout_s=120)
+    block_queue(sim_url, timeout_s=120, headers=headers)
     body = {
         "dag_id": DAG_ID,
         "from_date": f"{FIRST_DATE.isoformat()}T00:00:00Z",
@@ -304,7 +314,7 @@ def measure(airflow, sim_url: str, watch, n: int, *, hold_s: float = 15.0, timeo
                 break
             time.sleep(SAMPLE_EVERY_S)
     finally:
-        unblock_queue(sim_url)
+        unblock_queue(sim_url, headers)
     creator.join(timeout=1)
     offset = None if creator.started is None else creator.started - started
     creations = [t for run_id, t in list(watch.created.items()) if run_id.startswith(BACKFILL_RUNS)]

@@ -303,11 +303,47 @@ def render_backfill(result: dict) -> list[str]:
     return lines
 
 
+def render_refused(result: dict) -> list[str]:
+    """One triggerer under a permanent 403 on watch, next to its polling peer (bench.refused_watch)."""
+    t, p = result["trigger"], result["polling"]
+    interval = result["degraded_list_interval_s"]
+    if p is None:
+        peer = f"not run; nominal {result['polling_nominal_per_min']} / min"
+    else:
+        achieved = round(p["requests"] * 60 / p["window_s"])
+        peer = (
+            f"{achieved} / min at the rate it achieved ({p['achieved_share']:.0%} of nominal "
+            f"{result['polling_nominal_per_min']} / min; kept its 10 s interval: {'yes' if p['kept_interval'] else '**no**'})"
+        )
+    latency = t["detection_latency"]
+    return [
+        f"N = {result['n']} RayJobTriggers in one process; every watch of RayJobs and Workloads in their namespace "
+        f"answered 403 (lists allowed) for the whole run; the hub lists each every {interval:g} s instead.",
+        "",
+        "| figure | measured |",
+        "|---|---|",
+        f"| API requests per minute while waiting ({t['window_s']:g} s window) | {t['waiting_requests_per_min']} "
+        f"({t['waiting_requests']} requests: {t['waiting_by_verb']}) |",
+        f"| polling peer, N GETs per 10 s | {peer} |",
+        f"| startup requests (until both watch loops were refused, plus one interval) | {t['startup_requests']} "
+        f"({t['startup_by_verb']}) |",
+        f"| watch streams open while waiting / refused watch requests in the whole run | "
+        f"{t['watch_streams_open_while_waiting']} / {t['refused_watches']} |",
+        f"| waves: triggers fired / requests per minute while N/4 ran at a time | {t['events']} / "
+        f"{t['wave_requests_per_min']} ({t['wave_requests']} in {t['waves_s']} s) |",
+        f"| detection latency, Complete → TriggerEvent (p50 / p99 / max ms, {t['latency_samples']} samples) | "
+        f"{latency['p50_ms']} / {latency['p99_ms']} / {latency['max_ms']} |",
+        f"| trigger process CPU s (startup / +waiting / end), peak RSS MiB | {t['cpu_s']['startup']} / "
+        f"{t['cpu_s']['after_waiting']} / {t['cpu_s']['end']}, {t['peak_rss_mib']} |",
+    ]
+
+
 SECTIONS = (
     ("admission", "Kueue admission cycle (issue 3 §6)", render_admission),
     ("parse", "DAG parse cost (issue 7 §3)", render_parse),
     ("fanout", "kubesim watch fan-out (issue 2 §6)", render_fanout),
     ("trigger", "Trigger scale vs polling (issue 7 §1)", render_trigger),
+    ("refused", "Waiting under a permanent 403 on watch", render_refused),
     ("e2e", "End-to-end latency in Airflow (issue 7 §2)", render_e2e),
     ("backfill", "Backfill throughput (issue 7 §4)", render_backfill),
 )

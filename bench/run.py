@@ -28,6 +28,8 @@ PROFILES = {
         "parse": {"cold_runs": 1},
         "fanout": {"objects": 5000, "watchers": 1000, "writes": 10, "rate_hz": 2.0, "readers": 4},
         "trigger": {"sizes": (100,), "windows": (5.0, 10.0), "poll_window": 20.0, "poll_max_n": 1000},
+        # `--only refused` runs it at N = 100 (one 403-refused triggerer and its polling peer, ~2 minutes)
+        "refused": None,
         # A real Airflow takes 1-2 minutes to start here: `--only e2e --only backfill` runs both in one
         # Airflow with 10 latency runs and a 50-run backfill (`--e2e-runs` / `--backfill-runs` set sizes).
         "e2e": None,
@@ -43,6 +45,7 @@ PROFILES = {
             "poll_window": 30.0,
             "poll_max_n": 1000,
         },
+        "refused": {"n": 1000, "window_s": 60.0, "poll_window_s": 30.0},
         "e2e": {"runs": 50},
         "backfill": {"runs": 200},
     },
@@ -70,7 +73,7 @@ def machine() -> dict:
 
 
 def run(profile: str, only: set[str] | None, out: Path) -> dict:
-    from bench import admission, airflow_e2e, fanout, parse, trigger_scale
+    from bench import admission, airflow_e2e, fanout, parse, refused_watch, trigger_scale
 
     settings = PROFILES[profile]
     results: dict = {
@@ -99,6 +102,7 @@ def run(profile: str, only: set[str] | None, out: Path) -> dict:
         ("parse", lambda: parse.run(**settings["parse"])),
         ("fanout", lambda: fanout.run(**settings["fanout"])),
         ("trigger", lambda: trigger_scale.run(**settings["trigger"])),
+        ("refused", lambda: refused_watch.run(**(settings["refused"] or {"n": 100, "window_s": 30.0}))),
         ("e2e", lambda: airflow_session()["e2e"] or {"error": "size 0"}),
         ("backfill", lambda: airflow_session()["backfill"] or {"error": "size 0"}),
     ]
@@ -121,10 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
     parser.add_argument(
-        "--only", action="append", help="admission | parse | fanout | trigger | e2e | backfill (repeatable)"
+        "--only",
+        action="append",
+        help="admission | parse | fanout | trigger | refused | e2e | backfill (repeatable)",
     )
     parser.add_argument("--out", help="write the JSON results here")
     parser.add_argument("--trigger-sizes", help="comma-separated N for the trigger benchmark, e.g. 100,1000")
+    parser.add_argument("--refused-n", type=int, help="N for the refused-watch benchmark (and run that step)")
     for option in ("objects", "watchers", "writes", "readers"):
         parser.add_argument(
             f"--fanout-{option}", type=int, help=f"fan-out benchmark: {option} (overrides the profile)"
@@ -138,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     for option in ("objects", "watchers", "writes", "readers"):
         if getattr(args, f"fanout_{option}") is not None:
             PROFILES[args.profile]["fanout"][option] = getattr(args, f"fanout_{option}")
+    if args.refused_n is not None:
+        PROFILES[args.profile]["refused"] = {
+            **(PROFILES[args.profile]["refused"] or {"window_s": 60.0, "poll_window_s": 30.0}),
+            "n": args.refused_n,
+        }
     if args.trigger_sizes:
         PROFILES[args.profile]["trigger"]["sizes"] = tuple(int(n) for n in args.trigger_sizes.split(","))
     out = Path(args.out) if args.out else Path(tempfile.gettempdir()) / f"bench-{args.profile}.json"

@@ -230,9 +230,12 @@ class Worker:
             self.process.wait()
 
 
-async def observe_terminal(url: str, seen: dict[str, float], stop: asyncio.Event) -> None:
-    """A raw watch of the managed RayJobs: the wall time each one's terminal status reached a watcher."""
-    path = f"{url}{RAY}/namespaces/{NAMESPACE}/rayjobs"
+async def observe_terminal(
+    url: str, seen: dict[str, float], stop: asyncio.Event, *, all_namespaces: bool = False
+) -> None:
+    """A raw watch of the managed RayJobs: the wall time each one's terminal status reached a watcher
+    (``all_namespaces``: through the cluster-wide path, which a rule naming the namespace does not refuse)."""
+    path = f"{url}{RAY}/rayjobs" if all_namespaces else f"{url}{RAY}/namespaces/{NAMESPACE}/rayjobs"
     async with aiohttp.ClientSession() as session:
         async with session.get(path, params={"limit": "1"}) as response:
             rv = (await response.json())["metadata"]["resourceVersion"]

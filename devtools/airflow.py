@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,10 +35,64 @@ def _instant(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
+COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
+"""What `airflow standalone` runs, each as `airflow <component>`, its output prefixed "<component> | "."""
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def component_of(cmdline: list[str]) -> str | None:
+    """Which of ``COMPONENTS`` a process is, from its command line: ``[python, .../airflow, scheduler]``,
+    or the title a component gives itself (``airflow api_server -- host:127.0.0.1 port:8080``)."""
+    if len(cmdline) >= 2 and Path(cmdline[-2]).name == "airflow" and cmdline[-1] in COMPONENTS:
+        return cmdline[-1]
+    words = (cmdline[0] if cmdline else "").split(" -- ")[0].split()
+    if len(words) == 2 and words[0] == "airflow" and words[1].replace("_", "-") in COMPONENTS:
+        return words[1].replace("_", "-")
+    return None
+
+
+class AirflowStartError(RuntimeError):
+    """Airflow cannot start or a component of it exited; the message says why and quotes its log."""
+
+
+def port_user(port: int, host: str = "127.0.0.1") -> str | None:
+    """Who listens on ``host:port`` ("pid 123: airflow api-server"), "another process" when the OS does
+    not say; None when the port is free to bind (what the api-server will do)."""
+    with socket.socket() as sock:
+        # As the api-server (uvicorn) binds: a port left in TIME_WAIT by the previous start is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            pass
+        else:
+            return None
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                with contextlib.suppress(psutil.Error):
+                    return f"pid {conn.pid}: {' '.join(psutil.Process(conn.pid).cmdline())[:200]}"
+    return "another process"
+
+
+def component_log_tail(log_path: Path, component: str | None = None, lines: int = 30) -> str:
+    """The last ``lines`` lines `airflow standalone` wrote to ``log_path`` for ``component`` (every line
+    when None), so an error can quote the component that failed rather than the whole interleaved log."""
+    try:
+        text = log_path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return ""
+    if component is not None:
+        prefix = f"{component:10} |"
+        text = [line for line in text if line.startswith(prefix)]
+    return "\n".join(text[-lines:])
 
 
 def kubernetes_connection_uri(kubeconfig: str | os.PathLike) -> str:
@@ -74,6 +128,11 @@ def airflow_environment(
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "10",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # The log servers of the scheduler's workers and of the triggerer: ports of their own, so two
+            # Airflows on one machine (make run next to the e2e tests) do not serve each other's logs.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "PYTHONUNBUFFERED": "1",  # standalone.log keeps up with its components, for error messages
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
         }
@@ -107,6 +166,41 @@ class Airflow:
         # Longer than a request can wait for the SQLite lock (sqlite_connect_args: 60 s) plus its work,
         # so a busy api-server answers late rather than the client giving up first.
         self.client = httpx.Client(base_url=self.url, timeout=120)
+
+    def failure(self, seen: set[str]) -> str | None:
+        """Why this Airflow is broken, quoting the failing part's log; None while it is fine.
+
+        ``seen`` collects the components found alive so far: one seen before and gone now has exited
+        (standalone neither restarts it nor exits itself)."""
+        code = self.process.poll()
+        if code is not None:
+            return (
+                f"airflow standalone exited with code {code}; last lines of {self.log_path}:\n"
+                f"{component_log_tail(self.log_path)}"
+            )
+        alive = self.live_components()
+        seen |= alive
+        for component in COMPONENTS:
+            if component in seen and component not in alive:
+                return (
+                    f"airflow {component} exited; its last lines in {self.log_path}:\n"
+                    f"{component_log_tail(self.log_path, component)}"
+                )
+        return None
+
+    def ready(self, *, healthy: bool = False) -> bool:
+        """The API answers and we are logged in; with ``healthy`` also every component reports healthy."""
+        try:
+            if self.client.get("/api/v2/version").status_code != 200:
+                return False
+            if "Authorization" not in self.client.headers:
+                self.login()
+        except httpx.HTTPError:
+            return False
+        if not healthy:
+            return True
+        states = self.health()
+        return bool(states) and all(state == "healthy" for state in states.values())
 
     def login(self) -> None:
         response = self.client.post("/auth/token", json={"username": USERNAME, "password": PASSWORD})
@@ -218,7 +312,8 @@ class Airflow:
 
     def component_processes(self, component: str) -> list:
         """The live processes of one standalone component (``triggerer``, ``scheduler``, ...): every
-        descendant of the standalone process started as ``airflow <component>``, plus any we restarted."""
+        descendant of the standalone process started as ``airflow <component>`` (the api-server renames
+        itself "airflow api_server -- host:..."), plus any we restarted."""
         import psutil
 
         try:
@@ -231,10 +326,25 @@ class Airflow:
                 cmdline = child.cmdline()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            if len(cmdline) >= 2 and Path(cmdline[-2]).name == "airflow" and cmdline[-1] == component:
+            if component_of(cmdline) == component:
                 found.append(child)
         found += [p for p in self.extra_processes if p.poll() is None and component in p.args]
         return found
+
+    def live_components(self) -> set[str]:
+        """The standalone components (``COMPONENTS``) that have a live process now."""
+        return {component for component in COMPONENTS if self.component_processes(component)}
+
+    def health(self) -> dict[str, str]:
+        """Each component's status from ``GET /api/v2/monitor/health`` ({"scheduler": "healthy", ...});
+        empty while the api-server does not answer."""
+        try:
+            response = self.client.get("/api/v2/monitor/health", timeout=10)
+        except httpx.HTTPError:
+            return {}
+        if response.status_code != 200:
+            return {}
+        return {name: (value or {}).get("status") or "unknown" for name, value in response.json().items()}
 
     def kill_triggerer(self) -> int:
         """SIGKILL the triggerer (a crash: no cleanup, no graceful hand-over); returns how many died.
@@ -308,40 +418,60 @@ def start_airflow(
     database_url: str | None = None,
     extra_env: Mapping[str, str] | None = None,
     timeout: float = 180,
+    healthy: bool = False,
+    while_waiting: Callable[[], None] | None = None,
 ) -> Airflow:
-    """Start `airflow standalone` in its own process group and wait until its API answers and we are logged in."""
+    """Start `airflow standalone` in its own process group and wait until its API answers and we are
+    logged in (and, with ``healthy``, until every component reports healthy).
+
+    Fails at once, not at the timeout, when the port is taken, the standalone exits, or one of its
+    components exits while starting; the error quotes that component's last log lines.
+    ``while_waiting`` is called on every poll (e.g. to raise if kubesim died meanwhile).
+    """
+    port = port or free_port()
+    taken_by = port_user(port)
+    if taken_by is not None:
+        raise AirflowStartError(
+            f"port {port} is already in use ({taken_by}); stop that process or choose another port"
+        )
     home.mkdir(parents=True, exist_ok=True)
     (home / "passwords.json").write_text(json.dumps({USERNAME: PASSWORD}))
-    port = port or free_port()
     env = airflow_environment(
         home, port=port, kubeconfig=kubeconfig, database_url=database_url, extra=extra_env
     )
     log_path = home / "standalone.log"
-    log = log_path.open("ab")
-    process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "airflow"), "standalone"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        cwd=home,
-    )
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "airflow"), "standalone"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=home,
+        )
     airflow = Airflow(url=f"http://127.0.0.1:{port}", home=home, env=env, process=process, log_path=log_path)
     deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"airflow standalone exited with {process.returncode}; see {log_path}")
-        try:
-            if airflow.client.get("/api/v2/version").status_code == 200:
-                airflow.login()
+    seen: set[str] = set()
+    try:
+        while True:
+            if while_waiting is not None:
+                while_waiting()
+            failure = airflow.failure(seen)
+            if failure is not None:
+                raise AirflowStartError(failure)
+            if airflow.ready(healthy=healthy):
                 return airflow
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            airflow.stop()
-            raise TimeoutError(f"airflow standalone not ready within {timeout}s; see {log_path}")
-        time.sleep(1)
+            if time.monotonic() > deadline:
+                states = airflow.health() or "the api-server does not answer"
+                raise AirflowStartError(
+                    f"airflow standalone not ready within {timeout:g}s ({states}); last lines of "
+                    f"{log_path}:\n{component_log_tail(log_path)}"
+                )
+            time.sleep(1)
+    except BaseException:
+        airflow.stop()
+        raise
 
 
 @contextmanager

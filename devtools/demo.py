@@ -105,7 +105,7 @@ def matches_walkthrough(rows: list[dict]) -> list[str]:
 def main() -> int:
     deadline = time.monotonic() + DEADLINE_SECONDS
     with tempfile.TemporaryDirectory(prefix="kueue-ray-demo-") as workdir:
-        kubesim = start_kubesim(Path(workdir) / "kubesim", queues="single", time_scale=TIME_SCALE)
+        kubesim = start_kubesim(Path(workdir) / "kubesim", queues="single-queue", time_scale=TIME_SCALE)
         try:
             with (
                 metadata_database() as database_url,

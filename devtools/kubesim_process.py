@@ -1,31 +1,76 @@
 """Start kubesim as a separate process with the project's Kueue setup applied, the way `make run`,
 `make demo` and the end-to-end tests need it: a real HTTP server that Airflow reaches through a kubeconfig.
+
+It always runs with a fresh bearer token (`--token`), which only the kubeconfig it writes carries: a real
+cluster refuses unauthenticated requests, so every request the project makes must be seen authenticating.
+With ``tls`` it also serves HTTPS with its own CA (`--tls`), as `make run` does so that kubectl, which sends
+a bearer token only over HTTPS, works with its kubeconfig.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import re
+import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 KUEUE_MANIFESTS = ROOT / "include" / "manifests" / "kueue"
-QUEUE_SETUPS = {"single": "single-queue", "team": "team-queues"}
+ALL_SETUPS = "all"
+"""Every queue setup of ``KUEUE_MANIFESTS`` side by side (they share no names), as `make run` installs them."""
+LISTENING = re.compile(r"kubesim listening on (https?://\S+)")
 
 
-def setup_manifests(queues: str) -> list[Path]:
-    """The manifests for one queue setup: the shared base files, then the chosen setup's folder."""
-    if queues not in QUEUE_SETUPS:
-        raise SystemExit(f"QUEUES={queues!r} is not a queue setup; use one of {sorted(QUEUE_SETUPS)}")
-    base = sorted(p for p in KUEUE_MANIFESTS.glob("*.yaml"))
-    return [*base, KUEUE_MANIFESTS / QUEUE_SETUPS[queues]]
+def queue_setups(manifests: Path = KUEUE_MANIFESTS) -> list[str]:
+    """The queue setups: the sub-folders of the Kueue manifests (each a ClusterQueue/LocalQueue set)."""
+    return sorted(p.name for p in manifests.iterdir() if p.is_dir())
+
+
+def setup_manifests(queues: str = ALL_SETUPS, manifests: Path = KUEUE_MANIFESTS) -> list[Path]:
+    """What to apply for ``queues`` (a setup folder's name, or ``all``): the shared base files (namespace,
+    flavors, priority classes, RBAC), then the setup folder(s)."""
+    setups = queue_setups(manifests)
+    if queues == ALL_SETUPS:
+        chosen = setups
+    elif queues in setups:
+        chosen = [queues]
+    else:
+        raise ValueError(
+            f"queue setup {queues!r} is not a folder of {manifests}; use one of {setups} or {ALL_SETUPS!r}"
+        )
+    return [*sorted(manifests.glob("*.yaml")), *(manifests / name for name in chosen)]
+
+
+def local_queues(paths: Iterable[Path]) -> list[str]:
+    """``namespace/name`` of every LocalQueue the given manifest files and folders create."""
+    found = []
+    for path in paths:
+        for file in sorted(path.glob("*.yaml")) if path.is_dir() else [path]:
+            for doc in yaml.safe_load_all(file.read_text()):
+                if isinstance(doc, dict) and doc.get("kind") == "LocalQueue":
+                    metadata = doc.get("metadata") or {}
+                    found.append(f"{metadata.get('namespace', 'default')}/{metadata.get('name')}")
+    return found
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log file, for an error message ("" when there is none)."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 @dataclass
@@ -33,6 +78,22 @@ class KubesimProcess:
     url: str
     kubeconfig: Path
     process: subprocess.Popen
+    log_path: Path
+    token: str
+    """The bearer token every API request needs (in the kubeconfig; ``headers`` for raw HTTP)."""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """What raw HTTP clients (httpx ``verify=``) need to trust kubesim: its CA when it serves HTTPS."""
+        return trust(self.kubeconfig)
+
+    def exited(self) -> int | None:
+        """The exit code once kubesim has exited, else None."""
+        return self.process.poll()
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -44,18 +105,40 @@ class KubesimProcess:
                 self.process.wait()
 
 
+class KubesimStartError(RuntimeError):
+    """kubesim exited or never answered; the message ends with the last lines of its log."""
+
+
+def trust(kubeconfig: Path) -> ssl.SSLContext | bool:
+    """An SSL context trusting the CA in ``kubeconfig`` (``certificate-authority-data``); True (the
+    system's CAs, irrelevant for plain HTTP) when it names none."""
+    cluster = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+    ca = cluster.get("certificate-authority-data")
+    if not ca:
+        return True
+    return ssl.create_default_context(cadata=base64.b64decode(ca).decode())
+
+
 def start_kubesim(
     workdir: Path,
     *,
-    queues: str = "single",
+    queues: str = ALL_SETUPS,
     time_scale: float = 1.0,
     extra_apply: list[Path] | None = None,
     kueue_config: Path | None = None,
+    tls: bool = False,
     timeout: float = 60,
 ) -> KubesimProcess:
+    """Start kubesim with the Kueue base manifests and ``queues`` applied; return once it answers.
+
+    Its log and kubeconfig in ``workdir`` are this start's own: both are replaced, so a previous start's
+    URL (dead now) can never be mistaken for this one's.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(16)
     kubeconfig = workdir / "kubesim.kubeconfig"
     log_path = workdir / "kubesim.log"
+    kubeconfig.unlink(missing_ok=True)
     command = [
         sys.executable,
         "-m",
@@ -67,32 +150,43 @@ def start_kubesim(
         str(kubeconfig),
         "--time-scale",
         str(time_scale),
+        "--token",
+        token,
     ]
     for path in [*setup_manifests(queues), *(extra_apply or [])]:
         command += ["--apply", str(path)]
     if kueue_config is not None:
         command += ["--kueue-config", str(kueue_config)]
-    log = log_path.open("ab")
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    if tls:
+        command.append("--tls")
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"kubesim exited with {process.returncode}: {log_path.read_text()[-2000:]}")
-        match = re.search(r"listening on (http://\S+)", log_path.read_text())
+            raise KubesimStartError(
+                f"kubesim exited with code {process.returncode}; last lines of {log_path}:\n{log_tail(log_path)}"
+            )
+        match = LISTENING.search(log_path.read_text(errors="replace"))
         if match and kubeconfig.exists():
             url = match.group(1)
             try:
-                if httpx.get(f"{url}/version", timeout=2).status_code == 200:
-                    return KubesimProcess(url=url, kubeconfig=kubeconfig, process=process)
+                if httpx.get(f"{url}/readyz", timeout=2, verify=trust(kubeconfig)).status_code == 200:
+                    return KubesimProcess(
+                        url=url, kubeconfig=kubeconfig, process=process, log_path=log_path, token=token
+                    )
             except httpx.HTTPError:
                 pass
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)
-    raise TimeoutError(f"kubesim not ready within {timeout}s; see {log_path}")
+    process.wait()
+    raise KubesimStartError(
+        f"kubesim did not answer within {timeout:g}s; last lines of {log_path}:\n{log_tail(log_path)}"
+    )

@@ -136,13 +136,13 @@ def _create_database(port: int, timeout: float) -> None:
 
 @contextlib.contextmanager
 def metadata_database() -> Iterator[str | None]:
-    """Airflow's metadata database for ``make demo`` and the end-to-end tests: a throwaway PostgreSQL when
-    the machine has the server, else ``None`` (``start_airflow``'s SQLite), said on stderr.
+    """Airflow's metadata database for ``make run``, ``make demo`` and the end-to-end tests: a throwaway
+    PostgreSQL when the machine has the server, else ``None`` (``start_airflow``'s SQLite), said on stderr.
 
     Why not always SQLite: Airflow answers concurrent writes on SQLite with "database is locked" (its own
     backfill API says "not supported on SQLite under concurrent access"), which had made CI fail on
-    Airflow's contention rather than on our behaviour. ``make run`` stays on SQLite, Airflow's embedded
-    default."""
+    Airflow's contention rather than on our behaviour, and made the README's `airflow backfill create`
+    fail next to `make run`'s busy scheduler."""
     try:
         server = start_postgres()
     except PostgresUnavailable as exc:

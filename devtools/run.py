@@ -1,55 +1,304 @@
-"""`make run`: kubesim with the Kueue setup applied + `airflow standalone` with our DAGs, unpaused.
+"""`make run`: Airflow (`airflow standalone`) with this project's DAGs, against kubesim by default.
 
-With KUBECONFIG set, Airflow uses that (real) cluster and kubesim is not started. QUEUES=team applies the
-team-queues setup instead of the single queue. Ctrl-C stops everything.
+Settings, from the environment (README "make run"):
+
+* ``AIRFLOW_PORT`` (8080): the port of Airflow's UI and REST API, on 127.0.0.1.
+* ``TIME_SCALE`` (1): kubesim's simulated seconds per real second (10: a 60 s RayJob takes 6 s).
+* ``CLUSTER`` (``kubesim``): ``kubesim`` starts the emulated cluster with every queue setup of
+  include/manifests/kueue/ side by side, so every shipped DAG's default queue exists and its RayJobs fit;
+  ``kubeconfig`` uses the cluster of ``KUBECONFIG`` (default ~/.kube/config) as it is (nothing applied)
+  and starts no kubesim. An exported ``KUBECONFIG`` alone never selects a real cluster.
+* ``UNPAUSE``: whether the DAGs start unpaused. Default 1 on kubesim and 0 on a real cluster, so a real
+  cluster gets scheduled runs only when asked for with ``UNPAUSE=1``.
+
+Every start is a fresh one: kubesim's cluster lives in memory, so Airflow's metadata database starts
+empty too (Airflow history naming RayJobs of a gone cluster would fail its runs), and the previous
+start's logs are moved to ``.run/previous/``. The database is a throwaway PostgreSQL server when the
+machine has one (``devtools.postgres``: on SQLite, Airflow fails concurrent writes such as
+``airflow backfill create`` with "database is locked"), else SQLite in ``.run/airflow/``.
+
+The start fails within seconds, quoting the failing part's log, when the port is taken or kubesim or an
+Airflow component exits, and `make run` stops everything when one of them exits later. Ctrl-C stops
+everything.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
+import shutil
 import signal
 import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-from devtools.airflow import PASSWORD, ROOT, USERNAME, start_airflow
-from devtools.kubesim_process import start_kubesim
+from devtools.airflow import (
+    PASSWORD,
+    ROOT,
+    USERNAME,
+    Airflow,
+    AirflowStartError,
+    port_user,
+    start_airflow,
+)
+from devtools.kubesim_process import (
+    ALL_SETUPS,
+    KubesimProcess,
+    KubesimStartError,
+    local_queues,
+    log_tail,
+    setup_manifests,
+    start_kubesim,
+)
+from devtools.postgres import metadata_database
 
 RUN_DIR = ROOT / ".run"
+AIRFLOW_HOME = RUN_DIR / "airflow"
+PREVIOUS = RUN_DIR / "previous"
+CLI_STATE = RUN_DIR / "airflow-cli.json"
+"""What `make airflow` needs to reach this run's Airflow: the environment its components run with."""
+LOCK = RUN_DIR / "make-run.lock"
+READY_BANNER = "make run: ready"
+"""Printed once the UI is healthy (tests wait for it)."""
+
+
+class RunError(Exception):
+    """`make run` cannot start or must stop; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    port: int
+    time_scale: float
+    cluster: str
+    kubeconfig: Path | None
+    unpause: bool
+
+
+def settings_from(env: dict[str, str]) -> Settings:
+    """Read and check the environment knobs; a bad value is a RunError naming the variable and the fix."""
+    port_text = env.get("AIRFLOW_PORT") or "8080"
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise RunError(f"AIRFLOW_PORT={port_text!r} is not a port; use a number such as 8080 or 8081")
+    scale_text = env.get("TIME_SCALE") or "1"
+    try:
+        time_scale = float(scale_text)
+    except ValueError:
+        time_scale = 0.0
+    if not time_scale > 0:
+        raise RunError(f"TIME_SCALE={scale_text!r} is not a positive number; use e.g. 1 (real time) or 10")
+    cluster = env.get("CLUSTER") or "kubesim"
+    if cluster not in ("kubesim", "kubeconfig"):
+        raise RunError(f"CLUSTER={cluster!r} is not known; use kubesim (default) or kubeconfig")
+    unpause_text = env.get("UNPAUSE") or ("1" if cluster == "kubesim" else "0")
+    if unpause_text not in ("0", "1"):
+        raise RunError(f"UNPAUSE={unpause_text!r} is not 0 or 1")
+    kubeconfig = None
+    if cluster == "kubeconfig":
+        named = env.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+        if os.pathsep in named:
+            raise RunError(f"KUBECONFIG={named!r} lists several files; point it at the one to use")
+        kubeconfig = Path(named).expanduser()
+        if not kubeconfig.is_file():
+            raise RunError(
+                f"CLUSTER=kubeconfig, but the kubeconfig {kubeconfig} does not exist; set KUBECONFIG"
+            )
+    return Settings(
+        port=int(port_text),
+        time_scale=time_scale,
+        cluster=cluster,
+        kubeconfig=kubeconfig,
+        unpause=unpause_text == "1",
+    )
+
+
+def describe_kubeconfig(path: Path) -> str:
+    """The current context of a kubeconfig, "context X, server Y", for the banner."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        return f"unreadable: {exc}"
+    context_name = config.get("current-context") or "(none)"
+    contexts = {c.get("name"): c.get("context") or {} for c in config.get("contexts") or []}
+    clusters = {c.get("name"): c.get("cluster") or {} for c in config.get("clusters") or []}
+    cluster = clusters.get(contexts.get(context_name, {}).get("cluster"), {})
+    return f"context {context_name}, server {cluster.get('server', '(unknown)')}"
+
+
+def take_lock() -> int:
+    """Hold ``.run/make-run.lock`` for as long as this process lives (the OS drops it when it dies), so a
+    second `make run` in this checkout stops at once instead of taking the first one's state away."""
+    RUN_DIR.mkdir(exist_ok=True)
+    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RunError(
+            f"`make run` is already running in this checkout (pid {holder}); stop it first (Ctrl-C there)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def keep_previous() -> None:
+    """Move the previous start's Airflow home and kubesim log to ``.run/previous/`` (one generation)."""
+    leftovers = [AIRFLOW_HOME, RUN_DIR / "kubesim.log", CLI_STATE]
+    if not any(path.exists() for path in leftovers):
+        return
+    shutil.rmtree(PREVIOUS, ignore_errors=True)
+    PREVIOUS.mkdir(parents=True)
+    for path in leftovers:
+        if path.exists():
+            shutil.move(str(path), PREVIOUS / path.name)
+    (RUN_DIR / "kubesim.kubeconfig").unlink(missing_ok=True)
+
+
+def write_cli_state(airflow: Airflow) -> None:
+    """What `make airflow` runs the CLI with: the variables this run set for Airflow's components."""
+    changed = {key: value for key, value in airflow.env.items() if os.environ.get(key) != value}
+    CLI_STATE.write_text(json.dumps({"pid": os.getpid(), "url": airflow.url, "env": changed}, indent=1))
+    CLI_STATE.chmod(0o600)
+
+
+def check_kubesim(kubesim: KubesimProcess | None) -> None:
+    if kubesim is not None and (code := kubesim.exited()) is not None:
+        raise RunError(
+            f"kubesim exited with code {code}; last lines of {kubesim.log_path}:\n{log_tail(kubesim.log_path)}"
+        )
+
+
+def banner(
+    settings: Settings, kubesim: KubesimProcess | None, airflow: Airflow, database_url: str | None
+) -> str:
+    rel = os.path.relpath
+    lines = [""]
+    if kubesim is not None:
+        lines += [
+            f"Cluster: kubesim at {kubesim.url} (simulated time x{settings.time_scale:g}, TIME_SCALE)",
+            f"  LocalQueues: {', '.join(local_queues(setup_manifests(ALL_SETUPS)))}",
+            f"  kubectl --kubeconfig {rel(kubesim.kubeconfig)} get rayjobs,workloads -A",
+        ]
+    else:
+        lines.append(
+            f"Cluster: REAL, from {settings.kubeconfig} ({describe_kubeconfig(settings.kubeconfig)})"
+        )
+    paused = "unpaused" if settings.unpause else "paused (UNPAUSE=1 unpauses them)"
+    lines += [
+        f"Airflow UI: {airflow.url}  login: {USERNAME} / {PASSWORD}  (AIRFLOW_PORT)",
+        f"  DAGs start {paused}",
+        "  Metadata database: "
+        + (
+            "a throwaway PostgreSQL server" if database_url else f"SQLite, {rel(airflow.home / 'airflow.db')}"
+        ),
+        '  CLI: make airflow ARGS="dags list"',
+        f"  Logs: {rel(airflow.log_path)}, task logs in {rel(airflow.home / 'logs')}"
+        + (f", {rel(kubesim.log_path)}" if kubesim else ""),
+        f"{READY_BANNER}. Press Ctrl-C to stop.",
+    ]
+    return "\n".join(lines)
+
+
+def supervise(kubesim: KubesimProcess | None, airflow: Airflow, interval: float = 1.0) -> None:
+    """Return never; raise RunError as soon as kubesim or a part of Airflow has exited."""
+    seen = set(airflow.live_components())
+    while True:
+        check_kubesim(kubesim)
+        failure = airflow.failure(seen)
+        if failure is not None:
+            raise RunError(failure)
+        time.sleep(interval)
+
+
+def run(settings: Settings) -> None:
+    taken_by = port_user(settings.port)
+    if taken_by is not None:
+        raise RunError(
+            f"port {settings.port} is already in use ({taken_by}); stop it or choose another port, "
+            f"e.g. AIRFLOW_PORT={settings.port + 1} make run"
+        )
+    keep_previous()
+    with metadata_database() as database_url:
+        kubesim = None
+        airflow = None
+        try:
+            if settings.cluster == "kubesim":
+                if os.environ.get("KUBECONFIG"):
+                    print(
+                        f"KUBECONFIG={os.environ['KUBECONFIG']} is ignored: make run uses kubesim "
+                        "(CLUSTER=kubeconfig make run uses that cluster).",
+                        flush=True,
+                    )
+                print("Starting kubesim with every queue setup of include/manifests/kueue/ ...", flush=True)
+                kubesim = start_kubesim(RUN_DIR, queues=ALL_SETUPS, time_scale=settings.time_scale, tls=True)
+                kubeconfig = kubesim.kubeconfig
+            else:
+                kubeconfig = settings.kubeconfig
+                print(
+                    f"CLUSTER=kubeconfig: Airflow uses the REAL cluster of {kubeconfig} "
+                    f"({describe_kubeconfig(kubeconfig)}); kubesim is not started.",
+                    flush=True,
+                )
+            print(f"Starting Airflow on http://127.0.0.1:{settings.port} (about 30 s) ...", flush=True)
+            airflow = start_airflow(
+                AIRFLOW_HOME,
+                kubeconfig=kubeconfig,
+                port=settings.port,
+                database_url=database_url,
+                healthy=True,
+                while_waiting=lambda: check_kubesim(kubesim),
+                extra_env={
+                    "KUBECONFIG": str(kubeconfig),  # everything in Airflow agrees on the one cluster
+                    "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(not settings.unpause),
+                },
+            )
+            write_cli_state(airflow)
+            print(banner(settings, kubesim, airflow, database_url), flush=True)
+            supervise(kubesim, airflow)
+        except (KubesimStartError, AirflowStartError) as exc:
+            raise RunError(str(exc)) from exc
+        finally:
+            print("\nStopping...", flush=True)
+            if airflow is not None:
+                airflow.stop()
+            if kubesim is not None:
+                kubesim.stop()
+            CLI_STATE.unlink(missing_ok=True)
 
 
 def main() -> int:
-    kubesim = None
-    kubeconfig = os.environ.get("KUBECONFIG")
-    if kubeconfig:
-        print(f"Using the cluster of KUBECONFIG={kubeconfig}; kubesim is not started.", flush=True)
-    else:
-        queues = os.environ.get("QUEUES", "single")
-        kubesim = start_kubesim(RUN_DIR, queues=queues, time_scale=float(os.environ.get("TIME_SCALE", "1")))
-        kubeconfig = str(kubesim.kubeconfig)
-        print(f"kubesim ({queues} queue setup) at {kubesim.url}; kubeconfig {kubeconfig}", flush=True)
-        print(f"  try: kubectl --kubeconfig {kubeconfig} get rayjobs,workloads -A", flush=True)
-    airflow = None
     try:
-        airflow = start_airflow(
-            RUN_DIR / "airflow", kubeconfig=kubeconfig, port=int(os.environ.get("AIRFLOW_PORT", "8080"))
-        )
-        print(f"\nAirflow UI: {airflow.url}  login: {USERNAME} / {PASSWORD}", flush=True)
-        print("Logs: .run/airflow/standalone.log. Press Ctrl-C to stop.", flush=True)
-        signal.pause()
+        settings = settings_from(dict(os.environ))
+        lock = take_lock()
+        try:
+            run(settings)
+        finally:
+            os.close(lock)
     except KeyboardInterrupt:
-        pass
-    finally:
-        print("\nStopping...", flush=True)
-        if airflow is not None:
-            airflow.stop()
-        if kubesim is not None:
-            kubesim.stop()
+        return 0
+    except RunError as exc:
+        print(f"\nmake run failed: {exc}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
 def _interrupt(signum, frame):
+    """Ctrl-C or SIGTERM: stop everything, once. `make` passes a SIGTERM on to this process, which thus
+    gets it twice; a second interrupt must not cut the cleanup short and orphan Airflow and kubesim."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
-    sys.exit(main())
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())

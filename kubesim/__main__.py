@@ -42,6 +42,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="Kueue's manager Configuration YAML; its waitForPodsReady (timeout, requeuingStrategy) is "
         "honoured in simulated time (default: Kueue v0.19's, 30 min timeout, 60 s backoff doubling to 1 h)",
     )
+    serve.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="require 'Authorization: Bearer TOKEN' on every API request (401 otherwise); the kubeconfig "
+        "written by --kubeconfig-out carries it",
+    )
+    serve.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve HTTPS with a certificate from a CA made for this start, as a real API server does; the "
+        "kubeconfig carries the CA (kubectl sends a bearer token only over HTTPS)",
+    )
     return parser
 
 
@@ -63,7 +75,9 @@ async def serve(args: argparse.Namespace) -> None:
 
     kueue_config = KueueConfig.load(args.kueue_config) if args.kueue_config else None
     cluster = Cluster(crds_dir=args.crds, time_scale=args.time_scale, kueue_config=kueue_config)
-    server = await start_server(cluster, host=args.host, port=args.port, apply=args.apply)
+    server = await start_server(
+        cluster, host=args.host, port=args.port, apply=args.apply, token=args.token, tls=args.tls
+    )
     tune_gc()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -71,7 +85,7 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     try:
         if args.kubeconfig_out:
-            write_kubeconfig(args.kubeconfig_out, server.url)
+            write_kubeconfig(args.kubeconfig_out, server.url, args.token, server.ca_pem)
         print(f"kubesim listening on {server.url}", flush=True)
         await stop.wait()
     finally:

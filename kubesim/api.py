@@ -1,8 +1,9 @@
 """The Kubernetes REST API over aiohttp, backed by the cluster's store.
 
 Everything a client sees goes through here: discovery, CRUD with the status subresource, watch streams,
-pod logs, Table output for kubectl, Status error bodies, and the /kubesim endpoints for faults and stats.
-Decisions (path parsing, verbs, tables, discovery documents, faults) live in the api_* and faults modules;
+pod logs, Table output for kubectl, Status error bodies, bearer-token authentication, and the /kubesim
+endpoints for faults, authentication and stats. Decisions (path parsing, verbs, tables, discovery
+documents, faults and refusals) live in the api_* and faults modules;
 this module only maps HTTP onto the store.
 """
 
@@ -12,6 +13,7 @@ import asyncio
 import base64
 import json
 import logging
+import time
 from collections.abc import Callable
 
 import msgspec
@@ -21,13 +23,24 @@ from kubesim import api_discovery, api_stream
 from kubesim.api_discovery import AggregatedApi
 from kubesim.api_paths import Target, parse_target, rbac_verb
 from kubesim.api_table import build_table, wants_table
-from kubesim.faults import Faults, FaultSettingsError, RequestRecord, Stats
+from kubesim.faults import (
+    Auth,
+    Faults,
+    FaultSettingsError,
+    Refusal,
+    RequestRecord,
+    Stats,
+    refusal,
+    status_body,
+    unauthorized,
+)
 from kubesim.resources import ResourceType
 from kubesim.store import ApiError
 
 log = logging.getLogger(__name__)
 
 CLUSTER = web.AppKey("cluster", object)
+AUTH = web.AppKey("auth", Auth)
 FAULTS = web.AppKey("faults", Faults)
 STATS = web.AppKey("stats", Stats)
 STREAMS = web.AppKey("streams", api_stream.StreamHub)
@@ -39,21 +52,8 @@ PATCH_TYPES = {
 }
 JSON = "application/json"
 _BUILTIN_GROUPS = {"", "batch", "apps", "policy", "autoscaling"}
-
-
-def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details:
-        body["details"] = details
-    return body
+CUSTOM_PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json")
+"""What the API server accepts for a custom resource: CRDs have no strategic-merge-patch schema."""
 
 
 def json_response(body: dict | list, status: int = 200) -> web.Response:
@@ -70,10 +70,12 @@ def not_found() -> web.Response:
     )
 
 
-def make_app(cluster, *, bookmark_interval: float = 5.0) -> web.Application:
-    """The aiohttp application for ``cluster``; ``bookmark_interval`` is real seconds between BOOKMARKs."""
+def make_app(cluster, *, bookmark_interval: float = 5.0, token: str | None = None) -> web.Application:
+    """The aiohttp application for ``cluster``; ``bookmark_interval`` is real seconds between BOOKMARKs;
+    ``token``, when set, is the bearer token every API request must carry (``faults.Auth``)."""
     app = web.Application(middlewares=[_faults_and_accounting], client_max_size=64 * 1024 * 1024)
     app[CLUSTER] = cluster
+    app[AUTH] = Auth(token)
     app[FAULTS] = Faults()
     app[STATS] = Stats()
     app[STREAMS] = api_stream.StreamHub(bookmark_interval=bookmark_interval)
@@ -88,6 +90,8 @@ def make_app(cluster, *, bookmark_interval: float = 5.0) -> web.Application:
     app.router.add_get("/kubesim/faults", _get_faults)
     app.router.add_post("/kubesim/faults", _post_faults)
     app.router.add_delete("/kubesim/faults", _delete_faults)
+    app.router.add_get("/kubesim/auth", _get_auth)
+    app.router.add_post("/kubesim/auth", _post_auth)
     app.router.add_get("/kubesim/requests", _get_requests)
     app.router.add_delete("/kubesim/requests", _delete_requests)
     app.router.add_route("*", "/{tail:.*}", _dispatch)
@@ -99,31 +103,61 @@ def make_app(cluster, *, bookmark_interval: float = 5.0) -> web.Application:
 
 @web.middleware
 async def _faults_and_accounting(request: web.Request, handler: Callable) -> web.StreamResponse:
+    """As a real API server's filter chain: authentication, then the injected refusals (RBAC, API Priority
+    and Fairness, a control plane in trouble), then the handler; every API request is logged."""
     if request.path.startswith("/kubesim/"):
         return await handler(request)
     faults = request.app[FAULTS]
+    arrived = time.time()
+    record = _record(request, 0, arrived)
     if faults.latency_ms:
         await asyncio.sleep(faults.latency_ms / 1000)
-    if faults.should_fail():
-        response: web.StreamResponse = json_response(
+    if not request.app[AUTH].allows(request.path, request.headers.get("Authorization")):
+        response: web.StreamResponse = _refused(unauthorized())
+    elif (rule := faults.take_rule(record)) is not None:
+        if rule.served and record.verb != "watch":
+            await _serve(request, handler)  # the server acts; only its answer is lost
+        answer = refusal(
+            rule,
+            record,
+            resource_version=request.query.get("resourceVersion", ""),
+            current_version=request.app[CLUSTER].store.resource_version(),
+        )
+        response = (
+            await api_stream.send_watch_error(request, answer.body)
+            if answer.as_watch_error
+            else _refused(answer)
+        )
+    elif faults.should_fail():
+        response = json_response(
             status_body(500, "InternalError", "Internal error occurred: kubesim injected fault"), 500
         )
     else:
-        try:
-            response = await handler(request)
-        except web.HTTPException as exc:  # raised by aiohttp itself, e.g. 413 for an oversized body
-            response = json_response(status_body(exc.status, exc.reason, exc.text or exc.reason), exc.status)
-        except Exception:
-            log.exception("unhandled error serving %s %s", request.method, request.path)
-            response = json_response(status_body(500, "InternalError", "Internal error occurred"), 500)
-    request.app[STATS].record(_record(request, response.status))
+        response = await _serve(request, handler)
+    request.app[STATS].record(_record(request, response.status, arrived))
     return response
 
 
-def _record(request: web.Request, code: int) -> RequestRecord:
+async def _serve(request: web.Request, handler: Callable) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:  # raised by aiohttp itself, e.g. 413 for an oversized body
+        return json_response(status_body(exc.status, exc.reason, exc.text or exc.reason), exc.status)
+    except Exception:
+        log.exception("unhandled error serving %s %s", request.method, request.path)
+        return json_response(status_body(500, "InternalError", "Internal error occurred"), 500)
+
+
+def _refused(answer: Refusal) -> web.Response:
+    response = json_response(answer.body, answer.code)
+    response.headers.update(answer.headers)
+    return response
+
+
+def _record(request: web.Request, code: int, arrived: float) -> RequestRecord:
     target = parse_target(request.path)
     if target is None or not target.plural:
-        return RequestRecord(request.method.lower(), "", "", "", "", "", code, request.path)
+        return RequestRecord(request.method.lower(), "", "", "", "", "", code, request.path, arrived)
     return RequestRecord(
         verb=rbac_verb(request.method, target, request.query),
         group=target.group,
@@ -133,6 +167,7 @@ def _record(request: web.Request, code: int) -> RequestRecord:
         name=target.name,
         code=code,
         path=request.path,
+        at=arrived,
     )
 
 
@@ -187,7 +222,13 @@ async def _post_faults(request: web.Request) -> web.Response:
         settings = await request.json() if request.can_read_body else {}
         if not isinstance(settings, dict):
             raise FaultSettingsError("the body must be a JSON object")
-        request.app[FAULTS].update(settings)
+        drop = settings.pop("drop_watches", False)
+        if not isinstance(drop, bool):
+            raise FaultSettingsError("drop_watches must be true or false")
+        if settings or not drop:
+            request.app[FAULTS].update(settings)
+        if drop:  # once, now: every open watch ends, as when the API server restarts
+            request.app[STREAMS].end_watches()
     except (ValueError, TypeError) as exc:
         return json_response(status_body(400, "BadRequest", str(exc)), 400)
     return json_response(request.app[FAULTS].as_dict())
@@ -196,6 +237,29 @@ async def _post_faults(request: web.Request) -> web.Response:
 async def _delete_faults(request: web.Request) -> web.Response:
     request.app[FAULTS].reset()
     return json_response(request.app[FAULTS].as_dict())
+
+
+async def _get_auth(request: web.Request) -> web.Response:
+    return json_response({"token_required": request.app[AUTH].token is not None})
+
+
+async def _post_auth(request: web.Request) -> web.Response:
+    """``{"token": "..."}`` requires (or rotates) the bearer token; ``{"token": null}`` accepts anyone."""
+    try:
+        body = await request.json() if request.can_read_body else {}
+    except ValueError as exc:
+        return json_response(status_body(400, "BadRequest", str(exc)), 400)
+    token = body.get("token") if isinstance(body, dict) else None
+    if (
+        not isinstance(body, dict)
+        or set(body) != {"token"}
+        or not (token is None or (isinstance(token, str) and token))
+    ):
+        return json_response(
+            status_body(400, "BadRequest", 'the body must be {"token": "<token>" or null}'), 400
+        )
+    request.app[AUTH].token = token
+    return json_response({"token_required": token is not None})
 
 
 async def _get_requests(request: web.Request) -> web.Response:
@@ -330,9 +394,15 @@ async def _serve_resource(
             return await _delete_collection(request, store, rt, namespace, query)
         options = await _delete_options(request)
         policy = options.get("propagationPolicy") or query.get("propagationPolicy")
-        if dry_run:
-            return json_response(store.get(rt.key, target.name, namespace=namespace))
-        return _deleted(rt, store.delete(rt.key, target.name, namespace=namespace, propagation_policy=policy))
+        deleted = store.delete(
+            rt.key,
+            target.name,
+            namespace=namespace,
+            propagation_policy=policy,
+            preconditions=_preconditions(options),
+            dry_run=dry_run,
+        )
+        return json_response(deleted) if dry_run else _deleted(rt, deleted)
     raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
 
@@ -381,13 +451,14 @@ async def _body(request: web.Request, rt: ResourceType, target: Target) -> dict:
 
 async def _patch(request: web.Request, store, rt: ResourceType, target: Target) -> dict:
     content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
-    patch_type = PATCH_TYPES.get(content_type)
+    accepted = CUSTOM_PATCH_TYPES if _is_custom(rt) else tuple(PATCH_TYPES)
+    patch_type = PATCH_TYPES.get(content_type) if content_type in accepted else None
     if patch_type is None:
         raise ApiError(
             415,
             "UnsupportedMediaType",
             f"the body of the request was in an unknown format - accepted media types include: "
-            f"{', '.join(PATCH_TYPES)}",
+            f"{', '.join(accepted)}",
         )
     try:
         patch = json.loads(await request.read())
@@ -412,6 +483,20 @@ async def _delete_options(request: web.Request) -> dict:
     except ValueError as exc:
         raise ApiError(400, "BadRequest", f"the body of the request could not be decoded: {exc}") from None
     return options if isinstance(options, dict) else {}
+
+
+def _preconditions(options: dict) -> dict | None:
+    """DeleteOptions.preconditions: ``uid`` and ``resourceVersion``, each a string when given."""
+    preconditions = options.get("preconditions")
+    if preconditions is None:
+        return None
+    if not isinstance(preconditions, dict) or not all(
+        isinstance(preconditions.get(key), str | None) for key in ("uid", "resourceVersion")
+    ):
+        raise ApiError(
+            400, "BadRequest", "preconditions must be an object with string uid and resourceVersion"
+        )
+    return preconditions
 
 
 def _is_custom(rt: ResourceType) -> bool:

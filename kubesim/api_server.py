@@ -7,6 +7,7 @@ sees a ready cluster.
 
 from __future__ import annotations
 
+import base64
 import os
 import tempfile
 from collections.abc import Iterable
@@ -18,8 +19,10 @@ from aiohttp import web
 
 from kubesim.api import make_app
 from kubesim.cluster import Cluster
+from kubesim.tls import issue
 
 KUBECONFIG_TOKEN = "kubesim-token"
+"""What the kubeconfig carries when kubesim runs without ``--token`` (any token is then accepted)."""
 
 
 @dataclass
@@ -27,6 +30,8 @@ class RunningServer:
     cluster: Cluster
     runner: web.AppRunner
     url: str
+    ca_pem: bytes | None = None
+    """With TLS: the CA clients must trust (``certificate-authority-data`` of the kubeconfig)."""
 
     async def stop(self) -> None:
         await self.runner.cleanup()
@@ -34,30 +39,51 @@ class RunningServer:
 
 
 async def start_server(
-    cluster: Cluster, *, host: str, port: int, apply: Iterable[str | Path] = ()
+    cluster: Cluster,
+    *,
+    host: str,
+    port: int,
+    apply: Iterable[str | Path] = (),
+    token: str | None = None,
+    tls: bool = False,
 ) -> RunningServer:
+    """``token``: require ``Authorization: Bearer <token>`` on every API request (``faults.Auth``).
+    ``tls``: serve HTTPS with a certificate from a CA made for this start (``kubesim.tls``)."""
+    certificate = issue(host) if tls else None
     await cluster.start()
     try:
         for path in apply:
             cluster.apply(path)
         # Open watches and log follows never finish on their own: give them little time on shutdown.
-        runner = web.AppRunner(make_app(cluster), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        runner = web.AppRunner(
+            make_app(cluster, token=token), access_log=None, handle_signals=False, shutdown_timeout=1.0
+        )
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        ssl_context = certificate.server_context() if certificate is not None else None
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
         await site.start()
     except BaseException:
         await cluster.stop()
         raise
     bound_port = runner.addresses[0][1]
-    return RunningServer(cluster, runner, f"http://{host}:{bound_port}")
+    scheme = "https" if certificate is not None else "http"
+    return RunningServer(
+        cluster,
+        runner,
+        f"{scheme}://{host}:{bound_port}",
+        ca_pem=certificate.ca_pem if certificate is not None else None,
+    )
 
 
-def kubeconfig(url: str) -> dict:
+def kubeconfig(url: str, token: str | None = None, ca_pem: bytes | None = None) -> dict:
+    cluster: dict = {"server": url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "kubesim", "cluster": {"server": url}}],
-        "users": [{"name": "kubesim", "user": {"token": KUBECONFIG_TOKEN}}],
+        "clusters": [{"name": "kubesim", "cluster": cluster}],
+        "users": [{"name": "kubesim", "user": {"token": token or KUBECONFIG_TOKEN}}],
         "contexts": [
             {"name": "kubesim", "context": {"cluster": "kubesim", "user": "kubesim", "namespace": "default"}}
         ],
@@ -66,12 +92,15 @@ def kubeconfig(url: str) -> dict:
     }
 
 
-def write_kubeconfig(path: str | Path, url: str) -> Path:
-    """Write atomically: a client polling for the file never reads half of it."""
+def write_kubeconfig(
+    path: str | Path, url: str, token: str | None = None, ca_pem: bytes | None = None
+) -> Path:
+    """Write atomically: a client polling for the file (or re-reading it for fresh credentials) never
+    reads half of it."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     with os.fdopen(fd, "w") as fh:
-        yaml.safe_dump(kubeconfig(url), fh, sort_keys=False)
+        yaml.safe_dump(kubeconfig(url, token, ca_pem), fh, sort_keys=False)
     os.replace(tmp, target)
     return target

@@ -174,6 +174,13 @@ class StreamHub:
             self._ticker.cancel()
             self._ticker = None
 
+    def end_watches(self) -> int:
+        """End every open watch stream now, as an API server going down does; how many were open."""
+        streams = [response for response in self._open if isinstance(response, _WatchStream)]
+        for stream in streams:
+            stream.finish()
+        return len(streams)
+
     def flush_soon(self, stream: _WatchStream) -> None:
         """Have ``stream`` write what it queued in the hub's next flush, with every other stream a burst
         of events touched: one loop callback per burst, not one per stream (1,000 handles per write)."""
@@ -382,8 +389,13 @@ def _peer(request: web.Request) -> str:
 
 async def _send_expired(request: web.Request, message: str) -> web.StreamResponse:
     """As the API server does for a too-old resourceVersion: 200, one ERROR event with a 410 Status."""
+    return await send_watch_error(request, _expired(message))
+
+
+async def send_watch_error(request: web.Request, status: dict) -> web.StreamResponse:
+    """A watch the API server accepted and then ended with ``status``: 200, one ERROR event carrying it."""
     response = await _open_stream(request)
-    await response.write(_event_line("ERROR", _expired(message)))
+    await response.write(_event_line("ERROR", status))
     return response
 
 

@@ -115,6 +115,29 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
+def _check_preconditions(rt: ResourceType, current: dict, preconditions: dict | None) -> None:
+    """DeleteOptions.preconditions, worded as the API server's early check (``rest.BeforeDelete``), which
+    names the resource by its kind (``RayJob.ray.io``), not its plural."""
+    if not preconditions:
+        return
+    meta = current["metadata"]
+    uid, version = preconditions.get("uid"), preconditions.get("resourceVersion")
+    if uid is not None and uid != meta.get("uid"):
+        why = (
+            f"the UID in the precondition ({uid}) does not match the UID in record ({meta.get('uid')}). "
+            "The object might have been deleted and then recreated"
+        )
+    elif version is not None and version != meta.get("resourceVersion"):
+        why = (
+            f"the ResourceVersion in the precondition ({version}) does not match the ResourceVersion in "
+            f"record ({meta.get('resourceVersion')}). The object might have been modified"
+        )
+    else:
+        return
+    message = f'Operation cannot be fulfilled on {rt.qualified_kind} "{meta["name"]}": {why}'
+    raise ApiError(409, "Conflict", message, _details(rt, meta["name"], kind=rt.kind))
+
+
 def _cause(field: str, reason: str, message: str) -> dict:
     return {"reason": reason, "message": message, "field": field}
 
@@ -742,12 +765,26 @@ class Store:
         return self._update(rt, current, doc, subresource)
 
     def delete(
-        self, key: str, name: str, *, namespace: str | None = None, propagation_policy: str | None = None
+        self,
+        key: str,
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation_policy: str | None = None,
+        preconditions: dict | None = None,
+        dry_run: bool = False,
     ) -> dict:
+        """Delete ``name``; ``preconditions`` (``{"uid", "resourceVersion"}`` of DeleteOptions) must match
+        the stored object or the answer is 409 Conflict, checked before anything else as the API server
+        does, so a deletion decided on an older version or another object with the same name never happens.
+        An object that is already terminating is checked the same way (its deletion bumped its version)."""
         rt = self._type(key)
         if propagation_policy not in _PROPAGATION:
             raise bad_request(f"unsupported propagationPolicy {propagation_policy!r}")
         current = self._current(rt, name, self._scope(rt, namespace))
+        _check_preconditions(rt, current, preconditions)
+        if dry_run:
+            return fast_copy(current)
         if rt.key == "namespaces":
             return fast_copy(self._delete_namespace(current))
         return fast_copy(self._delete(rt, current, propagation_policy))

@@ -31,11 +31,13 @@ READY_TIMEOUT_S = 60.0
 
 @dataclass
 class Kubesim:
-    """A running kubesim. ``cluster`` is the in-process Cluster (thread mode) or None (subprocess)."""
+    """A running kubesim. ``cluster`` is the in-process Cluster (thread mode) or None (subprocess);
+    ``token`` the bearer token it requires (None: it accepts any request)."""
 
     url: str
     kubeconfig: str
     cluster: Cluster | None = None
+    token: str | None = None
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
 
     def stats(self) -> dict:
@@ -52,6 +54,26 @@ class Kubesim:
 
     def reset_faults(self) -> dict:
         return self._request("DELETE", "/kubesim/faults")
+
+    def refuse(self, code: int, *, verbs=(), resources=(), **rule) -> dict:
+        """Answer matching requests with ``code`` from now on: one ``faults.FaultRule`` (with
+        ``namespace``, ``count``, ``seconds``, ``retry_after_s``, ``user``, ``message``) replacing the rules
+        set before; ``set_faults(rules=[...])`` sets several."""
+        return self.set_faults(
+            rules=[{"code": code, "verbs": list(verbs), "resources": list(resources), **rule}]
+        )
+
+    def require_token(self, token: str | None) -> None:
+        """The server now requires ``token`` (None: accepts anyone): clients still holding the old one
+        are answered 401, as after a credential rotation. The kubeconfig is left as it is
+        (``write_kubeconfig_token`` gives clients the new one)."""
+        self._request("POST", "/kubesim/auth", {"token": token})
+        self.token = token
+
+    def write_kubeconfig_token(self, token: str | None) -> None:
+        """Rewrite the kubeconfig with ``token`` (None: the default one), as a credential plugin or a
+        Secret rotation refreshes what clients load."""
+        write_kubeconfig(self.kubeconfig, self.url, token)
 
     def call(self, fn: Callable, *args):
         """Run ``fn(*args)`` on the cluster's event loop (thread mode): the store is not thread-safe."""
@@ -81,12 +103,14 @@ def run_kubesim(
     kubeconfig_path: str | Path | None = None,
     controllers: Iterable[str] = CONTROLLERS,
     kueue_config: str | Path | None = None,
+    token: str | None = None,
 ) -> Iterator[Kubesim]:
-    """Start kubesim, wait until GET /version answers, yield it, stop it.
+    """Start kubesim, wait until GET /readyz answers, yield it, stop it.
 
     ``controllers`` (thread mode only) lets API-level tests run the bare API server with no controller
     reacting to their objects; the subprocess always runs the CLI, which runs them all. ``kueue_config``
-    is a Kueue Configuration file (``--kueue-config``), e.g. a short waitForPodsReady timeout.
+    is a Kueue Configuration file (``--kueue-config``), e.g. a short waitForPodsReady timeout. ``token``
+    makes every API request need that bearer token (the kubeconfig carries it), as ``--token`` does.
     """
     with contextlib.ExitStack() as stack:
         if kubeconfig_path is None:
@@ -94,12 +118,20 @@ def run_kubesim(
             kubeconfig_path = Path(directory) / "kubeconfig"
         if mode == "thread":
             server = _run_in_thread(
-                crds_dir, list(apply), time_scale, Path(kubeconfig_path), tuple(controllers), kueue_config
+                crds_dir,
+                list(apply),
+                time_scale,
+                Path(kubeconfig_path),
+                tuple(controllers),
+                kueue_config,
+                token,
             )
         elif mode == "subprocess":
             if tuple(controllers) != CONTROLLERS:
                 raise ValueError("mode='subprocess' runs the CLI, which always runs every controller")
-            server = _run_subprocess(crds_dir, list(apply), time_scale, Path(kubeconfig_path), kueue_config)
+            server = _run_subprocess(
+                crds_dir, list(apply), time_scale, Path(kubeconfig_path), kueue_config, token
+            )
         else:
             raise ValueError(f"mode must be 'thread' or 'subprocess', not {mode!r}")
         yield stack.enter_context(server)
@@ -113,6 +145,7 @@ def _run_in_thread(
     kubeconfig_path: Path,
     controllers: tuple[str, ...],
     kueue_config,
+    token: str | None,
 ) -> Iterator[Kubesim]:
     from kubesim.kueue.config import KueueConfig
 
@@ -126,7 +159,7 @@ def _run_in_thread(
             cluster = Cluster(
                 crds_dir=crds_dir, time_scale=time_scale, controllers=controllers, kueue_config=config
             )
-            server = await start_server(cluster, host="127.0.0.1", port=0, apply=apply)
+            server = await start_server(cluster, host="127.0.0.1", port=0, apply=apply, token=token)
         except BaseException as exc:
             started.set_exception(exc)
             return
@@ -141,9 +174,9 @@ def _run_in_thread(
     thread.start()
     try:
         server = started.result(timeout=READY_TIMEOUT_S)
-        write_kubeconfig(kubeconfig_path, server.url)
+        write_kubeconfig(kubeconfig_path, server.url, token)
         _wait_ready(server.url, deadline=time.monotonic() + READY_TIMEOUT_S)
-        yield Kubesim(server.url, str(kubeconfig_path), server.cluster, loop)
+        yield Kubesim(server.url, str(kubeconfig_path), server.cluster, token, loop)
     finally:
         if not loop.is_closed():
             loop.call_soon_threadsafe(stopping.set)
@@ -154,7 +187,7 @@ def _run_in_thread(
 
 @contextlib.contextmanager
 def _run_subprocess(
-    crds_dir, apply: list, time_scale: float, kubeconfig_path: Path, kueue_config
+    crds_dir, apply: list, time_scale: float, kubeconfig_path: Path, kueue_config, token: str | None
 ) -> Iterator[Kubesim]:
     """Run the CLI; on a clean exit of the ``with`` body, also require a clean exit of kubesim on SIGTERM."""
     command = [
@@ -174,6 +207,8 @@ def _run_subprocess(
         command += ["--apply", str(path)]
     if kueue_config:
         command += ["--kueue-config", str(kueue_config)]
+    if token is not None:
+        command += ["--token", token]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1]
     )
@@ -184,7 +219,7 @@ def _run_subprocess(
             raise RuntimeError(f"kubesim did not start (exit {process.returncode}): {line!r}")
         url = line.split()[-1]
         _wait_ready(url, deadline=time.monotonic() + READY_TIMEOUT_S)
-        yield Kubesim(url, str(kubeconfig_path))
+        yield Kubesim(url, str(kubeconfig_path), token=token)
     finally:
         process.terminate()
         try:
@@ -207,7 +242,7 @@ async def _cancel_leftover_tasks() -> None:
 def _wait_ready(url: str, *, deadline: float) -> None:
     while True:
         try:
-            with urllib.request.urlopen(url + "/version", timeout=5) as response:
+            with urllib.request.urlopen(url + "/readyz", timeout=5) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError):

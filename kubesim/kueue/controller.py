@@ -708,8 +708,11 @@ class KueueController:
         _VIEWS[self.store] = self.view
         try:
             while True:
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation that
+                # arrives as the wake-up does, and the loop then outlives Cluster.stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), TICK_SECONDS)
+                    async with asyncio.timeout(TICK_SECONDS):
+                        await self.wake.wait()
                 await asyncio.sleep(DEBOUNCE_SECONDS)
                 self.wake.clear()
                 self.reconcile()

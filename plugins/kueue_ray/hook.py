@@ -5,12 +5,18 @@ Airflow connection (kubeconfig path or content, in-cluster, context, SSL options
 there is no second way to point this project at a cluster.
 
 Retries follow the provider: reads and deletes go through ``generic_api_retry`` (429/5xx/connection
-errors, Retry-After honoured). The provider counts 409 as transient, which is wrong for the two places it
+errors, Retry-After honoured). The provider counts 409 as transient, which is wrong for the places it
 means something here, so those are answered inside the retried function and never retried:
 
 * create -> 409 AlreadyExists means "a RayJob with this deterministic name exists": the caller adopts it;
-* delete with a uid precondition -> 409 Conflict means "that name now belongs to another object": we do
-  not delete it.
+* delete with preconditions -> 409 Conflict means "this is not the object, or not the version, the
+  deletion was decided on". ``delete_rayjob`` reads it again: if it is gone, or the name now belongs to
+  another uid, or it is already being deleted, the deletion is done (which is also what a retry after a
+  lost answer finds: the first attempt did delete it, which changed its version); otherwise it answers
+  CONFLICT and the caller decides again on what it reads now.
+
+A queue position is a nicety: whatever the visibility API answers, or if it cannot be reached, the caller
+gets None and carries on (``queue_position``, ``pending_workloads``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
+from kueue_ray.api_errors import describe_error
 from kueue_ray.capacity import find_shortfall, max_capacity
 from kueue_ray.errors import KueueRayError
 from kueue_ray.manifests import BuiltRayJob, explain_capacity_shortfall
@@ -41,6 +48,8 @@ VISIBILITY_PATH = (
 )
 VISIBILITY_LIMIT = 100000
 """Kueue's cap for ``limit`` (default 1000): a deep queue's positions and pending count stay exact."""
+VISIBILITY_TIMEOUT_S = 10
+"""How long a queue position may hold up the log line it decorates."""
 SUBMITTER_CONTAINER = "ray-job-submitter"
 SUBMITTER_JOB_LABEL = "batch.kubernetes.io/job-name"
 
@@ -122,6 +131,17 @@ def not_waiting_reason(rayjob: dict, waiter: AirflowIdentity) -> str | None:
     if registered != this_try:
         return f"its waiter is now {registered.stamp() if registered else 'nobody'}, not {this_try.stamp()}"
     return None
+
+
+def _after_conflict(current: dict | None, uid: str) -> str:
+    """What a deletion answered 409 (its preconditions no longer hold) comes to, from the RayJob as it is
+    now: GONE when it no longer exists or the name is another object's, DELETED when it is already being
+    deleted (by us: a retry after a lost answer, or by someone else), CONFLICT when it only changed."""
+    if current is None or current["metadata"].get("uid") != uid:
+        return GONE
+    if current["metadata"].get("deletionTimestamp"):
+        return DELETED
+    return CONFLICT
 
 
 def _newest(items: list[dict]) -> dict | None:
@@ -222,14 +242,21 @@ class RayJobHook(KubernetesHook):
         hands or disappeared meanwhile."""
         return self._annotate(rayjob, {WAITER_ANNOTATION: Waiter.of(waiter).stamp()})
 
-    @generic_api_retry
     def delete_rayjob(self, name: str, namespace: str, uid: str, resource_version: str | None = None) -> str:
         """Delete exactly this RayJob (its RayCluster and submitter follow by garbage collection).
 
         Preconditions make it safe against a new try that replaced or re-claimed the name meanwhile:
         ``uid`` always, ``resource_version`` when the caller decided from a specific version. Returns
-        DELETED, GONE (404, idempotent) or CONFLICT (409: a precondition no longer holds; not deleted).
+        DELETED (deleted, or already being deleted), GONE (404, or the name is another object's now: ours
+        is gone) or CONFLICT (it changed since the caller read it: read it and decide again).
         """
+        result = self._delete(name, namespace, uid, resource_version)
+        if result != CONFLICT:
+            return result
+        return _after_conflict(self.get_rayjob(name, namespace), uid)
+
+    @generic_api_retry
+    def _delete(self, name: str, namespace: str, uid: str, resource_version: str | None) -> str:
         try:
             self.custom_object_client.delete_namespaced_custom_object(
                 RAY_GROUP,
@@ -395,9 +422,10 @@ class RayJobHook(KubernetesHook):
             )
         return queue_capacity
 
-    @generic_api_retry
     def queue_position(self, namespace: str, queue: str, workload_name: str) -> QueuePosition | None:
-        """Position from Kueue's visibility API; None when it is not served, not allowed, or not pending."""
+        """Position from Kueue's visibility API; None when it is not pending, or the API is not served, not
+        allowed, failing or unreachable: a position only decorates a log line, so it is asked once and a
+        failure never holds up (or fails) the wait that wanted it."""
         try:
             summary = self.api_client.call_api(
                 VISIBILITY_PATH.format(namespace=namespace, name=queue),
@@ -406,11 +434,13 @@ class RayJobHook(KubernetesHook):
                 response_types_map={200: "object"},
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,
+                _request_timeout=VISIBILITY_TIMEOUT_S,
             )
-        except ApiException as exc:
-            if exc.status in (403, 404, 503):
-                return None
-            raise
+        except Exception as exc:  # noqa: BLE001 - any answer or none: only the position is lost
+            log.info(
+                "Queue position in LocalQueue %s/%s unavailable: %s", namespace, queue, describe_error(exc)
+            )
+            return None
         return position_from_summary(summary or {}, workload_name)
 
     # --- logs ----------------------------------------------------------------------------------------
@@ -465,11 +495,17 @@ class AsyncRayJobHook(AsyncKubernetesHook):
             )
         return _newest(result.get("items") or [])
 
-    @generic_api_retry
     async def delete_rayjob(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
     ) -> str:
         """As RayJobHook.delete_rayjob: DELETED, GONE or CONFLICT."""
+        result = await self._delete(name, namespace, uid, resource_version)
+        if result != CONFLICT:
+            return result
+        return _after_conflict(await self.get_rayjob(name, namespace), uid)
+
+    @generic_api_retry
+    async def _delete(self, name: str, namespace: str, uid: str, resource_version: str | None) -> str:
         async with self.get_conn() as client:
             try:
                 await AsyncCustomObjectsApi(client).delete_namespaced_custom_object(
@@ -522,8 +558,8 @@ class AsyncRayJobHook(AsyncKubernetesHook):
 
     async def pending_workloads(self, namespace: str, queue: str, api_client: Any = None) -> dict | None:
         """The LocalQueue's ``PendingWorkloadsSummary`` from Kueue's visibility API, for every trigger
-        waiting in it at once (see ``position_from_summary``); None when the API is not served or not
-        allowed."""
+        waiting in it at once (see ``position_from_summary``); None when the API is not served, not
+        allowed, failing or unreachable (as ``RayJobHook.queue_position``)."""
         try:
             async with self._client(api_client) as client:
                 summary = await client.call_api(
@@ -533,11 +569,13 @@ class AsyncRayJobHook(AsyncKubernetesHook):
                     response_types_map={200: "object"},
                     auth_settings=["BearerToken"],
                     _return_http_data_only=True,
+                    _request_timeout=VISIBILITY_TIMEOUT_S,
                 )
-        except AsyncApiException as exc:
-            if exc.status in (403, 404, 503):
-                return None
-            raise
+        except Exception as exc:  # noqa: BLE001 - any answer or none: only the position is lost
+            log.info(
+                "Queue position in LocalQueue %s/%s unavailable: %s", namespace, queue, describe_error(exc)
+            )
+            return None
         return summary or {}
 
     def _client(self, api_client: Any):

@@ -20,7 +20,11 @@ with time:
 
 Robustness: watches resume from the last resourceVersion (bookmarks keep it fresh), relist on 410 Gone,
 and back off with jitter on errors and dropped streams; a relist notices deletions that happened while
-disconnected. A subscriber's reads retry transient failures (5xx, 429, dropped connections, timeouts)
+disconnected. A watch answered with anything but 200 is an error, whatever the client library makes of
+it: 401 loads the credentials again, 429 waits for ``Retry-After``, and a 403 to the watch alone (a Role
+granting ``list`` but not ``watch``) turns the loop into one list per ``degraded_list_interval``, which
+every waiting task is told in its log, with the ``kubectl auth can-i`` check that shows what is missing
+(``_WatchLoop``). A subscriber's reads retry transient failures (5xx, 429, dropped connections, timeouts)
 with backoff until they succeed, so an API server having a bad minute delays a trigger but never ends
 it. The (connection, namespace) has one ApiClient (``SharedApiClient``), lent to its watch loops and to
 every read and closed only once nobody holds it: closing a client under a running request is what turned
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import math
@@ -45,6 +50,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kueue_ray.api_errors import api_error, can_i, describe_error, retry_after_seconds
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 
 log = logging.getLogger(__name__)
@@ -52,6 +58,8 @@ log = logging.getLogger(__name__)
 RAYJOB = "rayjob"
 RAYSERVICE = "rayservice"
 WORKLOAD = "workload"
+NOTICE = "notice"
+"""An ``Update`` that is news about waiting itself (the API server refuses to watch), for the task log."""
 DEFAULT_RESYNC_SECONDS = 300.0
 SERVER_TIMEOUT_GRACE_SECONDS = 15.0
 """How long past its ``timeoutSeconds`` a watch may stay open before the hub ends it itself, so a server
@@ -77,6 +85,11 @@ class WatchedResource:
     label_selector: str
     key_of: Callable[[dict], str | None]
     selects: Callable[[dict], bool]
+
+    @property
+    def qualified(self) -> str:
+        """``plural.group``, as RBAC and ``kubectl auth can-i`` name it."""
+        return f"{self.plural}.{self.group}"
 
 
 RAYJOBS = WatchedResource(
@@ -114,10 +127,13 @@ WORKLOADS = WatchedResource(
 
 @dataclass(frozen=True)
 class Update:
-    """A change of one subscribed object. ``object`` None means it no longer exists (for this uid)."""
+    """A change of one subscribed object. ``object`` None means it no longer exists (for this uid).
+
+    ``kind`` NOTICE carries no object but a ``message`` for the task log (how waiting works right now)."""
 
     kind: str
     object: dict | None
+    message: str = ""
 
 
 class WatchGone(Exception):
@@ -136,6 +152,13 @@ class HubSettings:
     connect_wait_seconds: float = 5.0
     pending_workloads_ttl_seconds: float = 5.0
     """How long one visibility read of a LocalQueue answers every trigger asking for a queue position."""
+    degraded_list_interval: float = 10.0
+    """While the API server refuses to watch a resource (403) but lets it be listed: seconds between the
+    loop's requests, each a list, so a change reaches the waiting tasks at most this late (the polling
+    triggers of the cncf provider wait 10 s too, but each makes its own request)."""
+    degraded_watch_retry_every: int = 30
+    """While polling: every this many requests is an attempt to watch again instead of a list (with the
+    defaults, once every 5 minutes)."""
 
 
 def resource_version_newer(candidate: dict, current: dict | None) -> bool:
@@ -228,6 +251,7 @@ class Subscription:
     """One trigger's interest in one RayJob (name + uid) and its Workload."""
 
     noun = "RayJob"
+    resource = RAYJOBS
 
     def __init__(
         self, hub: WatchHub, conn_id: str, namespace: str, name: str, uid: str, resync_interval: float
@@ -264,14 +288,17 @@ class Subscription:
             try:
                 return await self._read_current(reread_rayjob)
             except Exception as exc:  # noqa: BLE001 - whatever the API did, waiting goes on
-                delay = backoff.next_delay()
+                delay = max(backoff.next_delay(), retry_after_seconds(exc) or 0.0)
+                hint = ""
+                if getattr(exc, "status", None) == 403:
+                    hint = f" (check: {can_i('get', self.resource.qualified, self.namespace)})"
                 log.warning(
-                    "Reading %s %s/%s failed (%s: %s); retrying in %.1fs",
+                    "Reading %s %s/%s failed (%s)%s; retrying in %.1fs",
                     self.noun,
                     self.namespace,
                     self.name,
-                    type(exc).__name__,
-                    _first_line(exc),
+                    describe_error(exc),
+                    hint,
                     delay,
                 )
                 await asyncio.sleep(delay)
@@ -297,10 +324,23 @@ class Subscription:
             workload = self.hub.cached(self, WORKLOAD)
         return rayjob, workload
 
+    def rayjob_by_uid(self, uid: str) -> dict | None:
+        """A RayJob of this namespace the hub's watch holds, found by uid (e.g. the preemptor that Kueue's
+        eviction message names only by its JobUID); None when the watch does not have it."""
+        loop = self.hub.loop_of(self, RAYJOB)
+        objects = loop.objects.values() if loop is not None else ()
+        return next((obj for obj in objects if (obj.get("metadata") or {}).get("uid") == uid), None)
+
     async def pending_workloads(self, queue: str) -> dict | None:
         """The visibility summary of LocalQueue ``queue`` (shared, a few seconds old at most); None when
         the visibility API is not served, not allowed or failing."""
         return await self.hub.pending_workloads(self, queue)
+
+    def workloads_version(self) -> int:
+        """How many Workload changes of this namespace the hub has seen; a queue position (in a LocalQueue,
+        hence in this namespace) can only move when this moves, so an unchanged number needs no new read."""
+        scope = self.hub._scopes.get(self.scope)
+        return scope.workload_changes if scope is not None else 0
 
     async def _wait_for_list(self, kind: str) -> bool:
         """True once the loop's first list is in the cache (waiting for it a bounded time)."""
@@ -322,6 +362,7 @@ class ServiceSubscription(Subscription):
     """
 
     noun = "RayService"
+    resource = RAYSERVICES
 
     async def current(self, *, reread_rayjob: bool = False) -> tuple[dict | None, list[dict]]:  # type: ignore[override]
         """(RayService, its Workloads) as known now; reads what the cache cannot answer (retrying)."""
@@ -361,8 +402,46 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
+class Refused(Exception):
+    """The API server answered a list or watch with an error status (HTTP, a watch's ERROR event, or a
+    Status line where an event belongs).
+
+    Kept apart from the client's ApiException because a watch is opened with ``_preload_content=False``,
+    where kubernetes_asyncio returns any answer, 200 or not, as a stream: the hub must look at the status
+    itself, and then needs to know which verb was refused to say what to grant.
+    """
+
+    def __init__(
+        self, verb: str, status: int | None, reason: str, message: str, retry_after: float | None = None
+    ) -> None:
+        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+        self.verb = verb
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    @classmethod
+    def from_api_exception(cls, verb: str, exc: Any) -> Refused:
+        status, reason, message = api_error(exc)
+        return cls(verb, status, reason, message, retry_after_seconds(exc))
+
+    @classmethod
+    def from_status(cls, verb: str, status: dict) -> Refused:
+        return cls(verb, status.get("code"), status.get("reason") or "", status.get("message") or "")
+
+
 class _WatchLoop:
-    """One list+watch of one resource in one namespace through one connection, with its cache."""
+    """One list+watch of one resource in one namespace through one connection, with its cache.
+
+    What it does when the API server says no (``_refused``): 410 relists; 401 makes the next request load
+    the credentials again (once at once, then with backoff); 429 waits at least ``Retry-After``; 5xx and
+    dropped connections back off with jitter; 403 backs off and says what to grant. A 403 to the *watch*
+    while lists are allowed (a Role granting ``list`` but not ``watch``) degrades the loop to polling:
+    one request per ``degraded_list_interval``, a list, so every subscriber still sees every change, only
+    later; every ``degraded_watch_retry_every``-th of those requests tries the watch again instead, from the
+    last list's resourceVersion, so that fixing the Role ends the polling without losing a change.
+    """
 
     def __init__(self, hub: WatchHub, scope: _Scope, resource: WatchedResource) -> None:
         self.hub = hub
@@ -376,10 +455,20 @@ class _WatchLoop:
         self.task: asyncio.Task | None = None
         self.listed = asyncio.Event()
         """Set once the first list is in the cache."""
+        self.polling_because: Refused | None = None
+        """The watch refusal (403) that made the loop list every interval instead; None while it watches."""
+        self._polls = 0
+        self._credentials_reloaded = False
+        """The credentials were loaded again after a 401 and nothing succeeded since."""
+        self._expired_in_a_row = 0
 
     def start(self) -> None:
+        # A context of its own: the loop serves every trigger of the scope, so its log lines belong to the
+        # triggerer's log, not to the task log of whichever trigger happened to start it.
         self.task = asyncio.create_task(
-            self._run(), name=f"kueue-ray-watch/{self.conn_id}/{self.namespace}/{self.resource.plural}"
+            self._run(),
+            name=f"kueue-ray-watch/{self.conn_id}/{self.namespace}/{self.resource.plural}",
+            context=contextvars.Context(),
         )
 
     async def stop(self) -> None:
@@ -390,7 +479,6 @@ class _WatchLoop:
 
     async def _run(self) -> None:
         from kubernetes_asyncio.client import CustomObjectsApi
-        from kubernetes_asyncio.client.exceptions import ApiException
 
         settings = self.hub.settings
         backoff = Backoff(settings.backoff_initial, settings.backoff_max)
@@ -401,52 +489,165 @@ class _WatchLoop:
                 async with self.scope.client.lease() as api_client:
                     try:
                         await self._stream(CustomObjectsApi(api_client), backoff)
-                    except ApiException:  # _stream raises only 401/403
+                    except Refused:  # _stream raises only 401: load the credentials again
                         await self.scope.client.retire(api_client)
                         raise
-            except Exception as exc:  # noqa: BLE001 - refused credentials or a broken config: reconnect later
+            except Refused as refused:
+                if not self._credentials_reloaded:
+                    self._credentials_reloaded = True
+                    log.warning(
+                        "The API server refused the credentials of connection %s for %s %s in %s (%s); "
+                        "loading them again",
+                        self.conn_id,
+                        refused.verb,
+                        self.resource.plural,
+                        self.namespace,
+                        refused,
+                    )
+                    continue
+                delay = max(backoff.next_delay(), refused.retry_after or 0.0)
+                log.warning(
+                    "The API server still refuses the credentials of connection %s (%s); loading them "
+                    "again in %.1fs",
+                    self.conn_id,
+                    refused,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+            except Exception as exc:  # noqa: BLE001 - a broken config: reconnect later
                 delay = backoff.next_delay()
                 log.warning(
-                    "Connection for the %s watch in namespace %s failed (%s: %s); reconnecting in %.1fs",
+                    "Connection for the %s watch in namespace %s failed (%s); reconnecting in %.1fs",
                     self.resource.plural,
                     self.namespace,
-                    type(exc).__name__,
-                    exc,
+                    describe_error(exc),
                     delay,
                 )
                 await asyncio.sleep(delay)
 
     async def _stream(self, api: Any, backoff: Backoff) -> None:
-        """List, then watch from the list's resourceVersion until the next relist is due, forever; raises
-        only on refused credentials."""
+        """List, then watch from the list's resourceVersion until the next relist is due, forever (or poll
+        while watching is refused); raises only on refused credentials (401)."""
         from aiohttp import ClientError
-        from kubernetes_asyncio.client.exceptions import ApiException
 
         settings = self.hub.settings
         while True:
             try:
+                if self.polling_because is not None:
+                    await self._poll(api)
+                    continue
                 if self.resource_version is None or time.monotonic() >= self.next_relist:
                     await self._list(api)
-                    backoff.reset()
                 started = time.monotonic()
                 received = await self._watch(api, self._watch_timeout())
                 if received:
                     backoff.reset()
+                    self._expired_in_a_row = 0
                 elif time.monotonic() - started < settings.min_healthy_stream_seconds:
                     # The server closed an empty stream at once: treat it as a dropped stream.
                     await asyncio.sleep(backoff.next_delay())
             except WatchGone:
-                log.info(
-                    "Watch of %s in %s expired (410 Gone); relisting", self.resource.plural, self.namespace
-                )
-                self.resource_version = None
-            except ApiException as exc:
-                if exc.status in (401, 403):
+                await self._relist_after_expiry(backoff)
+            except Refused as refused:
+                if refused.status == 401:
                     raise
+                if refused.status == 410:
+                    await self._relist_after_expiry(backoff)
+                else:
+                    await self._refused(refused, backoff)
+            # A dropped stream, a cut-off JSON line, a timeout: retry from where we were.
+            except (ClientError, OSError, ValueError, TimeoutError) as exc:
                 await self._back_off(backoff, exc)
-            # A dropped stream, a cut-off JSON line, a timeout, an ERROR event: retry from where we were.
-            except (ClientError, OSError, ValueError, TimeoutError, RuntimeError) as exc:
-                await self._back_off(backoff, exc)
+
+    async def _relist_after_expiry(self, backoff: Backoff) -> None:
+        """410 Gone: the watch's resourceVersion is older than the server's history. Relist at once; only
+        when that keeps happening without a healthy watch in between, relist with backoff."""
+        log.info("Watch of %s in %s expired (410 Gone); relisting", self.resource.plural, self.namespace)
+        self.resource_version = None
+        if self._expired_in_a_row:
+            await asyncio.sleep(backoff.next_delay())
+        self._expired_in_a_row += 1
+
+    async def _refused(self, refused: Refused, backoff: Backoff) -> None:
+        """Any refusal but 401 and 410 (those are handled by the caller)."""
+        if refused.status == 403 and refused.verb == "watch" and self.polling_because is None:
+            self._start_polling(refused)
+            return
+        delay = max(backoff.next_delay(), refused.retry_after or 0.0)
+        if refused.status == 403:
+            log.warning(
+                "The API server refuses to %s %s in namespace %s (%s); retrying in %.1fs. Grant it to the "
+                "user of connection %s (check: %s)",
+                refused.verb,
+                self.resource.plural,
+                self.namespace,
+                refused,
+                delay,
+                self.conn_id,
+                can_i(refused.verb, self.resource.qualified, self.namespace),
+            )
+        else:
+            log.warning(
+                "%s of %s in namespace %s failed (%s); retrying in %.1fs from resourceVersion %s",
+                refused.verb.capitalize(),
+                self.resource.plural,
+                self.namespace,
+                refused,
+                delay,
+                self.resource_version,
+            )
+        await asyncio.sleep(delay)
+
+    def _start_polling(self, refused: Refused) -> None:
+        interval = self.hub.settings.degraded_list_interval
+        self.polling_because = refused
+        self._polls = 0
+        log.warning(
+            "The API server refuses to watch %s in namespace %s (%s); listing them every %gs instead (check: %s)",
+            self.resource.plural,
+            self.namespace,
+            refused,
+            interval,
+            can_i("watch", self.resource.qualified, self.namespace),
+        )
+        self.hub.notify(self.scope, self.polling_notice())
+
+    def polling_notice(self) -> str:
+        """What each waiting task's log says while this loop polls instead of watching."""
+        interval = self.hub.settings.degraded_list_interval
+        return (
+            f"The API server refuses to watch {self.resource.plural} in namespace {self.namespace} "
+            f"({self.polling_because}). Following them by listing every {interval:g}s instead: changes "
+            f"reach this task up to {interval:g}s late, none is lost. To watch again, grant 'watch' on "
+            f"{self.resource.qualified} to the user of connection {self.conn_id} "
+            f"(check: {can_i('watch', self.resource.qualified, self.namespace)})"
+        )
+
+    def _watching_again(self) -> None:
+        if self.polling_because is None:
+            return
+        self.polling_because = None
+        message = (
+            f"The API server lets connection {self.conn_id} watch {self.resource.plural} in namespace "
+            f"{self.namespace} again: changes reach this task as they happen"
+        )
+        log.warning(message)
+        self.hub.notify(self.scope, message)
+
+    async def _poll(self, api: Any) -> None:
+        """One interval of polling: wait, then one request (a list; every Nth time a watch instead, which
+        ends the polling if the API server allows it again)."""
+        settings = self.hub.settings
+        await asyncio.sleep(settings.degraded_list_interval)
+        self._polls += 1
+        if self._polls % settings.degraded_watch_retry_every or self.resource_version is None:
+            await self._list(api)
+            return
+        try:
+            await self._watch(api, self._watch_timeout())
+        except Refused as refused:
+            if refused.status != 403:
+                raise
 
     def _watch_timeout(self) -> int:
         """Seconds the next watch may last: until the relist is due, at most the configured maximum."""
@@ -456,25 +657,34 @@ class _WatchLoop:
     async def _back_off(self, backoff: Backoff, exc: BaseException) -> None:
         delay = backoff.next_delay()
         log.warning(
-            "Watch of %s in namespace %s failed (%s: %s); retrying in %.1fs from resourceVersion %s",
+            "Watch of %s in namespace %s failed (%s); retrying in %.1fs from resourceVersion %s",
             self.resource.plural,
             self.namespace,
-            type(exc).__name__,
-            _first_line(exc),
+            describe_error(exc),
             delay,
             self.resource_version,
         )
         await asyncio.sleep(delay)
 
+    def _succeeded(self) -> None:
+        """A request was answered 200: refused credentials, if any, work again."""
+        self._credentials_reloaded = False
+
     async def _list(self, api: Any) -> None:
         """Replace the cache with a fresh list; deliver what changed or disappeared since the last one."""
-        result = await api.list_namespaced_custom_object(
-            self.resource.group,
-            self.resource.version,
-            self.namespace,
-            self.resource.plural,
-            label_selector=self.resource.label_selector,
-        )
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            result = await api.list_namespaced_custom_object(
+                self.resource.group,
+                self.resource.version,
+                self.namespace,
+                self.resource.plural,
+                label_selector=self.resource.label_selector,
+            )
+        except ApiException as exc:
+            raise Refused.from_api_exception("list", exc) from exc
+        self._succeeded()
         seen: set[str] = set()
         for obj in result.get("items") or ():
             key = self.resource.key_of(obj)
@@ -492,7 +702,7 @@ class _WatchLoop:
 
     async def _watch(self, api: Any, timeout: int) -> bool:
         """Stream events until the server ends the watch (or ``timeout`` plus a grace passes); True if any
-        event arrived."""
+        event (one with a ``type``) arrived. Raises ``Refused`` when the server answers anything but 200."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
@@ -513,44 +723,59 @@ class _WatchLoop:
                 _preload_content=False,
             )
         except ApiException as exc:
-            if exc.status == 410:
-                raise WatchGone() from exc
-            raise
+            raise Refused.from_api_exception("watch", exc) from exc
         received = False
         try:
+            if response.status != 200:
+                # Without preloading, the client hands over a 403 or 429 as if it were a stream of events.
+                raise Refused.from_api_exception("watch", await _as_api_exception(response))
+            self._succeeded()
+            self._watching_again()
             async with asyncio.timeout(timeout + SERVER_TIMEOUT_GRACE_SECONDS):
                 while True:
                     line = await response.content.readline()
                     if not line:
                         return received
-                    if not line.strip():
-                        continue
-                    received = True
-                    self._handle(json.loads(line))
+                    if line.strip() and self._handle(json.loads(line)):
+                        received = True
         except TimeoutError:
             return received
         finally:
             response.release()
 
-    def _handle(self, event: dict) -> None:
+    def _handle(self, event: dict) -> bool:
+        """Apply one line of the stream; True for an event (it has a ``type``), False for anything else."""
         kind = event.get("type")
         obj = event.get("object") or {}
+        if kind is None:
+            if event.get("kind") == "Status":  # a refusal where an event belongs
+                raise Refused.from_status("watch", event)
+            return False
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise WatchGone()
-            raise RuntimeError(f"watch error {obj.get('code')} {obj.get('reason')}: {obj.get('message')}")
+            raise Refused.from_status("watch", obj)
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if version:
             self.resource_version = version
         if kind == "BOOKMARK":
-            return
+            return True
         key = self.resource.key_of(obj)
         if key is None:
-            return
+            return True
         if kind == "DELETED":
             self.hub.offer_deleted(self, key, obj)
         else:
             self.hub.offer(self, key, obj)
+        return True
+
+
+async def _as_api_exception(response: Any) -> Any:
+    """The ApiException kubernetes_asyncio would have raised for this answer had it been preloaded."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+    from kubernetes_asyncio.client.rest import RESTResponse
+
+    return ApiException(http_resp=RESTResponse(response, await response.read()))
 
 
 @dataclass
@@ -574,6 +799,8 @@ class _Scope:
     """RayService subscriptions by name (a RayJob and a RayService may share a name)."""
     loops: dict[str, _WatchLoop] = field(default_factory=dict)
     pending_reads: dict[str, _PendingRead] = field(default_factory=dict)
+    workload_changes: int = 0
+    """Workload changes cached so far (``Subscription.workloads_version``)."""
 
     def _indexes(self, subscription: Subscription) -> tuple[tuple[dict, str], ...]:
         by_name = self.services if isinstance(subscription, ServiceSubscription) else self.by_name
@@ -695,6 +922,9 @@ class WatchHub:
                 loop = scope.loops[resource.kind] = _WatchLoop(self, scope, resource)
                 loop.start()
         scope.add(subscription)
+        for loop in scope.loops.values():
+            if loop.polling_because is not None:
+                subscription.updates.put_nowait(Update(NOTICE, None, loop.polling_notice()))
         try:
             yield
         finally:
@@ -737,19 +967,34 @@ class WatchHub:
         hook = AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id)
         # The scope's shared client (no TLS setup per trigger), held until both reads are done.
         async with self._lease(subscription) as client:
-            if rayjob:
-                obj = await hook.get_rayjob(subscription.name, subscription.namespace, api_client=client)
-                loop = self.loop_of(subscription, RAYJOB)
-                if loop is not None:
-                    if obj is None:
-                        self.offer_deleted(loop, subscription.name)
-                    else:
-                        self.offer(loop, subscription.name, obj)
-            if workload:
-                obj = await hook.find_workload(subscription.uid, subscription.namespace, api_client=client)
-                loop = self.loop_of(subscription, WORKLOAD)
-                if loop is not None and obj is not None:
-                    self.offer(loop, subscription.uid, obj)
+            try:
+                await self._read(hook, subscription, client, rayjob=rayjob, workload=workload)
+            except Exception as exc:
+                await self._retire_refused(subscription, client, exc)
+                raise
+
+    async def _retire_refused(self, subscription: Subscription, client: Any, exc: BaseException) -> None:
+        """A read answered 401: retire the shared client so the next read loads the credentials again."""
+        scope = self._scopes.get(subscription.scope)
+        if getattr(exc, "status", None) == 401 and scope is not None and client is not None:
+            await scope.client.retire(client)
+
+    async def _read(
+        self, hook: Any, subscription: Subscription, client: Any, *, rayjob: bool, workload: bool
+    ) -> None:
+        if rayjob:
+            obj = await hook.get_rayjob(subscription.name, subscription.namespace, api_client=client)
+            loop = self.loop_of(subscription, RAYJOB)
+            if loop is not None:
+                if obj is None:
+                    self.offer_deleted(loop, subscription.name)
+                else:
+                    self.offer(loop, subscription.name, obj)
+        if workload:
+            obj = await hook.find_workload(subscription.uid, subscription.namespace, api_client=client)
+            loop = self.loop_of(subscription, WORKLOAD)
+            if loop is not None and obj is not None:
+                self.offer(loop, subscription.uid, obj)
 
     async def read_service_through(self, subscription: ServiceSubscription, *, workloads: bool) -> None:
         """Read the RayService (and, before the Workload watch listed, the namespace's job Workloads) from
@@ -758,21 +1003,30 @@ class WatchHub:
 
         hook = AsyncRayServiceHook(kubernetes_conn_id=subscription.conn_id)
         async with self._lease(subscription) as client:
-            obj = await hook.get_rayservice(subscription.name, subscription.namespace, api_client=client)
-            loop = self.loop_of(subscription, RAYSERVICE)
+            try:
+                await self._read_service(hook, subscription, client, workloads=workloads)
+            except Exception as exc:
+                await self._retire_refused(subscription, client, exc)
+                raise
+
+    async def _read_service(
+        self, hook: Any, subscription: ServiceSubscription, client: Any, *, workloads: bool
+    ) -> None:
+        obj = await hook.get_rayservice(subscription.name, subscription.namespace, api_client=client)
+        loop = self.loop_of(subscription, RAYSERVICE)
+        if loop is not None:
+            if obj is None:
+                self.offer_deleted(loop, subscription.name)
+            else:
+                self.offer(loop, subscription.name, obj)
+        if workloads:
+            items = await hook.list_job_workloads(subscription.namespace, api_client=client)
+            loop = self.loop_of(subscription, WORKLOAD)
             if loop is not None:
-                if obj is None:
-                    self.offer_deleted(loop, subscription.name)
-                else:
-                    self.offer(loop, subscription.name, obj)
-            if workloads:
-                items = await hook.list_job_workloads(subscription.namespace, api_client=client)
-                loop = self.loop_of(subscription, WORKLOAD)
-                if loop is not None:
-                    for item in items:
-                        key = WORKLOADS.key_of(item)
-                        if key is not None:
-                            self.offer(loop, key, item)
+                for item in items:
+                    key = WORKLOADS.key_of(item)
+                    if key is not None:
+                        self.offer(loop, key, item)
 
     def _lease(self, subscription: Subscription) -> contextlib.AbstractAsyncContextManager[Any]:
         """The subscription's scope's shared ApiClient; None (the hook opens its own) outside a scope."""
@@ -813,11 +1067,18 @@ class WatchHub:
             )
             return None
 
+    def notify(self, scope: _Scope, message: str) -> None:
+        """Tell every subscriber of ``scope`` something about waiting itself (their task logs show it)."""
+        for group in (*scope.by_name.values(), *scope.services.values()):
+            for subscription in group:
+                subscription.updates.put_nowait(Update(NOTICE, None, message))
+
     def offer(self, loop: _WatchLoop, key: str, obj: dict) -> None:
         """A version of ``key`` arrived: cache it if it is newer and tell its subscribers."""
         if not resource_version_newer(obj, loop.objects.get(key)):
             return
         loop.objects[key] = obj
+        self._count_change(loop)
         self._deliver(loop, key, obj)
 
     def offer_deleted(self, loop: _WatchLoop, key: str, obj: dict | None = None) -> None:
@@ -828,7 +1089,13 @@ class WatchHub:
         if cached is not None and deleted_uid is not None and cached["metadata"].get("uid") != deleted_uid:
             return  # an older object of the same name went away; the cached one is newer
         loop.objects.pop(key, None)
+        self._count_change(loop)
         self._deliver(loop, key, None, deleted_uid=deleted_uid, last=obj or cached)
+
+    @staticmethod
+    def _count_change(loop: _WatchLoop) -> None:
+        if loop.resource.kind == WORKLOAD:
+            loop.scope.workload_changes += 1
 
     def _deliver(
         self,

@@ -19,24 +19,28 @@ from kueue_ray.orphans import needs_decision, orphan_reason
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+DECISIONS = 5
+"""How often one orphan is judged again when it changes between the judgement and the deletion."""
+
 
 class DeleteOrphanedRayJobsOperator(BaseOperator):
     """Delete the active RayJobs (created by this integration) that no Airflow task will wait for again.
 
-    An orphan is a RayJob whose DAG run is gone, whose registered waiting sensor has ended, or whose
-    submitting task failed for good with no sensor waiting (see :mod:`kueue_ray.orphans` for the exact
-    rule and why it never touches a RayJob a task may still adopt). Each deletion carries the RayJob's uid
-    and the resourceVersion the decision was made on, so a retry that adopts the RayJob meanwhile (and
-    re-annotates it) turns the deletion into a no-op. Returns one record per orphan found.
+        An orphan is a RayJob whose DAG run is gone, whose registered waiting sensor has ended, or whose
+        submitting task failed for good with no sensor waiting (see :mod:`kueue_ray.orphans` for the exact
+        rule and why it never touches a RayJob a task may still adopt). Each deletion carries the RayJob's uid
+        and the resourceVersion the decision was made on, so a retry that adopts the RayJob meanwhile (and
+        re-annotates it) turns the deletion into a 409, after which the RayJob is read and judged again (and
+    deleted if it still is an orphan). Returns one record per orphan found.
 
-    .. code-block:: python
+        .. code-block:: python
 
-        DeleteOrphanedRayJobsOperator(task_id="delete_orphans", namespaces=["ray", "team-a"])
+            DeleteOrphanedRayJobsOperator(task_id="delete_orphans", namespaces=["ray", "team-a"])
 
-    :param namespaces: where to look (templated).
-    :param kubernetes_conn_id: Airflow ``kubernetes`` connection.
-    :param dry_run: only report what would be deleted (templated, e.g. from a Param with
-        ``render_template_as_native_obj=True``).
+        :param namespaces: where to look (templated).
+        :param kubernetes_conn_id: Airflow ``kubernetes`` connection.
+        :param dry_run: only report what would be deleted (templated, e.g. from a Param with
+            ``render_template_as_native_obj=True``).
     """
 
     template_fields: Sequence[str] = ("namespaces", "dry_run")
@@ -58,31 +62,57 @@ class DeleteOrphanedRayJobsOperator(BaseOperator):
         from kueue_ray.hook import RayJobHook
 
         hook = RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
+        ti = context["ti"]
         namespaces = [self.namespaces] if isinstance(self.namespaces, str) else list(self.namespaces)
         found: list[dict[str, str]] = []
         for namespace in namespaces:
             candidates = [job for job in hook.list_managed_rayjobs(namespace) if needs_decision(job)]
             self.log.info("%s: %d active RayJobs submitted by Airflow", namespace, len(candidates))
             for run, rayjobs in _by_dag_run(candidates).items():
-                run_exists, states = _airflow_view(context["ti"], *run)
+                run_exists, states = _airflow_view(ti, *run)
                 for rayjob in rayjobs:
                     reason = orphan_reason(rayjob, run_exists=run_exists, task_states=states)
                     if reason is not None:
-                        found.append(self._delete(hook, rayjob, reason))
+                        found.append(self._delete(hook, ti, rayjob, reason))
         self.log.info("%d orphaned RayJobs %s", len(found), "found (dry run)" if self.dry_run else "handled")
         return found
 
-    def _delete(self, hook: Any, rayjob: dict, reason: str) -> dict[str, str]:
-        from kueue_ray.hook import CONFLICT
+    def _delete(self, hook: Any, ti: Any, rayjob: dict, reason: str) -> dict[str, str]:
+        """Delete one orphan with the uid and version it was judged on. When it changed since (409), it
+        is read again and judged again, with Airflow asked again too: a retry that adopted it meanwhile
+        re-annotated it, and its task is running again."""
+        from kueue_ray.hook import CONFLICT, GONE
 
         metadata = rayjob["metadata"]
         name, namespace = metadata["name"], metadata["namespace"]
         if self.dry_run:
-            result = "not deleted (dry run)"
-        else:
+            return self._report(name, namespace, reason, "not deleted (dry run)")
+        for _ in range(DECISIONS):
             result = hook.delete_rayjob(name, namespace, metadata["uid"], metadata.get("resourceVersion"))
-            if result == CONFLICT:
-                result = "not deleted: it changed since it was read (a retry may have adopted it)"
+            if result != CONFLICT:
+                return self._report(name, namespace, reason, result)
+            current = hook.get_rayjob(name, namespace)
+            if current is None or current["metadata"].get("uid") != metadata["uid"]:
+                return self._report(name, namespace, reason, GONE)
+            if not needs_decision(current):
+                return self._report(name, namespace, reason, "not deleted: it finished since it was read")
+            identity = AirflowIdentity.from_annotations(current["metadata"].get("annotations"))
+            run_exists, states = _airflow_view(ti, identity.dag_id, identity.run_id)
+            again = orphan_reason(current, run_exists=run_exists, task_states=states)
+            if again is None:
+                return self._report(
+                    name,
+                    namespace,
+                    reason,
+                    "not deleted: it changed since it was read and a task may wait for it now",
+                )
+            self.log.info(
+                "RayJob %s/%s changed since it was read and is still an orphan: %s", namespace, name, again
+            )
+            reason, metadata = again, current["metadata"]
+        return self._report(name, namespace, reason, "not deleted: it kept changing while deciding")
+
+    def _report(self, name: str, namespace: str, reason: str, result: str) -> dict[str, str]:
         self.log.info("Orphaned RayJob %s/%s: %s; %s", namespace, name, reason, result)
         return {"name": name, "namespace": namespace, "reason": reason, "result": result}
 

@@ -1,32 +1,55 @@
-"""Extra links on the operator and sensor: the Ray dashboard and the Kueue Workload of the RayJob.
+"""Extra links on the operator and the sensor: the task's Kueue tab and the Ray dashboard of its RayJob.
 
-Both are rendered on the worker when a task segment ends (also the one that defers), from what the task
-pushed to XCom under ``RAYJOB_XCOM_KEY``: {name, namespace, uid, workload_name, ray_cluster, job_id,
-dashboard_url, cluster_queue, queue}. A link is "" (hidden) until the fields it needs are known.
+When it shows. Airflow renders an operator's extra links on the worker at the end of every task segment,
+the one that defers included, and the UI reads them from XCom. A deferred task runs no worker code until
+it resumes, so a link meant to help while the task waits (queued in Kueue, running) must be computable
+from what is known when the RayJob is created: its ``namespace``, ``name`` and ``uid``. Those are in the
+``rayjob`` XCom (``RAYJOB_XCOM_KEY``) from submission on; ``ray_cluster`` and ``job_id`` are filled in by
+KubeRay later and reach the link only when the task resumes (a template needing them shows no link until
+then, rather than a broken one).
 
-URL templates are ``str.format`` strings over those fields. They come from the operator argument, else
-from the ``kubernetes`` connection's extra, else a default:
+What it opens. A link is a URL a browser can open, never a command; commands go to the task log
+(``where_to_look``). The Ray dashboard is served inside the cluster: by default the link is
+``http://localhost:8265/#/jobs`` and needs a port-forward to the Service KubeRay gives every RayJob,
+``<rayjob>-head-svc`` (its name is known at submission and survives re-admissions), which the task log
+prints. Where dashboards are exposed (an ingress, a proxy), set ``ray_dashboard_url_template`` on the
+operator or sensor, or in the ``kubernetes`` connection's extra: a ``str.format`` string over the fields
+above, e.g. ``https://ray.example.com/{namespace}/{name}/#/jobs``.
 
-* Ray dashboard: ``ray_dashboard_url_template`` (operator arg / connection extra), e.g.
-  ``https://ray.example.com/{namespace}/{ray_cluster}/#/jobs/{job_id}``. Default: KubeRay's
-  ``status.dashboardURL`` (an in-cluster service address, reachable through ``kubectl port-forward``).
-* Kueue Workload: ``workload_url_template``, e.g. a cluster console
-  ``https://console.example.com/k8s/ns/{namespace}/kueue.x-k8s.io~v1beta2~Workload/{workload_name}``.
-  Default: the kubectl command that shows it, ``kubectl -n {namespace} describe workload {workload_name}``
-  (Workload names are Kueue's, found by the ``kueue.x-k8s.io/job-uid`` label; the command has them filled in).
+The Kueue link opens the task instance's "Kueue" tab in Airflow's own UI (``kueue_ray_ui_plugin``): queue
+position, phase and timeline of the RayJob, live; under ``[api] base_url`` when that is set.
 """
 
 from __future__ import annotations
 
 import string
 from typing import Any
+from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
 
+from kueue_ray.naming import JOB_UID_LABEL
+
 RAYJOB_XCOM_KEY = "rayjob"
 DASHBOARD_TEMPLATE_FIELD = "ray_dashboard_url_template"
-WORKLOAD_TEMPLATE_FIELD = "workload_url_template"
-DEFAULT_WORKLOAD_TEMPLATE = "kubectl -n {namespace} describe workload {workload_name}"
+DASHBOARD_PORT = 8265
+"""The Ray dashboard's port on the head Service (KubeRay's default)."""
+PORT_FORWARD_URL = f"http://localhost:{DASHBOARD_PORT}/#/jobs"
+"""The default link: the Ray dashboard's job list through ``port_forward_command``."""
+KUEUE_TAB_ROUTE = "kueue"
+"""The ``url_route`` of the plugin's task-instance tab: Airflow's UI serves it at
+``.../tasks/<task_id>/plugin/kueue``."""
+
+
+def task_instance_path(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    """A task instance's page in Airflow's UI, relative to its base URL (ids percent-encoded, as the UI
+    encodes them: run ids hold ``:`` and ``+``)."""
+    path = f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/tasks/{quote(task_id, safe='')}"
+    return f"{path}/mapped/{map_index}" if map_index is not None and map_index >= 0 else path
+
+
+def kueue_tab_path(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    return f"{task_instance_path(dag_id, run_id, task_id, map_index)}/plugin/{KUEUE_TAB_ROUTE}"
 
 
 def render_link(template: str | None, fields: dict[str, Any]) -> str:
@@ -39,8 +62,14 @@ def render_link(template: str | None, fields: dict[str, Any]) -> str:
     return template.format(**{name: fields[name] for name in needed})
 
 
-def _template(operator: Any, field: str) -> str | None:
-    own = getattr(operator, field, None)
+def port_forward_command(namespace: str, name: str) -> str:
+    """What makes ``PORT_FORWARD_URL`` show this RayJob's dashboard (once KubeRay runs its Ray cluster)."""
+    return f"kubectl -n {namespace} port-forward svc/{name}-head-svc {DASHBOARD_PORT}:{DASHBOARD_PORT}"
+
+
+def dashboard_template(operator: Any) -> str | None:
+    """The configured URL template: the operator's argument, else the ``kubernetes`` connection's extra."""
+    own = getattr(operator, DASHBOARD_TEMPLATE_FIELD, None)
     if own:
         return own
     conn_id = getattr(operator, "kubernetes_conn_id", None)
@@ -52,12 +81,39 @@ def _template(operator: Any, field: str) -> str | None:
         extra = BaseHook.get_connection(conn_id).extra_dejson
     except Exception:  # noqa: BLE001 - no connection, no template: fall back to the default
         return None
-    return extra.get(field) or None
+    return extra.get(DASHBOARD_TEMPLATE_FIELD) or None
+
+
+def dashboard_url(template: str | None, fields: dict[str, Any]) -> str:
+    """The link for a RayJob described by ``fields`` (the ``rayjob`` XCom); "" before the RayJob exists."""
+    if not fields.get("name") or not fields.get("namespace"):
+        return ""
+    return render_link(template, fields) if template else PORT_FORWARD_URL
+
+
+def where_to_look(template: str | None, fields: dict[str, Any]) -> list[str]:
+    """Task-log lines that say how to watch the RayJob: the dashboard (with the port-forward it needs,
+    when it needs one) and the kubectl command that shows its Kueue Workload."""
+    namespace, name, uid = fields["namespace"], fields["name"], fields.get("uid")
+    if template:
+        url = render_link(template, fields)
+        dashboard = (
+            f"Ray dashboard: {url}" if url else f"Ray dashboard: {template} (once KubeRay fills it in)"
+        )
+    else:
+        dashboard = (
+            f"Ray dashboard (once the RayJob runs): {port_forward_command(namespace, name)}, then open "
+            f"{PORT_FORWARD_URL} (the task's 'Ray dashboard' link)"
+        )
+    lines = [dashboard]
+    if uid:
+        lines.append(f"Kueue Workload: kubectl -n {namespace} describe workloads -l {JOB_UID_LABEL}={uid}")
+    return lines
 
 
 def _rayjob_fields(operator: Any, ti_key: Any) -> dict[str, Any]:
     known = getattr(operator, "rayjob_details", None)
-    if known:
+    if known is not None:  # set in this worker segment: newer than any XCom
         return dict(known)
     from airflow.sdk.execution_time.xcom import XCom
 
@@ -65,27 +121,23 @@ def _rayjob_fields(operator: Any, ti_key: Any) -> dict[str, Any]:
 
 
 class RayDashboardLink(BaseOperatorLink):
-    """The Ray dashboard of the RayJob's current (or last) Ray cluster."""
+    """The Ray dashboard of the task's RayJob: a port-forwarded localhost URL, or ``ray_dashboard_url_template``."""
 
     name = "Ray dashboard"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        fields = _rayjob_fields(operator, ti_key)
-        template = _template(operator, DASHBOARD_TEMPLATE_FIELD)
-        if template:
-            return render_link(template, fields)
-        url = fields.get("dashboard_url") or ""
-        if url and "://" not in url:
-            url = f"http://{url}"
-        return url
+        return dashboard_url(dashboard_template(operator), _rayjob_fields(operator, ti_key))
 
 
-class KueueWorkloadLink(BaseOperatorLink):
-    """Where to look at the Kueue Workload: a console URL, or the kubectl command by default."""
+class KueueTabLink(BaseOperatorLink):
+    """The task instance's Kueue tab: where the RayJob waits, why, and what happened to it."""
 
-    name = "Kueue Workload"
+    name = "Kueue"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        fields = _rayjob_fields(operator, ti_key)
-        template = _template(operator, WORKLOAD_TEMPLATE_FIELD) or DEFAULT_WORKLOAD_TEMPLATE
-        return render_link(template, fields)
+        if not _rayjob_fields(operator, ti_key).get("name"):
+            return ""
+        from airflow.sdk.configuration import conf
+
+        base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+        return base + kueue_tab_path(ti_key.dag_id, ti_key.run_id, ti_key.task_id, ti_key.map_index)

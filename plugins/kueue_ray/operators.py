@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from kueue_ray.links import RAYJOB_XCOM_KEY, KueueWorkloadLink, RayDashboardLink
+from kueue_ray.links import RAYJOB_XCOM_KEY, KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
 from kueue_ray.naming import QUEUE_LABEL, AirflowIdentity
 from kueue_ray.verdicts import DELETED, GAVE_UP, SUCCESS
 
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from kueue_ray.trigger import RayJobTrigger
 
 TIMELINE_XCOM_KEY = "timeline"
+SUBMIT_DECISIONS = 3
+"""How often ``submit`` decides again when the RayJob it found changes under it before it acts."""
 
 
 def task_identity(context: Context) -> AirflowIdentity:
@@ -89,32 +91,62 @@ def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **ext
     return details
 
 
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def _transient(exc: BaseException) -> bool:
+    """An API failure that says nothing about the RayJob (overload, a control plane in trouble, a dropped
+    connection); a refusal (401, 403) or a bad request is not one."""
+    status = getattr(exc, "status", None)
+    if status is not None:
+        return status in TRANSIENT_STATUSES
+    from urllib3.exceptions import HTTPError
+
+    return isinstance(exc, HTTPError | OSError)
+
+
 class WorkerWait:
     """The trigger's rules, one synchronous read at a time: ``deferrable=False`` and the sensor's poke mode.
 
-    Same observe() / Watchdog / Timeline as the trigger, so a task tells the same story whether it
+    Same observe() / Watchdog / Timeline / Story as the trigger, so a task tells the same story whether it
     waited in the triggerer or in a worker slot.
     """
 
     def __init__(self, trigger: RayJobTrigger, log: Any) -> None:
+        from kueue_ray.narration import Story
         from kueue_ray.timeline import Timeline
 
         self.trigger = trigger
         self.log = log
         self.timeline = Timeline.from_dict(trigger.timeline)
         self.watchdog = trigger.make_watchdog()
-        self.last_said: tuple | None = None
+        self.story = Story()
 
     def step(self, hook: RayJobHook) -> dict[str, Any] | None:
         """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
         from kueue_ray.status import observe
-        from kueue_ray.trigger import POSITION_PHASES, Verdict, describe_transition, event_payload
+        from kueue_ray.trigger import Verdict, event_payload
 
         trigger = self.trigger
         ids = {"name": trigger.name, "namespace": trigger.namespace, "uid": trigger.uid}
         extra = {"queue": trigger.queue, "priority": trigger.priority}
         now = datetime.now(UTC)
-        rayjob, workload = hook.read_state(trigger.name, trigger.namespace, trigger.uid)
+        try:
+            rayjob, workload = hook.read_state(trigger.name, trigger.namespace, trigger.uid)
+        except Exception as exc:
+            if not _transient(exc):
+                raise
+            from kueue_ray.api_errors import describe_error
+
+            # The hook already retried it for a while: the API server is having a bad minute. Waiting goes
+            # on (as in the triggerer); the next read decides.
+            self.log.warning(
+                "Reading RayJob %s/%s failed (%s); reading it again at the next poll",
+                trigger.namespace,
+                trigger.name,
+                describe_error(exc),
+            )
+            return None
         if rayjob is None:
             message = f"RayJob {trigger.namespace}/{trigger.name} (uid {trigger.uid}) was deleted before it finished"
             return event_payload(
@@ -122,19 +154,53 @@ class WorkerWait:
             )
         observation = observe(rayjob, workload)
         self.timeline.record(observation, now)
-        said = (observation.phase, observation.reason, observation.message)
-        if said != self.last_said:
-            self.last_said = said
-            position = None
-            queue = trigger.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
-            if observation.phase in POSITION_PHASES and observation.workload_name and queue:
-                found = hook.queue_position(trigger.namespace, queue, observation.workload_name)
-                position = found.describe() if found else None
-            self.log.info(describe_transition(trigger.namespace, trigger.name, observation, position))
+        self.tell(hook, rayjob, observation)
         verdict = self.watchdog.check(observation, workload, now)
         if verdict is None:
             return None
         return event_payload(verdict, observation, self.timeline, **ids, **extra)
+
+    def tell(self, hook: RayJobHook, rayjob: dict, observation: Any) -> None:
+        """Log what is new, as ``RayJobTrigger._tell`` does: a transition (queue position, preemptor named)
+        or, while waiting, a position that moved since the last line."""
+        from kueue_ray.narration import preemptor_job_uid
+        from kueue_ray.trigger import describe_transition
+
+        trigger, story, now = self.trigger, self.story, time.monotonic()
+        if story.news(observation):
+            position = self.position(hook, rayjob, observation)
+            uid = preemptor_job_uid(observation.message)
+            preemptor = find_rayjob(hook, trigger.namespace, uid) if uid else None
+            self.log.info(
+                describe_transition(trigger.namespace, trigger.name, observation, position, preemptor)
+            )
+            story.told_position(position, now)
+            return
+        check = story.position_check_in(observation, now)
+        if check is not None and check <= 0:
+            position = self.position(hook, rayjob, observation)
+            line = story.position_line(trigger.namespace, trigger.name, observation.phase, position, now)
+            if line:
+                self.log.info(line)
+
+    def position(self, hook: RayJobHook, rayjob: dict, observation: Any) -> str | None:
+        from kueue_ray.trigger import POSITION_PHASES
+
+        queue = self.trigger.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
+        if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
+            return None
+        found = hook.queue_position(self.trigger.namespace, queue, observation.workload_name)
+        return found.describe() if found else None
+
+
+def find_rayjob(hook: RayJobHook, namespace: str, uid: str) -> dict | None:
+    """This project's RayJob with ``uid`` in ``namespace`` (e.g. a preemptor), for naming it in the log;
+    None when there is none or the list fails (a name in a log line is not worth failing a task)."""
+    try:
+        rayjobs = hook.list_managed_rayjobs(namespace)
+    except Exception:  # noqa: BLE001 - the log line falls back to Kueue's UIDs
+        return None
+    return next((r for r in rayjobs if (r.get("metadata") or {}).get("uid") == uid), None)
 
 
 def wait_in_worker(
@@ -170,8 +236,18 @@ def finish(
         len(timeline.get("preemptions") or ()),
         timeline.get("pods_ready_eviction_count") or 0,
     )
-    for preemption in timeline.get("preemptions") or ():
-        operator.log.info("  preempted at %s: %s", preemption.get("at"), preemption.get("message"))
+    preemptions = timeline.get("preemptions") or ()
+    if preemptions:
+        from kueue_ray.hook import RayJobHook
+        from kueue_ray.narration import name_preemptor, preemptor_job_uid, readable_quantities
+
+        hook = RayJobHook(kubernetes_conn_id=operator.kubernetes_conn_id)
+        for preemption in preemptions:
+            message = preemption.get("message") or ""
+            uid = preemptor_job_uid(message)
+            preemptor = find_rayjob(hook, namespace, uid) if uid else None
+            told = readable_quantities(name_preemptor(message, preemptor))
+            operator.log.info("  preempted at %s: %s", preemption.get("at"), told)
     for eviction in timeline.get("evictions") or ():
         operator.log.info(
             "  evicted at %s (%s): %s", eviction.get("at"), eviction.get("reason"), eviction.get("message")
@@ -250,7 +326,9 @@ class SubmitRayJobOperator(BaseOperator):
     :param resync_interval: the longest a missed watch event may go unnoticed while deferred, seconds: the
         triggerer's watch hub relists the namespace at the shortest interval of its triggers.
     :param log_tail_lines: driver (submitter) log lines copied into the task log at the end.
-    :param ray_dashboard_url_template / workload_url_template: extra link templates (see ``links``).
+    :param ray_dashboard_url_template: URL of the "Ray dashboard" link, a ``str.format`` template over
+        {namespace}, {name}, {uid} (see ``kueue_ray.links``); default: localhost through the
+        ``kubectl port-forward`` the task log prints.
     """
 
     template_fields: Sequence[str] = (
@@ -272,7 +350,7 @@ class SubmitRayJobOperator(BaseOperator):
         "ray_resources": "json",
         "template": "yaml",
     }
-    operator_extra_links = (RayDashboardLink(), KueueWorkloadLink())
+    operator_extra_links = (KueueTabLink(), RayDashboardLink())
     ui_color = "#e8f1fb"
 
     def __init__(
@@ -303,7 +381,6 @@ class SubmitRayJobOperator(BaseOperator):
         resync_interval: float = 300.0,
         log_tail_lines: int = 50,
         ray_dashboard_url_template: str | None = None,
-        workload_url_template: str | None = None,
         executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -335,7 +412,6 @@ class SubmitRayJobOperator(BaseOperator):
         self.resync_interval = resync_interval
         self.log_tail_lines = log_tail_lines
         self.ray_dashboard_url_template = ray_dashboard_url_template
-        self.workload_url_template = workload_url_template
         self.rayjob_details: dict[str, Any] | None = None
         self._owned: tuple[str, str, str, AirflowIdentity] | None = None
 
@@ -388,6 +464,8 @@ class SubmitRayJobOperator(BaseOperator):
         self._owned = (metadata["name"], self.namespace, metadata["uid"], identity)
         self.rayjob_details = rayjob_details(rayjob, queue=self.local_queue, priority=priority)
         context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
+        for line in where_to_look(dashboard_template(self), self.rayjob_details):
+            self.log.info(line)
         reference = {"name": metadata["name"], "namespace": self.namespace, "uid": metadata["uid"]}
         if not self.wait_for_completion:
             return reference
@@ -421,23 +499,41 @@ class SubmitRayJobOperator(BaseOperator):
           this try number so the earlier try's trigger will not delete it on kill;
         * there, made by this task, and failed / stopped / deactivated -> deleted and created afresh;
         * there, made by anything else -> error: we never touch what is not ours.
+
+        The deletion carries the uid and version the decision was made on; if the RayJob changed
+        meanwhile (409), it is read again and the decision made again.
         """
+        from kueue_ray.hook import CONFLICT
         from kueue_ray.status import Phase, observe
 
         name = body["metadata"]["name"]
-        rayjob, created = hook.create_or_get_rayjob(body, self.namespace)
-        if created:
-            self.log.info("Created RayJob %s/%s (uid %s)", self.namespace, name, rayjob["metadata"]["uid"])
-            return rayjob
-        holder = AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations"))
-        if not identity.same_task(holder):
-            raise AirflowException(
-                f"RayJob {self.namespace}/{name} already exists and belongs to {holder or 'something else'}, "
-                f"not to {identity.dag_id}.{identity.task_id} run {identity.run_id}; delete it or rename the task"
-            )
-        workload = hook.find_workload(rayjob["metadata"]["uid"], self.namespace)
-        observation = observe(rayjob, workload)
-        if observation.terminal and observation.phase is not Phase.SUCCEEDED:
+        for _ in range(SUBMIT_DECISIONS):
+            rayjob, created = hook.create_or_get_rayjob(body, self.namespace)
+            if created:
+                self.log.info(
+                    "Created RayJob %s/%s (uid %s)", self.namespace, name, rayjob["metadata"]["uid"]
+                )
+                return rayjob
+            metadata = rayjob["metadata"]
+            holder = AirflowIdentity.from_annotations(metadata.get("annotations"))
+            if not identity.same_task(holder):
+                raise AirflowException(
+                    f"RayJob {self.namespace}/{name} already exists and belongs to {holder or 'something else'}, "
+                    f"not to {identity.dag_id}.{identity.task_id} run {identity.run_id}; delete it or rename the task"
+                )
+            observation = observe(rayjob, hook.find_workload(metadata["uid"], self.namespace))
+            if not observation.terminal or observation.phase is Phase.SUCCEEDED:
+                self.log.info(
+                    "Adopting RayJob %s/%s (uid %s) submitted by try %s: %s",
+                    self.namespace,
+                    name,
+                    metadata["uid"],
+                    holder.try_number,
+                    observation.describe(),
+                )
+                if holder.try_number != identity.try_number:
+                    rayjob = hook.claim_rayjob(rayjob, identity)
+                return rayjob
             self.log.info(
                 "RayJob %s/%s from try %s ended %s (%s); replacing it",
                 self.namespace,
@@ -446,27 +542,18 @@ class SubmitRayJobOperator(BaseOperator):
                 observation.phase.value,
                 observation.message,
             )
-            uid = rayjob["metadata"]["uid"]
-            hook.delete_rayjob(name, self.namespace, uid)
-            hook.wait_until_gone(name, self.namespace, uid)
-            rayjob, created = hook.create_or_get_rayjob(body, self.namespace)
-            if not created:
-                raise AirflowException(
-                    f"RayJob {self.namespace}/{name} was re-created by someone else meanwhile"
-                )
-            self.log.info("Created RayJob %s/%s (uid %s)", self.namespace, name, rayjob["metadata"]["uid"])
-            return rayjob
-        self.log.info(
-            "Adopting RayJob %s/%s (uid %s) submitted by try %s: %s",
-            self.namespace,
-            name,
-            rayjob["metadata"]["uid"],
-            holder.try_number,
-            observation.describe(),
+            # Only the version this decision was made on: if it changed meanwhile, read it and decide again.
+            deleted = hook.delete_rayjob(
+                name, self.namespace, metadata["uid"], metadata.get("resourceVersion")
+            )
+            if deleted == CONFLICT:
+                self.log.info("RayJob %s/%s changed while replacing it; deciding again", self.namespace, name)
+                continue
+            hook.wait_until_gone(name, self.namespace, metadata["uid"])
+        raise AirflowException(
+            f"RayJob {self.namespace}/{name} kept changing while this task decided whether to adopt or replace "
+            f"it ({SUBMIT_DECISIONS} times); retry the task"
         )
-        if holder.try_number != identity.try_number:
-            rayjob = hook.claim_rayjob(rayjob, identity)
-        return rayjob
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after waiting: timeline to XCom, driver log to the task log, raise unless succeeded."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
-from kueue_ray.links import RAYJOB_XCOM_KEY, KueueWorkloadLink, RayDashboardLink
+from kueue_ray.links import RAYJOB_XCOM_KEY, KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
 from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL
 from kueue_ray.operators import WorkerWait, finish, rayjob_details, task_identity
 
@@ -59,10 +59,11 @@ class RayJobSensor(BaseSensorOperator):
     :param resync_interval: the longest a missed watch event may go unnoticed while deferred, seconds: the
         triggerer's watch hub relists the namespace at the shortest interval of its triggers.
     :param log_tail_lines: driver (submitter) log lines copied into the task log at the end.
+    :param ray_dashboard_url_template: URL of the "Ray dashboard" link (see ``SubmitRayJobOperator``).
     """
 
     template_fields: Sequence[str] = ("rayjob_name", "namespace", "submit_task_id")
-    operator_extra_links = (RayDashboardLink(), KueueWorkloadLink())
+    operator_extra_links = (KueueTabLink(), RayDashboardLink())
 
     def __init__(
         self,
@@ -82,7 +83,6 @@ class RayJobSensor(BaseSensorOperator):
         resync_interval: float = 300.0,
         log_tail_lines: int = 50,
         ray_dashboard_url_template: str | None = None,
-        workload_url_template: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -103,7 +103,6 @@ class RayJobSensor(BaseSensorOperator):
         self.resync_interval = resync_interval
         self.log_tail_lines = log_tail_lines
         self.ray_dashboard_url_template = ray_dashboard_url_template
-        self.workload_url_template = workload_url_template
         self.rayjob_details: dict[str, Any] | None = None
         self._trigger: RayJobTrigger | None = None
         self._wait: WorkerWait | None = None
@@ -185,6 +184,8 @@ class RayJobSensor(BaseSensorOperator):
         rayjob = self._target(context)
         self.rayjob_details = rayjob_details(rayjob)
         context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
+        for line in where_to_look(dashboard_template(self), self.rayjob_details):
+            self.log.info(line)
         if self.deferrable:
             waiter = self._register_as_waiter(rayjob, context) if self.delete_on_kill else None
             self._trigger = self._make_trigger(rayjob, waiter)

@@ -30,7 +30,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, Backoff
+from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, NOTICE, Backoff
 from kueue_ray.naming import AirflowIdentity
 from kueue_ray.service_status import (
     SERVICE_POSITION_PHASES,
@@ -494,8 +494,12 @@ class RayServiceTrigger(BaseTrigger):
                     return self._fire(verdict, observation, timeline)
                 deadline = watchdog.seconds_until_next_deadline(now)
                 update = await subscription.next_update(None if deadline is None else deadline + 0.05)
-                while update is not None and not subscription.updates.empty():
-                    update = subscription.updates.get_nowait()  # the cache already holds the newest state
+                # Every queued change is only "look again" (the cache holds the newest state); a notice
+                # about waiting itself (e.g. polling while watches are refused) goes to the task log.
+                while update is not None:
+                    if update.kind == NOTICE:
+                        self.log.warning(update.message)
+                    update = None if subscription.updates.empty() else subscription.updates.get_nowait()
                 service, workloads = subscription.snapshot()
 
     def _fire(

@@ -5,6 +5,10 @@ The trigger feeds every observed transition into a :class:`Timeline`; the result
 event and lands in XCom, so it must survive ``to_dict`` / ``from_dict`` (JSON only) and keep accumulating
 after a round trip (a triggerer restart resumes from the dict it last emitted).
 
+Every phase change is also kept in ``transitions`` (when, which phase, Kueue's or KubeRay's reason and
+message), so the Kueue tab of a task can draw what happened as spans (``kueue_ray.ui.spans``) instead of
+only totals.
+
 Time between two observations is attributed to the phase seen at the first of them. Resource-seconds
 count the admitted ``resourceUsage`` of the current admission for the time spent RUNNING under it
 (e.g. 2 GPUs for 60 s -> ``{"nvidia.com/gpu": 120.0}``): what the job actually consumed, not what it
@@ -69,6 +73,9 @@ class Timeline:
     """Kueue preemptions (Observation.preemptions) already accounted for in ``preemptions``."""
     pods_ready_eviction_count: int = 0
     """``PodsReadyTimeout`` evictions (Observation.pods_ready_evictions) already listed in ``evictions``."""
+    transitions: list[dict] = field(default_factory=list)
+    """[{"at", "phase", "reason", "message"}], one per phase change, oldest first. What happened before
+    the first observation is filled in from the objects' own timestamps (see ``_catch_up``)."""
 
     def record(self, observation: Observation, at: Timestamp) -> bool:
         """Account for the time since the last observation and note this one; True if the phase changed."""
@@ -78,8 +85,10 @@ class Timeline:
         if self.submitted_at is None:
             self.submitted_at = now
         reserved_at = None
+        current_since = now
         if self.last_observed_at is None:
             reserved_at = self._catch_up(observation, now)
+            current_since = self._transitions_before(observation, reserved_at, now)
         elif previous is not None:
             self._attribute(previous, max(0.0, now - self.last_observed_at))
         self.last_observed_at = max(now, self.last_observed_at or now)
@@ -118,11 +127,15 @@ class Timeline:
             # The PREEMPTED moment itself was not observed (e.g. RUNNING straight to QUEUED).
             self.preemptions.append({"at": now, **kueue_words})
             self.preemption_count += 1
+            self._note(Phase.PREEMPTED, now, kueue_words["reason"], kueue_words["message"])
         self._record_evictions(observation, previous, now)
 
         if current in TERMINAL_PHASES and self.final_phase is None:
             self.finished_at = self.finished_at or now  # the catch-up may know the Ray job's own end
             self.final_phase = current.value
+        if current is not previous or (self.transitions and self.transitions[-1]["phase"] != current.value):
+            since = self.finished_at if current in TERMINAL_PHASES else current_since
+            self._note(current, since, observation.reason, observation.message)
         self.phase = current.value
         return current is not previous
 
@@ -141,6 +154,36 @@ class Timeline:
         while observation.pods_ready_evictions > self.pods_ready_eviction_count:
             self.evictions.append({"at": now, "reason": "PodsReadyTimeout", "message": observation.message})
             self.pods_ready_eviction_count += 1
+
+    def _note(self, phase: Phase, at: float, reason: str = "", message: str = "") -> None:
+        """Append a transition, never before the previous one (clocks and 1 s precision differ)."""
+        if self.transitions:
+            at = max(at, self.transitions[-1]["at"])
+        self.transitions.append({"at": at, "phase": phase.value, "reason": reason, "message": message})
+
+    def _transitions_before(self, observation: Observation, reserved_at: float | None, now: float) -> float:
+        """Note the phases a late first observation implies and return since when the current one holds.
+
+        Queued from submission; admitted from Kueue's quota reservation and running from the Ray job's
+        start, when the objects say when (``_catch_up`` found the reservation). Without such a timestamp
+        the current phase is dated at its first observation.
+        """
+        phase = observation.phase
+        submitted = self.submitted_at if self.submitted_at is not None else now
+        if phase in (Phase.SUBMITTED, Phase.QUEUED) and not observation.preemptions:
+            return submitted
+        self._note(Phase.QUEUED, submitted)
+        if reserved_at is None:
+            return now
+        if phase is Phase.ADMITTED:
+            return reserved_at
+        self._note(Phase.ADMITTED, reserved_at, "QuotaReserved", "")
+        started = self._within(observation.ray_job_started_at, reserved_at, now)
+        if phase is Phase.RUNNING:
+            return started if started is not None else now
+        if started is not None:
+            self._note(Phase.RUNNING, started, "Running", "")
+        return now
 
     def _catch_up(self, observation: Observation, now: float) -> float | None:
         """Account for the time before the first observation; return when quota was reserved, if known.
@@ -227,6 +270,7 @@ class Timeline:
             "resource_usage": dict(self.resource_usage),
             "preemption_count": self.preemption_count,
             "pods_ready_eviction_count": self.pods_ready_eviction_count,
+            "transitions": [{**t, "at": to_iso(t["at"])} for t in self.transitions],
         }
 
     @classmethod
@@ -253,4 +297,5 @@ class Timeline:
             resource_usage=dict(data.get("resource_usage") or {}),
             preemption_count=int(data.get("preemption_count") or 0),
             pods_ready_eviction_count=int(data.get("pods_ready_eviction_count") or 0),
+            transitions=[{**t, "at": epoch(t.get("at"))} for t in data.get("transitions") or []],
         )

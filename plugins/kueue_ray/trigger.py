@@ -31,14 +31,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, Backoff
+from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, NOTICE, Backoff
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
+from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
 from kueue_ray.status import Observation, Phase, observe, pods_not_ready_hint
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.verdicts import (
@@ -68,7 +69,7 @@ class _Progress:
 
     timeline: Timeline
     watchdog: Watchdog
-    last_said: tuple[str, str, str] | None = None
+    story: Story = field(default_factory=Story)
 
 
 @dataclass(frozen=True)
@@ -261,9 +262,13 @@ def event_payload(
     return payload
 
 
-def describe_transition(namespace: str, name: str, observation: Observation, position: str | None) -> str:
-    """One task-log line for a transition, quoting Kueue / KubeRay."""
-    line = f"RayJob {namespace}/{name}: {observation.describe()}"
+def describe_transition(
+    namespace: str, name: str, observation: Observation, position: str | None, preemptor: dict | None = None
+) -> str:
+    """One task-log line for a transition, quoting Kueue / KubeRay: memory in readable units, and the
+    preemptor RayJob (when known) named next to the UIDs Kueue gives (``kueue_ray.narration``)."""
+    told = readable_quantities(name_preemptor(observation.describe(), preemptor))
+    line = f"RayJob {namespace}/{name}: {told}"
     if observation.phase is Phase.ADMITTED and observation.flavors:
         flavors = ", ".join(
             f"{pod_set}={sorted(set(assigned.values()))}" for pod_set, assigned in observation.flavors.items()
@@ -477,11 +482,7 @@ class RayJobTrigger(BaseTrigger):
                     return self._fire(verdict, None, timeline)
                 observation = observe(rayjob, workload)
                 timeline.record(observation, now)
-                said = (observation.phase.value, observation.reason, observation.message)
-                if said != progress.last_said:
-                    progress.last_said = said
-                    position = await self._position(rayjob, observation, subscription)
-                    self.log.info(describe_transition(self.namespace, self.name, observation, position))
+                await self._tell(progress.story, rayjob, observation, subscription)
                 verdict = watchdog.check(observation, workload, now)
                 if verdict is not None:
                     return self._fire(verdict, observation, timeline)
@@ -491,12 +492,18 @@ class RayJobTrigger(BaseTrigger):
                 deadline = watchdog.seconds_until_next_deadline(now)
                 if deadline is not None:
                     waits.append(deadline + 0.05)
+                position_check = progress.story.position_check_in(observation, time.monotonic())
+                if position_check is not None:
+                    waits.append(position_check)
                 # Nothing to time out on: the hub's watch, and its relist as the safety net, bring every change.
                 update = await subscription.next_update(max(0.0, min(waits)) if waits else None)
                 if update is None:
                     if next_reread is not None and time.monotonic() >= next_reread:
                         rayjob, workload = await subscription.current(reread_rayjob=True)
                         next_reread = time.monotonic() + reread
+                    continue
+                if update.kind == NOTICE:  # how waiting works now, e.g. polling while watches are refused
+                    self.log.warning(update.message)
                     continue
                 rayjob, workload = await _apply(update, rayjob, workload, subscription)
 
@@ -513,6 +520,27 @@ class RayJobTrigger(BaseTrigger):
             priority=self.priority,
         )
         return TriggerEvent(payload)
+
+    async def _tell(self, story: Story, rayjob: dict, observation: Observation, subscription: Any) -> None:
+        """Write to the task log what is new (``kueue_ray.narration``): a transition, with the queue position
+        and the preemptor named; or, while it waits, a position that moved since the last line."""
+        now = time.monotonic()
+        version = subscription.workloads_version()
+        if story.news(observation):
+            position = await self._position(rayjob, observation, subscription)
+            uid = preemptor_job_uid(observation.message)
+            preemptor = subscription.rayjob_by_uid(uid) if uid else None
+            self.log.info(describe_transition(self.namespace, self.name, observation, position, preemptor))
+            story.told_position(position, now, version)
+            return
+        check = story.position_check_in(observation, now)
+        # A position only moves when a Workload of the queue changes: with none since the last read, the
+        # check costs no request, so waiting in a quiet queue stays free.
+        if check is not None and check <= 0 and not story.position_current(version, now):
+            position = await self._position(rayjob, observation, subscription)
+            line = story.position_line(self.namespace, self.name, observation.phase, position, now, version)
+            if line:
+                self.log.info(line)
 
     async def _position(self, rayjob: dict, observation: Observation, subscription: Any) -> str | None:
         """The queue position for a QUEUED / INADMISSIBLE log line, from the LocalQueue's shared

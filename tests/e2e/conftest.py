@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from devtools.airflow import ROOT, start_airflow
-from devtools.kubesim_process import KUEUE_MANIFESTS, start_kubesim
+from devtools.kubesim_process import ALL_SETUPS, start_kubesim
 from devtools.postgres import metadata_database
 from tests.e2e.harness import E2E, wait_until
 
@@ -63,9 +63,9 @@ def wait_for_dags_or_import_errors(airflow, dag_ids: list[str], timeout: float =
 def kubesim(tmp_path_factory):
     sim = start_kubesim(
         tmp_path_factory.mktemp("kubesim"),
-        queues="single",
+        queues=ALL_SETUPS,
         time_scale=TIME_SCALE,
-        extra_apply=[KUEUE_MANIFESTS / "team-queues", E2E_DIR / "cluster"],
+        extra_apply=[E2E_DIR / "cluster"],
         kueue_config=E2E_DIR / "kueue-config.yaml",
     )
     yield sim

@@ -1,5 +1,8 @@
 """Item 6: the API server misbehaves (20% HTTP 500s, 1 s latency, watches dropped every 5 s, forced 410s)
-while several pipelines run. Every run must succeed, with no RayJob created twice and none left behind.
+and says no to watches as a real cluster does (401 for an expired token, 429 from API Priority and
+Fairness with Retry-After, then 403 from a Role that grants list but not watch, for good) while several
+pipelines run. Every run must succeed, with no RayJob created twice, none left behind, and no flood of
+refused watches: the triggerer follows the RayJobs by listing them instead.
 
 CI runs a small load; `make test-full` (E2E_FULL=1) runs the full one.
 """
@@ -9,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.conftest import FULL
-from tests.e2e.harness import owner, rayjob_creations
+from tests.e2e.harness import owner, rayjob_creations, wait_until
 
 pytestmark = pytest.mark.timeout(900 if FULL else 600)
 
@@ -21,8 +24,28 @@ TEAM_RUNS = 4 if FULL else 2
 
 def test_pipelines_survive_api_faults_without_duplicates_or_orphans(e2e):
     e2e.unpause("text_classifier_finetune")
+    # Unpausing starts the pipeline's scheduled run (test_01 consumes it in a full session; run alone,
+    # this test meets it here): it finishes before the faults, so it is no submit task of this test's.
+    scheduled = wait_until(
+        lambda: e2e.runs("text_classifier_finetune", run_type="scheduled"), timeout=90, what="a scheduled run"
+    )
+    for run in scheduled:
+        e2e.wait_run("text_classifier_finetune", run["dag_run_id"], timeout=300)
     e2e.collect_requests()
-    e2e.faults(error_rate=0.2, latency_ms=1000, watch_drop_after_s=5, expire_watches=3, seed=6)
+    watched = ["rayjobs.ray.io", "workloads.kueue.x-k8s.io"]
+    e2e.faults(
+        error_rate=0.2,
+        latency_ms=1000,
+        watch_drop_after_s=5,
+        expire_watches=3,
+        seed=6,
+        # The first matching rule answers: two 401s, then three 429s, then 403 on every watch.
+        rules=[
+            {"code": 401, "verbs": ["watch"], "resources": watched, "count": 2},
+            {"code": 429, "verbs": ["watch"], "resources": watched, "count": 3, "retry_after_s": 2},
+            {"code": 403, "verbs": ["watch"], "resources": watched},
+        ],
+    )
 
     runs = [("text_classifier_finetune", e2e.start_run("text_classifier_finetune")) for _ in range(TEXT_RUNS)]
     runs += [
@@ -31,12 +54,18 @@ def test_pipelines_survive_api_faults_without_duplicates_or_orphans(e2e):
     ]
     finished = {run: e2e.wait_run(*run, timeout=540 if FULL else 420) for run in runs}
     e2e.clear_faults()
+    requests = e2e.collect_requests()
 
     assert {run: r["state"] for run, r in finished.items()} == dict.fromkeys(runs, "success"), {
         run: e2e.ti_states(*run) for run in runs
     }
     # Zero duplicates: exactly one successful create per submitting task instance.
-    assert rayjob_creations(e2e.collect_requests()) == len(runs)
+    assert rayjob_creations(requests) == len(runs)
+    # Every refusal was met, and none made the triggerer ask again at once: under the 403 each of its two
+    # watch loops per namespace lists every 10 s and tries the watch again every 5 minutes.
+    refused = [r for r in requests if r["verb"] == "watch" and r["code"] in (401, 403, 429)]
+    assert {r["code"] for r in refused} == {401, 403, 429}
+    assert len(refused) <= 40, f"{len(refused)} refused watches: the triggerer asked again at once"
     # Zero orphans: every RayJob still in the cluster belongs to a finished, successful task instance
     # (of this test or an earlier one), and none of ours is still waiting or running.
     ours = {(dag_id, run_id, "submit") for dag_id, run_id in runs}

@@ -2,7 +2,8 @@
 request log), and no credential reaches a task log.
 
 The tests' own cluster reads are all-namespaces lists of namespaced resources, which the project never
-makes; they are left out of "what the project did".
+makes; they are left out of "what the project did". The browser tests (tests/browser) run a kubesim of
+their own, where the Kueue pages are viewed; its request log is judged here too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from devtools.kubesim_process import KUEUE_MANIFESTS
+from tests.conftest import CLUSTER_REQUEST_LOGS
 
 CLUSTER_SCOPED = {"clusterqueues", "workloadpriorityclasses", "cohorts", "resourceflavors", "namespaces"}
 ALL_ITEMS = {f"test_0{n}" for n in range(1, 8)}
@@ -47,13 +49,16 @@ def exercised(records: list[dict]) -> set[tuple[str, str, str]]:
 
 def test_rbac_grants_exactly_what_the_project_used(e2e, request):
     e2e.collect_requests()
-    used = exercised(e2e.requests)
+    browser_requests = request.config.stash.get(CLUSTER_REQUEST_LOGS, [])
+    used = exercised(e2e.requests + browser_requests)
     allowed = granted()
 
     assert used - allowed == set(), "calls the RBAC would forbid"
     ran = {Path(str(item.fspath)).stem[:7] for item in request.session.items}
     if not ran >= ALL_ITEMS:
         pytest.skip(f"the 'nothing more' half needs every e2e item in the session; ran {sorted(ran)}")
+    if not browser_requests:
+        pytest.skip("the 'nothing more' half needs the browser tests (tests/browser) in the session too")
     assert allowed - used == set(), "rights no test exercised"
 
 

@@ -258,3 +258,115 @@ def test_body_namespace_must_match_the_url(api_client, namespace):
             namespace, {"metadata": {"name": "x", "namespace": "default"}}
         )
     assert mismatch.value.status == 400
+
+
+def _localqueue(custom, namespace: str, name: str = "lq", **metadata) -> dict:
+    body = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, **metadata},
+        "spec": {"clusterQueue": "cq"},
+    }
+    return custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", body)
+
+
+def test_delete_preconditions_refuse_another_object_or_a_newer_version(api_client, namespace):
+    custom = client.CustomObjectsApi(api_client)
+    created = _localqueue(custom, namespace)
+    uid, version = created["metadata"]["uid"], created["metadata"]["resourceVersion"]
+    patched = custom.patch_namespaced_custom_object(
+        *KUEUE, namespace, "localqueues", "lq", {"metadata": {"labels": {"changed": "yes"}}}
+    )
+
+    with pytest.raises(ApiException) as other_uid:
+        custom.delete_namespaced_custom_object(
+            *KUEUE, namespace, "localqueues", "lq", body={"preconditions": {"uid": "not-this-one"}}
+        )
+    assert other_uid.value.status == 409
+    assert _status(other_uid.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'Operation cannot be fulfilled on LocalQueue.kueue.x-k8s.io "lq": the UID in the '
+        f"precondition (not-this-one) does not match the UID in record ({uid}). The object might have "
+        "been deleted and then recreated",
+        "reason": "Conflict",
+        "details": {"name": "lq", "group": "kueue.x-k8s.io", "kind": "LocalQueue"},
+        "code": 409,
+    }
+    with pytest.raises(ApiException) as stale:
+        custom.delete_namespaced_custom_object(
+            *KUEUE,
+            namespace,
+            "localqueues",
+            "lq",
+            body={"preconditions": {"uid": uid, "resourceVersion": version}},
+        )
+    assert stale.value.status == 409
+    assert _status(stale.value)["message"].endswith(
+        f"the ResourceVersion in the precondition ({version}) does not match the ResourceVersion in record "
+        f"({patched['metadata']['resourceVersion']}). The object might have been modified"
+    )
+    assert (
+        custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", "lq")["metadata"]["uid"] == uid
+    )
+
+    current = {"uid": uid, "resourceVersion": patched["metadata"]["resourceVersion"]}
+    custom.delete_namespaced_custom_object(
+        *KUEUE, namespace, "localqueues", "lq", body={"preconditions": current}
+    )
+    with pytest.raises(ApiException) as gone:
+        custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", "lq")
+    assert gone.value.status == 404
+
+
+def test_a_terminating_object_still_checks_its_preconditions(api_client, namespace):
+    custom = client.CustomObjectsApi(api_client)
+    created = _localqueue(custom, namespace, finalizers=["example.com/hold"])
+    decided_on = {
+        "uid": created["metadata"]["uid"],
+        "resourceVersion": created["metadata"]["resourceVersion"],
+    }
+    lingering = custom.delete_namespaced_custom_object(
+        *KUEUE, namespace, "localqueues", "lq", body={"preconditions": decided_on}
+    )
+    assert lingering["metadata"]["deletionTimestamp"]
+
+    # The same delete again (a retry after a lost answer): the deletion itself changed the version.
+    with pytest.raises(ApiException) as again:
+        custom.delete_namespaced_custom_object(
+            *KUEUE, namespace, "localqueues", "lq", body={"preconditions": decided_on}
+        )
+    assert again.value.status == 409
+    custom.patch_namespaced_custom_object(
+        *KUEUE, namespace, "localqueues", "lq", {"metadata": {"finalizers": None}}
+    )
+
+
+def test_strategic_merge_patch_is_refused_for_custom_resources_only(api_client, namespace):
+    custom = client.CustomObjectsApi(api_client)
+    _localqueue(custom, namespace)
+    with pytest.raises(ApiException) as refused:
+        custom.patch_namespaced_custom_object(
+            *KUEUE,
+            namespace,
+            "localqueues",
+            "lq",
+            {"metadata": {"labels": {"a": "1"}}},
+            _content_type="application/strategic-merge-patch+json",
+        )
+    assert refused.value.status == 415
+    status = _status(refused.value)
+    assert status["reason"] == "UnsupportedMediaType"
+    assert status["message"] == (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json"
+    )
+
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "cm"}})
+    patched = core.patch_namespaced_config_map(
+        "cm", namespace, {"data": {"a": "1"}}, _content_type="application/strategic-merge-patch+json"
+    )
+    assert patched.data == {"a": "1"}

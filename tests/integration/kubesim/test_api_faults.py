@@ -1,15 +1,19 @@
-"""Fault injection, counters and the request log, as a test or benchmark drives them over HTTP."""
+"""Fault injection, refusals, authentication, counters and the request log, as a test or benchmark drives
+them over HTTP."""
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 import urllib3
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+
+from kubesim.testing import run_kubesim
 
 
 def test_error_rate_one_fails_every_api_request_with_a_status(api_faults, api_client):
@@ -48,7 +52,13 @@ def test_latency_makes_a_short_client_timeout_expire(api_faults, api_client):
 
 def test_fault_settings_are_reported_and_validated(api_faults):
     shown = api_faults.set_faults(error_rate=0.25, watch_drop_after_s=3, expire_watches=2)
-    assert shown == {"error_rate": 0.25, "latency_ms": 0.0, "watch_drop_after_s": 3.0, "expire_watches": 2}
+    assert shown == {
+        "error_rate": 0.25,
+        "latency_ms": 0.0,
+        "watch_drop_after_s": 3.0,
+        "expire_watches": 2,
+        "rules": [],
+    }
     with urllib.request.urlopen(api_faults.url + "/kubesim/faults") as response:
         assert json.loads(response.read()) == shown
 
@@ -58,6 +68,15 @@ def test_fault_settings_are_reported_and_validated(api_faults):
     with pytest.raises(urllib.error.HTTPError) as unknown:
         api_faults.set_faults(explode=True)
     assert unknown.value.code == 400
+    for bad_rule in (
+        {"code": 418},
+        {"code": 403, "verbs": "watch"},
+        {"code": 429, "count": 0},
+        {"code": 403, "x": 1},
+    ):
+        with pytest.raises(urllib.error.HTTPError) as rejected_rule:
+            api_faults.set_faults(rules=[bad_rule])
+        assert rejected_rule.value.code == 400, bad_rule
 
 
 def test_expire_watches_counts_down(api_faults, api_client):
@@ -111,3 +130,197 @@ def test_request_log_names_what_rbac_must_grant(kubesim_api, api_client, unique_
     kubesim_api.clear_requests()
     assert kubesim_api.requests() == []
     core.delete_namespace(unique_name)
+
+
+# ----- refusals: what a real API server answers when it says no -----
+
+
+def _http(url: str, *, token: str | None = None):
+    """(status, headers, body) of a GET, whatever the status."""
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read().decode()
+
+
+def test_a_refused_watch_is_an_rbac_403_and_the_list_still_works(api_faults, api_client):
+    custom = client.CustomObjectsApi(api_client)
+    api_faults.refuse(403, verbs=["watch"], resources=["rayjobs.ray.io"])
+    base = f"{api_faults.url}/apis/ray.io/v1/namespaces/ray/rayjobs"
+
+    code, headers, body = _http(base + "?watch=true&timeoutSeconds=1")
+    assert code == 403
+    assert headers["Content-Type"] == "application/json"
+    assert json.loads(body) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'rayjobs.ray.io is forbidden: User "system:serviceaccount:ray:airflow" cannot watch '
+        'resource "rayjobs" in API group "ray.io" in the namespace "ray"',
+        "reason": "Forbidden",
+        "details": {"group": "ray.io", "kind": "rayjobs"},
+        "code": 403,
+    }
+    assert custom.list_namespaced_custom_object("ray.io", "v1", "ray", "rayjobs")["items"] == []
+    assert (
+        _http(f"{api_faults.url}/api/v1/namespaces?watch=true&timeoutSeconds=1")[0] == 200
+    )  # another resource
+    [rule] = _faults(api_faults)["rules"]
+    assert rule["hits"] == 1 and rule["count"] is None, "until cleared"
+    assert [
+        r["code"] for r in api_faults.requests() if r["verb"] == "watch" and r["resource"] == "rayjobs"
+    ] == [403]
+
+
+def _faults(sim) -> dict:
+    with urllib.request.urlopen(sim.url + "/kubesim/faults") as response:
+        return json.loads(response.read())
+
+
+def test_a_counted_rule_refuses_the_next_n_matches_only(api_faults, api_client):
+    core = client.CoreV1Api(api_client)
+    api_faults.refuse(503, verbs=["get"], resources=["namespaces"], count=2)
+    for _ in range(2):
+        with pytest.raises(ApiException) as refused:
+            core.read_namespace("default")
+        assert refused.value.status == 503
+        assert json.loads(refused.value.body)["reason"] == "ServiceUnavailable"
+    assert core.read_namespace("default").metadata.name == "default"
+    assert _faults(api_faults)["rules"] == []
+
+
+def test_a_timed_rule_ends_by_itself(api_faults, api_client):
+    core = client.CoreV1Api(api_client)
+    api_faults.refuse(500, resources=["namespaces"], seconds=0.5)
+    with pytest.raises(ApiException) as refused:
+        core.list_namespace()
+    assert json.loads(refused.value.body)["message"] == "Internal error occurred: kubesim injected fault"
+    time.sleep(0.6)
+    assert core.list_namespace().items
+
+
+def test_too_many_requests_carries_retry_after(api_faults):
+    api_faults.refuse(429, verbs=["list"], retry_after_s=7)
+    code, headers, body = _http(f"{api_faults.url}/apis/kueue.x-k8s.io/v1beta2/namespaces/ray/workloads")
+    assert (code, headers["Retry-After"]) == (429, "7")
+    status = json.loads(body)
+    assert (status["reason"], status["details"]) == ("TooManyRequests", {"retryAfterSeconds": 7})
+
+
+def test_unauthorized_and_forbidden_on_a_named_object(api_faults):
+    api_faults.set_faults(
+        rules=[
+            {"code": 401, "verbs": ["get"], "resources": ["pods/log"]},
+            {"code": 403, "verbs": ["get"], "resources": ["clusterqueues.kueue.x-k8s.io"], "user": "alice"},
+        ]
+    )
+    code, _, body = _http(f"{api_faults.url}/api/v1/namespaces/ray/pods/p/log")
+    assert (code, json.loads(body)["message"], json.loads(body)["reason"]) == (
+        401,
+        "Unauthorized",
+        "Unauthorized",
+    )
+    code, _, body = _http(f"{api_faults.url}/apis/kueue.x-k8s.io/v1beta2/clusterqueues/cq")
+    assert code == 403
+    assert json.loads(body)["message"] == (
+        'clusterqueues.kueue.x-k8s.io "cq" is forbidden: User "alice" cannot get resource "clusterqueues" '
+        'in API group "kueue.x-k8s.io" at the cluster scope'
+    )
+    assert json.loads(body)["details"] == {"group": "kueue.x-k8s.io", "kind": "clusterqueues", "name": "cq"}
+
+
+def test_410_ends_a_watch_with_an_error_event_and_refuses_a_list(api_faults):
+    api_faults.refuse(410, resources=["configmaps"], count=2)
+    code, _, body = _http(
+        f"{api_faults.url}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=5"
+    )
+    assert code == 200, "the API server sends a watch's 410 as an ERROR event"
+    event = json.loads(body)
+    assert (event["type"], event["object"]["code"], event["object"]["reason"]) == ("ERROR", 410, "Expired")
+    assert event["object"]["message"].startswith("too old resource version: 5 (")
+    code, _, body = _http(f"{api_faults.url}/api/v1/namespaces/default/configmaps")
+    assert (code, json.loads(body)["reason"]) == (410, "Expired")
+
+
+def test_the_visibility_api_can_be_refused_by_its_subresource(api_faults):
+    api_faults.refuse(503, resources=["localqueues.visibility.kueue.x-k8s.io/pendingworkloads"])
+    path = "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/ray/localqueues/q/pendingworkloads"
+    code, _, body = _http(api_faults.url + path)
+    assert (code, json.loads(body)["message"]) == (503, "service unavailable")
+
+
+# ----- authentication: --token -----
+
+
+def test_a_token_is_required_once_set_and_the_kubeconfig_carries_it(tmp_path):
+    with run_kubesim(controllers=(), token="s3cret", kubeconfig_path=tmp_path / "kubeconfig") as sim:
+        code, _, body = _http(f"{sim.url}/api/v1/namespaces")
+        assert code == 401
+        assert json.loads(body) == {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "Unauthorized",
+            "reason": "Unauthorized",
+            "code": 401,
+        }
+        assert _http(f"{sim.url}/api/v1/namespaces", token="wrong")[0] == 401
+        assert _http(f"{sim.url}/api/v1/namespaces", token="s3cret")[0] == 200
+        assert _http(f"{sim.url}/readyz")[0] == 200, "health probes stay anonymous"
+        assert "token: s3cret" in (tmp_path / "kubeconfig").read_text()
+        api_client = config.new_client_from_config(config_file=sim.kubeconfig)
+        try:
+            assert client.CoreV1Api(api_client).list_namespace().items
+
+            sim.require_token("rotated")  # the server rotates; the client still holds the old token
+            with pytest.raises(ApiException) as stale:
+                client.CoreV1Api(api_client).list_namespace()
+            assert stale.value.status == 401
+            assert [r["code"] for r in sim.requests()][-1] == 401, "refused requests are logged"
+        finally:
+            api_client.close()
+        sim.write_kubeconfig_token("rotated")
+        fresh = config.new_client_from_config(config_file=sim.kubeconfig)
+        try:
+            assert client.CoreV1Api(fresh).list_namespace().items
+        finally:
+            fresh.close()
+
+
+def test_the_cli_requires_its_token(tmp_path):
+    with run_kubesim(mode="subprocess", token="cli-token", kubeconfig_path=tmp_path / "kubeconfig") as sim:
+        assert _http(f"{sim.url}/api/v1/namespaces")[0] == 401
+        assert _http(f"{sim.url}/api/v1/namespaces", token="cli-token")[0] == 200
+        assert "token: cli-token" in (tmp_path / "kubeconfig").read_text()
+
+
+def test_a_served_rule_acts_and_loses_only_the_answer(api_faults, api_client, unique_name):
+    core = client.CoreV1Api(api_client)
+    api_faults.refuse(500, verbs=["create"], resources=["namespaces"], count=1, served=True)
+    with pytest.raises(ApiException) as lost:
+        core.create_namespace({"metadata": {"name": unique_name}})
+    assert lost.value.status == 500
+    assert core.read_namespace(unique_name).metadata.name == unique_name, "the server did create it"
+    core.delete_namespace(unique_name)
+
+
+def test_a_410_to_a_watch_may_come_as_an_http_status(api_faults):
+    api_faults.refuse(410, verbs=["watch"], resources=["configmaps"], watch_event=False)
+    code, _, body = _http(
+        f"{api_faults.url}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=5"
+    )
+    assert (code, json.loads(body)["reason"]) == (410, "Expired")
+
+
+def test_the_request_log_says_when_each_request_arrived(kubesim_api, api_client):
+    kubesim_api.clear_requests()
+    before = time.time()
+    client.CoreV1Api(api_client).list_namespace()
+    [record] = kubesim_api.requests()
+    assert before - 0.01 <= record["at"] <= time.time() + 0.01

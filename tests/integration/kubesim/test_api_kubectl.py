@@ -111,3 +111,22 @@ def test_logs_of_a_job_come_from_its_pod(kubesim_api, api_client, unique_name):
     assert jobs.split()[:5] == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
     kubectl(kubesim_api, "delete", "job", unique_name)
     kubectl(kubesim_api, "delete", "pod", f"{unique_name}-x1")
+
+
+def test_kubectl_authenticates_only_over_tls(tmp_path):
+    """kubectl sends a bearer token only over HTTPS: with --token alone it is refused (401) like any
+    anonymous client; with --tls the kubeconfig carries kubesim's CA and kubectl is let in."""
+    from devtools.kubesim_process import start_kubesim
+
+    for tls, allowed in ((False, False), (True, True)):
+        sim = start_kubesim(tmp_path / f"tls-{tls}", queues="single-queue", tls=tls)
+        try:
+            assert sim.url.startswith("https://" if tls else "http://")
+            result = kubectl(sim, "-n", "ray", "get", "localqueues", "-o", "name", check=False)
+            assert (result.returncode == 0) is allowed, result.stderr
+            if allowed:
+                assert result.stdout.split() == ["localqueue.kueue.x-k8s.io/user-queue"]
+            else:
+                assert "provide credentials" in result.stderr
+        finally:
+            sim.stop()

@@ -240,3 +240,23 @@ def test_one_write_reaches_every_open_watch_stream_once():
     lines = asyncio.run(scenario())
     assert len(lines) == 50
     assert {(line["type"], line["object"]["metadata"]["name"]) for line in lines} == {("ADDED", "shared")}
+
+
+def test_drop_watches_ends_every_open_stream_at_once(api_faults, namespace):
+    async def scenario():
+        api = await aconfig.new_client_from_config(config_file=api_faults.kubeconfig)
+        try:
+            stream = await aclient.CoreV1Api(api).list_namespaced_config_map(
+                namespace, watch=True, timeout_seconds=30, _preload_content=False
+            )
+            await asyncio.to_thread(api_faults.set_faults, drop_watches=True)
+            started = asyncio.get_running_loop().time()
+            while await stream.content.readline():
+                pass
+            stream.release()
+            return asyncio.get_running_loop().time() - started
+        finally:
+            await api.close()
+
+    assert asyncio.run(scenario()) < 5, "the stream ended when told, not at its 30 s timeout"
+    assert api_faults.stats()["watches_open"] == 0

@@ -94,3 +94,114 @@ def test_rayjobs_not_created_by_airflow_are_never_looked_at(queues, rayjob_body)
     assert janitor(queues, states) == []
     assert states.asked == []
     assert [r["metadata"]["name"] for r in queues.rayjobs()] == ["by-hand"]
+
+
+class RacingAirflowStates(AirflowStates):
+    """Airflow answers slowly the first time; meanwhile ``race()`` changes the RayJob in the cluster (and
+    what Airflow would answer now)."""
+
+    def __init__(self, runs, race):
+        super().__init__(runs)
+        self.race = race
+
+    def get_task_states(self, dag_id: str, run_ids: list[str]) -> dict:
+        answer = super().get_task_states(dag_id, run_ids)  # as of when Airflow was asked
+        if self.race is not None:
+            race, self.race = self.race, None
+            race(self)
+        return answer
+
+
+def deletes_of(kubesim, name: str) -> list[int]:
+    return [r["code"] for r in kubesim.requests() if r["verb"] == "delete" and r["name"] == name]
+
+
+def test_an_orphan_whose_status_changes_before_its_deletion_is_judged_again_and_deleted(
+    kubesim, queues, rayjob_body, task_context
+):
+    # The orphan waits behind a blocker; while the janitor asks Airflow, the blocker ends, Kueue admits
+    # the orphan and KubeRay starts it: the version the janitor judged is no longer the RayJob's.
+    blocker = submit(queues, rayjob_body(duration="inf"), task_context("blocker", run_id="r0"), "blocker")
+    wait_for(lambda: phase_of(queues, blocker["uid"]) == "Running")
+    orphan = submit(queues, rayjob_body(duration="inf"), task_context("submit", run_id="r1"), "submit")
+    judged = next(j for j in queues.rayjobs() if j["metadata"]["uid"] == orphan["uid"])
+
+    def status_changes(_states) -> None:
+        queues.custom.delete_namespaced_custom_object(
+            "ray.io", "v1", queues.namespace, "rayjobs", blocker["name"]
+        )
+        wait_for(lambda: phase_of(queues, orphan["uid"]) == "Running")
+        current = next(j for j in queues.rayjobs() if j["metadata"]["uid"] == orphan["uid"])
+        assert current["metadata"]["resourceVersion"] != judged["metadata"]["resourceVersion"]
+
+    states = RacingAirflowStates(
+        {"r0": {"blocker": "success", "wait": "deferred"}, "r1": {"submit": "failed"}}, status_changes
+    )
+    kubesim.clear_requests()
+
+    found = janitor(queues, states)
+
+    assert [(f["name"], f["result"]) for f in found] == [(orphan["name"], "deleted")]
+    assert deletes_of(kubesim, orphan["name"]) == [409, 200], "refused on the old version, then re-judged"
+    wait_for(lambda: phase_of(queues, orphan["uid"]) == "gone")
+
+
+def test_an_orphan_adopted_before_its_deletion_is_left_to_the_task_that_adopted_it(
+    kubesim, queues, rayjob_body, task_context
+):
+    orphan = submit(queues, rayjob_body(duration="inf"), task_context("submit", run_id="r1"), "submit")
+
+    def a_retry_adopts_it(states: AirflowStates) -> None:
+        # What SubmitRayJobOperator.submit does for try 2: re-annotate the RayJob as its own.
+        from kueue_ray.hook import RayJobHook
+        from kueue_ray.operators import task_identity
+
+        rayjob = next(j for j in queues.rayjobs() if j["metadata"]["uid"] == orphan["uid"])
+        retry = task_context("submit", run_id="r1", try_number=2)
+        RayJobHook().claim_rayjob(rayjob, task_identity(retry))
+        states.runs["r1"] = {"submit": "running"}
+
+    states = RacingAirflowStates({"r1": {"submit": "failed"}}, a_retry_adopts_it)
+    kubesim.clear_requests()
+
+    [record] = janitor(queues, states)
+
+    assert record["result"].startswith("not deleted: it changed since it was read and a task may wait")
+    assert deletes_of(kubesim, orphan["name"]) == [409]
+    [rayjob] = queues.rayjobs()
+    assert not rayjob["metadata"].get("deletionTimestamp")
+
+
+def test_a_deletion_whose_answer_was_lost_is_reported_done(kubesim, queues, rayjob_body, task_context):
+    orphan = submit(queues, rayjob_body(duration="inf"), task_context("submit", run_id="r1"), "submit")
+    wait_for(lambda: phase_of(queues, orphan["uid"]) == "Running")
+    # Another controller's finalizer keeps the deleted RayJob around, so the retry finds it terminating.
+    [rayjob] = queues.rayjobs()
+    held = [*rayjob["metadata"].get("finalizers", []), "example.com/hold"]
+    patch = {"metadata": {"finalizers": held}}
+    queues.custom.patch_namespaced_custom_object(
+        "ray.io", "v1", queues.namespace, "rayjobs", orphan["name"], patch
+    )
+    kubesim.refuse(
+        500, verbs=["delete"], resources=["rayjobs.ray.io"], namespace=queues.namespace, count=1, served=True
+    )
+    kubesim.clear_requests()
+    try:
+        found = janitor(queues, AirflowStates({"r1": {"submit": "failed"}}))
+    finally:
+        kubesim.reset_faults()
+
+    assert [(f["name"], f["result"]) for f in found] == [(orphan["name"], "deleted")]
+    # The retry met the deletion the lost answer had started: the version it judged was gone.
+    assert deletes_of(kubesim, orphan["name"]) == [500, 409]
+    [terminating] = queues.rayjobs()
+    assert terminating["metadata"]["deletionTimestamp"]
+    release = {
+        "metadata": {
+            "finalizers": [f for f in terminating["metadata"]["finalizers"] if f != "example.com/hold"]
+        }
+    }
+    queues.custom.patch_namespaced_custom_object(
+        "ray.io", "v1", queues.namespace, "rayjobs", orphan["name"], release
+    )
+    wait_for(lambda: phase_of(queues, orphan["uid"]) == "gone")

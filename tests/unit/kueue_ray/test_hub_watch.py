@@ -10,6 +10,7 @@ class EndedStream:
     """A watch response the server closed at once (no events)."""
 
     def __init__(self):
+        self.status = 200
         self.content = SimpleNamespace(readline=self.readline)
         self.released = False
 

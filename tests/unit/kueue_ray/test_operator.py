@@ -159,29 +159,71 @@ def test_importing_the_operator_and_sensor_does_not_import_kubernetes():
     )
 
 
-def test_extra_links_render_from_what_the_task_knows():
-    from kueue_ray.links import KueueWorkloadLink, RayDashboardLink
+def test_the_dashboard_link_opens_in_a_browser_as_soon_as_the_rayjob_exists():
+    from kueue_ray.links import RayDashboardLink
 
-    op = operator(
-        ray_dashboard_url_template="https://ray.example.com/{namespace}/{ray_cluster}/#/jobs/{job_id}"
+    op = operator(kubernetes_conn_id="")
+    op.rayjob_details = {}  # preflight refused it: nothing was created
+    assert RayDashboardLink().get_link(op, ti_key=None) == "", "no RayJob, no link"
+    # What execute() knows right after creating the RayJob, before it defers (the segment whose end
+    # renders the links the UI shows while the task waits): no Ray cluster, no job id yet.
+    op.rayjob_details = {"name": "j", "namespace": "ml", "uid": "u", "ray_cluster": None, "job_id": None}
+    link = RayDashboardLink().get_link(op, ti_key=None)
+    assert link == "http://localhost:8265/#/jobs"
+    assert not link.startswith("kubectl")
+
+
+def test_a_dashboard_template_is_filled_in_once_its_fields_are_known():
+    from kueue_ray.links import RayDashboardLink
+
+    op = operator(ray_dashboard_url_template="https://ray.example.com/{namespace}/{name}/#/jobs/{job_id}")
+    op.rayjob_details = {"name": "j", "namespace": "ml", "uid": "u", "ray_cluster": None, "job_id": None}
+    assert RayDashboardLink().get_link(op, ti_key=None) == "", "a half-filled URL would be broken"
+    op.rayjob_details["job_id"] = "j-xyz"
+    assert RayDashboardLink().get_link(op, ti_key=None) == "https://ray.example.com/ml/j/#/jobs/j-xyz"
+
+
+def test_submitting_logs_the_port_forward_and_the_workload_command(cluster, capfd):
+    """Commands belong in the log, not in links: the task log says how to reach the dashboard."""
+    context = {"ti": TI(), "dag_run": DagRun("scheduled"), "params": {}}
+    with pytest.raises(TaskDeferred):
+        operator(kubernetes_conn_id="").execute(context)
+    log = capfd.readouterr().out
+    name = cluster[0]["metadata"]["name"]
+    assert (
+        f"kubectl -n ml port-forward svc/{name}-head-svc 8265:8265, then open http://localhost:8265/#/jobs"
+        in log
     )
-    op.rayjob_details = {
-        "name": "j",
-        "namespace": "ml",
-        "uid": "u",
-        "workload_name": "rayjob-j-1a2b3",
-        "ray_cluster": "j-abcde",
-        "job_id": "j-xyz",
-        "dashboard_url": "j-abcde-head-svc.ml.svc:8265",
-    }
-    assert RayDashboardLink().get_link(op, ti_key=None) == "https://ray.example.com/ml/j-abcde/#/jobs/j-xyz"
-    assert KueueWorkloadLink().get_link(op, ti_key=None) == "kubectl -n ml describe workload rayjob-j-1a2b3"
-    plain = operator(kubernetes_conn_id="")
-    plain.rayjob_details = {**op.rayjob_details, "job_id": None}
-    assert RayDashboardLink().get_link(plain, ti_key=None) == "http://j-abcde-head-svc.ml.svc:8265"
-    # Fields not known yet (still queued) give no link rather than a broken one.
-    op.rayjob_details = {**op.rayjob_details, "ray_cluster": None}
-    assert RayDashboardLink().get_link(op, ti_key=None) == ""
+    assert "kubectl -n ml describe workloads -l kueue.x-k8s.io/job-uid=uid-1" in log
+
+
+def test_the_operator_and_sensor_offer_browser_links_only():
+    """The Kueue tab and the Ray dashboard: URLs a browser opens; no kubectl command as a link."""
+    from kueue_ray.sensors import RayJobSensor
+
+    sensor = RayJobSensor(task_id="wait", submit_task_id="submit")
+    for task in (operator(), sensor):
+        assert [link.name for link in task.operator_extra_links] == ["Kueue", "Ray dashboard"]
+
+
+def test_the_kueue_link_opens_the_task_instances_kueue_tab_under_the_base_url(monkeypatch):
+    from types import SimpleNamespace
+
+    from kueue_ray.links import KueueTabLink
+
+    run_id = "backfill__2026-10-01T00:00:00+00:00"
+    key = SimpleNamespace(dag_id="text_classifier_finetune", run_id=run_id, task_id="wait", map_index=-1)
+    op = operator()
+    op.rayjob_details = {"namespace": "ml"}
+    assert KueueTabLink().get_link(op, ti_key=key) == ""  # no RayJob yet: no link
+    op.rayjob_details = {"name": "j", "namespace": "ml", "uid": "u"}
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/")
+    assert KueueTabLink().get_link(op, ti_key=key) == (
+        "https://airflow.example.com/dags/text_classifier_finetune/runs/"
+        "backfill__2026-10-01T00%3A00%3A00%2B00%3A00/tasks/wait/plugin/kueue"
+    )
+    mapped = SimpleNamespace(**{**vars(key), "map_index": 3})
+    assert KueueTabLink().get_link(op, ti_key=mapped).endswith("/tasks/wait/mapped/3/plugin/kueue")
 
 
 def test_the_kueue_queue_does_not_replace_the_airflow_executor_queue():

@@ -298,3 +298,77 @@ def test_a_waiter_that_starts_mid_run_counts_the_running_since_the_ray_job_start
     )
     assert (timeline.queued_seconds, timeline.admitted_seconds, timeline.running_seconds) == (30, 80, 70)
     assert timeline.finished_at == T0 + 110
+
+
+def phases(timeline):
+    """(seconds after T0, phase) of every recorded transition."""
+    return [(round(t["at"] - T0, 3), t["phase"]) for t in timeline.transitions]
+
+
+def test_every_phase_change_is_a_transition_with_kueues_words():
+    preempted_msg = "Preempted to accommodate a workload (UID: w2, JobUID: j2) due to prioritization"
+    timeline = feed(
+        Timeline(submitted_at=T0),
+        [
+            (0, obs(Phase.QUEUED, reason="Pending", message="insufficient unused quota")),
+            (10, obs(Phase.ADMITTED, admitted=True)),
+            (12, obs(Phase.RUNNING, admitted=True)),
+            (12.5, obs(Phase.RUNNING, admitted=True)),
+            (
+                70,
+                obs(Phase.PREEMPTED, reason="Preempted", message=preempted_msg, preemptions=1, admitted=True),
+            ),
+            (75, obs(Phase.QUEUED, reason="Pending", preemptions=1)),
+            (100, obs(Phase.RUNNING, preemptions=1, admitted=True)),
+            (125, obs(Phase.SUCCEEDED, preemptions=1, admitted=True)),
+        ],
+    )
+    assert phases(timeline) == [
+        (0, "QUEUED"),
+        (10, "ADMITTED"),
+        (12, "RUNNING"),
+        (70, "PREEMPTED"),
+        (75, "QUEUED"),
+        (100, "RUNNING"),
+        (125, "SUCCEEDED"),
+    ]
+    assert timeline.transitions[0]["message"] == "insufficient unused quota"
+    assert timeline.transitions[3]["message"] == preempted_msg
+    # JSON and back, as the XCom and the trigger's kwargs carry it.
+    again = Timeline.from_dict(json.loads(json.dumps(timeline.to_dict())))
+    assert phases(again) == phases(timeline)
+
+
+def test_a_preemption_seen_only_as_requeued_is_still_a_preempted_transition():
+    timeline = feed(
+        Timeline(submitted_at=T0),
+        [
+            (0, obs(Phase.RUNNING, admitted=True)),
+            (10, obs(Phase.QUEUED, reason="Pending", message="evicted", preemptions=1)),
+        ],
+    )
+    assert [p for _, p in phases(timeline)][-2:] == ["PREEMPTED", "QUEUED"]
+
+
+def test_a_late_first_observation_dates_the_earlier_phases_from_the_objects():
+    timeline = feed(
+        Timeline(submitted_at=T0),
+        [(50, late(Phase.RUNNING, reserved_offset=30, started_offset=35, admitted=True))],
+    )
+    assert phases(timeline) == [(0, "QUEUED"), (30, "ADMITTED"), (35, "RUNNING")]
+
+    finished = feed(
+        Timeline(submitted_at=T0),
+        [
+            (
+                200,
+                late(
+                    Phase.SUCCEEDED, reserved_offset=30, started_offset=35, finished_offset=95, admitted=True
+                ),
+            )
+        ],
+    )
+    assert phases(finished) == [(0, "QUEUED"), (30, "ADMITTED"), (35, "RUNNING"), (95, "SUCCEEDED")]
+
+    queued = feed(Timeline(submitted_at=T0), [(40, late(Phase.QUEUED))])
+    assert phases(queued) == [(0, "QUEUED")]

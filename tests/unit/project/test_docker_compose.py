@@ -73,5 +73,8 @@ def test_kubesim_is_an_optional_profile_reachable_by_the_shipped_kubeconfig(comp
     assert "6443" in " ".join(kubesim["entrypoint"])
     kubeconfig = yaml.safe_load((ROOT / "include/docker/kubesim.kubeconfig").read_text())
     assert kubeconfig["clusters"][0]["cluster"]["server"] == "http://kubesim:6443"
+    entrypoint = kubesim["entrypoint"]
+    token = entrypoint[entrypoint.index("--token") + 1]
+    assert kubeconfig["users"][0]["user"]["token"] == token, "the kubeconfig authenticates to the service"
     for path in [p for p in kubesim["entrypoint"] if p.startswith("/opt/airflow/include/")]:
         assert (ROOT / path.removeprefix("/opt/airflow/")).exists(), path

@@ -218,9 +218,10 @@ def test_rbac_grants_what_the_plugin_uses_in_the_namespace():
 def test_rbac_cluster_role_only_reads():
     cluster = rules("ClusterRole")
     verbs = {verb for rule in cluster for verb in rule["verbs"]}
-    assert verbs <= {"get", "list"}
+    assert verbs <= {"get", "list", "watch"}
     assert {r for rule in cluster for r in rule["resources"]} <= {
         "clusterqueues",
+        "clusterqueues/pendingworkloads",
         "cohorts",
         "workloadpriorityclasses",
     }

@@ -1,0 +1,154 @@
+"""The task log's story of a RayJob: which observations become lines, and in words people read.
+
+Shared by the trigger (deferred waits) and the worker-side wait, so a task tells the same story wherever
+it waits; ``kueue_ray.trigger.describe_transition`` writes the lines. Pure: the callers look things up
+(queue positions, the preemptor RayJob) and pass them in.
+
+* One line per change of what Kueue or KubeRay says (phase, reason, message), quoting them, with the queue
+  position while the job waits. A line that would only repeat the previous one is dropped: e.g. Kueue
+  keeps the eviction message on a just-preempted Workload, so the QUEUED line after PREEMPTED would say
+  the same thing again.
+* While the job waits, the position is checked again every ``POSITION_RELOG_SECONDS`` and logged when it
+  moved, so a long wait shows its progress: at most one position line per task per that interval. The
+  trigger reads it again only when a Workload of the namespace changed since its last read (a position
+  in a LocalQueue can move for no other reason), so a quiet queue costs no request.
+* Kueue names a preemptor only by UIDs ("Preempted to accommodate a workload (UID: ..., JobUID: ...)";
+  the JobUID is the preemptor RayJob's uid). When that RayJob is known, the line names it, with the DAG
+  and run its annotations record.
+* Kueue prints memory in binary units exactly ("7812500Ki"); lines round such amounts to the largest
+  binary unit ("7.45Gi").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+
+from kueue_ray.naming import AirflowIdentity
+from kueue_ray.status import Observation, Phase
+
+POSITION_RELOG_SECONDS = 30.0
+"""The shortest interval between two queue-position lines of one task."""
+WAITING_FOR_POSITION = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
+"""Phases in which the Workload has a queue position worth telling."""
+
+_PREEMPTOR = re.compile(r"a workload \(UID: (?P<workload_uid>[^,()]+), JobUID: (?P<job_uid>[^()]+)\)")
+_BINARY_QUANTITY = re.compile(r"\b(?P<number>\d+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei)\b")
+_BINARY_UNITS = [("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)]
+_SUFFIX_FACTOR = dict(_BINARY_UNITS)
+
+
+def readable_quantity(amount: Decimal) -> str:
+    """A byte amount in the largest binary unit it reaches, exact when it is whole in that unit ("8Gi",
+    "200Mi"), else rounded to two decimals ("7.45Gi" for 8G)."""
+    for suffix, factor in _BINARY_UNITS:
+        if amount >= factor:
+            scaled = amount / factor
+            if scaled == scaled.to_integral_value():
+                return f"{int(scaled)}{suffix}"
+            return f"{scaled.quantize(Decimal('0.01')).normalize():f}{suffix}"
+    return f"{amount:f}"
+
+
+def readable_quantities(message: str) -> str:
+    """``message`` with every binary-suffixed amount ("7812500Ki") spelled as people read it ("7.45Gi")."""
+
+    def rewrite(match: re.Match) -> str:
+        return readable_quantity(Decimal(match["number"]) * _SUFFIX_FACTOR[match["suffix"]])
+
+    return _BINARY_QUANTITY.sub(rewrite, message)
+
+
+def preemptor_job_uid(message: str) -> str | None:
+    """The preemptor's JobUID in Kueue's eviction message (None when absent or "UNKNOWN")."""
+    match = _PREEMPTOR.search(message or "")
+    if not match or match["job_uid"].strip() in ("", "UNKNOWN"):
+        return None
+    return match["job_uid"].strip()
+
+
+def describe_rayjob(rayjob: dict) -> str:
+    """``RayJob ray/name (DAG d, run r, task t)``, or just the RayJob when Airflow did not create it."""
+    metadata = rayjob.get("metadata") or {}
+    text = f"RayJob {metadata.get('namespace')}/{metadata.get('name')}"
+    identity = AirflowIdentity.from_annotations(metadata.get("annotations"))
+    if identity is not None:
+        text += f" (DAG {identity.dag_id}, run {identity.run_id}, task {identity.task_id})"
+    return text
+
+
+def name_preemptor(message: str, preemptor: dict | None) -> str:
+    """Kueue's eviction message with the preemptor RayJob named next to its UIDs, when it is known."""
+    match = _PREEMPTOR.search(message or "")
+    if not match or preemptor is None:
+        return message
+    named = (
+        f"{describe_rayjob(preemptor)} (Workload UID: {match['workload_uid']}, JobUID: {match['job_uid']})"
+    )
+    return message[: match.start()] + named + message[match.end() :]
+
+
+@dataclass
+class Story:
+    """What one task's log has said about its RayJob, so it says each thing once."""
+
+    last_said: tuple[str, str, str] | None = None
+    """(phase, reason, message) of the last observation told."""
+    last_message: str | None = None
+    """The Kueue / KubeRay message of the last line written."""
+    position: str | None = None
+    position_told_at: float | None = None
+    """Monotonic time the position was last logged (or checked unchanged)."""
+    position_version: int | None = None
+    """The queue's version (``Subscription.workloads_version``) when the position was last read."""
+
+    def news(self, observation: Observation) -> bool:
+        """Whether ``observation`` says something new; call once per observation."""
+        said = (observation.phase.value, observation.reason, observation.message)
+        if said == self.last_said:
+            return False
+        self.last_said = said
+        repeat = (
+            observation.phase is Phase.QUEUED
+            and bool(observation.message)
+            and observation.message == self.last_message
+        )
+        self.last_message = observation.message
+        return not repeat
+
+    def told_position(self, position: str | None, now: float, version: int | None = None) -> None:
+        """The line just written carried ``position`` (None: none known), read at queue ``version``."""
+        self.position, self.position_told_at, self.position_version = position, now, version
+
+    def position_current(self, version: int | None, now: float) -> bool:
+        """Whether the position told is still the queue's: nothing changed since it was read. Then the next
+        check waits another interval, and no read is made."""
+        if version is None or version != self.position_version:
+            return False
+        self.position_told_at = now
+        return True
+
+    def position_check_in(self, observation: Observation, now: float) -> float | None:
+        """Seconds until the position should be checked again; None when it is not waiting in a queue."""
+        if observation.phase not in WAITING_FOR_POSITION or self.position_told_at is None:
+            return None
+        return max(0.0, self.position_told_at + POSITION_RELOG_SECONDS - now)
+
+    def position_line(
+        self,
+        namespace: str,
+        name: str,
+        phase: Phase,
+        position: str | None,
+        now: float,
+        version: int | None = None,
+    ) -> str | None:
+        """After a check: the line to write when the position moved, else None (and the next check waits
+        another interval either way)."""
+        moved = position is not None and position != self.position
+        self.position_told_at, self.position_version = now, version
+        if not moved:
+            return None
+        self.position = position
+        return f"RayJob {namespace}/{name}: still {phase.value} — {position}"

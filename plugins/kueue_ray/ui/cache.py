@@ -1,0 +1,550 @@
+"""One shared view of the cluster per api-server process: what every Kueue page and API call reads.
+
+The Kueue pages are live: every open tab asks again whenever something changes. If each of those requests
+read the cluster itself, twenty open tabs would cost twenty sets of API calls per refresh. Instead the
+api-server process keeps one informer-like cache, the triggerer's watch hub (``kueue_ray.hub``) applied
+to what the pages show:
+
+* one list+watch per watched namespace of this project's RayJobs (the hub's label selector), of Kueue
+  Workloads (those Kueue made for a job: the ``kueue.x-k8s.io/job-uid`` label) and of LocalQueues, and
+  one cluster-wide list+watch of ClusterQueues;
+* Kueue's visibility API (pending workloads in queue order, with positions) read once per ClusterQueue
+  and shared by every viewer: re-read only when a Workload or ClusterQueue changed since, at most once per
+  ``visibility_min_interval``, and at least every ``visibility_max_age`` while someone looks;
+* a live :class:`~kueue_ray.timeline.Timeline` per RayJob, fed by the same ``status.observe`` as the
+  trigger, so a task that is still waiting already has its timeline;
+* a change counter (``version``): a page that already shows the current version is answered "no
+  change" without building anything.
+
+Cost therefore grows with the number of namespaces and with changes in the cluster, not with viewers.
+
+When the API server cannot be reached the cache keeps the last state it had and says since when it is
+stale (``Health``); the pages show that instead of going blank. Watches resume from their
+resourceVersion, relist on 410 Gone and every ``resync_seconds``, and back off with jitter, as the hub's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import random
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kueue_ray.hub import (
+    SERVER_TIMEOUT_GRACE_SECONDS,
+    Backoff,
+    SharedApiClient,
+    provider_connection,
+    resource_version_newer,
+)
+from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, AirflowIdentity
+from kueue_ray.status import observe
+from kueue_ray.timeline import Timeline, to_epoch
+
+log = logging.getLogger(__name__)
+
+RAYJOBS, WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES = "rayjobs", "workloads", "localqueues", "clusterqueues"
+CLUSTER_QUEUE_PENDING_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{name}/pendingworkloads"
+VISIBILITY_LIMIT = 100000
+"""Kueue's cap for ``limit``: the whole queue, so positions and counts stay exact."""
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What one watch loop lists and watches (``namespace`` None: a cluster-scoped resource)."""
+
+    kind: str
+    group: str
+    version: str
+    namespace: str | None
+    label_selector: str | None = None
+
+    @property
+    def plural(self) -> str:
+        return self.kind
+
+
+def watched_resources(namespaces: list[str]) -> list[Watched]:
+    """The loops one cache runs: per namespace RayJobs, Workloads and LocalQueues; ClusterQueues once."""
+    loops = [Watched(CLUSTER_QUEUES, "kueue.x-k8s.io", "v1beta2", None)]
+    for namespace in namespaces:
+        loops += [
+            Watched(RAYJOBS, "ray.io", "v1", namespace, MANAGED_BY_SELECTOR),
+            Watched(WORKLOADS, "kueue.x-k8s.io", "v1beta2", namespace, JOB_UID_LABEL),
+            Watched(LOCAL_QUEUES, "kueue.x-k8s.io", "v1beta2", namespace),
+        ]
+    return loops
+
+
+@dataclass
+class CacheSettings:
+    """Tunables; tests shorten them, production keeps the defaults."""
+
+    resync_seconds: float = 300.0
+    """Safety-net relist of every loop."""
+    watch_timeout_seconds: int = 300
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    visibility_min_interval: float = 2.0
+    visibility_max_age: float = 30.0
+    max_timelines: int = 5000
+    """Timelines (and identities) of RayJobs kept after they are gone, oldest dropped first."""
+
+
+@dataclass(frozen=True)
+class Health:
+    """Whether the cache is in step with the API server, and if not since when and why."""
+
+    reachable: bool
+    synced_at: float | None
+    """Wall time the shown state was last known to be current: now while healthy; otherwise the last
+    success (list, open watch, event, visibility read) of whatever is failing."""
+    failing_since: float | None
+    error: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reachable": self.reachable,
+            "synced_at": self.synced_at,
+            "failing_since": self.failing_since,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class PendingRead:
+    """The latest visibility summary of one ClusterQueue; ``error`` set when the latest read failed (the
+    summary is then the last good one, ``fetched_at`` saying how old)."""
+
+    summary: dict | None
+    fetched_at: float | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the views read: plain objects as the API server returned them, and what the cache derived."""
+
+    cluster_queues: list[dict]
+    local_queues: list[dict]
+    workloads: list[dict]
+    rayjobs: list[dict]
+    identities: dict[str, AirflowIdentity]
+    """RayJob uid -> the task instance that owns it, also for RayJobs already deleted."""
+    namespaces: list[str]
+    health: Health
+    version: int
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the page: the API's status and message, or the connection error."""
+    status = getattr(exc, "status", None)
+    if status is not None:
+        message = getattr(exc, "reason", "") or ""
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(getattr(exc, "body", "") or "{}").get("message") or message
+        return f"HTTP {status}: {message}"[:300]
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+class _Loop:
+    """One list+watch with its cache of objects by name."""
+
+    def __init__(self, cache: ClusterCache, watched: Watched) -> None:
+        self.cache = cache
+        self.watched = watched
+        self.objects: dict[str, dict] = {}
+        self.resource_version: str | None = None
+        self.next_relist = 0.0
+        self.listed = False
+        self.failing_since: float | None = None
+        self.error: str | None = None
+        self.synced_at: float | None = None
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        where = self.watched.namespace or "cluster"
+        self.task = asyncio.create_task(self._run(), name=f"kueue-ui-watch/{where}/{self.watched.kind}")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    async def _run(self) -> None:
+        from kubernetes_asyncio.client import CustomObjectsApi
+
+        settings = self.cache.settings
+        backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+        while True:
+            try:
+                async with self.cache.client.lease() as api_client:
+                    await self._stream(CustomObjectsApi(api_client), backoff)
+            except Exception as exc:  # noqa: BLE001 - whatever failed, keep the last state and try again
+                self._failed(exc)
+                await asyncio.sleep(backoff.next_delay())
+
+    async def _stream(self, api: Any, backoff: Backoff) -> None:
+        """List, then watch from the list's resourceVersion; raise when a request fails."""
+        from aiohttp import ClientPayloadError
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        while True:
+            if self.resource_version is None or time.monotonic() >= self.next_relist:
+                await self._list(api)
+                backoff.reset()
+            started = time.monotonic()
+            try:
+                received = await self._watch(api)
+            except ApiException as exc:
+                if exc.status != 410:
+                    raise
+                self.resource_version = None  # expired: relist
+            except (ClientPayloadError, asyncio.IncompleteReadError, ConnectionResetError) as exc:
+                # A stream cut mid-way is routine (proxies, API server restarts): resume at once.
+                log.info("Watch of %s dropped (%s); resuming", self.watched.kind, type(exc).__name__)
+            else:
+                if not received and time.monotonic() - started < 1.0:
+                    # Closed at once without a word: do not spin on a server that keeps doing that.
+                    await asyncio.sleep(backoff.next_delay())
+
+    def _call(self, api: Any, **kwargs: Any) -> Any:
+        watched = self.watched
+        if watched.label_selector:
+            kwargs["label_selector"] = watched.label_selector
+        if watched.namespace is None:
+            return api.list_cluster_custom_object(watched.group, watched.version, watched.plural, **kwargs)
+        return api.list_namespaced_custom_object(
+            watched.group, watched.version, watched.namespace, watched.plural, **kwargs
+        )
+
+    async def _list(self, api: Any) -> None:
+        result = await self._call(api)
+        items = {obj["metadata"]["name"]: obj for obj in result.get("items") or ()}
+        for name in [name for name in self.objects if name not in items]:
+            self.cache._apply(self, "DELETED", self.objects[name])
+        for obj in items.values():
+            self.cache._apply(self, "MODIFIED", obj)
+        self.resource_version = (result.get("metadata") or {}).get("resourceVersion")
+        self.next_relist = time.monotonic() + self.cache.settings.resync_seconds * random.uniform(0.9, 1.0)
+        self._healthy()
+        if not self.listed:
+            self.listed = True
+            self.cache._listed(self)
+
+    async def _watch(self, api: Any) -> bool:
+        """Stream events until the server ends the watch; True if any line arrived."""
+        settings = self.cache.settings
+        timeout = max(1, min(settings.watch_timeout_seconds, math.ceil(self.next_relist - time.monotonic())))
+        response = await self._call(
+            api,
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=self.resource_version,
+            timeout_seconds=timeout,
+            _request_timeout=timeout + 2 * SERVER_TIMEOUT_GRACE_SECONDS,
+            _preload_content=False,
+        )
+        self._healthy()
+        received = False
+        try:
+            async with asyncio.timeout(timeout + SERVER_TIMEOUT_GRACE_SECONDS):
+                while line := await response.content.readline():
+                    received = True
+                    if line.strip():
+                        self._handle(json.loads(line))
+        except TimeoutError:
+            pass
+        finally:
+            response.release()
+        return received
+
+    def _handle(self, event: dict) -> None:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = version
+        self.synced_at = time.time()
+        if kind != "BOOKMARK":
+            self.cache._apply(self, kind, obj)
+
+    def _healthy(self) -> None:
+        self.synced_at = time.time()
+        if self.failing_since is not None:
+            self.failing_since = self.error = None
+            self.cache._bump()
+
+    def _failed(self, exc: BaseException) -> None:
+        self.error = describe_error(exc)
+        if self.failing_since is None:
+            self.failing_since = time.time()
+            log.warning("Kueue UI: watch of %s failed: %s", self.watched.kind, self.error)
+            self.cache._bump()
+
+
+@dataclass
+class _Visibility:
+    read: PendingRead = field(default_factory=lambda: PendingRead(None, None))
+    monotonic_at: float = -math.inf
+    version_at: int = -1
+    in_flight: asyncio.Task | None = None
+    failing_since: float | None = None
+    """Since when reads fail. An open watch can outlive an API server that answers nothing else (or a
+    network that silently dropped it); the visibility read, repeated at least every
+    ``visibility_max_age`` while anyone looks, notices."""
+
+
+class ClusterCache:
+    """The api-server process's view of the cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        conn_id: str,
+        namespaces: list[str],
+        settings: CacheSettings | None = None,
+        connection_factory: Callable[
+            [str], contextlib.AbstractAsyncContextManager[Any]
+        ] = provider_connection,
+    ) -> None:
+        self.conn_id = conn_id
+        self.namespaces = list(namespaces)
+        self.settings = settings or CacheSettings()
+        self.client = SharedApiClient(connection_factory, conn_id)
+        self.loops = [_Loop(self, watched) for watched in watched_resources(self.namespaces)]
+        self.version = 0
+        self._queue_versions: Counter[str] = Counter()
+        """Per ClusterQueue, bumped by changes of it and of its Workloads: what can change its pending list."""
+        self._visibility: dict[str, _Visibility] = {}
+        self._identities: OrderedDict[str, AirflowIdentity] = OrderedDict()
+        self._timelines: OrderedDict[str, Timeline] = OrderedDict()
+        self._by_uid: dict[tuple[str, str | None, str], str] = {}
+        """(kind, namespace, RayJob uid) -> name: the RayJob with that uid, and the Workload Kueue made for
+        it (its ``job-uid`` label)."""
+        self._started = False
+
+    # ----- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if not self._started:
+            self._started = True
+            for loop in self.loops:
+                loop.start()
+
+    async def stop(self) -> None:
+        for loop in self.loops:
+            await loop.stop()
+        for entry in self._visibility.values():
+            if entry.in_flight is not None:
+                entry.in_flight.cancel()
+        await self.client.retire()
+        self._started = False
+
+    # ----- reading ---------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        def objects(kind: str) -> list[dict]:
+            return [obj for loop in self.loops if loop.watched.kind == kind for obj in loop.objects.values()]
+
+        return Snapshot(
+            cluster_queues=objects(CLUSTER_QUEUES),
+            local_queues=objects(LOCAL_QUEUES),
+            workloads=objects(WORKLOADS),
+            rayjobs=objects(RAYJOBS),
+            identities=dict(self._identities),
+            namespaces=list(self.namespaces),
+            health=self.health(),
+            version=self.version,
+        )
+
+    def health(self) -> Health:
+        # (failing since, error, last success) of every loop and visibility read that currently fails
+        failing = [
+            (lp.failing_since, lp.error, lp.synced_at) for lp in self.loops if lp.failing_since is not None
+        ]
+        failing += [
+            (entry.failing_since, entry.read.error, entry.read.fetched_at)
+            for entry in self._visibility.values()
+            if entry.failing_since is not None
+        ]
+        if not failing:
+            listed = all(loop.listed for loop in self.loops)
+            return Health(listed, time.time() if listed else None, None, None if listed else "connecting")
+        successes = [ok for _, _, ok in failing]
+        first = min(failing, key=lambda f: f[0])
+        return Health(
+            reachable=False,
+            synced_at=None if None in successes else min(successes),
+            failing_since=first[0],
+            error=first[1],
+        )
+
+    def timeline(self, uid: str) -> Timeline | None:
+        """The live timeline of the RayJob with this uid, as observed by this process."""
+        return self._timelines.get(uid)
+
+    async def pending(self, cluster_queue: str) -> PendingRead:
+        """Kueue's pending workloads of ``cluster_queue`` in queue order, shared by every caller."""
+        entry = self._visibility.setdefault(cluster_queue, _Visibility())
+        age = time.monotonic() - entry.monotonic_at
+        settings = self.settings
+        stale = age >= settings.visibility_max_age or (
+            entry.version_at != self._queue_versions[cluster_queue]
+            and age >= settings.visibility_min_interval
+        )
+        if stale and entry.in_flight is None:
+            entry.in_flight = asyncio.ensure_future(self._read_pending(cluster_queue, entry))
+        if entry.in_flight is not None and (entry.read.fetched_at is None or stale):
+            await asyncio.shield(entry.in_flight)
+        return entry.read
+
+    async def _read_pending(self, cluster_queue: str, entry: _Visibility) -> None:
+        version = self._queue_versions[cluster_queue]
+        try:
+            async with self.client.lease() as api_client:
+                summary = await api_client.call_api(
+                    CLUSTER_QUEUE_PENDING_PATH.format(name=cluster_queue),
+                    "GET",
+                    query_params=[("limit", VISIBILITY_LIMIT)],
+                    response_types_map={200: "object"},
+                    auth_settings=["BearerToken"],
+                    _return_http_data_only=True,
+                    _request_timeout=30,
+                )
+            entry.read = PendingRead(summary or {}, time.time())
+            if entry.failing_since is not None:
+                entry.failing_since = None
+                self._bump()
+        except Exception as exc:  # noqa: BLE001 - keep the last good answer, say why it is old
+            entry.read = PendingRead(entry.read.summary, entry.read.fetched_at, describe_error(exc))
+            if entry.failing_since is None:
+                entry.failing_since = time.time()
+                self._bump()
+        finally:
+            entry.monotonic_at = time.monotonic()
+            entry.version_at = version
+            entry.in_flight = None
+
+    # ----- what the loops report -------------------------------------------------------------------
+
+    def _apply(self, loop: _Loop, kind: str, obj: dict) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if name is None:
+            return
+        watched = loop.watched
+        previous = loop.objects.get(name)
+        if kind == "DELETED":
+            obj = loop.objects.pop(name, None)
+            if obj is None:
+                return
+            self._index(watched, obj, None)
+        elif resource_version_newer(obj, previous):
+            loop.objects[name] = obj
+            self._index(watched, obj, name)
+        else:
+            return
+        if watched.kind == CLUSTER_QUEUES:
+            self._queue_versions[name] += 1
+        elif watched.kind == WORKLOADS:
+            for cluster_queue in {self._cluster_queue_of(watched.namespace, w) for w in (previous, obj) if w}:
+                if cluster_queue is None:
+                    for known in list(self._queue_versions):
+                        self._queue_versions[known] += 1
+                else:
+                    self._queue_versions[cluster_queue] += 1
+        if watched.kind == RAYJOBS:
+            self._remember(obj)
+        uid = self._rayjob_uid(watched.kind, obj)
+        if uid is not None:
+            self._observe(watched.namespace, uid)
+        self._bump()
+
+    def _cluster_queue_of(self, namespace: str | None, workload: dict) -> str | None:
+        """The ClusterQueue a Workload is admitted to or queues for (None when its LocalQueue is unknown)."""
+        admitted_to = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        if admitted_to:
+            return admitted_to
+        local_queue = self._loop(LOCAL_QUEUES, namespace).objects.get(
+            (workload.get("spec") or {}).get("queueName")
+        )
+        return ((local_queue or {}).get("spec") or {}).get("clusterQueue")
+
+    def _index(self, watched: Watched, obj: dict, name: str | None) -> None:
+        uid = self._rayjob_uid(watched.kind, obj)
+        if uid is None:
+            return
+        key = (watched.kind, watched.namespace, uid)
+        if name is not None:
+            self._by_uid[key] = name
+        elif self._by_uid.get(key) == obj["metadata"]["name"]:
+            del self._by_uid[key]
+
+    @staticmethod
+    def _rayjob_uid(kind: str, obj: dict) -> str | None:
+        """The uid of the RayJob a RayJob or Workload stands for."""
+        metadata = obj.get("metadata") or {}
+        if kind == RAYJOBS:
+            return metadata.get("uid")
+        if kind == WORKLOADS:
+            return (metadata.get("labels") or {}).get(JOB_UID_LABEL)
+        return None
+
+    def _owned(self, kind: str, namespace: str | None, uid: str) -> dict | None:
+        name = self._by_uid.get((kind, namespace, uid))
+        return self._loop(kind, namespace).objects.get(name) if name is not None else None
+
+    def _listed(self, loop: _Loop) -> None:
+        """Once both RayJobs and Workloads of a namespace are listed, start every RayJob's timeline (from
+        its objects' own timestamps): before that a Workload may look missing that merely is not listed."""
+        if loop.watched.kind not in (RAYJOBS, WORKLOADS):
+            return
+        namespace = loop.watched.namespace
+        if self._namespace_listed(namespace):
+            for rayjob in list(self._loop(RAYJOBS, namespace).objects.values()):
+                self._observe(namespace, rayjob["metadata"]["uid"])
+
+    def _bump(self) -> None:
+        self.version += 1
+
+    def _loop(self, kind: str, namespace: str | None) -> _Loop:
+        return next(lp for lp in self.loops if lp.watched.kind == kind and lp.watched.namespace == namespace)
+
+    def _namespace_listed(self, namespace: str | None) -> bool:
+        return self._loop(RAYJOBS, namespace).listed and self._loop(WORKLOADS, namespace).listed
+
+    def _remember(self, rayjob: dict) -> None:
+        metadata = rayjob.get("metadata") or {}
+        identity = AirflowIdentity.from_annotations(metadata.get("annotations"))
+        uid = metadata.get("uid")
+        if identity is not None and uid:
+            self._identities[uid] = identity
+            self._identities.move_to_end(uid)
+            while len(self._identities) > self.settings.max_timelines:
+                self._identities.popitem(last=False)
+
+    def _observe(self, namespace: str | None, uid: str) -> None:
+        """Feed the RayJob with this uid, and its Workload, into the RayJob's live timeline."""
+        if not self._namespace_listed(namespace):
+            return
+        rayjob = self._owned(RAYJOBS, namespace, uid)
+        if rayjob is None:
+            return  # deleted (its timeline keeps what was seen), or a Workload of something else
+        timeline = self._timelines.get(uid)
+        if timeline is None:
+            created = rayjob["metadata"].get("creationTimestamp")
+            timeline = self._timelines[uid] = Timeline(submitted_at=to_epoch(created) if created else None)
+            while len(self._timelines) > self.settings.max_timelines:
+                self._timelines.popitem(last=False)
+        timeline.record(observe(rayjob, self._owned(WORKLOADS, namespace, uid)), time.time())

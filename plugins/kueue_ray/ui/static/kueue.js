@@ -1,0 +1,314 @@
+// The two Kueue pages (queues, task-instance tab): poll the JSON API and render what changed. No
+// framework, no build step. Text is always set with textContent, never parsed as HTML.
+"use strict";
+
+(function () {
+  const page = document.body.dataset.page;
+  const content = document.getElementById("content");
+  const banner = document.getElementById("banner");
+  const freshness = document.getElementById("freshness");
+  let clockOffset = 0; // server time - browser time, in ms
+  let lastData = null;
+  let scrolled = false;
+
+  // ----- small helpers ---------------------------------------------------------------------------
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else if (key.startsWith("data-")) node.setAttribute(key, value);
+      else if (key === "style") node.setAttribute("style", value);
+      else node.setAttribute(key, value);
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function now() { return Date.now() + clockOffset; }
+
+  function duration(seconds) {
+    if (seconds === null || seconds === undefined) return "–";
+    seconds = Math.max(0, Math.round(seconds));
+    const h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
+    if (h) return `${h}h ${m}m`;
+    if (m) return `${m}m ${s}s`;
+    return `${s}s`;
+  }
+
+  function since(iso) { return iso ? (now() - Date.parse(iso)) / 1000 : null; }
+
+  function clock(iso) {
+    if (!iso) return "–";
+    return new Date(iso).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  }
+
+  // An element whose text is "N ago" / a running duration, refreshed every second.
+  function age(iso, suffix) {
+    return el("span", { class: "age", "data-since": iso, "data-suffix": suffix || "", text: duration(since(iso)) + (suffix || "") });
+  }
+
+  function tick() {
+    for (const node of document.querySelectorAll(".age")) {
+      node.textContent = duration(since(node.dataset.since)) + node.dataset.suffix;
+    }
+    if (lastData) renderFreshness(lastData);
+  }
+
+  function link(href, text) { return href ? el("a", { href, target: "_top", text }) : text; }
+
+  function owner(o) {
+    return el("span", {},
+      link(o.task_instance_url, `${o.dag_id} / ${o.run_id} / ${o.task_id}${o.map_index >= 0 ? ` [${o.map_index}]` : ""}`),
+      " ", el("a", { href: o.kueue_tab_url, target: "_top", class: "muted", text: "(Kueue tab)" }));
+  }
+
+  function priority(p) {
+    if (!p) return "–";
+    const parts = [p.class, p.value !== null && p.value !== undefined ? `(${p.value})` : null].filter(Boolean);
+    return parts.join(" ") || "–";
+  }
+
+  // ----- cluster health --------------------------------------------------------------------------
+
+  function renderFreshness(data) {
+    const cluster = data.cluster || {};
+    if (cluster.reachable) {
+      banner.hidden = true;
+      freshness.textContent = "live";
+      return;
+    }
+    banner.hidden = false;
+    banner.id = "banner";
+    if (!cluster.failing_since) {
+      banner.textContent = "Connecting to the Kubernetes API…";
+      freshness.textContent = "";
+      return;
+    }
+    const stale = cluster.synced_at ? ` Showing the last known state, as of ${clock(cluster.synced_at)} (${duration(since(cluster.synced_at))} ago).` : " Nothing is known yet.";
+    banner.textContent = `The Kubernetes API cannot be reached since ${clock(cluster.failing_since)} (${cluster.error || "no answer"}).${stale}`;
+    banner.dataset.state = "unreachable";
+    freshness.textContent = cluster.synced_at ? `state from ${duration(since(cluster.synced_at))} ago` : "";
+  }
+
+  // ----- queues page -----------------------------------------------------------------------------
+
+  function quotaTable(rows) {
+    return el("table", { class: "quota" },
+      el("tr", {}, ["flavor", "resource", "usage", "", "nominal", "borrowing limit", "lending limit", "reserved"].map((h) => el("th", { text: h }))),
+      rows.map((r) => el("tr", { "data-flavor": r.flavor, "data-resource": r.resource },
+        el("td", { text: r.flavor }),
+        el("td", { text: r.resource }),
+        el("td", { class: "num", text: `${r.usage} / ${r.nominal}${r.borrowed && r.borrowed !== "0" ? ` (${r.borrowed} borrowed)` : ""}` }),
+        el("td", {}, el("div", { class: "bar", title: `admitted ${r.usage}, reserved ${r.reserved}, nominal ${r.nominal}` },
+          el("div", { class: "fill reserved", style: `width:${r.bar.reserved_pct}%` }),
+          el("div", { class: "fill usage", style: `width:${r.bar.usage_pct}%` }),
+          el("div", { class: "mark", style: `left:${r.bar.nominal_pct}%`, title: "nominal quota" }),
+          r.bar.lendable_from_pct === null ? null : el("div", { class: "mark lend", style: `left:${r.bar.lendable_from_pct}%`, title: "lendable beyond this" }))),
+        el("td", { class: "num", text: r.nominal }),
+        el("td", { class: "num", text: r.borrowing_limit ?? "–" }),
+        el("td", { class: "num", text: r.lending_limit ?? "–" }),
+        el("td", { class: "num", text: r.reserved }))));
+  }
+
+  function pendingSection(cq) {
+    const p = cq.pending;
+    const section = el("section", { class: "pending", "data-cq": cq.name });
+    section.append(el("h3", { text: `Pending (${p.total ?? cq.counts.pending ?? 0}) in Kueue's order` }));
+    if (!p.available) {
+      section.append(el("p", { class: "muted", text: `Positions unavailable: ${p.error}` }));
+      return section;
+    }
+    if (p.error) section.append(el("p", { class: "muted", text: `Positions as of ${clock(p.fetched_at)}; the latest read failed: ${p.error}` }));
+    if (p.items.length) {
+      section.append(el("table", {},
+        el("tr", {}, ["#", "in LocalQueue", "task instance", "priority", "LocalQueue", "workload", "waiting"].map((h) => el("th", { text: h }))),
+        p.items.map((item) => el("tr", { class: "pending-row", "data-position": item.position, "data-workload": item.workload, "data-run-id": item.owner.run_id },
+          el("td", { class: "num", text: item.position }),
+          el("td", { class: "num", text: item.position_in_local_queue }),
+          el("td", {}, owner(item.owner)),
+          el("td", { text: priority(item.priority) }),
+          el("td", { text: `${item.namespace}/${item.local_queue}` }),
+          el("td", { class: "muted", text: item.workload }),
+          el("td", {}, item.created ? age(item.created) : "–")))));
+    } else if (!p.hidden) {
+      section.append(el("p", { class: "muted", text: "Nothing pending." }));
+    }
+    if (p.hidden) section.append(el("p", { class: "hidden-count", "data-hidden": p.hidden, text: `${p.hidden} pending workload(s) of DAGs you cannot read, or not from Airflow.` }));
+    return section;
+  }
+
+  function admittedSection(cq) {
+    const a = cq.admitted;
+    const section = el("section", { class: "admitted", "data-cq": cq.name });
+    section.append(el("h3", { text: `Admitted (${cq.counts.admitted ?? a.items.length + a.hidden})` }));
+    if (a.items.length) {
+      section.append(el("table", {},
+        el("tr", {}, ["task instance", "priority", "phase", "LocalQueue", "workload", "admitted for"].map((h) => el("th", { text: h }))),
+        a.items.map((item) => el("tr", { class: "admitted-row", "data-workload": item.workload, "data-run-id": item.owner.run_id },
+          el("td", {}, owner(item.owner)),
+          el("td", { text: priority(item.priority) }),
+          el("td", { text: item.phase || "–" }),
+          el("td", { text: `${item.namespace}/${item.local_queue}` }),
+          el("td", { class: "muted", text: item.workload }),
+          el("td", {}, item.admitted_at ? age(item.admitted_at) : "–")))));
+    } else if (!a.hidden) {
+      section.append(el("p", { class: "muted", text: "Nothing admitted." }));
+    }
+    if (a.hidden) section.append(el("p", { class: "hidden-count", "data-hidden": a.hidden, text: `${a.hidden} admitted workload(s) of DAGs you cannot read, or not from Airflow.` }));
+    return section;
+  }
+
+  function renderQueues(data) {
+    const cards = data.cluster_queues.map((cq) => el("div", { class: "card cluster-queue", id: `cq-${cq.name}`, "data-cq": cq.name },
+      el("h2", {}, cq.name,
+        cq.cohort ? el("span", { class: "badge", title: "cohort", text: `cohort ${cq.cohort}` }) : el("span", { class: "badge", text: "no cohort" }),
+        el("span", { class: "badge", text: cq.queueing_strategy }),
+        cq.active.status === "False" ? el("span", { class: "badge", text: `inactive: ${cq.active.message || cq.active.reason}` }) : null),
+      el("div", { class: "muted" },
+        `${cq.counts.pending} pending · ${cq.counts.admitted} admitted · LocalQueues: `,
+        cq.local_queues.map((q) => `${q.namespace}/${q.name}`).join(", ") || "none"),
+      el("h3", { text: "Quota" }),
+      quotaTable(cq.quota),
+      pendingSection(cq),
+      admittedSection(cq)));
+    const cohorts = data.cohorts.length
+      ? el("p", { class: "muted" }, "Cohorts: ", data.cohorts.map((c) => `${c.name} (${c.cluster_queues.join(", ")})`).join("; "))
+      : null;
+    content.replaceChildren(
+      el("p", { class: "muted" }, `Signed in as ${data.user}. Namespaces watched: ${data.namespaces.join(", ")}.`),
+      cohorts,
+      ...(cards.length ? cards : [el("p", { class: "muted", text: "No ClusterQueues." })]));
+    if (!scrolled && location.hash) {
+      const target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+      if (target) { target.scrollIntoView(); scrolled = true; }
+    }
+  }
+
+  // ----- task-instance tab -----------------------------------------------------------------------
+
+  function chart(spans) {
+    const total = spans.reduce((sum, s) => sum + s.duration_seconds, 0) || 1;
+    return el("div", { class: "chart", role: "img", "aria-label": "timeline" },
+      spans.filter((s) => s.kind !== "finished").map((s) => el("div", {
+        class: `seg k-${s.kind}`, style: `flex-grow:${Math.max(s.duration_seconds / total, 0.004)}`,
+        title: `${s.label}: ${duration(s.duration_seconds)} from ${clock(s.start)}`,
+      })));
+  }
+
+  function spansTable(spans) {
+    return el("table", { class: "spans" },
+      el("tr", {}, ["", "what", "start", "duration", "Kueue / KubeRay says"].map((h) => el("th", { text: h }))),
+      spans.map((s) => el("tr", { class: "span", "data-kind": s.kind },
+        el("td", {}, el("i", { class: `swatch k-${s.kind}` })),
+        el("td", {}, s.label,
+          s.kind === "preempted" && s.preemptor
+            ? el("div", { class: "preemptor" }, "by ", s.preemptor.known ? link(s.preemptor.kueue_tab_url, s.preemptor.description) : s.preemptor.description)
+            : null),
+        el("td", { text: clock(s.start) }),
+        el("td", { class: "num" }, s.ongoing ? age(s.start, " so far") : duration(s.duration_seconds)),
+        el("td", { class: "message", title: s.message, text: [s.reason, s.message].filter(Boolean).join(": ") }))));
+  }
+
+  function renderTask(data) {
+    const r = data.rayjob;
+    if (!r) {
+      content.replaceChildren(el("p", { class: "muted", id: "no-rayjob", text: data.message }));
+      return;
+    }
+    const pos = data.position;
+    const facts = el("dl", { class: "facts" },
+      el("dt", { text: "RayJob" }), el("dd", { id: "rayjob", text: `${r.namespace}/${r.name}${r.exists ? "" : " (deleted)"}` }),
+      el("dt", { text: "Workload" }), el("dd", { id: "workload", text: r.workload || "not created yet" }),
+      el("dt", { text: "LocalQueue" }), el("dd", { id: "local-queue", text: r.local_queue || "–" }),
+      el("dt", { text: "ClusterQueue" }), el("dd", { id: "cluster-queue" }, r.cluster_queue ? link(r.cluster_queue_url, r.cluster_queue) : "–"),
+      el("dt", { text: "Priority" }), el("dd", { id: "priority", text: priority(r.priority) }));
+    const phase = el("div", { class: "card" },
+      el("div", { class: "phase", id: "phase", "data-phase": data.phase.phase || "" }, data.phase.words),
+      data.phase.message ? el("div", { class: "message", id: "phase-message", title: data.phase.message, text: `${data.phase.reason}: ${data.phase.message}` }) : null,
+      el("div", { id: "position", "data-position": pos ? pos.in_cluster_queue : "" },
+        pos ? `Position ${pos.in_cluster_queue} of ${pos.pending_in_cluster_queue} pending in ClusterQueue ${r.cluster_queue} (${pos.in_local_queue} in its LocalQueue)` : ""),
+      facts);
+    const t = data.timeline;
+    const timeline = el("div", { class: "card" },
+      el("h3", { text: "Timeline" }),
+      t.spans.length ? chart(t.spans) : el("p", { class: "muted", text: "No timeline yet." }),
+      el("div", { class: "legend" }, [...new Set(t.spans.map((s) => s.kind))].map((k) => el("span", {}, el("i", { class: `k-${k}` }), k))),
+      t.spans.length ? spansTable(t.spans) : null,
+      el("p", { class: "muted" },
+        t.source === "xcom" ? "Recorded by the task while it waited (XCom 'timeline')." : t.source === "live" ? "Observed live by Airflow's API server." : "",
+        t.preemption_count ? ` Preemptions: ${t.preemption_count}.` : ""));
+    const links = el("p", {},
+      data.links.ray_dashboard ? el("a", { href: data.links.ray_dashboard, target: "_blank", rel: "noopener", id: "ray-dashboard", text: "Ray dashboard" }) : el("span", { class: "muted", text: "No Ray dashboard (no Ray cluster now)" }),
+      " · ",
+      data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${r.cluster_queue} on the Kueue queues page` }) : "");
+    content.replaceChildren(phase, timeline, links);
+  }
+
+  // ----- polling ---------------------------------------------------------------------------------
+
+  function apiUrl() {
+    const base = new URL(page === "queues" ? "api/v1/queues" : "api/v1/task-instance", location.href);
+    if (page === "task") {
+      for (const [key, value] of new URLSearchParams(location.search)) base.searchParams.set(key, value);
+    }
+    return base;
+  }
+
+  const POLL_MS = 2000; // ask every 2 s; an unchanged cluster is a 204
+  const FULL_MS = 30000; // and take a full answer every 30 s anyway (XComs, permissions)
+
+  function pause(ms) { return new Promise((resolve) => setTimeout(resolve, ms)); }
+
+  async function poll() {
+    let version = null;
+    let fullAt = 0;
+    for (;;) {
+      const url = apiUrl();
+      if (version !== null && Date.now() - fullAt < FULL_MS) url.searchParams.set("known", version);
+      let response;
+      try {
+        response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      } catch (error) {
+        banner.hidden = false;
+        banner.textContent = `Airflow's API server cannot be reached (${error}); retrying.`;
+        await pause(3000);
+        continue;
+      }
+      if (response.status === 204) {
+        await pause(POLL_MS);
+        continue;
+      }
+      if (response.status === 401 || response.status === 403) {
+        const body = await response.json().catch(() => ({}));
+        content.replaceChildren(el("p", { id: "denied", class: "banner", text: body.detail || "Not allowed." }));
+        version = null;
+        await pause(15000);
+        continue;
+      }
+      if (!response.ok) {
+        banner.hidden = false;
+        banner.textContent = `The Kueue API answered ${response.status}; retrying.`;
+        await pause(3000);
+        continue;
+      }
+      const data = await response.json();
+      clockOffset = Date.parse(data.now) - Date.now();
+      lastData = data;
+      version = data.version;
+      fullAt = Date.now();
+      (page === "queues" ? renderQueues : renderTask)(data);
+      renderFreshness(data);
+      document.body.dataset.version = String(version);
+      await pause(POLL_MS);
+    }
+  }
+
+  setInterval(tick, 1000);
+  poll();
+})();

@@ -1,0 +1,230 @@
+"""The Kueue UI's FastAPI app, mounted by Airflow's api-server at ``/kueue`` (see the plugin module).
+
+Pages (HTML; Airflow shows them in an iframe):
+
+* ``GET /kueue/queues`` - the "Kueue queues" page of the navigation;
+* ``GET /kueue/task-instance?dag_id=&run_id=&task_id=&map_index=`` - the "Kueue" tab of a task instance.
+
+JSON API, used by both pages and documented in README.md ("Kueue in the Airflow UI"):
+
+* ``GET /kueue/api/v1/queues`` - every ClusterQueue (``views.queues_view``);
+* ``GET /kueue/api/v1/task-instance?dag_id=&run_id=&task_id=&map_index=`` - one task's RayJob
+  (``views.task_view``); 403 unless the user may read the DAG;
+* ``GET /kueue/api/v1/openapi.json`` - the schema of the above.
+
+Both JSON endpoints take ``known=<version>``: when the cluster has not changed since the answer that
+carried that ``version``, the answer is an empty 204 at once. The pages ask every ``POLL_SECONDS`` (2 s)
+with the version they show, so they stay live without a reload, an unchanged cluster costs a 204, and no
+request is held open: a browser opens at most six connections to one host for all its tabs together, and
+tabs holding requests open (long polling) starved every other tab of Airflow's UI in the benchmark.
+Every answer is built from the process's :class:`~kueue_ray.ui.cache.ClusterCache`; no request asks
+the cluster anything of its own.
+
+Everything, static files included, requires an authenticated Airflow user (``access``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.responses import FileResponse, RedirectResponse
+from starlette.concurrency import run_in_threadpool
+
+from kueue_ray.ui.access import ReadableDags
+from kueue_ray.ui.cache import ClusterCache
+from kueue_ray.ui.views import APP_PREFIX, Links, TaskRef, queues_view, task_cluster_queue, task_view
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).resolve().parent / "static"
+STATIC_FILES = frozenset({"kueue.js", "kueue.css", "kueue.svg"})
+CONFIG_SECTION = "kueue_ray"
+DEFAULT_NAMESPACES = "ray"
+DASHBOARD_LINK_XCOM = "_link_RayDashboardLink"
+"""Where Airflow keeps the Ray dashboard extra link the task rendered (``links.RayDashboardLink``)."""
+
+
+def settings_from_airflow() -> tuple[str, list[str]]:
+    """``[kueue_ray] kubernetes_conn_id`` (default ``kubernetes_default``) and ``[kueue_ray] namespaces``
+    (comma-separated, default ``ray``): the connection and the namespaces the pages watch."""
+    from airflow.configuration import conf
+
+    conn_id = conf.get(CONFIG_SECTION, "kubernetes_conn_id", fallback="kubernetes_default")
+    namespaces = conf.get(CONFIG_SECTION, "namespaces", fallback=DEFAULT_NAMESPACES)
+    return conn_id, [n.strip() for n in namespaces.split(",") if n.strip()]
+
+
+def airflow_root() -> str:
+    """The path Airflow's UI is served under (from ``[api] base_url``), "" at the root."""
+    from airflow.api_fastapi.app import API_ROOT_PATH
+
+    return API_ROOT_PATH.rstrip("/")
+
+
+async def current_user(request: Request) -> Any:
+    """The Airflow user of this request, exactly as Airflow's REST API resolves it (bearer token, else
+    the UI's session cookie); 401 / 403 otherwise."""
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
+
+    return await get_user(request, None, await bearer_scheme(request))
+
+
+User = Annotated[Any, Depends(current_user)]
+Known = Annotated[
+    int | None, Query(description="the `version` of the answer the page shows: 204 if unchanged")
+]
+
+
+def parse_map_index(value: str | None) -> int:
+    """Airflow's UI leaves ``{MAP_INDEX}`` unreplaced for a task that is not mapped: that is -1."""
+    try:
+        return int(value) if value is not None else -1
+    except ValueError:
+        return -1
+
+
+def read_task_xcoms(ref: TaskRef) -> dict[str, Any]:
+    """The task instance's ``rayjob`` and ``timeline`` XComs and its Ray dashboard link (blocking)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from kueue_ray.links import RAYJOB_XCOM_KEY
+    from kueue_ray.operators import TIMELINE_XCOM_KEY
+
+    keys = (RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY, DASHBOARD_LINK_XCOM)
+    with create_session() as session:
+        rows = session.execute(
+            select(XComModel.key, XComModel.value).where(
+                XComModel.dag_id == ref.dag_id,
+                XComModel.run_id == ref.run_id,
+                XComModel.task_id == ref.task_id,
+                XComModel.map_index == ref.map_index,
+                XComModel.key.in_(keys),
+            )
+        ).all()
+        return {row.key: XComModel.deserialize_value(row) for row in rows}
+
+
+def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
+    """The app; ``cluster_cache`` for tests, else one is made from Airflow's config at startup."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        made = app.state.cache = cluster_cache or ClusterCache(*settings_from_airflow())
+        await made.start()
+        try:
+            yield
+        finally:
+            await made.stop()
+
+    app = FastAPI(
+        title="Kueue for Airflow",
+        description="Kueue's queues and the RayJobs of Airflow task instances (see README.md).",
+        version="1",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    readable = ReadableDags()
+    router = APIRouter(dependencies=[Depends(current_user)])
+
+    def links() -> Links:
+        return Links(root=airflow_root())
+
+    @router.get("/", include_in_schema=False)
+    async def index() -> RedirectResponse:
+        return RedirectResponse(f"{airflow_root()}{APP_PREFIX}/queues")
+
+    @router.get("/queues", include_in_schema=False)
+    async def queues_page() -> FileResponse:
+        return FileResponse(STATIC / "queues.html", headers={"Cache-Control": "no-store"})
+
+    @router.get("/task-instance", include_in_schema=False)
+    async def task_page() -> FileResponse:
+        return FileResponse(STATIC / "task.html", headers={"Cache-Control": "no-store"})
+
+    @router.get("/static/{name}", include_in_schema=False)
+    async def static(name: str) -> FileResponse:
+        if name not in STATIC_FILES:
+            raise HTTPException(404, f"no static file {name!r}")
+        return FileResponse(STATIC / name, headers={"Cache-Control": "no-cache"})
+
+    @router.get(
+        "/api/v1/queues",
+        summary="Every ClusterQueue: quota, cohort, pending and admitted workloads",
+        responses={204: {"description": "nothing changed since the version given as `known`"}},
+    )
+    async def queues(request: Request, user: User, known: Known = None) -> Any:
+        cluster_cache: ClusterCache = request.app.state.cache
+        if known is not None and known == cluster_cache.version:
+            return Response(status_code=204)
+        access = await run_in_threadpool(readable.for_user, user)
+        snapshot = cluster_cache.snapshot()
+        names = [cq["metadata"]["name"] for cq in snapshot.cluster_queues]
+        reads = await asyncio.gather(*(cluster_cache.pending(name) for name in names))
+        return queues_view(snapshot, dict(zip(names, reads, strict=True)), access, links())
+
+    @router.get(
+        "/api/v1/task-instance",
+        summary="The RayJob of one task instance, live",
+        responses={
+            204: {"description": "nothing changed since the version given as `known`"},
+            403: {"description": "the user may not read the DAG"},
+        },
+    )
+    async def task_instance(
+        request: Request,
+        user: User,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        map_index: str = "-1",
+        known: Known = None,
+    ) -> Any:
+        cluster_cache: ClusterCache = request.app.state.cache
+        access = await run_in_threadpool(readable.for_user, user)
+        if not access.can_read(dag_id):
+            raise HTTPException(403, f"You may not read DAG {dag_id!r}, so nothing of its RayJobs is shown.")
+        if known is not None and known == cluster_cache.version:
+            return Response(status_code=204)
+        ref = TaskRef(dag_id, run_id, task_id, parse_map_index(map_index))
+        xcoms = await run_in_threadpool(read_task_xcoms, ref)
+        snapshot = cluster_cache.snapshot()
+        rayjob = xcoms.get("rayjob") or {}
+        live = cluster_cache.timeline(rayjob.get("uid") or "")
+        pending = None
+        cluster_queue = task_cluster_queue(snapshot, rayjob)
+        if cluster_queue:
+            pending = await cluster_cache.pending(cluster_queue)
+        return task_view(
+            ref,
+            rayjob_xcom=rayjob or None,
+            timeline_xcom=xcoms.get("timeline"),
+            dashboard_link=xcoms.get(DASHBOARD_LINK_XCOM) or None,
+            snapshot=snapshot,
+            live_timeline=live.to_dict() if live else None,
+            pending=pending,
+            access=access,
+            links=links(),
+        )
+
+    @router.get("/api/v1/openapi.json", include_in_schema=False)
+    async def openapi() -> dict[str, Any]:
+        return app.openapi()
+
+    app.include_router(router)
+    return app
+
+
+@cache
+def app() -> FastAPI:
+    """The one app of this process (Airflow mounts it; building it imports FastAPI, so only on demand)."""
+    return create_app()

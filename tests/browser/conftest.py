@@ -1,0 +1,160 @@
+"""A kubesim and a real `airflow standalone` of their own for the browser tests, and headless Chromium.
+
+Why not the e2e session's Airflow: these tests need two users who may read different DAGs. The simple
+auth manager (Airflow's default, which the e2e Airflow uses) gives roles to users for all DAGs alike; only
+its teams tell DAGs apart, by DAG bundle. So this Airflow runs in multi-team mode:
+
+* bundle ``dags-folder`` (the project's dags/) belongs to team ``ml-platform``;
+* bundle ``sandbox`` (tests/browser/dags/: the one DAG ``sandbox_rayjob``) belongs to team ``sandbox``;
+* user ``ops`` (viewer, teams ml-platform and sandbox) may read every DAG; user ``outsider`` (viewer,
+  team sandbox) may read ``sandbox_rayjob`` only; ``admin`` drives the runs through the REST API.
+
+A team's deferred tasks are run by a triggerer of that team, so one ``airflow triggerer --team-name
+ml-platform`` runs beside the standalone's own.
+
+The fixtures are package-scoped and the package sorts before tests/e2e, so this Airflow is stopped
+before the e2e session starts its own: the two never run at the same time on the 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devtools.airflow import ROOT, airflow_environment, free_port, start_airflow
+from devtools.chromium import Browser, ChromiumUnavailable, ensure_chromium
+from devtools.kubesim_process import KUEUE_MANIFESTS, start_kubesim
+from devtools.postgres import metadata_database
+from tests.conftest import CLUSTER_REQUEST_LOGS
+from tests.e2e.harness import E2E
+
+BROWSER_DIR = Path(__file__).resolve().parent
+TIME_SCALE = 10.0
+TEAMS = {"dags-folder": "ml-platform", "sandbox": "sandbox"}
+USERS = {"ops": "viewer:ml-platform|sandbox", "outsider": "viewer:sandbox"}
+SANDBOX_DAG = "sandbox_rayjob"
+
+
+def multi_team_environment() -> dict[str, str]:
+    local = "airflow.dag_processing.bundles.local.LocalDagBundle"
+    bundles = [
+        {"name": "dags-folder", "classpath": local, "kwargs": {"path": str(ROOT / "dags")}},
+        {"name": "sandbox", "classpath": local, "kwargs": {"path": str(BROWSER_DIR / "dags")}},
+    ]
+    users = ",".join(["admin:admin", *(f"{name}:{grant}" for name, grant in USERS.items())])
+    return {
+        "AIRFLOW__CORE__MULTI_TEAM": "True",
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
+            [{**b, "team_name": TEAMS[b["name"]]} for b in bundles]
+        ),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": users,
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+    }
+
+
+@pytest.fixture(scope="package")
+def chromium_binaries():
+    """Chromium and chromedriver, installed with apt-get when absent; skipped only where impossible."""
+    try:
+        return ensure_chromium()
+    except ChromiumUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="package")
+def ui_kubesim(tmp_path_factory, request):
+    sim = start_kubesim(
+        tmp_path_factory.mktemp("ui-kubesim"),
+        queues="single",
+        time_scale=TIME_SCALE,
+        extra_apply=[KUEUE_MANIFESTS / "team-queues"],
+    )
+    yield sim
+    if sim.process.poll() is None:
+        keep_request_log(request.config, sim)
+        sim.stop()
+
+
+def keep_request_log(config: pytest.Config, sim) -> None:
+    """Hand kubesim's request log to the RBAC test (tests/e2e/test_08_security.py) before it goes."""
+    import httpx
+
+    log = httpx.get(f"{sim.url}/kubesim/requests", timeout=30).json()
+    httpx.delete(f"{sim.url}/kubesim/requests", timeout=30).raise_for_status()
+    config.stash.setdefault(CLUSTER_REQUEST_LOGS, []).extend(log)
+
+
+@pytest.fixture(scope="package")
+def ui_airflow(chromium_binaries, ui_kubesim, tmp_path_factory):
+    home = tmp_path_factory.mktemp("ui-airflow")
+    extra = multi_team_environment()
+    port = free_port()
+    airflow_bin = str(Path(sys.executable).parent / "airflow")
+    with metadata_database() as database_url:
+        env = airflow_environment(
+            home, port=port, kubeconfig=ui_kubesim.kubeconfig, database_url=database_url, extra=extra
+        )
+        # Teams must exist before the dag-processor syncs the bundles that name them.
+        subprocess.run([airflow_bin, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+        for team in sorted(set(TEAMS.values())):
+            subprocess.run([airflow_bin, "teams", "create", team], env=env, check=True, capture_output=True)
+        airflow = start_airflow(
+            home, kubeconfig=ui_kubesim.kubeconfig, port=port, database_url=database_url, extra_env=extra
+        )
+        try:
+            log = (home / "triggerer-ml-platform.log").open("ab")
+            airflow.extra_processes.append(
+                subprocess.Popen(
+                    [airflow_bin, "triggerer", "--team-name", "ml-platform"],
+                    env=airflow.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    cwd=home,
+                )
+            )
+            airflow.wait_for_dags(["text_classifier_finetune", SANDBOX_DAG], timeout=180)
+            yield airflow
+        finally:
+            airflow.stop()
+
+
+@pytest.fixture(scope="package")
+def ui(ui_airflow, ui_kubesim):
+    """The REST-level helpers of the e2e harness, for this Airflow and kubesim."""
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(config_file=str(ui_kubesim.kubeconfig))
+    yield E2E(airflow=ui_airflow, kubesim_url=ui_kubesim.url, custom=client.CustomObjectsApi(api_client))
+    api_client.close()
+
+
+@pytest.fixture(scope="package")
+def passwords(ui_airflow) -> dict[str, str]:
+    """The simple auth manager generated the users' passwords into its passwords file."""
+    return json.loads((ui_airflow.home / "passwords.json").read_text())
+
+
+@pytest.fixture(scope="package")
+def browsers(chromium_binaries, ui_airflow, passwords):
+    """``browsers("ops")``: a Chromium signed in as that user, kept for the package; ``browsers("ops",
+    "second")`` another window (own Chromium) of the same user."""
+    opened: dict[tuple[str, str], Browser] = {}
+
+    def get(user: str, window: str = "main") -> Browser:
+        if (user, window) not in opened:
+            browser = Browser(chromium_binaries, ui_airflow.url, f"{user}-{window}")
+            browser.sign_in(user, passwords[user])
+            opened[(user, window)] = browser
+        return opened[(user, window)]
+
+    yield get
+    for browser in opened.values():
+        browser.quit()

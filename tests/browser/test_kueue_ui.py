@@ -1,0 +1,265 @@
+"""The Kueue pages in a real browser, during the walkthrough: three dev backfill runs of
+text_classifier_finetune queue on the single ClusterQueue and a prod run preempts the running one.
+
+Chromium (headless) shows Airflow's own UI; the Kueue pages are Airflow's iframes. What is asserted is
+what a user sees there:
+
+* the queues page lists the pending workloads in Kueue's order with Kueue's positions (compared with
+  Kueue's visibility API at the same moment), the admitted ones, and the prod run among them;
+* a pending task's Kueue tab moves up the queue by itself when a RayJob ahead finishes (no reload);
+* the preempted task's Kueue tab shows the preemption in its timeline and names the prod run;
+* a user who may not read the DAG sees counts only on the queues page and nothing on its tasks' tab,
+  while seeing their own DAG's RayJob;
+* with the cluster gone, the page says so and keeps the last state with its age.
+
+The screenshots in docs/screenshots/ (README.md) are taken here, at those moments.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from kueue_ray.links import kueue_tab_path
+
+from devtools.airflow import ROOT
+from tests.browser.conftest import SANDBOX_DAG, keep_request_log
+from tests.e2e.harness import wait_until
+from tests.e2e.test_02_walkthrough import running_backfill_rayjob
+
+pytestmark = pytest.mark.timeout(1200)
+
+DAG = "text_classifier_finetune"
+QUEUE = "cluster-queue"
+QUEUES_PAGE = "/plugin/kueue-queues"
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+BACKFILL_CONF = {"epochs": 12}
+"""24 s per dev RayJob here (20 simulated s per epoch, time 10x): the prod run arrives while one runs."""
+
+PAGE_PENDING = f"""
+return [...document.querySelectorAll('.pending[data-cq="{QUEUE}"] .pending-row')].map(
+  r => [Number(r.dataset.position), r.dataset.workload, r.dataset.runId])
+"""
+PAGE_ADMITTED = f"""
+return [...document.querySelectorAll('.admitted[data-cq="{QUEUE}"] .admitted-row')].map(r => r.dataset.runId)
+"""
+PAGE_HIDDEN = f"""
+return [...document.querySelectorAll('[data-cq="{QUEUE}"] .hidden-count')].map(n => Number(n.dataset.hidden))
+"""
+RECORD_POSITIONS = """
+window.__positions = [];
+window.__recorder = setInterval(() => {
+  const node = document.getElementById('position');
+  const value = node ? node.dataset.position : null;
+  if (value !== null && value !== window.__positions[window.__positions.length - 1]) window.__positions.push(value);
+}, 100);
+"""
+
+
+def kueue_pending(ui) -> list[list]:
+    """Kueue's own answer: the ClusterQueue's pending workloads with 1-based positions."""
+    summary = ui.custom.api_client.call_api(
+        f"/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{QUEUE}/pendingworkloads",
+        "GET",
+        response_types_map={200: "object"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
+    return [[i["positionInClusterQueue"] + 1, i["metadata"]["name"]] for i in summary.get("items") or ()]
+
+
+def page_matches_kueue(browser, ui, backfill_runs: int):
+    """The page's (position, workload) rows equal Kueue's list, with ``backfill_runs`` of the backfill's
+    runs among them (the DAG's own scheduled run may be queued too)."""
+    rows = browser.js(PAGE_PENDING)
+    expected = kueue_pending(ui)
+    shown = [[position, workload] for position, workload, _ in rows]
+    backfill = sum(run_id.startswith("backfill__") for _, _, run_id in rows)
+    return backfill == backfill_runs and shown == expected and rows
+
+
+def tab(run_id: str, task_id: str, dag_id: str = DAG) -> str:
+    return kueue_tab_path(dag_id, run_id, task_id)
+
+
+@pytest.fixture(scope="module")
+def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
+    """Run the walkthrough while the browsers look; return what they saw at each moment."""
+    seen: dict = {}
+    ops, ops_tab, outsider = browsers("ops"), browsers("ops", "tab"), browsers("outsider")
+    ui.unpause(DAG)
+    ui.unpause(SANDBOX_DAG)
+    sandbox_run = ui.start_run(SANDBOX_DAG)
+    ops.open_in_airflow(QUEUES_PAGE, "Kueue queues")
+    ui.airflow.create_backfill(
+        {
+            "dag_id": DAG,
+            "from_date": "2026-10-01T00:00:00Z",
+            "to_date": "2026-10-03T00:00:00Z",
+            "max_active_runs": 3,
+            "dag_run_conf": BACKFILL_CONF,
+        },
+        timeout=120,
+    )
+    backfill = wait_until(
+        lambda: len(runs := ui.runs(DAG, run_type="backfill")) == 3 and runs,
+        timeout=60,
+        what="3 backfill runs",
+    )
+    wait_until(lambda: running_backfill_rayjob(ui), timeout=180, what="a backfill RayJob running")
+
+    # 1. Two dev runs wait behind the running one: the page shows Kueue's order and positions.
+    seen["before_prod"] = ops.wait(
+        lambda: page_matches_kueue(ops, ui, 2), 60, "2 backfill runs pending, as Kueue has them"
+    )
+    last_run = seen["before_prod"][-1][2]
+    ops_tab.open_in_airflow(tab(last_run, "wait"), "Kueue")
+    ops_tab.js(RECORD_POSITIONS)
+
+    # 2. The prod run arrives and preempts the running dev run.
+    prod_id = ui.start_run(DAG, {"priority": "prod-priority"})
+    seen["prod_id"] = prod_id
+    ops.wait(lambda: prod_id in ops.js(PAGE_ADMITTED), 120, "the prod run admitted on the queues page")
+    seen["after_prod"] = ops.wait(
+        lambda: page_matches_kueue(ops, ui, 3), 60, "the preempted run pending again"
+    )
+    seen["admitted_after_prod"] = ops.js(PAGE_ADMITTED)
+    ops.screenshot(SCREENSHOTS / "kueue-queues.png")
+
+    outsider.open_in_airflow(QUEUES_PAGE, "Kueue queues")
+    outsider.wait(
+        lambda: outsider.js("return document.querySelectorAll('.hidden-count').length"), 30, "counts"
+    )
+    seen["outsider_queues_text"] = outsider.text()
+    seen["outsider_hidden"] = outsider.js(PAGE_HIDDEN)
+    outsider.screenshot(SCREENSHOTS / "kueue-queues-restricted.png")
+
+    # 3. Every run finishes; meanwhile the tab of the last queued run moved up by itself.
+    finished = {run["dag_run_id"]: ui.wait_run(DAG, run["dag_run_id"], timeout=400) for run in backfill}
+    finished[prod_id] = ui.wait_run(DAG, prod_id, timeout=120)
+    seen["runs"] = {run_id: run["state"] for run_id, run in finished.items()}
+    seen["tab_positions"] = ops_tab.js("return window.__positions")
+    seen["tab_run"] = last_run
+
+    # 4. The preempted run's Kueue tab, after the fact.
+    timelines = {
+        run["dag_run_id"]: ui.xcom(DAG, run["dag_run_id"], "wait", key="timeline") for run in backfill
+    }
+    preempted = [run_id for run_id, t in timelines.items() if t["preemption_count"]]
+    seen["preempted_runs"] = preempted
+    ops_tab.open_in_airflow(tab(preempted[0], "wait"), "Kueue")
+    ops_tab.wait(
+        lambda: ops_tab.js("return document.querySelector('.span[data-kind=\"preempted\"] .preemptor')"), 60
+    )
+    seen["preempted_tab"] = {
+        "spans": ops_tab.js("return [...document.querySelectorAll('.span')].map(r => r.dataset.kind)"),
+        "preemptor": ops_tab.js(
+            "return document.querySelector('.span[data-kind=\"preempted\"] .preemptor').innerText"
+        ),
+        "preemptor_href": ops_tab.js(
+            "return document.querySelector('.span[data-kind=\"preempted\"] .preemptor a').getAttribute('href')"
+        ),
+        "phase": ops_tab.js("return document.getElementById('phase').dataset.phase"),
+        "text": ops_tab.text(),
+    }
+    ops_tab.screenshot(SCREENSHOTS / "kueue-tab.png")
+
+    # 5. The outsider on a walkthrough task (the iframe's own page, as Airflow would load it) and on
+    #    their own DAG's task.
+    outsider.open_bare(f"/kueue/task-instance?dag_id={DAG}&run_id={preempted[0]}&task_id=wait&map_index=-1")
+    outsider.wait(lambda: outsider.js("return document.getElementById('denied')"), 60, "the refusal")
+    seen["outsider_tab_text"] = outsider.text()
+    ui.wait_run(SANDBOX_DAG, sandbox_run, timeout=120)
+    outsider.open_in_airflow(tab(sandbox_run, "submit", SANDBOX_DAG), "Kueue")
+    outsider.wait(lambda: outsider.js("return document.getElementById('rayjob')"), 60, "the sandbox RayJob")
+    seen["outsider_own_tab"] = outsider.text()
+    token = httpx.post(
+        f"{ui.airflow.url}/auth/token", json={"username": "outsider", "password": passwords["outsider"]}
+    ).json()["access_token"]
+    params = {"dag_id": DAG, "run_id": preempted[0], "task_id": "wait"}
+    seen["api_codes"] = {
+        "outsider": httpx.get(
+            f"{ui.airflow.url}/kueue/api/v1/task-instance",
+            params=params,
+            headers={"Authorization": f"Bearer {token}"},
+        ).status_code,
+        "anonymous": httpx.get(f"{ui.airflow.url}/kueue/api/v1/task-instance", params=params).status_code,
+        "anonymous_page": httpx.get(f"{ui.airflow.url}/kueue/queues").status_code,
+    }
+
+    # 6. The cluster goes away while one run holds the queue and another waits: the page says so and
+    #    keeps showing them, with the age of what it shows.
+    holder = ui.start_run(DAG, {"priority": "prod-priority", "epochs": 50})
+    waiter = ui.start_run(DAG, {"priority": "dev-priority"})
+    ops.open_in_airflow(QUEUES_PAGE, "Kueue queues")
+    ops.wait(lambda: holder in ops.js(PAGE_ADMITTED), 120, "the long prod run admitted")
+    ops.wait(lambda: waiter in [row[2] for row in ops.js(PAGE_PENDING)], 120, "the dev run pending behind it")
+    keep_request_log(pytestconfig, ui_kubesim)
+    ui_kubesim.stop()
+    ops.wait(lambda: ops.js("return document.getElementById('banner').dataset.state === 'unreachable'"), 90)
+    seen["unreachable"] = {
+        "banner": ops.js("return document.getElementById('banner').innerText"),
+        "admitted": ops.js(PAGE_ADMITTED),
+        "pending": [row[2] for row in ops.js(PAGE_PENDING)],
+        "holder": holder,
+        "waiter": waiter,
+    }
+    ops.screenshot(SCREENSHOTS / "kueue-unreachable.png")
+    return seen
+
+
+def test_every_run_succeeds_and_one_dev_run_was_preempted(walkthrough):
+    assert set(walkthrough["runs"].values()) == {"success"}, walkthrough["runs"]
+    assert len(walkthrough["preempted_runs"]) == 1
+
+
+def test_the_queues_page_shows_kueues_pending_order_and_positions(walkthrough):
+    """page_matches_kueue compared every (position, workload) with Kueue's visibility API at that moment;
+    here: what those moments were. (The DAG's own scheduled run may be queued too.)"""
+    before, after = walkthrough["before_prod"], walkthrough["after_prod"]
+    assert [row[0] for row in before] == list(range(1, len(before) + 1))
+    assert sum(row[2].startswith("backfill__") for row in before) == 2
+    assert [row[0] for row in after] == list(range(1, len(after) + 1))
+    # The prod run took the quota: the preempted dev run queues again with the other two.
+    assert sum(row[2].startswith("backfill__") for row in after) == 3
+    assert walkthrough["prod_id"] in walkthrough["admitted_after_prod"]
+
+
+def test_a_pending_tasks_position_updates_without_a_reload_when_a_rayjob_finishes(walkthrough):
+    positions = walkthrough["tab_positions"]
+    assert positions is not None, "the tab was reloaded (its recorder is gone)"
+    numbers = [int(p) for p in positions if p]
+    assert numbers[0] == len(walkthrough["before_prod"]), positions
+    assert any(later < earlier for earlier, later in zip(numbers, numbers[1:], strict=False)), positions
+    assert positions[-1] == "", "finally admitted: no position any more"
+
+
+def test_the_preempted_tasks_timeline_names_the_prod_run(walkthrough):
+    tab = walkthrough["preempted_tab"]
+    kinds = tab["spans"]
+    assert "preempted" in kinds and "requeued" in kinds and kinds[-1] == "finished", kinds
+    assert kinds.index("running") < kinds.index("preempted") < kinds.index("requeued")
+    assert f"DAG {DAG}, run {walkthrough['prod_id']}, task submit" in tab["preemptor"]
+    assert tab["preemptor_href"] == tab_link(walkthrough["prod_id"], "submit")
+    assert "Preempted to accommodate a workload" in tab["text"]
+    assert tab["phase"] == "SUCCEEDED"
+
+
+def tab_link(run_id: str, task_id: str) -> str:
+    return kueue_tab_path(DAG, run_id, task_id)
+
+
+def test_a_user_who_may_not_read_the_dag_sees_counts_only(walkthrough):
+    text = walkthrough["outsider_queues_text"]
+    assert DAG not in text and "backfill__" not in text and walkthrough["prod_id"] not in text
+    assert sum(walkthrough["outsider_hidden"]) >= 4, walkthrough["outsider_hidden"]  # 3 pending, 1 admitted
+    tab_text = walkthrough["outsider_tab_text"]
+    assert "You may not read DAG" in tab_text and "rayjob-" not in tab_text and "Preempted" not in tab_text
+    assert walkthrough["api_codes"] == {"outsider": 403, "anonymous": 401, "anonymous_page": 401}
+    assert "sandbox-rayjob-submit" in walkthrough["outsider_own_tab"]  # their own DAG's RayJob, in full
+
+
+def test_an_unreachable_cluster_is_said_and_the_last_state_kept(walkthrough):
+    seen = walkthrough["unreachable"]
+    assert "cannot be reached" in seen["banner"] and "last known state" in seen["banner"]
+    assert " ago)" in seen["banner"]  # the age of the state shown
+    assert seen["holder"] in seen["admitted"] and seen["waiter"] in seen["pending"]

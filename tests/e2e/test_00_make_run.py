@@ -1,0 +1,366 @@
+"""`make run` as a newcomer meets it, in a copy of this checkout with nothing beside it.
+
+The first start reaches a healthy UI, every shipped DAG's first run succeeds against kubesim, and every
+`sh` block of README.md works when pasted (so the README cannot drift from what works). A second and a
+third start in the same checkout are healthy too, over the first one's leftovers. A taken port, or
+kubesim exiting, stops `make run` within seconds with the reason and that part's log.
+
+This module runs first (test_00), before the session's shared Airflow of the other e2e tests starts, so
+the machine runs one Airflow at a time. `make run` runs with TIME_SCALE=10 here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from devtools.airflow import PASSWORD, USERNAME, component_of, free_port
+from devtools.run import READY_BANNER
+from tests.e2e.harness import TERMINAL_RUN_STATES, wait_until
+
+pytestmark = pytest.mark.timeout(600)
+
+ROOT = Path(__file__).resolve().parents[2]
+TIME_SCALE = "10"
+SH_BLOCK = re.compile(r"^(?P<indent>[ \t]*)```sh[ \t]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
+
+
+def readme_sh_blocks(readme: Path) -> list[str]:
+    """Every ```sh block of the README, dedented (blocks inside list items are indented)."""
+    blocks = []
+    for match in SH_BLOCK.finditer(readme.read_text()):
+        indent = len(match["indent"])
+        blocks.append("".join(line[indent:] + "\n" for line in match["body"].splitlines()))
+    return blocks
+
+
+def copy_checkout(dest: Path) -> Path:
+    """The checkout's files as a clone would have them (in a git work tree: tracked files plus new ones not
+    ignored; else, e.g. CI's `git archive` export, everything but local state), and its venv."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=False,
+    )
+    if listed.returncode != 0:
+        local_state = shutil.ignore_patterns(".venv", ".run", "__pycache__", ".pytest_cache", ".ruff_cache")
+        shutil.copytree(ROOT, dest, ignore=local_state, symlinks=True)
+    else:
+        for name in filter(None, listed.stdout.decode().split("\0")):
+            source = ROOT / name
+            if source.is_file():
+                target = dest / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+    (dest / ".venv").symlink_to(Path(sys.prefix))
+    return dest
+
+
+class MakeRun:
+    """One `make run` in ``checkout``, driven like a terminal: started, read, and stopped with Ctrl-C."""
+
+    def __init__(self, checkout: Path, port: int, **env: str) -> None:
+        self.checkout = checkout
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.output_path = checkout.parent / f"make-run-{time.monotonic_ns()}.out"
+        with self.output_path.open("wb") as output:
+            self.process = subprocess.Popen(
+                ["make", "run"],
+                cwd=checkout,
+                env={**os.environ, "AIRFLOW_PORT": str(port), "TIME_SCALE": TIME_SCALE, **env},
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    @property
+    def output(self) -> str:
+        return self.output_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 240) -> None:
+        wait_until(
+            lambda: READY_BANNER in self.output or self.process.poll() is not None,
+            timeout=timeout,
+            what=lambda: f"make run ready:\n{self.output[-3000:]}",
+        )
+        assert self.process.poll() is None, f"make run exited:\n{self.output[-3000:]}"
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self) -> list[psutil.Process]:
+        """Ctrl-C, then wait until make, kubesim and every Airflow process are gone; what survived."""
+        started = self.descendants()
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+        self.process.wait(timeout=120)
+        gone, alive = psutil.wait_procs(started, timeout=120)
+        return alive
+
+    def kill(self) -> None:
+        """Only for a test that failed midway: leave nothing running."""
+        for process in self.descendants():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+class Api:
+    """The REST API of `make run`'s Airflow, logged in with the README's login."""
+
+    def __init__(self, url: str) -> None:
+        self.client = httpx.Client(base_url=url, timeout=60)
+        token = self.client.post("/auth/token", json={"username": USERNAME, "password": PASSWORD})
+        token.raise_for_status()
+        self.client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+
+    def get(self, path: str, **params) -> dict:
+        response = self.client.get(f"/api/v2{path}", params=params)
+        response.raise_for_status()
+        return response.json()
+
+    def runs(self, dag_id: str) -> list[dict]:
+        return self.get(f"/dags/{dag_id}/dagRuns", limit=100)["dag_runs"]
+
+
+def healthy(url: str) -> bool:
+    """What a user sees: the UI's page loads, and every component reports healthy."""
+    try:
+        page = httpx.get(url, timeout=10, follow_redirects=True)
+        health = httpx.get(f"{url}/api/v2/monitor/health", timeout=10).json()
+    except httpx.HTTPError:
+        return False
+    return page.status_code == 200 and all(part.get("status") == "healthy" for part in health.values())
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    return copy_checkout(tmp_path_factory.mktemp("clone") / "airflow-kueue-ray")
+
+
+@pytest.fixture(scope="module")
+def first_start(checkout):
+    """The first `make run` in the copy, with a KUBECONFIG exported that must not be used."""
+    run = MakeRun(checkout, free_port(), KUBECONFIG="/nonexistent/real-cluster.kubeconfig")
+    try:
+        run.wait_ready()
+        yield run
+    except BaseException:
+        run.kill()
+        raise
+    left = run.stop()
+    assert not left, f"make run left processes behind: {left}"
+
+
+def test_the_first_start_reaches_a_healthy_ui_on_kubesim_whatever_kubeconfig_says(first_start):
+    assert healthy(first_start.url)
+    output = first_start.output
+    assert "KUBECONFIG=/nonexistent/real-cluster.kubeconfig is ignored: make run uses kubesim" in output
+    assert f"Airflow UI: {first_start.url}  login: {USERNAME} / {PASSWORD}" in output
+    assert "DAGs start unpaused" in output
+
+
+def test_every_shipped_dags_first_run_succeeds(first_start):
+    api = Api(first_start.url)
+    assert api.get("/importErrors")["import_errors"] == []
+    dag_ids = [dag["dag_id"] for dag in api.get("/dags", limit=100)["dags"]]
+    shipped = {path.stem for path in (first_start.checkout / "dags").glob("*.py")}
+    assert set(dag_ids) == shipped, "each DAG file defines the DAG of its name"
+
+    def first_runs_done() -> dict[str, str] | None:
+        states = {}
+        for dag_id in dag_ids:
+            runs = api.runs(dag_id)
+            if not runs or runs[0]["state"] not in TERMINAL_RUN_STATES:
+                return None
+            states[dag_id] = runs[0]["state"]
+        return states
+
+    states = wait_until(first_runs_done, timeout=300, interval=2, what="every DAG's first run to finish")
+    assert states == dict.fromkeys(dag_ids, "success")
+    failed = {d: [r["dag_run_id"] for r in api.runs(d) if r["state"] == "failed"] for d in dag_ids}
+    assert not any(failed.values()), failed
+
+
+def test_the_readmes_shell_examples_work_as_pasted(first_start):
+    """Every ```sh block of README.md, run by bash in the checkout next to `make run`."""
+    api = Api(first_start.url)
+    before = {run["dag_run_id"] for run in api.runs("text_classifier_finetune")}
+    blocks = readme_sh_blocks(first_start.checkout / "README.md")
+    assert len(blocks) >= 4, "the README's CLI, REST and kubectl examples"
+    for block in blocks:
+        if "kubectl" in block and shutil.which("kubectl") is None:
+            continue
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block],
+            cwd=first_start.checkout,
+            env={**os.environ, "AIRFLOW_PORT": str(first_start.port)},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, (
+            f"README block failed ({done.returncode}):\n{block}\n{done.stdout}\n{done.stderr}"
+        )
+
+    new = [run for run in api.runs("text_classifier_finetune") if run["dag_run_id"] not in before]
+    prod = [
+        run for run in new if run["run_type"] == "manual" and run["conf"].get("priority") == "prod-priority"
+    ]
+    assert len(prod) == 2, "one prod run from the CLI example, one from the REST example"
+    assert len(api.get("/backfills", dag_id="text_classifier_finetune")["backfills"]) == 1
+
+    # The walkthrough's queue holds one RayJob: while the others wait, their deferred `wait` tasks
+    # already link to the Ray dashboard.
+    def a_deferred_wait_link() -> dict | None:
+        for run in api.runs("text_classifier_finetune"):
+            wait = api.get(f"/dags/text_classifier_finetune/dagRuns/{run['dag_run_id']}/taskInstances/wait")
+            if wait["state"] == "deferred":
+                return api.get(
+                    f"/dags/text_classifier_finetune/dagRuns/{run['dag_run_id']}/taskInstances/wait/links"
+                )
+        return None
+
+    links = wait_until(a_deferred_wait_link, timeout=120, interval=1, what="a deferred wait task")
+    assert links["extra_links"] == {"Ray dashboard": "http://localhost:8265/#/jobs"}
+
+    def all_done() -> list[dict] | None:
+        runs = api.runs("text_classifier_finetune")
+        return runs if all(run["state"] in TERMINAL_RUN_STATES for run in runs) else None
+
+    runs = wait_until(all_done, timeout=300, interval=2, what="the README's runs to finish")
+    assert {run["dag_run_id"]: run["state"] for run in runs} == {run["dag_run_id"]: "success" for run in runs}
+
+
+def test_second_and_third_starts_in_the_same_checkout_are_healthy_and_fresh(checkout, first_start):
+    first_start.stop()
+    for start in ("second", "third"):
+        run = MakeRun(checkout, first_start.port)
+        try:
+            run.wait_ready()
+            assert healthy(run.url), f"{start} start"
+            runs = Api(run.url).runs("text_classifier_finetune")
+            assert not [r for r in runs if r["run_type"] == "manual"], "the previous start's runs are gone"
+            assert (checkout / ".run" / "previous" / "airflow" / "standalone.log").exists()
+        except BaseException:
+            run.kill()
+            raise
+        if start == "second":
+            assert not run.stop(), "the second start left processes behind"
+    # The third start loses its scheduler: make run stops at once and says so with the scheduler's log.
+    [scheduler] = [
+        p
+        for p in run.descendants()
+        if component_of(p.cmdline()) == "scheduler" and component_of(p.parent().cmdline()) != "scheduler"
+    ]
+    others = [p for p in run.descendants() if p.pid != scheduler.pid]
+    scheduler.kill()
+    started = time.monotonic()
+    try:
+        run.process.wait(timeout=60)
+    except BaseException:
+        run.kill()
+        raise
+    assert time.monotonic() - started < 15
+    assert run.process.returncode != 0
+    assert "make run failed: airflow scheduler exited; its last lines in" in run.output
+    assert "\nscheduler  | " in run.output.split("make run failed:")[1]
+    _, alive = psutil.wait_procs(others, timeout=120)
+    assert not alive, f"Airflow or kubesim outlived make run: {alive}"
+
+
+def test_a_taken_port_stops_make_run_within_seconds_naming_the_holder(checkout):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        started = time.monotonic()
+        run = MakeRun(checkout, port)
+        try:
+            run.process.wait(timeout=30)
+        finally:
+            run.kill()
+    assert time.monotonic() - started < 30
+    assert run.process.returncode != 0
+    assert f"port {port} is already in use (pid {os.getpid()}" in run.output
+    assert "Starting kubesim" not in run.output, "nothing is started when it cannot work"
+
+
+def test_kubesim_exiting_stops_make_run_with_the_end_of_its_log(checkout):
+    run = MakeRun(checkout, free_port())
+    try:
+        run.wait_ready()
+        [kubesim] = [p for p in run.descendants() if "kubesim" in " ".join(p.cmdline())]
+        airflow = [p for p in run.descendants() if p.pid != kubesim.pid]
+        kubesim.kill()
+        started = time.monotonic()
+        run.process.wait(timeout=60)
+    except BaseException:
+        run.kill()
+        raise
+    assert time.monotonic() - started < 15
+    assert run.process.returncode != 0
+    output = run.output
+    assert "make run failed: kubesim exited with code -9; last lines of" in output
+    assert "kubesim listening on https://127.0.0.1:" in output.split("make run failed:")[1]
+    _, alive = psutil.wait_procs(airflow, timeout=120)
+    assert not alive, f"Airflow outlived make run: {alive}"
+
+
+def test_a_cluster_from_kubeconfig_is_used_only_when_asked_and_gets_every_dag_paused(
+    checkout, first_start, tmp_path
+):
+    """CLUSTER=kubeconfig: Airflow uses that cluster (a separate kubesim plays it here), make run starts no
+    kubesim of its own, and no DAG is unpaused, so nothing is scheduled onto a real cluster unasked."""
+    from devtools.kubesim_process import start_kubesim
+
+    first_start.stop()  # one make run per checkout at a time
+
+    cluster = start_kubesim(tmp_path / "cluster")
+    run = MakeRun(checkout, free_port(), CLUSTER="kubeconfig", KUBECONFIG=str(cluster.kubeconfig))
+    try:
+        run.wait_ready()
+        assert (
+            f"Cluster: REAL, from {cluster.kubeconfig} (context kubesim, server {cluster.url})" in run.output
+        )
+        assert "DAGs start paused (UNPAUSE=1 unpauses them)" in run.output
+        assert not [p for p in run.descendants() if "kubesim" in " ".join(p.cmdline())]
+        api = Api(run.url)
+        shipped = {path.stem for path in (checkout / "dags").glob("*.py")}
+        dags = wait_until(
+            lambda: (
+                (found := api.get("/dags", limit=100)["dags"])
+                and {d["dag_id"] for d in found} == shipped
+                and found
+            ),
+            timeout=120,
+            what="every DAG to be parsed",
+        )
+        assert {dag["dag_id"]: dag["is_paused"] for dag in dags} == {dag["dag_id"]: True for dag in dags}
+        assert all(not api.runs(dag["dag_id"]) for dag in dags)
+    except BaseException:
+        run.kill()
+        raise
+    finally:
+        cluster.stop()
+    assert not run.stop()

@@ -1,0 +1,334 @@
+"""The waits survive an API server that says no, as a real cluster does in its first hour: a Role that
+grants ``list`` but not ``watch`` (403), an expired token (401), API Priority and Fairness (429 with
+Retry-After), a control-plane upgrade (503), an expired resourceVersion (410) and a failing visibility API.
+
+kubesim answers these with the API server's own Status bodies (``POST /kubesim/faults`` rules); nothing of
+the clients is patched. Each test bounds what the refusal may cost in requests, because the way such a
+refusal goes wrong is a client that asks again at once, thousands of times a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+
+import pytest
+from kubernetes import client, config
+from kueue_ray.hub import HUB, HubSettings
+from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.sensors import RayJobSensor
+from kueue_ray.trigger import RayJobTrigger
+
+from tests.integration.kueue_ray.test_hub import (
+    first_event,
+    namespace_requests,
+    quota_reserved,
+    submit_many,
+    trigger_log,
+    until_listed,
+)
+
+POLL_INTERVAL = 0.5
+WATCH_RETRY_EVERY = 4
+VISIBILITY = "localqueues.visibility.kueue.x-k8s.io/pendingworkloads"
+
+
+@pytest.fixture(autouse=True)
+def hub_settings(monkeypatch):
+    """Production backs off up to 30 s and polls every 10 s; here the same logic runs with short delays."""
+    settings = HubSettings(
+        backoff_initial=0.05,
+        backoff_max=0.5,
+        connect_wait_seconds=2,
+        degraded_list_interval=POLL_INTERVAL,
+        degraded_watch_retry_every=WATCH_RETRY_EVERY,
+    )
+    monkeypatch.setattr(HUB, "settings", settings)
+    return settings
+
+
+@pytest.fixture
+def faults(kubesim):
+    kubesim.reset_faults()
+    yield kubesim
+    kubesim.reset_faults()
+
+
+def by(requests: list[dict], verb: str, resource: str) -> list[dict]:
+    return [r for r in requests if r["verb"] == verb and r["resource"] == resource]
+
+
+async def gather(triggers) -> list[dict]:
+    return list(await asyncio.gather(*(first_event(t) for t in triggers)))
+
+
+def test_a_watch_refused_for_good_turns_into_one_list_per_interval_and_every_task_succeeds(
+    faults, queues, rayjob_body, task_context, capfd
+):
+    triggers = submit_many(queues, rayjob_body, task_context, count=6, duration="40")
+    faults.refuse(
+        403,
+        verbs=["watch"],
+        resources=["rayjobs.ray.io", "workloads.kueue.x-k8s.io"],
+        namespace=queues.namespace,
+    )
+    faults.clear_requests()
+    capfd.readouterr()
+
+    started = time.monotonic()
+    events = asyncio.run(gather(triggers))
+    elapsed = time.monotonic() - started
+
+    assert [e["status"] for e in events] == ["success"] * 6
+    assert all(e["timeline"]["admissions"] for e in events), "every transition was still seen"
+    mine = namespace_requests(faults, queues)
+    intervals = elapsed / POLL_INTERVAL
+    for resource in ("rayjobs", "workloads"):
+        # Per resource, not per task: one watch to learn it is refused, then a request per interval, of
+        # which every WATCH_RETRY_EVERY-th tries the watch again.
+        watches, lists = by(mine, "watch", resource), by(mine, "list", resource)
+        assert {r["code"] for r in watches} == {403}
+        assert len(watches) <= 2 + intervals / WATCH_RETRY_EVERY, (resource, len(watches), elapsed)
+        assert len(watches) + len(lists) <= 3 + intervals, (resource, len(watches) + len(lists), elapsed)
+    told = [line for line in trigger_log(capfd) if "refuses to watch rayjobs" in line]
+    assert len(told) == 6, "each waiting task's log says so"
+    assert f"kubectl auth can-i watch rayjobs.ray.io -n {queues.namespace}" in told[0]
+    assert "listing every 0.5s instead" in told[0]
+
+
+def test_a_watch_allowed_again_ends_the_polling(faults, queues, rayjob_body, task_context, capfd):
+    [trigger] = submit_many(queues, rayjob_body, task_context, count=1, duration="inf")
+    faults.refuse(403, verbs=["watch"], resources=["rayjobs.ray.io"], namespace=queues.namespace)
+    capfd.readouterr()
+
+    async def scenario():
+        waiting = asyncio.create_task(first_event(trigger))
+        await asyncio.sleep(POLL_INTERVAL * 2)
+        streams = (await asyncio.to_thread(faults.stats))["watches_open"]  # the Workload watch only
+        await asyncio.to_thread(faults.reset_faults)  # the Role is fixed
+        while (await asyncio.to_thread(faults.stats))["watches_open"] <= streams:
+            await asyncio.sleep(0.05)  # the next retry of the watch is let through
+        await asyncio.to_thread(
+            queues.custom.delete_namespaced_custom_object,
+            "ray.io",
+            "v1",
+            queues.namespace,
+            "rayjobs",
+            trigger.name,
+        )
+        return await waiting
+
+    started = time.monotonic()
+    assert asyncio.run(scenario())["status"] == "deleted"
+    assert time.monotonic() - started < POLL_INTERVAL * (WATCH_RETRY_EVERY + 4)
+    story = [line for line in trigger_log(capfd) if "watch rayjobs" in line]
+    assert "refuses to watch rayjobs" in story[0]
+    assert (
+        f"lets connection kubernetes_default watch rayjobs in namespace {queues.namespace} again" in story[1]
+    )
+
+
+def test_credentials_refused_on_the_watch_are_loaded_again_and_waiting_resumes(
+    kubesim, queues, rayjob_body, task_context, eventually
+):
+    # A token rotated under a running triggerer: the server accepts only the new one before the
+    # kubeconfig (the connection's credentials) carries it.
+    [blocker] = submit_many(queues, rayjob_body, task_context, 1, "inf", whole_queue=True, prefix="blocker")
+    eventually(lambda: quota_reserved(queues.workload(blocker.uid)) == "True")
+    [trigger] = submit_many(queues, rayjob_body, task_context, 1, "2", whole_queue=True, prefix="queued")
+    kubesim.set_faults(watch_drop_after_s=0.3)  # watches end often, so a new one is asked for soon
+    kubesim.clear_requests()
+    try:
+
+        async def scenario():
+            waiting = asyncio.create_task(first_event(trigger))
+            await until_listed(kubesim, queues)
+            await asyncio.to_thread(kubesim.require_token, "rotated")
+
+            async def refused_twice() -> bool:
+                codes = [r["code"] for r in await asyncio.to_thread(namespace_requests, kubesim, queues)]
+                return codes.count(401) >= 2
+
+            while not await refused_twice():
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(kubesim.write_kubeconfig_token, "rotated")
+            await asyncio.to_thread(_delete_with_fresh_credentials, kubesim, queues, blocker)
+            return await waiting
+
+        event = asyncio.run(scenario())
+    finally:
+        kubesim.reset_faults()
+        kubesim.require_token(None)
+        kubesim.write_kubeconfig_token(None)
+    assert event["status"] == "success", event
+    refused = [r for r in namespace_requests(kubesim, queues) if r["code"] == 401]
+    # Loaded again at once once, then with backoff: a handful of refusals, not a flood.
+    assert 2 <= len(refused) <= 12, len(refused)
+
+
+def _delete_with_fresh_credentials(kubesim, queues, trigger: RayJobTrigger) -> None:
+    api_client = config.new_client_from_config(config_file=kubesim.kubeconfig)
+    try:
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            "ray.io", "v1", queues.namespace, "rayjobs", trigger.name
+        )
+    finally:
+        api_client.close()
+
+
+def test_too_many_requests_waits_at_least_retry_after(faults, queues, rayjob_body, task_context, eventually):
+    [trigger] = submit_many(queues, rayjob_body, task_context, count=1, duration="60")
+    faults.refuse(
+        429,
+        verbs=["watch"],
+        resources=["rayjobs.ray.io"],
+        namespace=queues.namespace,
+        count=1,
+        retry_after_s=2,
+    )
+    faults.clear_requests()
+
+    [event] = asyncio.run(gather([trigger]))
+
+    assert event["status"] == "success"
+    # kubesim logs a watch when its stream ends, which for a departed client is when its sweep notices.
+    watches = eventually(lambda: (w := by(namespace_requests(faults, queues), "watch", "rayjobs"))[1:] and w)
+    first, second = sorted(watches, key=lambda r: r["at"])[:2]
+    assert first["code"] == 429
+    assert second["at"] - first["at"] >= 2.0, "the next watch came before Retry-After"
+
+
+def test_a_control_plane_unavailable_for_20_seconds_delays_the_tasks_without_a_flood_or_a_duplicate(
+    faults, queues, rayjob_body, task_context
+):
+    triggers = submit_many(queues, rayjob_body, task_context, count=4, duration="100")
+    created = sorted(j["metadata"]["uid"] for j in queues.rayjobs())
+    faults.clear_requests()
+
+    async def scenario():
+        waiting = asyncio.gather(*(first_event(t) for t in triggers))
+        await until_listed(faults, queues)
+        # The control plane goes down (its open watches end with it) and answers 503 for 20 s.
+        rule = {"code": 503, "namespace": queues.namespace, "seconds": 20}
+        await asyncio.to_thread(faults.set_faults, rules=[rule], drop_watches=True)
+        outage = time.monotonic()
+        events = await waiting
+        return events, time.monotonic() - outage
+
+    events, waited = asyncio.run(scenario())
+    assert [e["status"] for e in events] == ["success"] * 4
+    assert waited >= 20, "the RayJobs finished during the outage: nobody could know before it ended"
+    assert sorted(j["metadata"]["uid"] for j in queues.rayjobs()) == created, "nothing created twice"
+    unavailable = [r for r in namespace_requests(faults, queues) if r["code"] == 503]
+    # Two loops backing off (0.05 s doubling to 0.5 s, jittered) for 20 s: about 100 requests, not 100,000.
+    assert 10 <= len(unavailable) <= 200, len(unavailable)
+
+
+@pytest.mark.parametrize("as_event", [True, False], ids=["error-event", "http-status"])
+def test_an_expired_watch_relists_once_and_misses_no_transition(
+    faults, queues, rayjob_body, task_context, capfd, as_event
+):
+    [trigger] = submit_many(queues, rayjob_body, task_context, count=1, duration="40")
+    faults.refuse(
+        410,
+        verbs=["watch"],
+        resources=["rayjobs.ray.io"],
+        namespace=queues.namespace,
+        count=1,
+        watch_event=as_event,
+    )
+    faults.clear_requests()
+    capfd.readouterr()
+
+    [event] = asyncio.run(gather([trigger]))
+
+    assert event["status"] == "success"
+    assert len(event["timeline"]["admissions"]) == 1
+    mine = namespace_requests(faults, queues)
+    assert len(by(mine, "list", "rayjobs")) == 2, "the first list, and one relist after the 410"
+    story = [line for line in trigger_log(capfd) if f"RayJob {queues.namespace}/" in line]
+    assert any(": RUNNING " in line for line in story) and ": SUCCEEDED " in story[-1]
+
+
+# --- the visibility API: only the queue position is lost -------------------------------------------------
+
+
+@pytest.fixture
+def queued(queues, rayjob_body, task_context, eventually):
+    """A RayJob queued behind a blocker that finishes by itself a few seconds later: (queues, its name)."""
+    blocker = task_context("blocker")
+    SubmitRayJobOperator(
+        task_id="blocker",
+        template=rayjob_body(duration="60"),
+        queue=queues.local_queue,
+        priority=queues.low,
+        namespace=queues.namespace,
+        wait_for_completion=False,
+    ).execute(blocker)
+    eventually(
+        lambda: any(quota_reserved(queues.workload(j["metadata"]["uid"])) == "True" for j in queues.rayjobs())
+    )
+    return queues
+
+
+def test_a_failing_visibility_api_only_loses_the_position_of_a_worker_wait(
+    faults, queued, rayjob_body, task_context, capfd
+):
+    faults.refuse(500, resources=[VISIBILITY], namespace=queued.namespace)
+    context = task_context("train")
+    op = SubmitRayJobOperator(
+        task_id="train",
+        template=rayjob_body(duration="2"),
+        queue=queued.local_queue,
+        priority=queued.low,
+        namespace=queued.namespace,
+        deferrable=False,
+        poll_interval=0.2,
+        log_tail_lines=0,
+    )
+    capfd.readouterr()
+    result = op.execute(context)
+    assert result["name"]
+    assert context["ti"].xcom["timeline"]["final_phase"] == "SUCCEEDED"
+    asked = [r for r in namespace_requests(faults, queued) if r["subresource"] == "pendingworkloads"]
+    assert asked and {r["code"] for r in asked} == {500}, "the position was asked for, and refused"
+    queued_lines = [line for line in capfd.readouterr().out.splitlines() if ": QUEUED " in line]
+    assert queued_lines and not any("position" in line for line in queued_lines), queued_lines
+
+
+def test_a_timing_out_visibility_api_only_loses_the_position_of_a_poking_sensor(
+    faults, queued, rayjob_body, task_context
+):
+    faults.refuse(504, resources=[VISIBILITY], namespace=queued.namespace)
+    context = task_context("train")
+    SubmitRayJobOperator(
+        task_id="train",
+        template=rayjob_body(duration="2"),
+        queue=queued.local_queue,
+        priority=queued.low,
+        namespace=queued.namespace,
+        wait_for_completion=False,
+    ).execute(context)
+    sensor = RayJobSensor(
+        task_id="wait",
+        submit_task_id="train",
+        deferrable=False,
+        mode="poke",
+        poke_interval=0.2,
+        timeout=120,
+        log_tail_lines=0,
+    )
+    outcome: dict = {}
+
+    def poke() -> None:
+        with contextlib.suppress(Exception):
+            outcome["result"] = sensor.execute(context)
+
+    thread = threading.Thread(target=poke)
+    thread.start()
+    thread.join(timeout=120)
+    assert outcome.get("result", {}).get("name"), "the sensor succeeded"
+    asked = [r for r in namespace_requests(faults, queued) if r["subresource"] == "pendingworkloads"]
+    assert asked and {r["code"] for r in asked} == {504}

@@ -1,0 +1,165 @@
+"""The Kueue UI's cluster cache against kubesim: one set of watches however many pages read it, shared
+visibility reads, a live timeline per RayJob, and the last known state kept while the API is down."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.ui.cache import CacheSettings, ClusterCache
+
+from tests.integration.kueue_ray.test_hub import quota_reserved
+
+QUICK = CacheSettings(backoff_initial=0.05, backoff_max=0.3, visibility_min_interval=0.2)
+
+
+def submit(queues, rayjob_body, task_context, name: str, duration: str, priority: str | None = None) -> dict:
+    return SubmitRayJobOperator(
+        task_id=name,
+        template=rayjob_body(duration=duration),
+        queue=queues.local_queue,
+        priority=priority or queues.low,
+        namespace=queues.namespace,
+        wait_for_completion=False,
+    ).execute(task_context(name))
+
+
+async def until(predicate, timeout: float = 60.0, what: str = ""):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        await asyncio.sleep(0.05)
+    return value
+
+
+def in_namespace(kubesim, queues, since: int = 0) -> list[dict]:
+    return [r for r in kubesim.requests()[since:] if r["namespace"] == queues.namespace]
+
+
+def test_pages_read_the_cache_not_the_cluster(kubesim, queues, rayjob_body, task_context, connection):
+    blocker = submit(queues, rayjob_body, task_context, "blocker", "inf")
+    queued = [submit(queues, rayjob_body, task_context, f"queued-{i}", "inf") for i in range(3)]
+
+    async def scenario():
+        cache = ClusterCache(connection, [queues.namespace], QUICK)
+        await cache.start()
+        try:
+            await until(lambda: cache.health().reachable, what="listed")
+            await until(
+                lambda: (
+                    len(cache.snapshot().workloads) == 4
+                    and all(quota_reserved(w) for w in cache.snapshot().workloads)
+                ),
+                what="four Workloads with their QuotaReserved condition",
+            )
+            kubesim.clear_requests()
+            # Twenty tabs refreshing together: snapshots and the ClusterQueue's pending list.
+            reads = await asyncio.gather(*(cache.pending(queues.cluster_queue) for _ in range(20)))
+            snapshots = [cache.snapshot() for _ in range(20)]
+            return reads, snapshots, kubesim.requests()
+        finally:
+            await cache.stop()
+
+    reads, snapshots, requests = asyncio.run(scenario())
+    names = [item["metadata"]["name"] for item in reads[0].summary["items"]]
+    assert len(names) == 3 and all(read.summary is reads[0].summary for read in reads)
+    assert {r["metadata"]["name"] for r in snapshots[0].rayjobs} == {
+        blocker["name"],
+        *(q["name"] for q in queued),
+    }
+    # One visibility read for twenty readers, and no other request at all.
+    assert [(r["verb"], r["resource"], r["subresource"]) for r in requests] == [
+        ("get", "clusterqueues", "pendingworkloads")
+    ]
+
+
+def test_positions_and_the_timeline_follow_the_cluster_live(
+    kubesim, queues, rayjob_body, task_context, connection
+):
+    first = submit(queues, rayjob_body, task_context, "first", "3")
+    second = submit(queues, rayjob_body, task_context, "second", "2")
+
+    async def scenario():
+        cache = ClusterCache(connection, [queues.namespace], QUICK)
+        await cache.start()
+        try:
+            await until(lambda: cache.health().reachable, what="listed")
+
+            async def pending_names() -> list[str]:
+                read = await cache.pending(queues.cluster_queue)
+                return [i["metadata"]["name"] for i in (read.summary or {}).get("items") or ()]
+
+            seen_pending = []
+            version = cache.version
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                await until(lambda v=version: cache.version != v, timeout=30, what="a change")
+                version = cache.version
+                names = await pending_names()
+                if not seen_pending or seen_pending[-1] != names:
+                    seen_pending.append(names)
+                timeline = cache.timeline(second["uid"])
+                if timeline and timeline.final_phase:
+                    return seen_pending, cache.timeline(first["uid"]).to_dict(), timeline.to_dict()
+            raise AssertionError(f"second RayJob did not finish; pending seen {seen_pending}")
+        finally:
+            await cache.stop()
+
+    seen_pending, first_timeline, second_timeline = asyncio.run(scenario())
+    # The second Workload waited in position 1 while the first ran, then left the pending list.
+    assert len(seen_pending[0]) == 1 and seen_pending[0][0].startswith("rayjob-")
+    assert seen_pending[-1] == []
+    for timeline in (first_timeline, second_timeline):
+        phases = [t["phase"] for t in timeline["transitions"]]
+        assert phases[-1] == "SUCCEEDED", phases
+        assert "RUNNING" in phases
+    assert [t["phase"] for t in second_timeline["transitions"]][0] == "QUEUED"
+
+
+def test_an_unreachable_api_keeps_the_last_state_and_says_since_when(
+    kubesim, queues, rayjob_body, task_context, connection
+):
+    job = submit(queues, rayjob_body, task_context, "kept", "inf")
+
+    async def scenario():
+        cache = ClusterCache(connection, [queues.namespace], QUICK)
+        await cache.start()
+        try:
+            await until(lambda: cache.health().reachable, what="listed")
+            await until(lambda: cache.snapshot().rayjobs, what="the RayJob cached")
+            before = await cache.pending(queues.cluster_queue)
+            # Every request now fails; the watches already open stay open (as a dead network would
+            # leave them). The next visibility read, due at the latest after visibility_max_age while
+            # anyone looks, is what notices.
+            kubesim.set_faults(error_rate=1.0)
+            try:
+                cache._visibility[queues.cluster_queue].monotonic_at = float("-inf")  # that moment, now
+                during = await cache.pending(queues.cluster_queue)
+                down = cache.health()
+                kept = cache.snapshot()
+            finally:
+                kubesim.reset_faults()
+            cache._visibility[queues.cluster_queue].monotonic_at = float("-inf")
+            await cache.pending(queues.cluster_queue)
+            back = await until(
+                lambda: (h := cache.health()).reachable and h, timeout=30, what="reachable again"
+            )
+            return before, down, during, kept, back
+        finally:
+            await cache.stop()
+
+    before, down, during, kept, back = asyncio.run(scenario())
+    assert down.failing_since is not None and down.error
+    assert down.synced_at is not None and down.synced_at <= down.failing_since + 1
+    assert [r["metadata"]["name"] for r in kept.rayjobs] == [job["name"]]
+    assert during.error and during.summary == before.summary and during.fetched_at == before.fetched_at
+    assert back.failing_since is None
+
+
+@pytest.fixture(autouse=True)
+def _no_faults_left(kubesim):
+    yield
+    kubesim.reset_faults()

@@ -1,0 +1,152 @@
+"""The task log's story: each thing said once, queue positions kept current without flooding the log,
+preemptors named by RayJob, DAG and run, memory in units people read."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from kueue_ray import narration
+from kueue_ray.naming import AirflowIdentity
+from kueue_ray.narration import (
+    POSITION_RELOG_SECONDS,
+    Story,
+    describe_rayjob,
+    name_preemptor,
+    preemptor_job_uid,
+    readable_quantities,
+    readable_quantity,
+)
+from kueue_ray.status import Observation, Phase
+from kueue_ray.trigger import describe_transition
+
+EVICTION = (
+    "Preempted to accommodate a workload (UID: 5ee5430b, JobUID: 3e727a18) due to prioritization in the "
+    "ClusterQueue; preemptor path: /cluster-queue; preemptee path: /cluster-queue"
+)
+NO_FIT = (
+    "couldn't assign flavors to pod set head: insufficient unused quota for memory in flavor default, "
+    "7812500Ki more needed"
+)
+PREEMPTOR = {
+    "metadata": {
+        "name": "text-classifier-finetune-submit-1a2b3c4d5e",
+        "namespace": "ray",
+        "uid": "3e727a18",
+        "annotations": AirflowIdentity(
+            dag_id="text_classifier_finetune", task_id="submit", run_id="manual__2026-12-03T10:00:00"
+        ).annotations(),
+    }
+}
+
+
+def obs(phase: Phase, reason: str = "", message: str = "", preemptions: int = 0) -> Observation:
+    return Observation(phase=phase, terminal=False, reason=reason, message=message, preemptions=preemptions)
+
+
+@pytest.mark.parametrize(
+    ("amount", "spelled"),
+    [
+        (8_000_000_000, "7.45Gi"),  # Kueue's "7812500Ki" for an 8G request
+        (200 * 2**20, "200Mi"),
+        (8 * 2**30, "8Gi"),
+        (1536 * 2**20, "1.5Gi"),
+        (384 * 2**30 + 2**29, "384.5Gi"),
+        (8_209_715_200, "7.65Gi"),
+        (512 * 2**10, "512Ki"),
+    ],
+)
+def test_memory_is_spelled_in_the_largest_binary_unit(amount, spelled):
+    assert readable_quantity(Decimal(amount)) == spelled
+
+
+def test_kueue_messages_get_readable_memory_and_keep_everything_else():
+    assert readable_quantities(NO_FIT) == NO_FIT.replace("7812500Ki", "7.45Gi")
+    assert readable_quantities("2 more needed, 2500m cpu, 8G memory") == "2 more needed, 2500m cpu, 8G memory"
+
+
+def test_the_preemptor_is_named_by_rayjob_dag_run_and_task_next_to_kueues_uids():
+    assert preemptor_job_uid(EVICTION) == "3e727a18"
+    assert name_preemptor(EVICTION, PREEMPTOR) == (
+        "Preempted to accommodate RayJob ray/text-classifier-finetune-submit-1a2b3c4d5e (DAG "
+        "text_classifier_finetune, run manual__2026-12-03T10:00:00, task submit) (Workload UID: 5ee5430b, "
+        "JobUID: 3e727a18) due to prioritization in the ClusterQueue; preemptor path: /cluster-queue; "
+        "preemptee path: /cluster-queue"
+    )
+    # Unknown preemptor (another namespace, not ours): Kueue's words as they are.
+    assert name_preemptor(EVICTION, None) == EVICTION
+    assert preemptor_job_uid(EVICTION.replace("JobUID: 3e727a18", "JobUID: UNKNOWN")) is None
+    assert preemptor_job_uid(NO_FIT) is None
+
+
+def test_a_rayjob_not_made_by_airflow_is_named_without_dag_and_run():
+    assert describe_rayjob({"metadata": {"name": "adhoc", "namespace": "ray"}}) == "RayJob ray/adhoc"
+
+
+def test_the_transition_line_names_the_preemptor_and_rounds_memory():
+    line = describe_transition(
+        "ray", "dev-job", obs(Phase.PREEMPTED, "Preempted", EVICTION, 1), None, PREEMPTOR
+    )
+    assert "Preempted to accommodate RayJob ray/text-classifier-finetune-submit-1a2b3c4d5e (DAG " in line
+    assert line.endswith("[preempted 1x so far]")
+    queued = describe_transition("ray", "dev-job", obs(Phase.QUEUED, "Pending", NO_FIT), "position 1 of 1")
+    assert "7.45Gi more needed" in queued and "Ki" not in queued
+
+
+def test_the_queued_line_that_only_repeats_the_eviction_message_is_dropped():
+    story = Story()
+    told = [
+        story.news(o)
+        for o in (
+            obs(Phase.RUNNING, "Running"),
+            obs(Phase.PREEMPTED, "Preempted", EVICTION, 1),
+            obs(Phase.QUEUED, "Pending", EVICTION, 1),  # Kueue keeps the eviction message for a moment
+            obs(Phase.QUEUED, "Pending", EVICTION, 1),
+            obs(Phase.QUEUED, "Pending", NO_FIT, 1),
+            obs(Phase.QUEUED, "Pending", NO_FIT, 1),
+            obs(Phase.ADMITTED, "QuotaReserved", "Quota reserved in ClusterQueue cluster-queue", 1),
+        )
+    ]
+    assert told == [True, True, False, False, True, False, True]
+
+
+def test_a_first_queued_line_with_the_eviction_message_is_kept():
+    """A waiter that starts after the preemption has not told it yet."""
+    assert Story().news(obs(Phase.QUEUED, "Pending", EVICTION, 1)) is True
+
+
+def test_the_position_is_checked_every_interval_while_queued_and_logged_only_when_it_moved():
+    story = Story()
+    queued = obs(Phase.QUEUED, "Pending", NO_FIT)
+    assert story.news(queued)
+    story.told_position("position 3 of 3 pending in its LocalQueue", now=100.0)
+    assert story.position_check_in(queued, now=110.0) == POSITION_RELOG_SECONDS - 10
+    assert story.position_check_in(obs(Phase.RUNNING), now=110.0) is None
+    now = 100.0 + POSITION_RELOG_SECONDS
+    assert story.position_check_in(queued, now=now) == 0
+    assert (
+        story.position_line("ray", "job", Phase.QUEUED, "position 3 of 3 pending in its LocalQueue", now)
+        is None
+    )
+    assert story.position_check_in(queued, now=now) == POSITION_RELOG_SECONDS, (
+        "unchanged: wait a whole interval"
+    )
+    now += POSITION_RELOG_SECONDS
+    assert story.position_line(
+        "ray", "job", Phase.QUEUED, "position 1 of 2 pending in its LocalQueue", now
+    ) == ("RayJob ray/job: still QUEUED — position 1 of 2 pending in its LocalQueue")
+    assert story.position_check_in(queued, now=now + 1) == POSITION_RELOG_SECONDS - 1
+
+
+def test_the_interval_is_documented_in_seconds():
+    assert narration.POSITION_RELOG_SECONDS == 30.0
+    assert "POSITION_RELOG_SECONDS" in narration.__doc__
+
+
+def test_a_position_is_read_again_only_after_the_queue_changed():
+    story = Story()
+    story.told_position("position 3 of 3 pending in its LocalQueue", now=0.0, version=7)
+    assert story.position_current(7, now=40.0)  # nothing changed: no read, next check in another interval
+    assert story.position_check_in(obs(Phase.QUEUED, "Pending", NO_FIT), now=40.0) == POSITION_RELOG_SECONDS
+    assert not story.position_current(8, now=80.0)  # a Workload changed: read it
+    assert not story.position_current(None, now=80.0)  # no version known: read it

@@ -1,0 +1,318 @@
+"""What the Kueue pages show, from cluster objects and what the user may read (no Airflow, no cluster)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from kueue_ray.links import kueue_tab_path
+from kueue_ray.naming import AirflowIdentity
+from kueue_ray.ui.access import Access
+from kueue_ray.ui.cache import Health, PendingRead, Snapshot
+from kueue_ray.ui.views import HIDDEN_OWNER, Links, TaskRef, queues_view, task_view
+
+T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC).timestamp()
+DAG = "text_classifier_finetune"
+OTHER = "secret_pipeline"
+LINKS = Links(root="/airflow")
+
+
+def iso(offset: float) -> str:
+    return datetime.fromtimestamp(T0 + offset, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def identity(dag_id: str, run_id: str, task_id: str = "submit") -> AirflowIdentity:
+    return AirflowIdentity(dag_id=dag_id, task_id=task_id, run_id=run_id)
+
+
+def rayjob(name: str, uid: str, owner: AirflowIdentity | None, *, queue: str = "default") -> dict:
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {
+            "name": name,
+            "namespace": "ray",
+            "uid": uid,
+            "creationTimestamp": iso(0),
+            "labels": {"kueue.x-k8s.io/queue-name": queue, "kueue.x-k8s.io/priority-class": "dev-priority"},
+            "annotations": owner.annotations() if owner else {},
+        },
+        "spec": {"suspend": True},
+        "status": {"jobDeploymentStatus": "Suspended"},
+    }
+
+
+def workload(
+    name: str, job_uid: str, *, admitted_at: float | None = None, priority=("dev-priority", 100)
+) -> dict:
+    conditions = []
+    status: dict = {"conditions": conditions}
+    if admitted_at is None:
+        conditions.append(
+            {
+                "type": "QuotaReserved",
+                "status": "False",
+                "reason": "Pending",
+                "message": "insufficient unused quota",
+            }
+        )
+    else:
+        conditions.append({"type": "QuotaReserved", "status": "True", "lastTransitionTime": iso(admitted_at)})
+        status["admission"] = {"clusterQueue": "cluster-queue", "podSetAssignments": []}
+    return {
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": "ray",
+            "labels": {"kueue.x-k8s.io/job-uid": job_uid},
+            "ownerReferences": [{"kind": "RayJob", "uid": job_uid}],
+            "creationTimestamp": iso(0),
+        },
+        "spec": {
+            "queueName": "default",
+            "priority": priority[1],
+            "priorityClassRef": {"name": priority[0], "kind": "WorkloadPriorityClass"},
+        },
+        "status": status,
+    }
+
+
+CLUSTER_QUEUE = {
+    "metadata": {"name": "cluster-queue"},
+    "spec": {
+        "cohortName": "shared",
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu", "nvidia.com/gpu"],
+                "flavors": [
+                    {
+                        "name": "default",
+                        "resources": [
+                            {
+                                "name": "cpu",
+                                "nominalQuota": "2500m",
+                                "borrowingLimit": "2500m",
+                                "lendingLimit": "500m",
+                            },
+                            {"name": "nvidia.com/gpu", "nominalQuota": 1},
+                        ],
+                    }
+                ],
+            }
+        ],
+    },
+    "status": {
+        "pendingWorkloads": 4,
+        "admittedWorkloads": 1,
+        "flavorsUsage": [
+            {"name": "default", "resources": [{"name": "cpu", "total": "3750m", "borrowed": "1250m"}]},
+        ],
+        "flavorsReservation": [{"name": "default", "resources": [{"name": "cpu", "total": "3750m"}]}],
+        "conditions": [{"type": "Active", "status": "True", "reason": "Ready"}],
+    },
+}
+LOCAL_QUEUE = {
+    "metadata": {"name": "default", "namespace": "ray"},
+    "spec": {"clusterQueue": "cluster-queue"},
+    "status": {"pendingWorkloads": 4, "admittedWorkloads": 1},
+}
+RUNNING = identity(DAG, "backfill__2026-10-01T00:00:00+00:00")
+FIRST = identity(DAG, "backfill__2026-10-02T00:00:00+00:00")
+SECRET = identity(OTHER, "manual__1")
+THIRD = identity(DAG, "backfill__2026-10-03T00:00:00+00:00")
+
+
+def pending_entry(name: str, job_uid: str | None, position: int, priority: int = 100) -> dict:
+    refs = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "uid": job_uid}] if job_uid else []
+    return {
+        "metadata": {"name": name, "namespace": "ray", "creationTimestamp": iso(0), "ownerReferences": refs},
+        "priority": priority,
+        "localQueueName": "default",
+        "positionInClusterQueue": position,
+        "positionInLocalQueue": position,
+    }
+
+
+def snapshot(healthy: bool = True) -> Snapshot:
+    rayjobs = [
+        rayjob("rj-running", "u-running", RUNNING),
+        rayjob("rj-first", "u-first", FIRST),
+        rayjob("rj-secret", "u-secret", SECRET),
+        rayjob("rj-third", "u-third", THIRD),
+    ]
+    workloads = [
+        workload("wl-running", "u-running", admitted_at=5),
+        workload("wl-first", "u-first"),
+        workload("wl-secret", "u-secret", priority=("prod-priority", 1000)),
+        workload("wl-third", "u-third"),
+        workload("wl-batch-job", "u-plain-job", admitted_at=7),
+    ]
+    health = Health(True, T0 + 100, None, None) if healthy else Health(False, T0 + 40, T0 + 45, "refused")
+    return Snapshot(
+        cluster_queues=[CLUSTER_QUEUE],
+        local_queues=[LOCAL_QUEUE],
+        workloads=workloads,
+        rayjobs=rayjobs,
+        identities={"u-running": RUNNING, "u-first": FIRST, "u-secret": SECRET, "u-third": THIRD},
+        namespaces=["ray"],
+        health=health,
+        version=7,
+    )
+
+
+PENDING = PendingRead(
+    summary={
+        "items": [
+            pending_entry("wl-secret", "u-secret", 0, 1000),
+            pending_entry("wl-first", "u-first", 1),
+            pending_entry("wl-third", "u-third", 2),
+            pending_entry("wl-someone-elses-job", None, 3),
+        ]
+    },
+    fetched_at=T0 + 99,
+)
+READER = Access(user_name="ops", dag_ids=frozenset({DAG}))
+
+
+def test_pending_workloads_keep_kueues_order_and_positions_and_unreadable_ones_are_only_counted():
+    view = queues_view(snapshot(), {"cluster-queue": PENDING}, READER, LINKS, now=T0 + 100)
+    [queue] = view["cluster_queues"]
+    pending = queue["pending"]
+    assert [(item["position"], item["owner"]["run_id"]) for item in pending["items"]] == [
+        (2, FIRST.run_id),
+        (3, THIRD.run_id),
+    ]
+    assert pending["hidden"] == 2 and pending["total"] == 4
+    assert pending["items"][0]["waiting_seconds"] == 100
+    assert pending["items"][0]["owner"]["kueue_tab_url"] == "/airflow" + kueue_tab_path(
+        DAG, FIRST.run_id, "submit"
+    )
+    assert "secret" not in str(view).replace("wl-secret", "")  # nothing of the unreadable DAG but counts
+    assert OTHER not in str(view)
+
+
+def test_admitted_workloads_have_their_age_and_foreign_ones_are_counted():
+    view = queues_view(snapshot(), {"cluster-queue": PENDING}, READER, LINKS, now=T0 + 100)
+    admitted = view["cluster_queues"][0]["admitted"]
+    assert [(item["workload"], item["age_seconds"]) for item in admitted["items"]] == [("wl-running", 95)]
+    assert admitted["items"][0]["priority"] == {"class": "dev-priority", "value": 100}
+    assert admitted["hidden"] == 1  # the batch Job's workload: not from Airflow
+
+
+def test_quota_rows_show_usage_against_nominal_and_the_borrowing_and_lending_limits():
+    view = queues_view(snapshot(), {}, READER, LINKS, now=T0 + 100)
+    queue = view["cluster_queues"][0]
+    assert queue["cohort"] == "shared"
+    assert view["cohorts"] == [{"name": "shared", "cluster_queues": ["cluster-queue"]}]
+    cpu, gpu = queue["quota"]
+    assert (cpu["usage"], cpu["nominal"], cpu["borrowing_limit"], cpu["lending_limit"], cpu["borrowed"]) == (
+        "3.75",
+        "2.5",
+        "2.5",
+        "0.5",
+        "1.25",
+    )
+    # Bars in percent of nominal + borrowing limit (5 CPU): used 75 %, nominal at 50 %, lendable from 40 %.
+    assert cpu["bar"] == {
+        "usage_pct": 75.0,
+        "reserved_pct": 75.0,
+        "nominal_pct": 50.0,
+        "lendable_from_pct": 40.0,
+    }
+    assert (gpu["usage"], gpu["nominal"], gpu["borrowing_limit"]) == ("0", "1", None)
+    assert queue["pending"]["available"] is False  # no visibility read given
+
+
+def test_a_user_who_reads_every_dag_sees_every_airflow_workload():
+    everyone = Access(user_name="admin", dag_ids=frozenset({DAG, OTHER}))
+    pending = queues_view(snapshot(), {"cluster-queue": PENDING}, everyone, LINKS, now=T0 + 100)[
+        "cluster_queues"
+    ][0]["pending"]
+    assert [item["position"] for item in pending["items"]] == [1, 2, 3]
+    assert pending["items"][0]["priority"] == {"class": "prod-priority", "value": 1000}
+    assert pending["hidden"] == 1
+
+
+def test_an_unreachable_cluster_is_reported_with_the_age_of_the_state_shown():
+    view = queues_view(snapshot(healthy=False), {}, READER, LINKS, now=T0 + 100)
+    assert view["cluster"]["reachable"] is False
+    assert view["cluster"]["synced_at"] == datetime.fromtimestamp(T0 + 40, UTC).isoformat()
+    assert view["cluster"]["error"] == "refused"
+    assert view["cluster_queues"][0]["name"] == "cluster-queue"  # the last known state is still shown
+
+
+def preempted_timeline(preemptor_uid: str) -> dict:
+    message = f"Preempted to accommodate a workload (UID: w, JobUID: {preemptor_uid}) due to prioritization"
+    return {
+        "transitions": [
+            {"at": iso(0), "phase": "QUEUED", "reason": "", "message": ""},
+            {"at": iso(5), "phase": "RUNNING", "reason": "", "message": ""},
+            {"at": iso(50), "phase": "PREEMPTED", "reason": "Preempted", "message": message},
+            {"at": iso(55), "phase": "QUEUED", "reason": "Pending", "message": ""},
+        ],
+        "preemption_count": 1,
+    }
+
+
+def tab(access: Access, timeline: dict, **kwargs) -> dict:
+    return task_view(
+        TaskRef(DAG, FIRST.run_id, "wait"),
+        rayjob_xcom={"name": "rj-first", "namespace": "ray", "uid": "u-first", "queue": "default"},
+        timeline_xcom=kwargs.get("timeline_xcom"),
+        dashboard_link=None,
+        snapshot=snapshot(),
+        live_timeline=timeline,
+        pending=PENDING,
+        access=access,
+        links=LINKS,
+        now=T0 + 100,
+    )
+
+
+def test_the_tab_shows_the_rayjob_its_queues_priority_phase_and_position():
+    view = tab(READER, preempted_timeline("u-running"))
+    assert view["rayjob"]["workload"] == "wl-first"
+    assert (view["rayjob"]["local_queue"], view["rayjob"]["cluster_queue"]) == ("default", "cluster-queue")
+    assert view["rayjob"]["priority"] == {"class": "dev-priority", "value": 100}
+    assert view["phase"]["phase"] == "QUEUED" and view["phase"]["words"].startswith("Queued")
+    assert view["position"] == {
+        "in_cluster_queue": 2,
+        "in_local_queue": 2,
+        "pending_in_cluster_queue": 4,
+        "fetched_at": datetime.fromtimestamp(T0 + 99, UTC).isoformat(),
+    }
+    assert view["links"]["queue"] == "/airflow/plugin/kueue-queues/airflow/kueue/queues#cq-cluster-queue"
+    assert view["timeline"]["source"] == "live"
+    assert [s["kind"] for s in view["timeline"]["spans"]] == ["queued", "running", "preempted", "requeued"]
+
+
+def test_a_preemptor_is_named_only_to_users_who_may_read_its_dag():
+    readable = tab(READER, preempted_timeline("u-running"))["timeline"]["spans"][2]["preemptor"]
+    assert readable["known"] and readable["run_id"] == RUNNING.run_id
+    assert readable["kueue_tab_url"] == "/airflow" + kueue_tab_path(DAG, RUNNING.run_id, "submit")
+    hidden = tab(READER, preempted_timeline("u-secret"))["timeline"]["spans"][2]["preemptor"]
+    assert hidden == {"known": False, "description": HIDDEN_OWNER}
+    assert OTHER not in str(tab(READER, preempted_timeline("u-secret")))
+
+
+def test_the_tasks_own_timeline_xcom_wins_over_the_live_one_once_written():
+    finished = preempted_timeline("u-running")
+    finished["transitions"].append({"at": iso(90), "phase": "SUCCEEDED", "reason": "", "message": ""})
+    view = tab(READER, preempted_timeline("u-running"), timeline_xcom=finished)
+    assert view["timeline"]["source"] == "xcom"
+    assert view["timeline"]["spans"][-1]["kind"] == "finished"
+
+
+def test_a_task_without_a_rayjob_says_so():
+    view = task_view(
+        TaskRef(DAG, FIRST.run_id, "report"),
+        rayjob_xcom=None,
+        timeline_xcom=None,
+        dashboard_link=None,
+        snapshot=snapshot(),
+        live_timeline=None,
+        pending=None,
+        access=READER,
+        links=LINKS,
+        now=T0,
+    )
+    assert view["rayjob"] is None and "has not submitted" in view["message"]
