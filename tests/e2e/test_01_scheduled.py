@@ -114,9 +114,9 @@ def test_a_second_aurora_run_deploys_the_new_model_to_the_running_service(e2e, e
     assert f"RayCluster {old} keeps serving" in log, "the log tells the old cluster serves meanwhile"
     assert f"Traffic switched from RayCluster {old} to RayCluster {new}" in log, log[-3000:]
     name = after["metadata"]["name"]
-    assert kubectl(kubesim, "get", "rayservices", "-A", "-o", "jsonpath={.items[*].status.activeServiceStatus.rayClusterName}") == new  # fmt: skip
+    assert kubectl(kubesim, "get", "rayservices", "-A", f"--field-selector=metadata.name={name}", "-o", "jsonpath={.items[*].status.activeServiceStatus.rayClusterName}") == new  # fmt: skip
     selector = kubectl(
-        kubesim, "get", "services", "-A", "-l", f"ray.io/originated-from-cr-name={name}",
+        kubesim, "get", "services", "-A", f"--field-selector=metadata.name={name}-serve-svc",
         "-o", r"jsonpath={.items[*].spec.selector.ray\.io/cluster}",
     )  # fmt: skip
     assert selector == new, "the Serve Service sends traffic to the new cluster"
