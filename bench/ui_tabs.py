@@ -107,7 +107,7 @@ def measure(tabs: int, minutes: float, churn_seconds: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="kueue-ui-bench-") as workdir:
         kubesim = start_kubesim(
             Path(workdir) / "kubesim",
-            queues="single",
+            queues="single-queue",
             time_scale=10,
             extra_apply=[KUEUE_MANIFESTS / "team-queues"],
         )

@@ -71,7 +71,7 @@ def chromium_binaries():
 def ui_kubesim(tmp_path_factory, request):
     sim = start_kubesim(
         tmp_path_factory.mktemp("ui-kubesim"),
-        queues="single",
+        queues="single-queue",
         time_scale=TIME_SCALE,
         extra_apply=[KUEUE_MANIFESTS / "team-queues"],
     )

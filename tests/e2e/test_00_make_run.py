@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import psutil
@@ -231,18 +232,21 @@ def test_the_readmes_shell_examples_work_as_pasted(first_start):
     assert len(api.get("/backfills", dag_id="text_classifier_finetune")["backfills"]) == 1
 
     # The walkthrough's queue holds one RayJob: while the others wait, their deferred `wait` tasks
-    # already link to the Ray dashboard.
-    def a_deferred_wait_link() -> dict | None:
+    # already link to the Ray dashboard and to the task's Kueue tab in this Airflow.
+    def a_deferred_wait_link() -> tuple[str, dict] | None:
         for run in api.runs("text_classifier_finetune"):
             wait = api.get(f"/dags/text_classifier_finetune/dagRuns/{run['dag_run_id']}/taskInstances/wait")
             if wait["state"] == "deferred":
-                return api.get(
+                return run["dag_run_id"], api.get(
                     f"/dags/text_classifier_finetune/dagRuns/{run['dag_run_id']}/taskInstances/wait/links"
                 )
         return None
 
-    links = wait_until(a_deferred_wait_link, timeout=120, interval=1, what="a deferred wait task")
-    assert links["extra_links"] == {"Ray dashboard": "http://localhost:8265/#/jobs"}
+    run_id, links = wait_until(a_deferred_wait_link, timeout=120, interval=1, what="a deferred wait task")
+    assert links["extra_links"]["Ray dashboard"] == "http://localhost:8265/#/jobs"
+    kueue_tab = links["extra_links"]["Kueue"]
+    assert kueue_tab.startswith(first_start.url.rstrip("/") + "/dags/text_classifier_finetune/runs/")
+    assert kueue_tab.endswith("/tasks/wait/plugin/kueue") and quote(run_id, safe="") in kueue_tab
 
     def all_done() -> list[dict] | None:
         runs = api.runs("text_classifier_finetune")
