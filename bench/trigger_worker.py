@@ -1,7 +1,8 @@
 """The measured process of the trigger benchmark: N RayJobTriggers on one event loop, as a triggerer runs them.
 
 Run as ``python -m bench.trigger_worker JOBS.json LOG`` with ``AIRFLOW_CONN_KUBERNETES_DEFAULT`` pointing at
-kubesim. ``JOBS.json`` is ``{"namespace", "queue", "resync_interval", "jobs": [{"name", "uid"}]}``.
+kubesim. ``JOBS.json`` is ``{"namespace", "queue", "resync_interval", "jobs": [{"name", "uid"}]}``, with
+``"kind": "rayservice"`` for ``RayServiceTrigger``s (``bench.service_waits``) instead of ``RayJobTrigger``s.
 
 It talks to its parent over pipes, so the parent can cut the run into phases without touching this
 process's CPU or memory: each fired TriggerEvent is one stdout line ``{"fired", "t", "status"}`` (``t`` is
@@ -141,9 +142,33 @@ async def wait_one(trigger, fired: list) -> None:
         return
 
 
+def make_triggers(spec: dict) -> list:
+    """One trigger per job of the spec, as the operator would defer to it."""
+    from kueue_ray.service_trigger import RayServiceTrigger
+    from kueue_ray.trigger import RayJobTrigger
+
+    common = {"namespace": spec["namespace"], "queue": spec["queue"], "fail_on_inadmissible": False}
+    if spec.get("kind") == "rayservice":
+        return [
+            RayServiceTrigger(
+                name=job["name"],
+                uid=job["uid"],
+                generation=job.get("generation"),
+                resync_interval=spec["resync_interval"],
+                **common,
+            )
+            for job in spec["jobs"]
+        ]
+    return [
+        RayJobTrigger(name=job["name"], uid=job["uid"], resync_interval=spec["resync_interval"], **common)
+        for job in spec["jobs"]
+    ]
+
+
 async def main(spec_path: str, log_path: str) -> None:
     from kueue_ray.hook import AsyncRayJobHook  # noqa: F401 - the hub's first request imports it anyway
-    from kueue_ray.trigger import RayJobTrigger
+    from kueue_ray.service_trigger import RayServiceTrigger  # noqa: F401 - imported before measuring
+    from kueue_ray.trigger import RayJobTrigger  # noqa: F401 - imported before measuring
 
     # What the imports cost (Airflow, the provider, both Kubernetes clients) before any trigger exists.
     imported = usage()
@@ -155,17 +180,7 @@ async def main(spec_path: str, log_path: str) -> None:
     handler = logging.FileHandler(log_path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
-    triggers = [
-        RayJobTrigger(
-            name=job["name"],
-            namespace=spec["namespace"],
-            uid=job["uid"],
-            queue=spec["queue"],
-            fail_on_inadmissible=False,
-            resync_interval=spec["resync_interval"],
-        )
-        for job in spec["jobs"]
-    ]
+    triggers = make_triggers(spec)
     fired: list[str] = []
     tasks = [asyncio.create_task(wait_one(trigger, fired)) for trigger in triggers]
     commands: asyncio.Queue[str] = asyncio.Queue()

@@ -13,6 +13,7 @@ from airflow.sdk import DAG, Asset, Param, task
 from airflow.sdk.exceptions import AirflowException
 from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.params import NAMESPACE, PRIORITY_CLASSES, priority_param, queue_param
+from kueue_ray.publish import PublishRayJobOutputOperator
 from kueue_ray.sensors import RayJobSensor
 
 LLM_MODEL = Asset(name="llm_finetuned_model", uri="file:///mnt/models/llm-finetuned")
@@ -36,9 +37,7 @@ Priority follows the project policy (scheduled: `dev-priority`, manual: the form
 """
 
 
-def safe_run_id(run_id: str) -> str:
-    return run_id.replace(":", "-").replace("+", "-")
-
+MODEL_DIR = "/mnt/models/llm-finetuned/{{ run_id | replace(':', '-') | replace('+', '-') }}"
 
 with DAG(
     dag_id="llm_train_and_batch_inference",
@@ -106,7 +105,7 @@ with DAG(
             "dataset": "{{ params.dataset }}",
             "epochs": "{{ params.epochs }}",
             "gpu_workers": "{{ params.train_gpu_workers }}",
-            "output_dir": "/mnt/models/llm-finetuned/{{ run_id | replace(':', '-') | replace('+', '-') }}",
+            "output_dir": MODEL_DIR,
         },
         wait_for_completion=False,
     )
@@ -114,30 +113,14 @@ with DAG(
         task_id="wait_train", submit_task_id="train", namespace=NAMESPACE, run_timeout=12 * 3600
     )
 
-    @task(outlets=[LLM_MODEL])
-    def publish_model(**context) -> dict:
-        """Record the trained model, and how it was produced, as an asset event."""
-        ti = context["ti"]
-        rayjob = ti.xcom_pull(task_ids="train", key="rayjob") or {}
-        timeline = ti.xcom_pull(task_ids="wait_train", key="timeline") or {}
-        extra = {
-            "model_path": f"/mnt/models/llm-finetuned/{safe_run_id(context['run_id'])}",
-            "rayjob": f"{rayjob.get('namespace')}/{rayjob.get('name')}",
-            "queue": rayjob.get("queue"),
-            "priority": rayjob.get("priority"),
-            "timeline": {
-                key: timeline.get(key)
-                for key in (
-                    "submitted_at",
-                    "finished_at",
-                    "queued_seconds",
-                    "running_seconds",
-                    "preemption_count",
-                )
-            },
-        }
-        context["outlet_events"][LLM_MODEL].extra = extra
-        return extra
+    publish_model = PublishRayJobOutputOperator(
+        task_id="publish_model",
+        asset=LLM_MODEL,
+        path=MODEL_DIR,
+        path_key="model_path",
+        submit_task_id="train",
+        wait_task_id="wait_train",
+    )
 
     @task(inlets=[LLM_MODEL], trigger_rule="none_failed")
     def latest_model(**context) -> str:
@@ -173,5 +156,5 @@ with DAG(
         task_id="wait_inference", submit_task_id="batch_inference", namespace=NAMESPACE, run_timeout=6 * 3600
     )
 
-    should_train() >> train >> wait_train >> publish_model() >> model_path
+    should_train() >> train >> wait_train >> publish_model >> model_path
     model_path >> batch_inference >> wait_inference

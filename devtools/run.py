@@ -56,6 +56,8 @@ from devtools.kubesim_process import (
 from devtools.postgres import metadata_database
 
 RUN_DIR = ROOT / ".run"
+KUEUE_CONFIG = ROOT / "include" / "kueue-config.yaml"
+"""Kueue's manager configuration as this project needs it (RayServices admitted through their RayClusters)."""
 AIRFLOW_HOME = RUN_DIR / "airflow"
 PREVIOUS = RUN_DIR / "previous"
 CLI_STATE = RUN_DIR / "airflow-cli.json"
@@ -237,7 +239,13 @@ def run(settings: Settings) -> None:
                         flush=True,
                     )
                 print("Starting kubesim with every queue setup of include/manifests/kueue/ ...", flush=True)
-                kubesim = start_kubesim(RUN_DIR, queues=ALL_SETUPS, time_scale=settings.time_scale, tls=True)
+                kubesim = start_kubesim(
+                    RUN_DIR,
+                    queues=ALL_SETUPS,
+                    time_scale=settings.time_scale,
+                    kueue_config=KUEUE_CONFIG,
+                    tls=True,
+                )
                 kubeconfig = kubesim.kubeconfig
             else:
                 kubeconfig = settings.kubeconfig

@@ -75,6 +75,11 @@ class Context:
         self._moments: dict[tuple[str, str], tuple[str, datetime]] = {}
         # The RayJob (namespace, name) whose current attempt runs on a cluster, for dashboard callbacks.
         self.cluster_users: dict[tuple[str, str], Key] = {}
+        # What KubeRay's RayService controller keeps in memory: the Serve config it submitted to each
+        # cluster (its ``ServeConfigs`` cache, with the simulated Serve deployment behind it), and when it
+        # deletes each RayCluster its RayService no longer uses (``RayClusterDeletionTimestamps``).
+        self.serve_deployments: dict[tuple[str, str], object] = {}
+        self.cluster_deletions: dict[tuple[str, str], datetime] = {}
 
     # -- time ---------------------------------------------------------------------------------
     def stamp(self, uid: str, field: str) -> str:

@@ -24,8 +24,8 @@ def install(cluster) -> None:
     from kubesim.kueue import visibility
     from kubesim.kueue.webhook import make_admission_hook
 
-    cluster.store.add_admission_hook(make_admission_hook(cluster.store))
     controller = _controller(cluster)
+    cluster.store.add_admission_hook(make_admission_hook(cluster.store, controller.config.frameworks))
     handler = visibility.make_handler(cluster.store, controller.seq)
     cluster.register_api(visibility.GROUP, visibility.VERSION, visibility.RESOURCES, handler)
 

@@ -1,17 +1,20 @@
-"""The part of Kueue's manager configuration kubesim honours: ``waitForPodsReady``.
+"""The part of Kueue's manager configuration kubesim honours: ``waitForPodsReady`` and which Ray kinds
+``integrations.frameworks`` enables.
 
 Kueue v0.19 reads a ``Configuration`` (``config.kueue.x-k8s.io/v1beta2``, the ``controller_manager_config.yaml``
 of its ConfigMap). ``waitForPodsReady`` is on by default there: an admitted Workload whose pods are not all
 ready within ``timeout`` (30 min) is evicted (``PodsReadyTimeout``) and requeued after a backoff of
 ``backoffBaseSeconds * 2^(n-1)`` (60 s, 120 s, ...) capped at ``backoffMaxSeconds`` (3600 s), without limit
-unless ``backoffLimitCount`` is set (then it is deactivated). ``kubesim serve --kueue-config FILE`` takes the
-same YAML; only these fields are read, every duration is simulated time.
+unless ``backoffLimitCount`` is set (then it is deactivated). ``integrations.frameworks`` lists the job
+kinds Kueue manages; the shipped config lists ``ray.io/rayjob``, ``ray.io/raycluster`` and
+``ray.io/rayservice`` among others, and so does kubesim when the field is absent. ``kubesim serve
+--kueue-config FILE`` takes the same YAML; only these fields are read, every duration is simulated time.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -19,6 +22,8 @@ import yaml
 DEFAULT_TIMEOUT = 30 * 60.0
 DEFAULT_BACKOFF_BASE = 60.0
 DEFAULT_BACKOFF_MAX = 3600.0
+SHIPPED_FRAMEWORKS = frozenset({"ray.io/rayjob", "ray.io/raycluster", "ray.io/rayservice"})
+"""The Ray integrations in Kueue v0.19.2's shipped ``controller_manager_config.yaml``."""
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
@@ -35,6 +40,8 @@ class KueueConfig:
     """``requeuingStrategy.backoffMaxSeconds``."""
     backoff_limit_count: int | None = None
     """``requeuingStrategy.backoffLimitCount``: None requeues forever (Kueue's default)."""
+    frameworks: frozenset[str] = field(default=SHIPPED_FRAMEWORKS)
+    """``integrations.frameworks``: the job kinds Kueue manages."""
 
     def requeue_backoff(self, count: int) -> float:
         """Seconds before the ``count``-th PodsReadyTimeout eviction may be requeued: base * 2^(count-1),
@@ -53,12 +60,14 @@ class KueueConfig:
         timeout = parse_duration(pods_ready.get("timeout")) or DEFAULT_TIMEOUT
         recovery = parse_duration(pods_ready.get("recoveryTimeout"))
         limit = strategy.get("backoffLimitCount")
+        frameworks = ((document or {}).get("integrations") or {}).get("frameworks")
         return cls(
             pods_ready_timeout=timeout,
             recovery_timeout=recovery,
             backoff_base=float(strategy.get("backoffBaseSeconds") or DEFAULT_BACKOFF_BASE),
             backoff_max=float(strategy.get("backoffMaxSeconds") or DEFAULT_BACKOFF_MAX),
             backoff_limit_count=None if limit is None else int(limit),
+            frameworks=SHIPPED_FRAMEWORKS if frameworks is None else frozenset(frameworks),
         )
 
     @classmethod

@@ -708,8 +708,11 @@ class KueueController:
         _VIEWS[self.store] = self.view
         try:
             while True:
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation that
+                # arrives as the wake-up does, and the loop then outlives Cluster.stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), TICK_SECONDS)
+                    async with asyncio.timeout(TICK_SECONDS):
+                        await self.wake.wait()
                 await asyncio.sleep(DEBOUNCE_SECONDS)
                 self.wake.clear()
                 self.reconcile()
@@ -871,7 +874,8 @@ class KueueController:
                 )
             )
             for job in items:
-                if jobs.is_managed(kind, job) and not job["metadata"].get("deletionTimestamp"):
+                managed = jobs.is_managed(kind, job, self.config.frameworks)
+                if managed and not job["metadata"].get("deletionTimestamp"):
                     self._reconcile_job(kind, job, index.owned_by(job["metadata"]["uid"]), world)
 
     def _reconcile_job(self, kind: JobKind, job: dict, wl: dict | None, world: World) -> None:
@@ -886,6 +890,9 @@ class KueueController:
             self._create_workload(kind, job, world)
             return
         if is_finished(wl):
+            return
+        if not jobs.equivalent_to_workload(kind, job, wl):
+            self._replace_workload(kind, job, wl, world)
             return
         self._sync_workload_priority(job, wl, world)
         if done:
@@ -908,6 +915,43 @@ class KueueController:
             if jobs.is_suspended(kind, job):
                 self._start_job(kind, job, wl, world)
             self._sync_pods_ready(kind, job, wl)
+
+    def _replace_workload(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
+        """``ensureOneWorkload`` when the job no longer matches its Workload (its pod sets changed).
+
+        A suspended job whose Workload holds no quota gets that Workload updated in place. Otherwise a
+        running job is stopped first (its pod templates restored from the Workload), and the Workload is
+        deleted; a new one is created once the job is no longer active (``handleJobWithNoWorkload``), so
+        a RayService whose old cluster still serves (``Ready``) gets none until it stops serving.
+        """
+        meta = wl["metadata"]
+        where = f"{meta['namespace']}/{meta['name']}"
+        if jobs.is_suspended(kind, job) and admission_of(wl) is None:
+            priority, class_name, error = self._priority(job, world)
+            if error:
+                return
+            rebuilt = jobs.build_workload(kind, job, priority=priority, priority_class=class_name)
+            active = (wl.get("spec") or {}).get("active", True)
+
+            def change(obj: dict) -> None:
+                obj["spec"] = {**rebuilt["spec"], "active": active}
+
+            if self._mutate(WORKLOAD_KEY, wl, change, status=False) is not None:
+                message = f"Updated not matching Workload for suspended job: {where}"
+                self._event(job, "Normal", "UpdatedWorkload", message, JOB_COMPONENT)
+            return
+        if not jobs.is_suspended(kind, job):
+            message = "No matching Workload; restoring pod templates according to existent Workload"
+            self._stop_job(kind, job, wl, message)
+        try:
+            self.store.delete(WORKLOAD_KEY, meta["name"], namespace=meta["namespace"])
+        except ApiError as err:
+            if err.code != 404:
+                raise
+            return
+        self._event(
+            job, "Normal", "DeletedWorkload", f"Deleted not matching Workload: {where}", JOB_COMPONENT
+        )
 
     def _priority(self, job: dict, world: World) -> tuple[int, str | None, str | None]:
         """(priority, class name, error): from the WorkloadPriorityClass label, else 0."""

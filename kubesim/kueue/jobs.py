@@ -4,6 +4,12 @@ Kueue v0.19 treats a RayJob, a RayCluster or a RayService as a "generic job": it
 Ray cluster spec, names and owns a Workload for it, and on admission flips ``suspend`` off and injects the
 assigned ResourceFlavors into the pod templates (restoring them on eviction). Everything here is decision
 logic without I/O so that the controller stays a thin loop and the rules can be unit tested with dicts.
+
+Which kinds Kueue manages is its configuration's ``integrations.frameworks`` (``KueueConfig.frameworks``;
+the shipped config enables all three). A RayCluster that a RayJob or RayService owns is that parent's
+business while the parent's integration is enabled; with ``ray.io/rayservice`` left out, Kueue manages a
+RayService through the RayClusters KubeRay creates for it (each queued and admitted on its own), as it
+did before v0.17.
 """
 
 from __future__ import annotations
@@ -45,17 +51,21 @@ class JobKind:
     kind: str
     key: str
     cluster_spec_field: str | None  # None: the spec itself is the RayCluster spec
+    framework: str
+    """Its name in Kueue's ``integrations.frameworks``."""
 
     @property
     def api_version(self) -> str:
         return "ray.io/v1"
 
 
-RAYJOB = JobKind("RayJob", "rayjobs.ray.io", "rayClusterSpec")
-RAYCLUSTER = JobKind("RayCluster", "rayclusters.ray.io", None)
-RAYSERVICE = JobKind("RayService", "rayservices.ray.io", "rayClusterConfig")
+RAYJOB = JobKind("RayJob", "rayjobs.ray.io", "rayClusterSpec", "ray.io/rayjob")
+RAYCLUSTER = JobKind("RayCluster", "rayclusters.ray.io", None, "ray.io/raycluster")
+RAYSERVICE = JobKind("RayService", "rayservices.ray.io", "rayClusterConfig", "ray.io/rayservice")
 JOB_KINDS = {k.key: k for k in (RAYJOB, RAYCLUSTER, RAYSERVICE)}
 JOB_KINDS_BY_KIND = {k.kind: k for k in (RAYJOB, RAYCLUSTER, RAYSERVICE)}
+ALL_FRAMEWORKS = frozenset(k.framework for k in JOB_KINDS.values())
+"""The Ray integrations of Kueue's shipped configuration: all of them."""
 
 
 # ----------------------------------------------------------------------------------------------- naming
@@ -94,27 +104,30 @@ def cluster_spec(kind: JobKind, job: dict) -> dict | None:
     return spec.get(kind.cluster_spec_field)
 
 
-def owned_by_ray_controller(job: dict) -> bool:
-    """A RayCluster created by a RayJob or RayService: its parent is the Kueue-managed job, not it."""
+def owned_by_ray_controller(job: dict, frameworks: frozenset[str] = ALL_FRAMEWORKS) -> bool:
+    """A RayCluster created by a RayJob or RayService whose integration is enabled: its parent is the
+    Kueue-managed job, not it (``FindAncestorJobManagedByKueue``)."""
+    parents = {k.kind for k in (RAYJOB, RAYSERVICE) if k.framework in frameworks}
     return any(
-        ref.get("controller") and ref.get("kind") in ("RayJob", "RayService")
+        ref.get("controller") and ref.get("kind") in parents
         for ref in job.get("metadata", {}).get("ownerReferences") or []
     )
 
 
-def is_managed(kind: JobKind, job: dict) -> bool:
+def is_managed(kind: JobKind, job: dict, frameworks: frozenset[str] = ALL_FRAMEWORKS) -> bool:
     """Whether Kueue manages this object (``manageJobsWithoutQueueName`` is false, as shipped).
 
-    A RayJob that only targets an existing cluster (clusterSelector, no rayClusterSpec) is skipped, and so
-    is a RayCluster that a RayJob/RayService owns (Kueue admits the parent instead).
+    Only kinds whose integration is enabled. A RayJob that only targets an existing cluster
+    (clusterSelector, no rayClusterSpec) is skipped, and so is a RayCluster that a RayJob/RayService owns
+    while that parent's integration is enabled (Kueue admits the parent instead).
     """
-    if not queue_name(job):
+    if kind.framework not in frameworks or not queue_name(job):
         return False
     if kind is RAYJOB:
         spec = job.get("spec") or {}
         return bool(spec.get("rayClusterSpec")) or not spec.get("clusterSelector")
     if kind is RAYCLUSTER:
-        return not owned_by_ray_controller(job)
+        return not owned_by_ray_controller(job, frameworks)
     return True
 
 
@@ -256,6 +269,62 @@ def pod_requests(pod_spec: dict) -> dict[str, int]:
     for name, value in (pod_spec.get("overhead") or {}).items():
         total[name] = total.get(name, 0) + quantity.to_canonical(name, value)
     return total
+
+
+def _shape(pod_set_name: str, count: int, template: dict) -> tuple:
+    spec = template.get("spec") or {}
+    return (
+        pod_set_name,
+        count,
+        spec.get("containers") or [],
+        spec.get("initContainers") or [],
+        spec.get("tolerations") or [],
+    )
+
+
+def _job_shapes(kind: JobKind, job: dict) -> list[tuple]:
+    """What ``build_pod_sets`` would record, without copying: (name, count, containers, init containers,
+    tolerations) per pod set. Only the fields Kueue compares (``equality.ComparePodSets``)."""
+    rc_spec = cluster_spec(kind, job) or {}
+    head = (rc_spec.get("headGroupSpec") or {}).get("template") or {}
+    if rc_spec.get("enableInTreeAutoscaling"):  # the autoscaler container Kueue adds: compare the full build
+        return [_shape(ps["name"], ps["count"], ps["template"]) for ps in build_pod_sets(kind, job)]
+    shapes = [_shape(HEAD_POD_SET, 1, head)]
+    for group in rc_spec.get("workerGroupSpecs") or []:
+        shapes.append(
+            _shape(str(group.get("groupName", "")).lower(), worker_count(group), group.get("template") or {})
+        )
+    if kind is RAYJOB:
+        spec = job.get("spec") or {}
+        mode = spec.get("submissionMode") or "K8sJobMode"
+        if mode == "K8sJobMode":
+            template = spec.get("submitterPodTemplate") or default_submitter_template()
+            shapes.append(_shape(SUBMITTER_POD_SET, 1, template))
+        elif mode == "SidecarMode":
+            return [_shape(ps["name"], ps["count"], ps["template"]) for ps in build_pod_sets(kind, job)]
+    return shapes
+
+
+def equivalent_to_workload(kind: JobKind, job: dict, workload: dict) -> bool:
+    """``EquivalentToWorkload``: the job's pod sets are still the ones its Workload was made for.
+
+    Kueue compares each pod set's count and containers (and init containers), and the tolerations only
+    while the Workload holds no quota (admission injects the flavors' tolerations, so a running job's
+    differ). A job changed otherwise (a new image, new environment, other replicas) no longer matches:
+    Kueue then replaces the Workload.
+    """
+    recorded = [
+        _shape(ps.get("name", ""), int(ps.get("count") or 0), ps.get("template") or {})
+        for ps in (workload.get("spec") or {}).get("podSets") or []
+    ]
+    current = _job_shapes(kind, job)
+    if len(recorded) != len(current):
+        return False
+    with_tolerations = ((workload.get("status") or {}).get("admission")) is None
+    for mine, theirs in zip(current, recorded, strict=True):
+        if mine[1:4] != theirs[1:4] or (with_tolerations and mine[4] != theirs[4]):
+            return False
+    return True
 
 
 # ----------------------------------------------------------------------------------------------- workload

@@ -131,9 +131,10 @@ def _queue_name_errors(job: dict) -> list[str]:
     return [invalid(_label_path(jobs.QUEUE_LABEL), name, ",".join(problems))] if problems else []
 
 
-def validate_create(kind: JobKind, job: dict) -> list[str]:
-    """Field errors for a new (or updated) managed job, in upstream's order."""
-    if not jobs.queue_name(job):
+def validate_create(kind: JobKind, job: dict, frameworks: frozenset[str] = jobs.ALL_FRAMEWORKS) -> list[str]:
+    """Field errors for a new (or updated) managed job, in upstream's order (none for a kind whose
+    integration is disabled: its webhook is not registered)."""
+    if kind.framework not in frameworks or not jobs.queue_name(job):
         return []
     errors: list[str] = []
     if kind is RAYJOB:
@@ -167,7 +168,7 @@ def validate_create(kind: JobKind, job: dict) -> list[str]:
             )
         errors += _cluster_spec_errors(job, spec["rayClusterSpec"], "spec.rayClusterSpec")
     elif kind is RAYCLUSTER:
-        if jobs.owned_by_ray_controller(job):
+        if jobs.owned_by_ray_controller(job, frameworks):
             return []
         errors += _cluster_spec_errors(job, job.get("spec") or {}, "spec")
     else:
@@ -177,9 +178,15 @@ def validate_create(kind: JobKind, job: dict) -> list[str]:
     return errors + _queue_name_errors(job)
 
 
-def validate_update(kind: JobKind, old: dict, new: dict, default_queue_exists: bool) -> list[str]:
+def validate_update(
+    kind: JobKind,
+    old: dict,
+    new: dict,
+    default_queue_exists: bool,
+    frameworks: frozenset[str] = jobs.ALL_FRAMEWORKS,
+) -> list[str]:
     """``ValidateJobOnUpdate`` then the create rules: queue and priority labels vs. suspension."""
-    if not jobs.queue_name(new):
+    if kind.framework not in frameworks or not jobs.queue_name(new):
         return []
     errors: list[str] = []
     suspended = jobs.is_suspended(kind, new)
@@ -211,7 +218,7 @@ def validate_update(kind: JobKind, old: dict, new: dict, default_queue_exists: b
                 "WorkloadPriorityClass cannot be removed from a workload",
             )
         )
-    return errors + validate_create(kind, new)
+    return errors + validate_create(kind, new, frameworks)
 
 
 def cluster_queue_causes(cq: dict) -> list[dict]:
@@ -239,13 +246,17 @@ def cluster_queue_causes(cq: dict) -> list[dict]:
 # ----------------------------------------------------------------------------------------------- defaulting
 
 
-def apply_defaults(kind: JobKind, job: dict, default_queue_exists: bool) -> None:
+def apply_defaults(
+    kind: JobKind, job: dict, default_queue_exists: bool, frameworks: frozenset[str] = jobs.ALL_FRAMEWORKS
+) -> None:
     """Mutating webhook on create: default the queue label, then suspend a managed job."""
-    if kind is RAYCLUSTER and jobs.owned_by_ray_controller(job):
+    if kind.framework not in frameworks:
+        return
+    if kind is RAYCLUSTER and jobs.owned_by_ray_controller(job, frameworks):
         return
     if not jobs.queue_name(job) and default_queue_exists:
         job.setdefault("metadata", {}).setdefault("labels", {})[jobs.QUEUE_LABEL] = DEFAULT_LOCAL_QUEUE
-    if jobs.is_managed(kind, job) and not jobs.is_suspended(kind, job):
+    if jobs.is_managed(kind, job, frameworks) and not jobs.is_suspended(kind, job):
         jobs.set_suspend(kind, job, True)
 
 
@@ -278,8 +289,11 @@ def label_for_default_queue(obj: dict, default_queue_exists: bool) -> bool:
 # ----------------------------------------------------------------------------------------------- hook
 
 
-def make_admission_hook(store) -> Callable[[str, object, dict, dict | None], None]:
-    """The store admission hook standing in for Kueue's webhook configurations."""
+def make_admission_hook(
+    store, frameworks: frozenset[str] = jobs.ALL_FRAMEWORKS
+) -> Callable[[str, object, dict, dict | None], None]:
+    """The store admission hook standing in for Kueue's webhook configurations (only the enabled
+    integrations' webhooks are registered)."""
 
     def default_queue_exists(namespace: str | None) -> bool:
         try:
@@ -306,10 +320,10 @@ def make_admission_hook(store) -> Callable[[str, object, dict, dict | None], Non
         )
         has_default = default_queue_exists(namespace)
         if operation == "CREATE":
-            apply_defaults(kind, obj, has_default)
-            errors = validate_create(kind, obj)
+            apply_defaults(kind, obj, has_default, frameworks)
+            errors = validate_create(kind, obj, frameworks)
         else:
-            errors = validate_update(kind, old or {}, obj, has_default)
+            errors = validate_update(kind, old or {}, obj, has_default, frameworks)
         if errors:
             message = f'admission webhook "{WEBHOOK_NAMES[kind.key]}" denied the request: {aggregate(errors)}'
             raise ApiError(403, "Forbidden", message)

@@ -1,4 +1,5 @@
-"""kueue_ray: run Airflow tasks as KubeRay RayJobs that Kueue queues, prioritises and admits.
+"""kueue_ray: run Airflow tasks as KubeRay RayJobs, and serve models as RayServices, that Kueue queues,
+prioritises and admits.
 
 The package is split so that the decisions can be tested without a cluster or an Airflow runtime:
 
@@ -6,10 +7,13 @@ The package is split so that the decisions can be tested without a cluster or an
   ``status`` (what a RayJob + its Workload mean), ``manifests`` (template -> validated RayJob body and the
   quota it will ask Kueue for), ``naming`` (deterministic names, label/annotation keys), ``quantity``
   (Kubernetes resource quantities), ``priority`` (run type -> WorkloadPriorityClass), ``timeline``
-  (what happened while waiting), ``orphans`` (which RayJobs no task will wait for again) and ``errors``;
+  (what happened while waiting), ``orphans`` (which RayJobs no task will wait for again),
+  ``service_status`` (what a RayService, its clusters and their Workloads mean) and ``errors``;
 * DAG-facing declarations: ``params`` (the Trigger-form Params every DAG offers: priority class and
   LocalQueue; Airflow's ``Param`` and nothing else);
-* I/O side: the hook, the triggerer's watch hub, the trigger, the operator, the sensor and the janitor.
+* I/O side: the hooks (``hook``, ``service_hook``), the triggerer's watch hub, the triggers (``trigger``,
+  ``service_trigger``), the operators (``operators``: RayJobs; ``serving``: RayServices; ``publish``: an
+  Asset event for a RayJob's output), the sensor and the janitor.
 
 Submodules are deliberately not imported here: importing the package from a DAG file must stay cheap and
 must never pull in ``kubernetes``. For the same reason the operator and sensor modules import the trigger,

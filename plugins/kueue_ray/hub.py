@@ -58,6 +58,7 @@ from kueue_ray.status import essential_rayjob, essential_workload
 log = logging.getLogger(__name__)
 
 RAYJOB = "rayjob"
+RAYSERVICE = "rayservice"
 WORKLOAD = "workload"
 NOTICE = "notice"
 """An ``Update`` that is news about waiting itself (the API server refuses to watch), for the task log."""
@@ -105,6 +106,19 @@ RAYJOBS = WatchedResource(
     selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
     essential=essential_rayjob,
 )
+RAYSERVICES = WatchedResource(
+    kind=RAYSERVICE,
+    group="ray.io",
+    version="v1",
+    plural="rayservices",
+    label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
+    key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
+    selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
+    # Whole: the RayService status model reads spec and status alike, and a namespace holds few services.
+    essential=lambda obj: obj,
+)
+"""The deploy operator's RayServices. Their Workloads are in the same Workload watch: the RayService's own
+(keyed by its uid) or, when Kueue admits it through its RayClusters, each cluster's."""
 # Kueue copies no labels of ours onto Workloads, only the owner's uid: select on that label existing and
 # key the Workloads by it.
 WORKLOADS = WatchedResource(
@@ -296,6 +310,9 @@ class Subscription:
 
     __slots__ = ("hub", "conn_id", "namespace", "name", "uid", "resync_interval", "updates", "queue", "stage")
 
+    noun = "RayJob"
+    resource = RAYJOBS
+
     def __init__(
         self, hub: WatchHub, conn_id: str, namespace: str, name: str, uid: str, resync_interval: float
     ) -> None:
@@ -340,9 +357,10 @@ class Subscription:
                 delay = max(backoff.next_delay(), retry_after_seconds(exc) or 0.0)
                 hint = ""
                 if getattr(exc, "status", None) == 403:
-                    hint = f" (check: {can_i('get', 'rayjobs.ray.io', self.namespace)})"
+                    hint = f" (check: {can_i('get', self.resource.qualified, self.namespace)})"
                 log.warning(
-                    "Reading RayJob %s/%s failed (%s)%s; retrying in %.1fs",
+                    "Reading %s %s/%s failed (%s)%s; retrying in %.1fs",
+                    self.noun,
                     self.namespace,
                     self.name,
                     describe_error(exc),
@@ -400,6 +418,50 @@ class Subscription:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(loop.listed.wait(), self.hub.settings.connect_wait_seconds)
         return loop.listed.is_set()
+
+
+class ServiceSubscription(Subscription):
+    """One trigger's interest in one RayService (name + uid) and the Workloads that admit it.
+
+    Every change of the RayService or of one of its Workloads is an ``Update`` that only says "look again";
+    ``snapshot`` then reads the current pair from the cache, so the order in which the two watches deliver
+    does not matter.
+    """
+
+    noun = "RayService"
+    resource = RAYSERVICES
+
+    async def current(self, *, reread_rayjob: bool = False) -> tuple[dict | None, list[dict]]:  # type: ignore[override]
+        """(RayService, its Workloads) as known now; reads what the cache cannot answer (retrying)."""
+        return await super().current(reread_rayjob=reread_rayjob)
+
+    async def _read_current(self, reread_rayjob: bool) -> tuple[dict | None, list[dict]]:  # type: ignore[override]
+        listed = {kind: await self._wait_for_list(kind) for kind in (RAYSERVICE, WORKLOAD)}
+        service, _ = self.snapshot()
+        if service is None or not listed[WORKLOAD]:
+            await self.hub.read_service_through(self, workloads=not listed[WORKLOAD])
+        return self.snapshot()
+
+    def snapshot(self) -> tuple[dict | None, list[dict]]:
+        """(RayService, its Workloads) from the cache alone."""
+        from kueue_ray.service_status import related_workload
+
+        service = self.hub.cached(self, RAYSERVICE)
+        if service is None:
+            return None, []
+        loop = self.hub.loop_of(self, WORKLOAD)
+        workloads = list(loop.objects.values()) if loop is not None else []
+        return service, [w for w in workloads if related_workload(service, w)]
+
+    def cares_about(self, workload: dict) -> bool:
+        """Whether a Workload change may concern this RayService: its own, or a RayCluster's named after it
+        (KubeRay names a RayService's clusters ``<service>-<5 random>``)."""
+        for ref in (workload.get("metadata") or {}).get("ownerReferences") or ():
+            if ref.get("kind") == "RayService" and ref.get("uid") == self.uid:
+                return True
+            if ref.get("kind") == "RayCluster" and str(ref.get("name", "")).startswith(f"{self.name}-"):
+                return True
+        return False
 
 
 def _first_line(exc: BaseException) -> str:
@@ -800,30 +862,54 @@ class _Scope:
     client: SharedApiClient
     by_name: dict[str, list[Subscription]] = field(default_factory=dict)
     by_uid: dict[str, list[Subscription]] = field(default_factory=dict)
+    services: dict[str, list[ServiceSubscription]] = field(default_factory=dict)
+    """RayService subscriptions by name (a RayJob and a RayService may share a name)."""
     loops: dict[str, _WatchLoop] = field(default_factory=dict)
     pending_reads: dict[str, _PendingRead] = field(default_factory=dict)
     workload_changes: int = 0
     """Workload changes cached so far (``Subscription.workloads_version``)."""
 
+    def _indexes(self, subscription: Subscription) -> tuple[tuple[dict, str], ...]:
+        by_name = self.services if isinstance(subscription, ServiceSubscription) else self.by_name
+        return ((by_name, subscription.name), (self.by_uid, subscription.uid))
+
     def add(self, subscription: Subscription) -> None:
-        self.by_name.setdefault(subscription.name, []).append(subscription)
-        self.by_uid.setdefault(subscription.uid, []).append(subscription)
+        for index, key in self._indexes(subscription):
+            index.setdefault(key, []).append(subscription)
 
     def remove(self, subscription: Subscription) -> None:
-        for index, key in ((self.by_name, subscription.name), (self.by_uid, subscription.uid)):
+        for index, key in self._indexes(subscription):
             index[key].remove(subscription)
             if not index[key]:
                 del index[key]
 
     def empty(self) -> bool:
-        return not self.by_name
+        return not self.by_name and not self.services
+
+    def needed_kinds(self) -> set[str]:
+        """The watch loops the current subscribers need."""
+        kinds = set()
+        if self.by_name:
+            kinds |= {RAYJOB, WORKLOAD}
+        if self.services:
+            kinds |= {RAYSERVICE, WORKLOAD}
+        return kinds
 
     def subscribers_of(self, kind: str, key: str) -> list[Subscription]:
-        return (self.by_name if kind == RAYJOB else self.by_uid).get(key, [])
+        index = {RAYJOB: self.by_name, RAYSERVICE: self.services}.get(kind, self.by_uid)
+        return index.get(key, [])
+
+    def workload_watchers(self, workload: dict | None) -> list[ServiceSubscription]:
+        """The RayService subscribers a Workload change may concern beyond its job-uid key (their
+        clusters' Workloads)."""
+        if workload is None:
+            return []
+        return [s for group in self.services.values() for s in group if s.cares_about(workload)]
 
     def resync_interval(self) -> float:
         """The shortest safety-net interval any subscriber asked for."""
-        intervals = [s.resync_interval for group in self.by_name.values() for s in group]
+        groups = [*self.by_name.values(), *self.services.values()]
+        intervals = [s.resync_interval for group in groups for s in group]
         return min(intervals, default=DEFAULT_RESYNC_SECONDS)
 
 
@@ -869,12 +955,38 @@ class WatchHub:
         """
         self._adopt_event_loop()
         subscription = Subscription(self, conn_id, namespace, name, uid, resync_interval)
+        async with self._subscribed(subscription, (RAYJOBS, WORKLOADS)):
+            yield subscription
+
+    @contextlib.asynccontextmanager
+    async def subscribe_service(
+        self,
+        conn_id: str,
+        namespace: str,
+        name: str,
+        uid: str,
+        resync_interval: float = DEFAULT_RESYNC_SECONDS,
+    ) -> AsyncIterator[ServiceSubscription]:
+        """Register interest in one RayService (and the Workloads admitting it) for the ``async with``
+        block: the namespace's RayService watch and its Workload watch, shared like the RayJob ones."""
+        self._adopt_event_loop()
+        subscription = ServiceSubscription(self, conn_id, namespace, name, uid, resync_interval)
+        async with self._subscribed(subscription, (RAYSERVICES, WORKLOADS)):
+            yield subscription
+
+    @contextlib.asynccontextmanager
+    async def _subscribed(
+        self, subscription: Subscription, resources: tuple[WatchedResource, ...]
+    ) -> AsyncIterator[None]:
+        """Add ``subscription`` to its scope with the watch loops it needs; on leaving, stop the loops
+        nobody needs any more and close the scope with its last subscriber."""
         scope = self._scopes.get(subscription.scope)
         if scope is None:
             scope = self._scopes[subscription.scope] = _Scope(
-                subscription.scope, SharedApiClient(self.connection_factory, conn_id)
+                subscription.scope, SharedApiClient(self.connection_factory, subscription.conn_id)
             )
-            for resource in (RAYJOBS, WORKLOADS):
+        for resource in resources:
+            if resource.kind not in scope.loops:
                 loop = scope.loops[resource.kind] = _WatchLoop(self, scope, resource)
                 loop.start()
         scope.add(subscription)
@@ -886,11 +998,14 @@ class WatchHub:
             if loop.polling_because is not None:
                 subscription.updates.put_nowait(Update(NOTICE, None, loop.polling_notice()))
         try:
-            yield subscription
+            yield
         finally:
             scope.remove(subscription)
             if not scope.empty():
-                self._forget_unwatched(scope, subscription.name)
+                if not isinstance(subscription, ServiceSubscription):
+                    self._forget_unwatched(scope, subscription.name)
+                for kind in set(scope.loops) - scope.needed_kinds():
+                    await scope.loops.pop(kind).stop()
             elif self._scopes.get(subscription.scope) is scope:
                 del self._scopes[subscription.scope]
                 for read in scope.pending_reads.values():
@@ -939,8 +1054,9 @@ class WatchHub:
         loop = self.loop_of(subscription, kind)
         if loop is None:
             return None
-        obj = loop.objects.get(subscription.name if kind == RAYJOB else subscription.uid)
-        if obj is not None and kind == RAYJOB and obj["metadata"].get("uid") != subscription.uid:
+        by_name = kind in (RAYJOB, RAYSERVICE)
+        obj = loop.objects.get(subscription.name if by_name else subscription.uid)
+        if obj is not None and by_name and obj["metadata"].get("uid") != subscription.uid:
             return None
         return obj
 
@@ -954,10 +1070,14 @@ class WatchHub:
             try:
                 await self._read(hook, subscription, client, rayjob=rayjob, workload=workload)
             except Exception as exc:
-                scope = self._scopes.get(subscription.scope)
-                if getattr(exc, "status", None) == 401 and scope is not None and client is not None:
-                    await scope.client.retire(client)  # the next read loads the credentials again
+                await self._retire_refused(subscription, client, exc)
                 raise
+
+    async def _retire_refused(self, subscription: Subscription, client: Any, exc: BaseException) -> None:
+        """A read answered 401: retire the shared client so the next read loads the credentials again."""
+        scope = self._scopes.get(subscription.scope)
+        if getattr(exc, "status", None) == 401 and scope is not None and client is not None:
+            await scope.client.retire(client)
 
     async def _read(
         self, hook: Any, subscription: Subscription, client: Any, *, rayjob: bool, workload: bool
@@ -975,6 +1095,38 @@ class WatchHub:
             loop = self.loop_of(subscription, WORKLOAD)
             if loop is not None and obj is not None:
                 self.offer(loop, subscription.uid, obj)
+
+    async def read_service_through(self, subscription: ServiceSubscription, *, workloads: bool) -> None:
+        """Read the RayService (and, before the Workload watch listed, the namespace's job Workloads) from
+        the API server and offer them to the cache."""
+        from kueue_ray.service_hook import AsyncRayServiceHook
+
+        hook = AsyncRayServiceHook(kubernetes_conn_id=subscription.conn_id)
+        async with self._lease(subscription) as client:
+            try:
+                await self._read_service(hook, subscription, client, workloads=workloads)
+            except Exception as exc:
+                await self._retire_refused(subscription, client, exc)
+                raise
+
+    async def _read_service(
+        self, hook: Any, subscription: ServiceSubscription, client: Any, *, workloads: bool
+    ) -> None:
+        obj = await hook.get_rayservice(subscription.name, subscription.namespace, api_client=client)
+        loop = self.loop_of(subscription, RAYSERVICE)
+        if loop is not None:
+            if obj is None:
+                self.offer_deleted(loop, subscription.name)
+            else:
+                self.offer(loop, subscription.name, obj)
+        if workloads:
+            items = await hook.list_job_workloads(subscription.namespace, api_client=client)
+            loop = self.loop_of(subscription, WORKLOAD)
+            if loop is not None:
+                for item in items:
+                    key = WORKLOADS.key_of(item)
+                    if key is not None:
+                        self.offer(loop, key, item)
 
     def _lease(self, subscription: Subscription) -> contextlib.AbstractAsyncContextManager[Any]:
         """The subscription's scope's shared ApiClient; None (the hook opens its own) outside a scope."""
@@ -1019,7 +1171,7 @@ class WatchHub:
 
     def notify(self, scope: _Scope, message: str) -> None:
         """Tell every subscriber of ``scope`` something about waiting itself (their task logs show it)."""
-        for group in scope.by_name.values():
+        for group in (*scope.by_name.values(), *scope.services.values()):
             for subscription in group:
                 subscription.updates.put_nowait(Update(NOTICE, None, message))
 
@@ -1041,22 +1193,34 @@ class WatchHub:
             return  # an older object of the same name went away; the cached one is newer
         loop.objects.pop(key, None)
         self._count_change(loop)
-        self._deliver(loop, key, None, deleted_uid=deleted_uid)
+        self._deliver(loop, key, None, deleted_uid=deleted_uid, last=obj or cached)
 
     @staticmethod
     def _count_change(loop: _WatchLoop) -> None:
         if loop.resource.kind == WORKLOAD:
             loop.scope.workload_changes += 1
 
-    def _deliver(self, loop: _WatchLoop, key: str, obj: dict | None, deleted_uid: str | None = None) -> None:
-        for subscription in loop.scope.subscribers_of(loop.resource.kind, key):
-            if loop.resource.kind == WORKLOAD:
+    def _deliver(
+        self,
+        loop: _WatchLoop,
+        key: str,
+        obj: dict | None,
+        deleted_uid: str | None = None,
+        last: dict | None = None,
+    ) -> None:
+        kind = loop.resource.kind
+        subscribers = loop.scope.subscribers_of(kind, key)
+        if kind == WORKLOAD:
+            extra = loop.scope.workload_watchers(obj or last)
+            subscribers = [*subscribers, *(s for s in extra if s not in subscribers)]
+        for subscription in subscribers:
+            if kind == WORKLOAD:
                 subscription.updates.put_nowait(Update(WORKLOAD, obj))
                 continue
             if obj is None and deleted_uid not in (None, subscription.uid):
-                continue  # a predecessor with this name was deleted, not the subscribed RayJob
+                continue  # a predecessor with this name was deleted, not the subscribed object
             mine = obj if obj is not None and obj["metadata"].get("uid") == subscription.uid else None
-            subscription.updates.put_nowait(Update(RAYJOB, mine))
+            subscription.updates.put_nowait(Update(kind, mine))
 
     def _forget_unwatched(self, scope: _Scope, name: str) -> None:
         """Drop a RayJob read by GET that the watch does not cover once nobody waits for it: no watch event

@@ -15,6 +15,7 @@ forever.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ import yaml
 
 from kueue_ray.errors import ManifestError
 from kueue_ray.naming import (
+    CLUSTER_CONFIG_ANNOTATION,
     ELASTIC_JOB_ANNOTATION,
     MAX_RAYJOB_NAME,
     PRIORITY_CLASS_LABEL,
@@ -277,8 +279,22 @@ def build_rayservice(
         _apply_replicas(cluster, worker_replicas)
         _apply_resources(cluster, resources)
     validate_rayservice(body)
+    body["metadata"]["annotations"][CLUSTER_CONFIG_ANNOTATION] = cluster_config_digest(cluster)
     sets = pod_sets(body)
     return BuiltRayJob(body=body, name=name, total_request=_total(sets), pod_sets=sets)
+
+
+def cluster_config_digest(cluster_config: Mapping[str, Any] | None) -> str:
+    """What decides whether KubeRay brings up a new Ray cluster for a RayService: its ``rayClusterConfig``
+    without ``suspend`` (Kueue's to set) and the worker groups' ``replicas`` (an autoscaler's), the same
+    fields KubeRay leaves out of the hash it compares clusters by. Two configs with equal digests are served
+    by the same cluster; a different digest means a new cluster and a traffic switch."""
+    config = copy.deepcopy(dict(cluster_config or {}))
+    config.pop("suspend", None)
+    for group in config.get("workerGroupSpecs") or ():
+        group.pop("replicas", None)
+        (group.get("scaleStrategy") or {}).pop("workersToDelete", None)
+    return hashlib.sha256(json.dumps(_plain(config), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _expect_kind(body: dict, kind: str) -> None:

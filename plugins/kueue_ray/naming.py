@@ -27,6 +27,10 @@ RUN_ID_ANNOTATION = "airflow.apache.org/run-id"
 TASK_ID_ANNOTATION = "airflow.apache.org/task-id"
 MAP_INDEX_ANNOTATION = "airflow.apache.org/map-index"
 TRY_NUMBER_ANNOTATION = "airflow.apache.org/try-number"
+CLUSTER_CONFIG_ANNOTATION = "kueue-ray.airflow.apache.org/cluster-config"
+"""On a RayService: the digest of the ``rayClusterConfig`` the deploy operator wrote
+(``manifests.cluster_config_digest``), so the next deploy knows whether KubeRay will bring up a new
+cluster without reading the config back (Kueue may have rewritten it since)."""
 WAITER_ANNOTATION = "kueue-ray.airflow.apache.org/waiter"
 """``<task_id>/<map_index>/<try_number>`` of the sensor try now waiting for the RayJob: the latest try to
 register wins, so a killed older try knows the RayJob is no longer its to delete."""
@@ -143,12 +147,21 @@ def rayjob_name(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> 
     are truncated identically.
     """
     digest = hashlib.sha256(json.dumps([dag_id, run_id, task_id, map_index]).encode()).hexdigest()
-    suffix = digest[:_HASH_LEN]
+    return _readable_name(dag_id, task_id, digest[:_HASH_LEN])
+
+
+def service_name(dag_id: str, task_id: str, map_index: int = -1) -> str:
+    """The RayService a deploy task keeps across runs: like ``rayjob_name`` without the run id, so the next
+    run updates the same service (KubeRay's zero-downtime upgrade) instead of deploying another one."""
+    digest = hashlib.sha256(json.dumps([dag_id, task_id, map_index]).encode()).hexdigest()
+    return _readable_name(dag_id, task_id, digest[:_HASH_LEN])
+
+
+def _readable_name(dag_id: str, task_id: str, suffix: str) -> str:
     dag, task = _dns_words(dag_id), _dns_words(task_id)
-    prefix_budget = MAX_RAYJOB_NAME - _HASH_LEN - 1
     if not (dag or task)[:1].isalpha():
         dag = f"r{dag}" if dag else "r"
-    dag, task = _share_budget(dag, task, prefix_budget)
+    dag, task = _share_budget(dag, task, MAX_RAYJOB_NAME - len(suffix) - 1)
     prefix = "-".join(part for part in (dag, task) if part)
     return f"{prefix}-{suffix}"
 

@@ -45,6 +45,32 @@ def task_identity(context: Context) -> AirflowIdentity:
     )
 
 
+def run_priority(log: Any, context: Context, priority: str, policy: Mapping[str, Any] | None) -> str:
+    """The WorkloadPriorityClass for this run: ``priority`` as given, or with a ``priority_policy``
+    decided from how the run was started (``kueue_ray.priority.resolve_priority``), logging why."""
+    if not policy:
+        return priority
+    from kueue_ray.priority import resolve_priority
+
+    dag_run = context.get("dag_run")
+    extras = [
+        getattr(event, "extra", None)
+        for events in (context.get("triggering_asset_events") or {}).values()
+        for event in events
+    ]
+    decision = resolve_priority(
+        run_type=getattr(dag_run, "run_type", "manual"),
+        params=context.get("params"),
+        default_priority=priority,
+        allowed=policy["allowed"],
+        allow_backfill_priority=bool(policy.get("allow_backfill_priority", False)),
+        backfill_priority=policy.get("backfill_priority", "dev-priority"),
+        asset_events_extra=extras,
+    )
+    log.info("Priority %s (%s): %s", decision.priority_class, decision.source, decision.note)
+    return decision.priority_class
+
+
 def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     """What the links and downstream tasks need to know about the RayJob (the ``rayjob`` XCom); see
     ``kueue_ray.results.rayjob_details``."""
@@ -420,28 +446,7 @@ class SubmitRayJobOperator(BaseOperator):
 
     def resolve_priority(self, context: Context) -> str:
         """The WorkloadPriorityClass for this run; with a policy, from the run type and params."""
-        if not self.priority_policy:
-            return self.priority
-        from kueue_ray.priority import resolve_priority
-
-        policy = self.priority_policy
-        dag_run = context.get("dag_run")
-        extras = [
-            getattr(event, "extra", None)
-            for events in (context.get("triggering_asset_events") or {}).values()
-            for event in events
-        ]
-        decision = resolve_priority(
-            run_type=getattr(dag_run, "run_type", "manual"),
-            params=context.get("params"),
-            default_priority=self.priority,
-            allowed=policy["allowed"],
-            allow_backfill_priority=bool(policy.get("allow_backfill_priority", False)),
-            backfill_priority=policy.get("backfill_priority", "dev-priority"),
-            asset_events_extra=extras,
-        )
-        self.log.info("Priority %s (%s): %s", decision.priority_class, decision.source, decision.note)
-        return decision.priority_class
+        return run_priority(self.log, context, self.priority, self.priority_policy)
 
     # --- execution -----------------------------------------------------------------------------------
 

@@ -284,7 +284,7 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
     # 7. Not admitted: inadmissible or simply waiting.
     reason = quota.get("reason") or ""
     message = quota.get("message") or ""
-    if reason in _INADMISSIBLE_REASONS or _names_queue_problem(message) or is_never_fits(message):
+    if is_inadmissible(reason, message):
         return result(Phase.INADMISSIBLE, reason or "Inadmissible", message)
     requeue_at = (wl_status.get("requeueState") or {}).get("requeueAt")
     backing_off = evicted.get("status") == "True" and evicted.get("reason") == PODS_READY_TIMEOUT
@@ -316,7 +316,15 @@ RAYJOB_STATUS_FIELDS = (
     "endTime",
 )
 """What of a RayJob's status ``observe`` and the task's XComs read (not ``rayClusterStatus``)."""
-_KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
+_KEPT_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "ownerReferences",  # which RayService or RayCluster a Workload belongs to (service_status)
+)
 _DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 
 
@@ -379,6 +387,12 @@ def essential_workload(workload: dict) -> dict:
     if kept:
         slim["status"] = kept
     return slim
+
+
+def is_inadmissible(reason: str, message: str) -> bool:
+    """True when a ``QuotaReserved=False`` reason / message says waiting cannot help: a configuration
+    problem (queue missing, stopped, inactive) or a request no quota can ever hold."""
+    return reason in _INADMISSIBLE_REASONS or _names_queue_problem(message) or is_never_fits(message)
 
 
 def _names_queue_problem(message: str) -> bool:

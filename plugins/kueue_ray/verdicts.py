@@ -13,6 +13,8 @@ TOO_MANY_PREEMPTIONS = "too_many_preemptions"
 PODS_NOT_READY = "pods_not_ready"
 """Kueue evicted it more often than ``max_pods_ready_evictions`` because its pods never got ready."""
 DELETED = "deleted"
+READY_TIMEOUT = "ready_timeout"
+"""A RayService admitted longer than ``ready_timeout`` without serving."""
 
 GAVE_UP = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS, PODS_NOT_READY})
 """Verdicts that end the wait while the RayJob itself is still queued or running."""

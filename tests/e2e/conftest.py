@@ -68,6 +68,7 @@ def kubesim(tmp_path_factory):
         time_scale=TIME_SCALE,
         extra_apply=[E2E_DIR / "cluster"],
         kueue_config=E2E_DIR / "kueue-config.yaml",
+        tls=True,  # as make run: kubectl sends the kubeconfig's token only over HTTPS
     )
     yield sim
     sim.stop()
@@ -120,7 +121,12 @@ def e2e(airflow, kubesim):
     from kubernetes import client, config
 
     api_client = config.new_client_from_config(config_file=str(kubesim.kubeconfig))
-    harness = E2E(airflow=airflow, kubesim_url=kubesim.url, custom=client.CustomObjectsApi(api_client))
+    harness = E2E(
+        airflow=airflow,
+        kubesim_url=kubesim.url,
+        custom=client.CustomObjectsApi(api_client),
+        kubesim_verify=kubesim.verify,
+    )
     harness.clear_faults()
     harness.collect_requests()  # kubesim's own setup (--apply) is not the project's traffic
     yield harness

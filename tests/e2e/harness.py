@@ -62,6 +62,8 @@ class E2E:
     airflow: Airflow
     kubesim_url: str
     custom: Any  # kubernetes.client.CustomObjectsApi
+    kubesim_verify: Any = True
+    """What raw HTTP to kubesim needs to trust it (``KubesimProcess.verify``: its CA when it serves HTTPS)."""
     requests: list[dict] = field(default_factory=list)
     """kubesim's request log, accumulated over the whole session (see conftest.collect_requests)."""
 
@@ -186,15 +188,23 @@ class E2E:
         return self.custom.list_cluster_custom_object(*KUEUE, "workloads")["items"]
 
     def faults(self, **settings) -> None:
-        httpx.post(f"{self.kubesim_url}/kubesim/faults", json=settings, timeout=10).raise_for_status()
+        httpx.post(
+            f"{self.kubesim_url}/kubesim/faults", json=settings, timeout=10, verify=self.kubesim_verify
+        ).raise_for_status()
 
     def clear_faults(self) -> None:
-        httpx.delete(f"{self.kubesim_url}/kubesim/faults", timeout=10).raise_for_status()
+        httpx.delete(
+            f"{self.kubesim_url}/kubesim/faults", timeout=10, verify=self.kubesim_verify
+        ).raise_for_status()
 
     def collect_requests(self) -> list[dict]:
         """Move kubesim's request log into `self.requests` (the log is bounded; the session is not)."""
-        fresh = httpx.get(f"{self.kubesim_url}/kubesim/requests", timeout=30).json()
-        httpx.delete(f"{self.kubesim_url}/kubesim/requests", timeout=10).raise_for_status()
+        fresh = httpx.get(
+            f"{self.kubesim_url}/kubesim/requests", timeout=30, verify=self.kubesim_verify
+        ).json()
+        httpx.delete(
+            f"{self.kubesim_url}/kubesim/requests", timeout=10, verify=self.kubesim_verify
+        ).raise_for_status()
         self.requests.extend(fresh)
         return fresh
 

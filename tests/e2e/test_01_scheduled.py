@@ -10,6 +10,8 @@ for the team cohort's GPUs (see RELIABILITY.md).
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from tests.e2e.harness import wait_until
@@ -75,17 +77,69 @@ def test_scheduled_run_succeeds_with_phase_story_and_timeline(e2e, enabled, dag_
         assert timeline["preemption_count"] == 0
 
 
-def test_a_second_aurora_deploy_tears_down_the_previous_service(e2e, enabled):
-    """The serve step rolls forward: the next run deploys its RayService, then deletes the earlier ones."""
-    first_run = enabled.get("aurora_finetune_and_serve")
-    if first_run is None:
+def kubectl(kubesim, *args: str) -> str:
+    """kubectl as a user runs it, reading across namespaces (the RBAC test tells such reads apart)."""
+    result = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubesim.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def active_cluster(service: dict) -> str | None:
+    return ((service.get("status") or {}).get("activeServiceStatus") or {}).get("rayClusterName")
+
+
+def test_a_second_aurora_run_deploys_the_new_model_to_the_running_service(e2e, enabled, kubesim):
+    """Upgrade, as KubeRay does it: the new checkpoint is a new cluster config for the same RayService; a
+    pending cluster comes up (Kueue admits it on its own), traffic switches, the old cluster goes."""
+    if "aurora_finetune_and_serve" not in enabled:
+        pytest.skip("the scheduled Aurora run did not happen in this session")
+    [before] = e2e.rayservices()
+    old = active_cluster(before)
+    assert old, "the scheduled Aurora run left no RayService serving"
+
+    run_id = e2e.start_run("aurora_finetune_and_serve", {})
+    run = e2e.wait_run("aurora_finetune_and_serve", run_id, timeout=300)
+
+    assert run["state"] == "success", e2e.ti_states("aurora_finetune_and_serve", run_id)
+    [after] = e2e.rayservices()
+    new = active_cluster(after)
+    assert after["metadata"]["uid"] == before["metadata"]["uid"] and new and new != old
+    log = e2e.task_log("aurora_finetune_and_serve", run_id, "deploy_serve")
+    assert f"switches traffic from RayCluster {old}" in log, log[-3000:]
+    assert f"RayCluster {old} keeps serving" in log, "the log tells the old cluster serves meanwhile"
+    assert f"Traffic switched from RayCluster {old} to RayCluster {new}" in log, log[-3000:]
+    name = after["metadata"]["name"]
+    assert kubectl(kubesim, "get", "rayservices", "-A", f"--field-selector=metadata.name={name}", "-o", "jsonpath={.items[*].status.activeServiceStatus.rayClusterName}") == new  # fmt: skip
+    selector = kubectl(
+        kubesim, "get", "services", "-A", f"--field-selector=metadata.name={name}-serve-svc",
+        "-o", r"jsonpath={.items[*].spec.selector.ray\.io/cluster}",
+    )  # fmt: skip
+    assert selector == new, "the Serve Service sends traffic to the new cluster"
+    wait_until(
+        lambda: old not in kubectl(kubesim, "get", "rayclusters", "-A", "-o", "name"),
+        timeout=60,
+        what=f"the replaced RayCluster {old} deleted",
+    )
+
+
+def test_a_run_of_its_own_service_tears_down_the_earlier_one_and_keeps_its_own(e2e, enabled):
+    """serve_mode new_service: the run deploys a RayService of its own, then deletes the earlier ones."""
+    if "aurora_finetune_and_serve" not in enabled:
         pytest.skip("the scheduled Aurora run did not happen in this session")
     before = {svc["metadata"]["name"] for svc in e2e.rayservices()}
-    assert before, "the scheduled Aurora run left no RayService serving"
+    assert before, "the earlier Aurora runs left no RayService serving"
 
-    run_id = e2e.start_run("aurora_finetune_and_serve", {"teardown_previous": True})
+    run_id = e2e.start_run(
+        "aurora_finetune_and_serve", {"serve_mode": "new_service", "teardown_previous": True}
+    )
     run = e2e.wait_run("aurora_finetune_and_serve", run_id, timeout=300)
 
     assert run["state"] == "success", e2e.ti_states("aurora_finetune_and_serve", run_id)
     after = {svc["metadata"]["name"] for svc in e2e.rayservices()}
-    assert after and not after & before, f"previous RayServices {before} still there: {after}"
+    assert len(after) == 1 and not after & before, f"previous RayServices {before} still there: {after}"
+    assert "Tore down earlier RayService" in e2e.task_log("aurora_finetune_and_serve", run_id, "deploy_serve")

@@ -59,7 +59,7 @@ def watches_of(e2e, tree: list[psutil.Process]) -> list[tuple[str, str]]:
                 for c in process.net_connections(kind="tcp")
                 if c.raddr and c.raddr.port == kubesim_port
             }
-    stats = httpx.get(f"{e2e.kubesim_url}/kubesim/stats", timeout=30).json()
+    stats = httpx.get(f"{e2e.kubesim_url}/kubesim/stats", timeout=30, verify=e2e.kubesim_verify).json()
     return [
         (watch["resource"], watch["namespace"])
         for watch in stats["open_watches"]

@@ -376,8 +376,12 @@ def task_view(
     access: Access,
     links: Links,
     now: float | None = None,
+    rayservice_xcom: dict | None = None,
 ) -> dict[str, Any]:
-    """The Kueue tab of one task instance. The caller has checked the user may read ``ref.dag_id``."""
+    """The Kueue tab of one task instance. The caller has checked the user may read ``ref.dag_id``.
+
+    A deploy task (``rayservice`` XCom, pushed before it waits) is named with where its story is told: the
+    tab follows RayJobs only."""
     now = time.time() if now is None else now
     base = {
         "now": to_iso(now),
@@ -386,6 +390,8 @@ def task_view(
         "cluster": snapshot.health.to_dict() | _iso_times(snapshot.health.to_dict()),
         "task": {**vars(ref), "url": links.task_instance(ref.identity())},
     }
+    if (not rayjob_xcom or not rayjob_xcom.get("name")) and (rayservice_xcom or {}).get("name"):
+        return base | {"rayjob": None, "message": _rayservice_message(rayservice_xcom)}
     if not rayjob_xcom or not rayjob_xcom.get("name"):
         return base | {
             "rayjob": None,
@@ -445,6 +451,16 @@ def task_view(
             "queue": links.queue(cluster_queue) if cluster_queue else None,
         },
     }
+
+
+def _rayservice_message(rayservice_xcom: dict) -> str:
+    name, namespace = rayservice_xcom["name"], rayservice_xcom.get("namespace")
+    return (
+        f"This task deploys RayService {namespace}/{name} (LocalQueue {rayservice_xcom.get('queue')}, "
+        f"priority {rayservice_xcom.get('priority')}). This tab follows RayJobs only: the service's story "
+        "(queued with its position, admitted, cluster ready, Serve applications, the traffic switch) is in "
+        f"the task log; in the cluster: kubectl -n {namespace} get rayservice {name}"
+    )
 
 
 def _find_rayjob(snapshot: Snapshot, rayjob_xcom: dict) -> dict | None:

@@ -90,14 +90,16 @@ def parse_map_index(value: str | None) -> int:
 
 
 def read_task_xcoms(ref: TaskRef) -> dict[str, Any]:
-    """The task instance's ``rayjob`` and ``timeline`` XComs and its Ray dashboard link (blocking)."""
+    """The task instance's ``rayjob``, ``timeline`` and ``rayservice`` XComs and its Ray dashboard link
+    (blocking)."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     from kueue_ray.naming import RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY
+    from kueue_ray.serving import RAYSERVICE_XCOM_KEY
 
-    keys = (RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY, DASHBOARD_LINK_XCOM)
+    keys = (RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY, DASHBOARD_LINK_XCOM, RAYSERVICE_XCOM_KEY)
     with create_session() as session:
         rows = session.execute(
             select(XComModel.key, XComModel.value).where(
@@ -213,6 +215,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             pending=pending,
             access=access,
             links=links(),
+            rayservice_xcom=xcoms.get("rayservice"),
         )
 
     @router.get("/api/v1/openapi.json", include_in_schema=False)

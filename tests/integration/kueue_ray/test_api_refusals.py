@@ -332,3 +332,26 @@ def test_a_timing_out_visibility_api_only_loses_the_position_of_a_poking_sensor(
     assert outcome.get("result", {}).get("name"), "the sensor succeeded"
     asked = [r for r in namespace_requests(faults, queued) if r["subresource"] == "pendingworkloads"]
     assert asked and {r["code"] for r in asked} == {504}
+
+
+def test_a_rayservice_wait_is_told_when_watching_is_refused_and_still_sees_it_serve(faults, queues, capfd):
+    """The RayService watch degrades to listing like the RayJob one, and the deploy task's log says so."""
+    from tests.integration.kueue_ray.serve_support import defer, deploy_op, run_context, service_body
+    from tests.integration.kueue_ray.serve_support import first_event as service_event
+
+    trigger = defer(deploy_op(queues, service_body()), run_context("manual__1"))
+    faults.refuse(
+        403,
+        verbs=["watch"],
+        resources=["rayservices.ray.io", "workloads.kueue.x-k8s.io"],
+        namespace=queues.namespace,
+    )
+    capfd.readouterr()
+
+    event = asyncio.run(service_event(trigger))
+
+    assert event["status"] == "success", event
+    # The notice each waiting task gets (the hub's own warning goes to the triggerer's log, worded apart).
+    told = [line for line in capfd.readouterr().out.splitlines() if "changes reach this task" in line]
+    assert any("refuses to watch rayservices" in line for line in told), told
+    assert f"kubectl auth can-i watch rayservices.ray.io -n {queues.namespace}" in "\n".join(told)

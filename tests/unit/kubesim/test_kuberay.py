@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import time
 from collections.abc import Callable
 
@@ -401,71 +400,5 @@ def test_standalone_raycluster_becomes_ready_and_suspends():
         await until(lambda: state() == "suspended", "suspended")
         pods, _ = cluster.store.list("pods", namespace=NS, label_selector="ray.io/cluster=adhoc")
         assert pods == []
-
-    scenario(body)
-
-
-def test_rayservice_serves_its_applications_once_the_cluster_is_ready():
-    async def body(cluster: Cluster) -> None:
-        serve_config = "applications:\n  - name: fruit\n    import_path: fruit:app\n    deployments:\n      - name: MangoStand\n"
-        manifest = {
-            "apiVersion": "ray.io/v1",
-            "kind": "RayService",
-            "metadata": {"name": "serve", "namespace": NS, "annotations": {"kubesim.dev/startup": "2"}},
-            "spec": {"serveConfigV2": serve_config, "rayClusterConfig": copy.deepcopy(cluster_spec())},
-        }
-        cluster.store.create("rayservices.ray.io", manifest)
-
-        def service_status() -> dict:
-            return cluster.store.get("rayservices.ray.io", "serve", namespace=NS).get("status") or {}
-
-        status = await until(
-            lambda: (s := service_status()).get("serviceStatus") == "Running" and s, "Running"
-        )
-        conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
-        assert conditions["Ready"] == ("True", "NonZeroServeEndpoints")
-        assert conditions["UpgradeInProgress"] == ("False", "NoPendingCluster")
-        active = status["activeServiceStatus"]
-        assert active["rayClusterName"].startswith("serve-")
-        assert active["applicationStatuses"]["fruit"]["status"] == "RUNNING"
-        assert (
-            active["applicationStatuses"]["fruit"]["serveDeploymentStatuses"]["MangoStand"]["status"]
-            == "HEALTHY"
-        )
-        assert status["numServeEndpoints"] == 3
-
-    scenario(body)
-
-
-def test_rayservice_rolls_out_a_new_cluster_when_kueue_admits_its_config():
-    """Kueue suspends a queued RayService through rayClusterConfig.suspend and clears it on admission;
-    the pending cluster built from the suspended config must be replaced, or the service never serves."""
-
-    async def body(cluster: Cluster) -> None:
-        config = copy.deepcopy(cluster_spec())
-        config["suspend"] = True
-        manifest = {
-            "apiVersion": "ray.io/v1",
-            "kind": "RayService",
-            "metadata": {"name": "serve", "namespace": NS, "annotations": {"kubesim.dev/startup": "2"}},
-            "spec": {"serveConfigV2": "applications:\n  - name: app\n", "rayClusterConfig": config},
-        }
-        cluster.store.create("rayservices.ray.io", manifest)
-
-        def service_status() -> dict:
-            return cluster.store.get("rayservices.ray.io", "serve", namespace=NS).get("status") or {}
-
-        queued = await until(
-            lambda: (service_status().get("pendingServiceStatus") or {}).get("rayClusterName"), "pending"
-        )
-        cluster.store.patch(
-            "rayservices.ray.io", "serve", {"spec": {"rayClusterConfig": {"suspend": False}}}, namespace=NS
-        )
-
-        status = await until(
-            lambda: (s := service_status()).get("serviceStatus") == "Running" and s, "Running"
-        )
-        assert status["activeServiceStatus"]["rayClusterName"] != queued
-        assert not exists(cluster, RAYCLUSTERS, queued)
 
     scenario(body)

@@ -72,3 +72,12 @@ def test_kueue_configuration_document_is_read():
     assert (config.backoff_base, config.backoff_max, config.backoff_limit_count) == (5.0, 30.0, 3)
     with pytest.raises(ValueError, match="30 minutes"):
         parse_duration("30 minutes")
+
+
+def test_kueue_integrations_default_to_the_shipped_ray_frameworks_and_can_leave_rayservice_out():
+    assert KueueConfig().frameworks == {"ray.io/rayjob", "ray.io/raycluster", "ray.io/rayservice"}
+    config = KueueConfig.from_configuration(
+        {"integrations": {"frameworks": ["batch/job", "ray.io/rayjob", "ray.io/raycluster"]}}
+    )
+    assert "ray.io/rayservice" not in config.frameworks
+    assert "ray.io/raycluster" in config.frameworks

@@ -10,12 +10,14 @@ from kueue_ray.manifests import (
     TEMPLATES_DIR,
     build_rayjob,
     build_rayservice,
+    cluster_config_digest,
     explain_capacity_shortfall,
     pod_sets,
     total_request,
     validate_rayjob,
 )
 from kueue_ray.naming import (
+    CLUSTER_CONFIG_ANNOTATION,
     PRIORITY_CLASS_LABEL,
     QUEUE_LABEL,
     TRY_NUMBER_ANNOTATION,
@@ -257,8 +259,34 @@ def test_rayservice_gets_queue_labels_and_runtime_env():
     assert built.body["kind"] == "RayService"
     assert built.body["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "prod-priority"
     app = yaml.safe_load(built.body["spec"]["serveConfigV2"])["applications"][0]
-    assert app["runtime_env"]["env_vars"] == {"MODEL_PATH": "/mnt/models/aurora", "LOG_LEVEL": "debug"}
+    assert app["runtime_env"]["env_vars"] == {"LOG_LEVEL": "debug"}
+    worker = built.body["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][
+        0
+    ]
+    assert {"name": "MODEL_PATH", "value": "/mnt/models/aurora"} in worker["env"]
     assert built.total_request == {"cpu": "12", "memory": "80Gi", "nvidia.com/gpu": "1"}
+
+
+def test_a_new_model_is_a_new_cluster_config_and_an_autoscalers_replicas_or_kueues_suspend_are_not():
+    def config(model: str) -> dict:
+        built = build_rayservice(
+            "aurora-serve",
+            name="aurora-serve-1",
+            namespace="default",
+            queue="user-queue",
+            priority="prod-priority",
+            identity=IDENTITY,
+            values={"model_path": model},
+        )
+        digest = built.body["metadata"]["annotations"][CLUSTER_CONFIG_ANNOTATION]
+        assert digest == cluster_config_digest(built.body["spec"]["rayClusterConfig"])
+        return built.body["spec"]["rayClusterConfig"]
+
+    assert cluster_config_digest(config("/m/v1")) != cluster_config_digest(config("/m/v2"))
+    scaled = config("/m/v1")
+    scaled["workerGroupSpecs"][0]["replicas"] = 3
+    scaled["suspend"] = True
+    assert cluster_config_digest(scaled) == cluster_config_digest(config("/m/v1"))
 
 
 # -------------------------------------------------------------------------------------------- validation

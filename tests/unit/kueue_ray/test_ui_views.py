@@ -316,3 +316,22 @@ def test_a_task_without_a_rayjob_says_so():
         now=T0,
     )
     assert view["rayjob"] is None and "has not submitted" in view["message"]
+
+
+def test_a_deploy_task_names_its_rayservice_and_where_its_story_is_told():
+    view = task_view(
+        TaskRef(DAG, FIRST.run_id, "deploy_serve"),
+        rayjob_xcom=None,
+        timeline_xcom=None,
+        dashboard_link=None,
+        snapshot=snapshot(),
+        live_timeline=None,
+        pending=None,
+        access=READER,
+        links=LINKS,
+        now=T0,
+        rayservice_xcom={"name": "aurora-serve", "namespace": "ray", "queue": "team-a", "priority": "prod"},
+    )
+    assert view["rayjob"] is None
+    assert "RayService ray/aurora-serve (LocalQueue team-a, priority prod)" in view["message"]
+    assert "task log" in view["message"] and "kubectl -n ray get rayservice aurora-serve" in view["message"]

@@ -22,6 +22,9 @@ RUNTIME_ONLY = (
     "kueue_ray.trigger",
     "kueue_ray.hub",
     "kueue_ray.status",
+    "kueue_ray.service_hook",
+    "kueue_ray.service_status",
+    "kueue_ray.service_trigger",
 )
 """Plugin modules only a worker or the triggerer needs; a parse must not pay for importing them."""
 
@@ -268,3 +271,44 @@ def test_default_fine_tunes_fit_one_teams_guaranteed_gpus(dagbag, dag_id, task_i
     workers = dag.params.get_param(workers_param).value
     gpus = int(total_request(render_template(task.template, {"gpu_workers": workers}))["nvidia.com/gpu"])
     assert {gpus} == team_nominal_gpus()
+
+
+def test_pipeline_dags_hold_no_kubernetes_code_even_inside_tasks():
+    """Declarative DAG files: every call to the cluster lives in the plugin's operators, never in a task
+    function of a DAG (not even one imported lazily when it runs)."""
+    import ast
+
+    forbidden = {
+        "kubernetes",
+        "kubernetes_asyncio",
+        "kueue_ray.hook",
+        "kueue_ray.service_hook",
+        "kueue_ray.hub",
+    }
+    for path in DAGS_DIR.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        imported = {
+            alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
+        imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        offending = {m for m in imported if m in forbidden or m.split(".")[0] in forbidden}
+        assert offending == set(), f"{path.name} imports {sorted(offending)}"
+
+
+def test_aurora_serves_the_published_checkpoint_through_the_deploy_operator(dagbag):
+    from kueue_ray.publish import PublishRayJobOutputOperator
+    from kueue_ray.serving import DeployRayServiceOperator
+
+    dag = dagbag.dags["aurora_finetune_and_serve"]
+    publish, deploy = dag.get_task("publish_checkpoint"), dag.get_task("deploy_serve")
+    assert isinstance(publish, PublishRayJobOutputOperator) and isinstance(deploy, DeployRayServiceOperator)
+    assert deploy.upstream_task_ids == {"publish_checkpoint"}
+    assert "publish_checkpoint" in deploy.values["model_path"]
+    assert (deploy.template, deploy.namespace, deploy.mode) == (
+        "aurora-serve",
+        "ray",
+        "{{ params.serve_mode }}",
+    )
+    assert dag.params.get_param("serve_mode").value == "upgrade"
+    llm = dagbag.dags["llm_train_and_batch_inference"]
+    assert isinstance(llm.get_task("publish_model"), PublishRayJobOutputOperator)

@@ -1,0 +1,220 @@
+"""Talking to the cluster about RayServices: create, adopt, update, read with their Workloads, delete.
+
+The RayJob hooks' connection handling, retries (the provider's ``generic_api_retry``), preflight and queue
+positions serve RayServices unchanged; this adds the RayService calls. As for RayJobs, the two 409s that
+mean something are answered inside the retried function and never retried: create -> AlreadyExists (a
+service with this deterministic name exists: adopt or update it), update / delete with a precondition ->
+Conflict (someone wrote in between, or the name belongs to another object now: decide again).
+
+A RayService's Workloads are found by listing the namespace's Workloads that carry Kueue's
+``kueue.x-k8s.io/job-uid`` label and keeping the RayService's own and its current clusters' (Kueue may
+admit either, see ``kueue_ray.service_status``): a cluster's Workload is labelled with the cluster's uid,
+which the RayService's status does not give.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
+from kubernetes.client.exceptions import ApiException
+from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
+from kueue_ray.hook import (
+    CONFLICT,
+    DELETED,
+    GONE,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    RAY_GROUP,
+    RAY_VERSION,
+    AsyncRayJobHook,
+    PreflightError,
+    RayJobHook,
+    _delete_options,
+)
+from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
+from kueue_ray.service_status import related_workload
+
+RAYSERVICE_PLURAL = "rayservices"
+
+
+class RayServiceHook(RayJobHook):
+    """Synchronous RayService access for the deploy operator (worker side)."""
+
+    @generic_api_retry
+    def get_rayservice(self, name: str, namespace: str) -> dict | None:
+        try:
+            return self.custom_object_client.get_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE_PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    @generic_api_retry
+    def _create_rayservice(self, body: dict, namespace: str) -> dict | None:
+        try:
+            return self.custom_object_client.create_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE_PLURAL, body
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+
+    def create_or_get_rayservice(self, body: dict, namespace: str) -> tuple[dict, bool]:
+        """Create the RayService; if its name is taken, return the existing one. (object, created)."""
+        for _ in range(3):
+            created = self._create_rayservice(body, namespace)
+            if created is not None:
+                return created, True
+            existing = self.get_rayservice(body["metadata"]["name"], namespace)
+            if existing is not None:
+                return existing, False
+        raise PreflightError(
+            "the RayService name keeps changing hands while deploying",
+            field="metadata.name",
+            value=body["metadata"]["name"],
+            fix="check for another controller creating or deleting RayServices with this name",
+        )
+
+    @generic_api_retry
+    def replace_rayservice(self, body: dict) -> dict | None:
+        """PUT ``body`` (its ``metadata.resourceVersion`` is the optimistic lock); None on 409: someone wrote
+        the RayService in between, read it again and decide again."""
+        metadata = body["metadata"]
+        try:
+            return self.custom_object_client.replace_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, metadata["namespace"], RAYSERVICE_PLURAL, metadata["name"], body
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+
+    @generic_api_retry
+    def list_rayservices(self, namespace: str, label_selector: str) -> list[dict]:
+        return (
+            self.custom_object_client.list_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE_PLURAL, label_selector=label_selector
+            ).get("items")
+            or []
+        )
+
+    @generic_api_retry
+    def delete_rayservice(
+        self, name: str, namespace: str, uid: str, resource_version: str | None = None
+    ) -> str:
+        """Delete exactly this RayService (its clusters follow); DELETED, GONE (404) or CONFLICT (409)."""
+        try:
+            self.custom_object_client.delete_namespaced_custom_object(
+                RAY_GROUP,
+                RAY_VERSION,
+                namespace,
+                RAYSERVICE_PLURAL,
+                name,
+                body=_delete_options(uid, resource_version),
+            )
+            return DELETED
+        except ApiException as exc:
+            if exc.status == 404:
+                return GONE
+            if exc.status == 409:
+                return CONFLICT
+            raise
+
+    def delete_rayservice_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> str:
+        """Delete the RayService only while ``owner`` (one task try) still owns it; DELETED, GONE or CONFLICT."""
+        for _ in range(5):
+            service = self.get_rayservice(name, namespace)
+            if service is None or service["metadata"].get("uid") != uid:
+                return GONE
+            if AirflowIdentity.from_annotations(service["metadata"].get("annotations")) != owner:
+                return CONFLICT
+            result = self.delete_rayservice(name, namespace, uid, service["metadata"].get("resourceVersion"))
+            if result != CONFLICT:
+                return result
+        return CONFLICT
+
+    @generic_api_retry
+    def list_job_workloads(self, namespace: str) -> list[dict]:
+        """Every Workload Kueue made for a job in ``namespace`` (they all carry the job-uid label)."""
+        return (
+            self.custom_object_client.list_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", label_selector=JOB_UID_LABEL
+            ).get("items")
+            or []
+        )
+
+    def read_service(self, name: str, namespace: str, uid: str) -> tuple[dict | None, list[dict]]:
+        """(RayService, its Workloads) now; the RayService is None once it is gone or replaced."""
+        service = self.get_rayservice(name, namespace)
+        if service is None or service["metadata"].get("uid") != uid:
+            return None, []
+        return service, [w for w in self.list_job_workloads(namespace) if related_workload(service, w)]
+
+
+class AsyncRayServiceHook(AsyncRayJobHook):
+    """The triggerer's one-off RayService calls (the watch hub streams the rest)."""
+
+    @generic_api_retry
+    async def get_rayservice(self, name: str, namespace: str, api_client: Any = None) -> dict | None:
+        async with self._client(api_client) as client:
+            try:
+                return await AsyncCustomObjectsApi(client).get_namespaced_custom_object(
+                    RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE_PLURAL, name
+                )
+            except AsyncApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+    @generic_api_retry
+    async def list_job_workloads(self, namespace: str, api_client: Any = None) -> list[dict]:
+        async with self._client(api_client) as client:
+            result = await AsyncCustomObjectsApi(client).list_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", label_selector=JOB_UID_LABEL
+            )
+        return result.get("items") or []
+
+    @generic_api_retry
+    async def delete_rayservice(
+        self, name: str, namespace: str, uid: str, resource_version: str | None = None
+    ) -> str:
+        async with self.get_conn() as client:
+            try:
+                await AsyncCustomObjectsApi(client).delete_namespaced_custom_object(
+                    RAY_GROUP,
+                    RAY_VERSION,
+                    namespace,
+                    RAYSERVICE_PLURAL,
+                    name,
+                    body=_delete_options(uid, resource_version),
+                )
+                return DELETED
+            except AsyncApiException as exc:
+                if exc.status == 404:
+                    return GONE
+                if exc.status == 409:
+                    return CONFLICT
+                raise
+
+    async def delete_rayservice_if_owned(
+        self, name: str, namespace: str, uid: str, owner: AirflowIdentity
+    ) -> str:
+        """As ``RayServiceHook.delete_rayservice_if_owned``."""
+        for _ in range(5):
+            service = await self.get_rayservice(name, namespace)
+            if service is None or service["metadata"].get("uid") != uid:
+                return GONE
+            if AirflowIdentity.from_annotations(service["metadata"].get("annotations")) != owner:
+                return CONFLICT
+            result = await self.delete_rayservice(
+                name, namespace, uid, service["metadata"].get("resourceVersion")
+            )
+            if result != CONFLICT:
+                return result
+        return CONFLICT

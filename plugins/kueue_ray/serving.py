@@ -1,0 +1,626 @@
+"""DeployRayServiceOperator: serve a model as a KubeRay RayService that Kueue queues, prioritises and admits.
+
+The RayJob operator's surface for serving: a template with values, a LocalQueue and a priority decided by
+the same run-type policy, the same preflight, deterministic names adopted on retry, and waiting deferred to
+the triggerer's shared watch. Importing this module (every DAG file that serves does) stays as cheap as
+importing ``kueue_ray.operators``: the hook, manifests, status model and trigger are imported where they run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from kueue_ray.naming import (
+    CLUSTER_CONFIG_ANNOTATION,
+    DAG_ID_LABEL,
+    MANAGED_BY_SELECTOR,
+    TASK_ID_LABEL,
+    AirflowIdentity,
+    label_value,
+    service_name,
+)
+from kueue_ray.operators import run_priority, task_identity
+from kueue_ray.verdicts import SUCCESS
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from kueue_ray.service_hook import RayServiceHook
+    from kueue_ray.service_trigger import RayServiceTrigger
+
+UPGRADE = "upgrade"
+NEW_SERVICE = "new_service"
+MODES = (UPGRADE, NEW_SERVICE)
+RAYSERVICE_XCOM_KEY = "rayservice"
+REPLACES_ANNOTATION = "kueue-ray.airflow.apache.org/replaces"
+"""On a RayService the deploy operator updated: the active RayCluster the update replaces ("" when KubeRay
+keeps its cluster). A retry of the same deploy reads it back to wait for the same switch."""
+SERVICE_WORKLOAD_BLOCKS = (
+    "Kueue admits this RayService as one Workload (the shipped integrations.frameworks include "
+    "ray.io/rayservice): for a new cluster config it would delete that Workload and create none while "
+    "the current cluster serves, so KubeRay's new cluster would never start"
+)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the operator did to the cluster, and so what to wait for."""
+
+    service: dict
+    created: bool
+    switch_from: str | None
+    """The active cluster an upgrade replaces (KubeRay switches traffic away from it), or None."""
+    action: str
+
+
+def serve_service(name: str) -> str:
+    """The Kubernetes Service KubeRay points at the serving cluster: ``<name>-serve-svc``, port 8000."""
+    return f"{name}-serve-svc"
+
+
+def _serve_config(spec: Mapping[str, Any]) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(spec.get("serveConfigV2") or "")
+    except yaml.YAMLError:
+        return spec.get("serveConfigV2")
+
+
+def _seconds(value: float | str | None) -> float | None:
+    """A timeout as rendered from a template (a number, its text, or nothing)."""
+    return None if value in (None, "", "None") else float(value)
+
+
+def _is_ready(service: dict) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (service.get("status") or {}).get("conditions") or ()
+    )
+
+
+class DeployRayServiceOperator(BaseOperator):
+    """Create or update a RayService in a Kueue LocalQueue with a WorkloadPriorityClass, and wait until it
+    serves: the new cluster active and every Serve application RUNNING with every deployment HEALTHY.
+
+    The RayService is built from a Jinja template (``include/manifests/rayjobs/<name>.yaml.j2``, a path, or a
+    dict) and checked before anything reaches the cluster, as ``SubmitRayJobOperator`` checks a RayJob:
+    manifest, LocalQueue, WorkloadPriorityClass, and that one Ray cluster of it fits the ClusterQueue's
+    maximum capacity.
+
+    ``mode`` decides what a new run deploys to:
+
+    * ``"upgrade"`` (default): one RayService per task, kept across runs (``service_name``, or a name derived
+      from the DAG and task). A new run updates its spec. When the cluster config changes (e.g. a new model
+      in the pods' environment), KubeRay brings up a pending cluster, switches traffic to it once it serves
+      and then removes the old one: no downtime, and the task waits until the new cluster is the active one,
+      reporting the pending cluster's queueing, admission and preemptions. When only ``serveConfigV2``
+      changes, Serve updates the applications in place. A cluster change needs Kueue to admit RayServices
+      through their RayClusters (``ray.io/rayservice`` left out of its ``integrations.frameworks``): with the
+      shipped config Kueue admits the RayService as one Workload and would never start the new cluster while
+      the old one serves, so the task fails before changing anything, saying so.
+    * ``"new_service"``: a new RayService for every run (its name includes the run), admitted as its own
+      Workload; earlier ones keep serving until ``teardown_previous`` removes them.
+
+    A retry of the same run adopts what the earlier try deployed (and waits for the same switch). With
+    ``teardown_previous`` the RayServices earlier runs of this task deployed under other names are deleted
+    once this one serves, never the one just deployed. With ``smoke_url`` one GET must answer 2xx once it
+    serves.
+
+    The task fails with Serve's message when an application ends ``DEPLOY_FAILED`` or ``UNHEALTHY``, with
+    Kueue's when the cluster can never be admitted (after ``inadmissible_grace``), and on the timeouts and
+    limits below. A RayService this try created is deleted when the task gives up on it; an upgraded one
+    keeps serving its previous version.
+
+    .. code-block:: python
+
+        from kueue_ray.serving import DeployRayServiceOperator
+
+        serve = DeployRayServiceOperator(
+            task_id="serve",
+            template="aurora-serve",
+            values={"model_path": "{{ ti.xcom_pull(task_ids='publish')['path'] }}"},
+            queue="team-a",
+            priority="prod-priority",
+            service_name="aurora-forecast",
+            smoke_url="http://{serve_service}.{namespace}.svc:8000/healthz",
+            teardown_previous=True,
+        )
+
+    :param template: template name in ``include/manifests/rayjobs``, a file path, or a RayService dict.
+    :param values: template variables.
+    :param queue: Kueue LocalQueue in ``namespace`` (templated; kept as ``local_queue``).
+    :param priority: WorkloadPriorityClass; with ``priority_policy`` the DAG's default priority.
+    :param priority_policy: run-type-aware priorities, as for ``SubmitRayJobOperator``.
+    :param namespace: namespace of the RayService.
+    :param mode: ``"upgrade"`` or ``"new_service"`` (templated).
+    :param service_name: the RayService's name in ``"upgrade"`` mode (templated; a DNS-1035 label of at most
+        47 characters); default derived from the DAG and task ids.
+    :param image / runtime_env / worker_replicas / ray_resources / annotations: overrides applied to the
+        rendered RayService (see ``kueue_ray.manifests.build_rayservice``).
+    :param kubernetes_conn_id: Airflow ``kubernetes`` connection.
+    :param deferrable: wait in the triggerer (default) instead of holding a worker slot.
+    :param queue_timeout: seconds the cluster may wait for admission (templated); None waits as long as it
+        takes.
+    :param ready_timeout: seconds from the cluster's admission until it serves (templated); None for no limit.
+    :param fail_on_inadmissible / inadmissible_grace / max_preemptions / max_pods_ready_evictions: as for
+        ``SubmitRayJobOperator`` (``kueue_ray.service_trigger.ServiceWatchdog``).
+    :param smoke_url: URL to GET once serving (templated, then ``str.format``-ed with ``service``,
+        ``serve_service`` and ``namespace``); None sends nothing.
+    :param smoke_timeout: seconds for that request.
+    :param teardown_previous: delete the RayServices earlier runs of this task deployed (templated).
+    :param poll_interval: seconds between reads when waiting in the worker (``deferrable=False``).
+    :param resync_interval: the longest a missed watch event may go unnoticed while deferred, seconds.
+    """
+
+    template_fields: Sequence[str] = (
+        "template",
+        "values",
+        "image",
+        "runtime_env",
+        "worker_replicas",
+        "ray_resources",
+        "annotations",
+        "local_queue",
+        "priority",
+        "namespace",
+        "mode",
+        "service_name",
+        "smoke_url",
+        "teardown_previous",
+        "queue_timeout",
+        "ready_timeout",
+    )
+    template_fields_renderers = {"values": "json", "runtime_env": "json", "template": "yaml"}
+    ui_color = "#eaf6ec"
+
+    def __init__(
+        self,
+        *,
+        template: str | Mapping[str, Any],
+        queue: str,
+        priority: str,
+        namespace: str = "default",
+        values: Mapping[str, Any] | None = None,
+        mode: str = UPGRADE,
+        service_name: str | None = None,
+        image: str | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
+        worker_replicas: int | Mapping[str, int] | None = None,
+        ray_resources: Mapping[str, Mapping[str, str | int]] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        priority_policy: Mapping[str, Any] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        deferrable: bool = True,
+        queue_timeout: float | str | None = None,
+        ready_timeout: float | str | None = None,
+        fail_on_inadmissible: bool = True,
+        inadmissible_grace: float = 60.0,
+        max_preemptions: int | None = None,
+        max_pods_ready_evictions: int | None = 1,
+        smoke_url: str | None = None,
+        smoke_timeout: float = 30.0,
+        teardown_previous: bool | str = False,
+        poll_interval: float = 5.0,
+        resync_interval: float = 300.0,
+        executor_queue: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if executor_queue is not None:
+            kwargs["queue"] = executor_queue
+        super().__init__(**kwargs)
+        self.template = template
+        self.local_queue = queue
+        self.priority = priority
+        self.namespace = namespace
+        self.values = values
+        self.mode = mode
+        self.service_name = service_name
+        self.image = image
+        self.runtime_env = runtime_env
+        self.worker_replicas = worker_replicas
+        self.ray_resources = ray_resources
+        self.annotations = annotations
+        self.priority_policy = dict(priority_policy) if priority_policy else None
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.deferrable = deferrable
+        self.queue_timeout = queue_timeout
+        self.ready_timeout = ready_timeout
+        self.fail_on_inadmissible = fail_on_inadmissible
+        self.inadmissible_grace = inadmissible_grace
+        self.max_preemptions = max_preemptions
+        self.max_pods_ready_evictions = max_pods_ready_evictions
+        self.smoke_url = smoke_url
+        self.smoke_timeout = smoke_timeout
+        self.teardown_previous = teardown_previous
+        self.poll_interval = poll_interval
+        self.resync_interval = resync_interval
+
+    # --- decisions -----------------------------------------------------------------------------------
+
+    def target_name(self, identity: AirflowIdentity) -> str:
+        """The RayService this run deploys to (see ``mode``); bad input raises naming the field."""
+        from kueue_ray.errors import ManifestError
+
+        if self.mode not in MODES:
+            raise ManifestError(
+                "unknown mode", field="mode", value=self.mode, fix=f"use one of {list(MODES)}"
+            )
+        if self.mode == NEW_SERVICE:
+            if self.service_name:
+                raise ManifestError(
+                    "a fixed name cannot hold a new RayService per run",
+                    field="service_name",
+                    value=self.service_name,
+                    fix="leave service_name unset with mode='new_service', or use mode='upgrade'",
+                )
+            return identity.rayjob_name()
+        return self.service_name or service_name(identity.dag_id, identity.task_id, identity.map_index)
+
+    # --- execution -----------------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from kueue_ray.errors import KueueRayError
+        from kueue_ray.manifests import build_rayservice
+        from kueue_ray.service_hook import RayServiceHook
+
+        identity = task_identity(context)
+        try:
+            priority = run_priority(self.log, context, self.priority, self.priority_policy)
+            name = self.target_name(identity)
+            built = build_rayservice(
+                self.template,
+                name=name,
+                namespace=self.namespace,
+                queue=self.local_queue,
+                priority=priority,
+                identity=identity,
+                values=self.values,
+                image=self.image,
+                runtime_env=self.runtime_env,
+                worker_replicas=self.worker_replicas,
+                resources=self.ray_resources,
+                annotations=self.annotations,
+            )
+            hook = RayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id)
+            capacity = hook.preflight(built, self.namespace, self.local_queue, priority)
+            self.log.info(
+                "Preflight ok: LocalQueue %s -> ClusterQueue %s; one Ray cluster of RayService %s requests %s",
+                self.local_queue,
+                capacity.cluster_queue,
+                name,
+                built.total_request,
+            )
+            deployment = self.deploy(hook, built.body, identity)
+        except KueueRayError as error:
+            raise AirflowFailException(str(error)) from error
+        service = deployment.service
+        metadata = service["metadata"]
+        context["ti"].xcom_push(key=RAYSERVICE_XCOM_KEY, value=self.details(service, priority))
+        trigger = self.make_trigger(deployment, identity, priority)
+        first = trigger.observe(service, [])
+        if self.deferrable and not first.serving:
+            self.defer(trigger=trigger, method_name="execute_complete")
+        self.log.info("Waiting in the worker for RayService %s/%s", self.namespace, metadata["name"])
+        return self.execute_complete(context, self.wait_in_worker(hook, trigger))
+
+    def deploy(self, hook: RayServiceHook, body: dict, identity: AirflowIdentity) -> Deployment:
+        """Create the RayService, adopt the one an earlier try of this run deployed, or update the one an
+        earlier run deployed (``upgrade``): whatever brings the cluster to ``body``."""
+        name = body["metadata"]["name"]
+        service, created = hook.create_or_get_rayservice(body, self.namespace)
+        if created:
+            self.log.info(
+                "Created RayService %s/%s (uid %s)", self.namespace, name, service["metadata"]["uid"]
+            )
+            return Deployment(service, created=True, switch_from=None, action="created")
+        holder = AirflowIdentity.from_annotations(service["metadata"].get("annotations"))
+        if holder is None or (holder.dag_id, holder.task_id, holder.map_index) != (
+            identity.dag_id,
+            identity.task_id,
+            identity.map_index,
+        ):
+            raise AirflowException(
+                f"RayService {self.namespace}/{name} already exists and belongs to {holder or 'something else'}, "
+                f"not to {identity.dag_id}.{identity.task_id}; delete it or choose another service_name"
+            )
+        for _ in range(10):
+            deployment = self._update(hook, service, body, identity, holder)
+            if deployment is not None:
+                return deployment
+            service = hook.get_rayservice(name, self.namespace)
+            if service is None:
+                return self.deploy(hook, body, identity)
+        raise AirflowException(
+            f"RayService {self.namespace}/{name} kept changing while updating it; retry the task"
+        )
+
+    def _update(
+        self,
+        hook: RayServiceHook,
+        current: dict,
+        body: dict,
+        identity: AirflowIdentity,
+        holder: AirflowIdentity,
+    ) -> Deployment | None:
+        """One optimistic update of ``current`` towards ``body``; None when someone wrote in between."""
+        from kueue_ray.manifests import cluster_config_digest
+
+        name = current["metadata"]["name"]
+        annotations = current["metadata"].get("annotations") or {}
+        spec = current.get("spec") or {}
+        cluster_before = annotations.get(CLUSTER_CONFIG_ANNOTATION) or cluster_config_digest(
+            spec.get("rayClusterConfig")
+        )
+        cluster_changed = cluster_before != body["metadata"]["annotations"][CLUSTER_CONFIG_ANNOTATION]
+        serve_changed = _serve_config(spec) != _serve_config(body["spec"])
+        same_run = holder.run_id == identity.run_id
+        active = ((current.get("status") or {}).get("activeServiceStatus") or {}).get("rayClusterName")
+        admitted_whole = False
+        if same_run and not cluster_changed and not serve_changed:
+            replaces = annotations.get(REPLACES_ANNOTATION)
+            action = f"adopted from try {holder.try_number}"
+            created = replaces is None
+            switch_from = replaces or None
+        else:
+            admitted_whole = cluster_changed and self._admitted_as_one_workload(hook, current)
+            if admitted_whole and _is_ready(current):
+                raise AirflowFailException(
+                    f"cannot upgrade RayService {self.namespace}/{name} to a new cluster config: "
+                    f"{SERVICE_WORKLOAD_BLOCKS}. Nothing was changed; RayCluster {active} keeps serving. Use "
+                    f"mode='new_service', change only serveConfigV2, or let Kueue admit RayServices through "
+                    f"their RayClusters (drop ray.io/rayservice from integrations.frameworks)"
+                )
+            switch_from = active if cluster_changed and active else None
+            replaces = switch_from or ""
+            created = False
+            action = "upgraded: new cluster config" if cluster_changed else (
+                "updated: new Serve config" if serve_changed else "unchanged"
+            )  # fmt: skip
+        updated = dict(current)
+        metadata = dict(current["metadata"])
+        metadata["labels"] = {**(metadata.get("labels") or {}), **body["metadata"]["labels"]}
+        metadata["annotations"] = {
+            **annotations,
+            **body["metadata"]["annotations"],
+            REPLACES_ANNOTATION: replaces,
+        }
+        if created:
+            metadata["annotations"].pop(REPLACES_ANNOTATION)
+        updated["metadata"] = metadata
+        new_spec = dict(spec)
+        new_spec["serveConfigV2"] = body["spec"].get("serveConfigV2")
+        for key, value in body["spec"].items():
+            if key not in ("rayClusterConfig", "serveConfigV2"):
+                new_spec[key] = value
+        if cluster_changed:
+            config = dict(body["spec"]["rayClusterConfig"])
+            if admitted_whole:
+                config["suspend"] = (
+                    True  # as Kueue's webhook would: no cluster before the new Workload's admission
+                )
+            new_spec["rayClusterConfig"] = config
+        updated["spec"] = new_spec
+        updated.pop("status", None)
+        written = hook.replace_rayservice(updated)
+        if written is None:
+            return None
+        self.log.info(
+            "RayService %s/%s (uid %s, generation %s) %s%s",
+            self.namespace,
+            name,
+            written["metadata"]["uid"],
+            written["metadata"].get("generation"),
+            action,
+            f"; KubeRay brings up a new cluster and switches traffic from RayCluster {switch_from}"
+            if switch_from
+            else "",
+        )
+        return Deployment(written, created=created, switch_from=switch_from, action=action)
+
+    def _admitted_as_one_workload(self, hook: RayServiceHook, service: dict) -> bool:
+        """Whether Kueue admits this RayService as one Workload (the shipped configuration) rather than
+        through its RayClusters: its Workload exists, or Kueue's webhook suspended it."""
+        from kueue_ray.service_status import service_workload
+
+        config = (service.get("spec") or {}).get("rayClusterConfig") or {}
+        if config.get("suspend") is not None:
+            return True
+        return service_workload(service, hook.list_job_workloads(self.namespace)) is not None
+
+    def make_trigger(
+        self, deployment: Deployment, identity: AirflowIdentity, priority: str
+    ) -> RayServiceTrigger:
+        from kueue_ray.service_trigger import RayServiceTrigger
+
+        metadata = deployment.service["metadata"]
+        return RayServiceTrigger(
+            name=metadata["name"],
+            namespace=self.namespace,
+            uid=metadata["uid"],
+            generation=int(metadata.get("generation") or 1),
+            switch_from=deployment.switch_from,
+            created=deployment.created,
+            owner=vars(identity).copy(),
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            queue=self.local_queue,
+            priority=priority,
+            queue_timeout=_seconds(self.queue_timeout),
+            ready_timeout=_seconds(self.ready_timeout),
+            fail_on_inadmissible=self.fail_on_inadmissible,
+            inadmissible_grace=self.inadmissible_grace,
+            max_preemptions=self.max_preemptions,
+            max_pods_ready_evictions=self.max_pods_ready_evictions,
+            submitted_at=datetime.now(UTC).isoformat(),
+            resync_interval=self.resync_interval,
+        )
+
+    def wait_in_worker(self, hook: RayServiceHook, trigger: RayServiceTrigger) -> dict[str, Any]:
+        """Hold the worker slot and read every ``poll_interval`` seconds until waiting is over."""
+        from kueue_ray.service_trigger import ServiceTimeline, describe_service_transition, utcnow
+        from kueue_ray.trigger import Verdict
+        from kueue_ray.verdicts import DELETED
+
+        timeline, watchdog, last = ServiceTimeline(), trigger.make_watchdog(), None
+        while True:
+            service, workloads = hook.read_service(trigger.name, trigger.namespace, trigger.uid)
+            if service is None:
+                message = f"RayService {trigger.namespace}/{trigger.name} was deleted while waiting"
+                return trigger.payload(Verdict(DELETED, "RayServiceDeleted", message), None, timeline)
+            now = utcnow()
+            observation = trigger.observe(service, workloads)
+            timeline.record(observation, now)
+            said = (observation.phase, observation.reason, observation.message)
+            if said != last:
+                last = said
+                position = None
+                if observation.workload_name and observation.phase.value in ("QUEUED", "INADMISSIBLE"):
+                    found = hook.queue_position(
+                        trigger.namespace, self.local_queue, observation.workload_name
+                    )
+                    position = found.describe() if found else None
+                self.log.info(
+                    describe_service_transition(trigger.namespace, trigger.name, observation, position)
+                )
+            verdict = watchdog.check(observation, now)
+            if verdict is not None:
+                return trigger.payload(verdict, observation, timeline)
+            time.sleep(self.poll_interval)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Resume after waiting: the story to the log and XCom, then the smoke request and the teardown."""
+        name, namespace = event["name"], event["namespace"]
+        timeline = event.get("timeline") or {}
+        observation = event.get("observation") or {}
+        self.log.info(
+            "RayService %s/%s ended %s after %.1fs queued and %.1fs starting; %d admission(s), %d preemption(s)",
+            namespace,
+            name,
+            event.get("phase") or event["status"],
+            timeline.get("queued_seconds") or 0.0,
+            timeline.get("starting_seconds") or 0.0,
+            len(timeline.get("admissions") or ()),
+            timeline.get("preemption_count") or 0,
+        )
+        for preemption in timeline.get("preemptions") or ():
+            self.log.info(
+                "  RayCluster %s preempted at %s: %s",
+                preemption.get("cluster"),
+                preemption.get("at"),
+                preemption.get("message"),
+            )
+        details = {
+            "name": name,
+            "namespace": namespace,
+            "uid": event["uid"],
+            "active_cluster": observation.get("active_cluster"),
+            "replaced_cluster": event.get("switch_from"),
+            "serve_service": serve_service(name),
+            "queue": event.get("queue"),
+            "priority": event.get("priority"),
+            "timeline": timeline,
+        }
+        context["ti"].xcom_push(key=RAYSERVICE_XCOM_KEY, value=details)
+        if event["status"] != SUCCESS:
+            self._give_up(context, event)
+            raise AirflowException(
+                f"RayService {namespace}/{name} is not serving ({event['status']}, {event.get('reason')}): "
+                f"{event.get('message')}"
+            )
+        self.log.info("RayService %s/%s serves: %s", namespace, name, event.get("message"))
+        if event.get("switch_from"):
+            self.log.info(
+                "Traffic switched from RayCluster %s to RayCluster %s (Service %s)",
+                event["switch_from"],
+                observation.get("active_cluster"),
+                serve_service(name),
+            )
+        if self.smoke_url:
+            self.smoke(name, namespace)
+        if str(self.teardown_previous).lower() in ("true", "1", "yes"):
+            details["torn_down"] = self.tear_down_previous(name, event["uid"], task_identity(context))
+        return details
+
+    def _give_up(self, context: Context, event: dict[str, Any]) -> None:
+        """A RayService this try created and that never served is deleted (it would hold quota for nothing);
+        an upgraded one keeps serving its previous version."""
+        name, namespace = event["name"], event["namespace"]
+        if not event.get("created"):
+            observation = event.get("observation") or {}
+            active = observation.get("active_cluster")
+            if active:
+                self.log.info(
+                    "RayService %s/%s keeps serving from RayCluster %s; to go back, deploy the previous "
+                    "version again (kubectl -n %s describe rayservice %s shows where the upgrade stands)",
+                    namespace,
+                    name,
+                    active,
+                    namespace,
+                    name,
+                )
+            return
+        from kueue_ray.service_hook import RayServiceHook
+
+        result = RayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id).delete_rayservice_if_owned(
+            name, namespace, event["uid"], task_identity(context)
+        )
+        self.log.info(
+            "Gave up on RayService %s/%s (%s): delete -> %s", namespace, name, event["status"], result
+        )
+
+    def smoke(self, name: str, namespace: str) -> None:
+        """One GET to the Serve endpoint; anything but 2xx (or no answer) fails the task."""
+        import httpx
+
+        url = str(self.smoke_url).format(service=name, serve_service=serve_service(name), namespace=namespace)
+        try:
+            response = httpx.get(url, timeout=self.smoke_timeout)
+        except httpx.HTTPError as exc:
+            raise AirflowException(f"smoke request to {url} failed: {exc}") from exc
+        if not response.is_success:
+            raise AirflowException(
+                f"smoke request to {url} answered HTTP {response.status_code}: {response.text[:200]}"
+            )
+        self.log.info("Smoke request to %s answered HTTP %d", url, response.status_code)
+
+    def tear_down_previous(self, current: str, current_uid: str, identity: AirflowIdentity) -> list[str]:
+        """Delete the RayServices earlier runs of this task deployed, sparing ``current`` (by name and uid)."""
+        from kueue_ray.service_hook import RayServiceHook
+
+        hook = RayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id)
+        selector = (
+            f"{MANAGED_BY_SELECTOR},{DAG_ID_LABEL}={label_value(identity.dag_id)},"
+            f"{TASK_ID_LABEL}={label_value(identity.task_id)}"
+        )
+        deleted = []
+        for service in hook.list_rayservices(self.namespace, selector):
+            metadata = service["metadata"]
+            if metadata["name"] == current or metadata.get("uid") == current_uid:
+                continue
+            holder = AirflowIdentity.from_annotations(metadata.get("annotations"))
+            if holder is None or (holder.dag_id, holder.task_id) != (identity.dag_id, identity.task_id):
+                continue
+            result = hook.delete_rayservice(metadata["name"], self.namespace, metadata["uid"])
+            self.log.info("Tore down earlier RayService %s/%s: %s", self.namespace, metadata["name"], result)
+            deleted.append(metadata["name"])
+        if not deleted:
+            self.log.info("No earlier RayService of %s.%s to tear down", identity.dag_id, identity.task_id)
+        return deleted
+
+    def details(self, service: dict, priority: str) -> dict[str, Any]:
+        metadata = service["metadata"]
+        return {
+            "name": metadata["name"],
+            "namespace": metadata.get("namespace") or self.namespace,
+            "uid": metadata["uid"],
+            "serve_service": serve_service(metadata["name"]),
+            "queue": self.local_queue,
+            "priority": priority,
+        }

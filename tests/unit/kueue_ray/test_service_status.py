@@ -1,0 +1,289 @@
+"""The RayService status model on objects shaped like KubeRay v1.7 / Kueue v0.19 write them."""
+
+from kueue_ray.service_status import ServicePhase, observe_service, related_workload
+
+SERVE_CONFIG = "applications:\n  - name: forecast\n    deployments:\n      - name: Model\n"
+NEVER_FITS = (
+    "couldn't assign flavors to pod set gpu-workers: insufficient quota for nvidia.com/gpu in flavor gpu, "
+    "request > maximum capacity (24 > 8)"
+)
+PREEMPTED_MSG = "Preempted to accommodate a workload (UID: 1c2d, JobUID: 9f8e) due to prioritization"
+
+
+def cond(type_, status, reason, message=""):
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+def apps(status="RUNNING", deployment="HEALTHY", message="", deployment_message=""):
+    return {
+        "forecast": {
+            "status": status,
+            "message": message,
+            "serveDeploymentStatuses": {"Model": {"status": deployment, "message": deployment_message}},
+        }
+    }
+
+
+def role(name, state="ready", applications=None):
+    status = {"rayClusterName": name, "rayClusterStatus": {"state": state} if state else {}}
+    if applications is not None:
+        status["applicationStatuses"] = applications
+    return status
+
+
+def service(*, active=None, pending=None, ready="True", ready_reason="NonZeroServeEndpoints", generation=1,
+            suspend=False):  # fmt: skip
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {"name": "serve", "namespace": "ray", "uid": "svc-uid", "generation": generation},
+        "spec": {"serveConfigV2": SERVE_CONFIG, "rayClusterConfig": {"suspend": suspend}},
+        "status": {
+            "observedGeneration": generation,
+            "activeServiceStatus": active or {},
+            "pendingServiceStatus": pending or {},
+            "conditions": [cond("Ready", ready, ready_reason)],
+        },
+    }
+
+
+def workload(owner_kind="RayService", owner_name="serve", owner_uid="svc-uid", *conditions, name=None,
+             admission=True, active=True, **status):  # fmt: skip
+    body = {
+        "metadata": {
+            "name": name or f"{owner_kind.lower()}-{owner_name}-abcde",
+            "ownerReferences": [
+                {"kind": owner_kind, "name": owner_name, "uid": owner_uid, "controller": True}
+            ],
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {"active": active},
+        "status": {"conditions": list(conditions), **status},
+    }
+    if admission:
+        body["status"]["admission"] = {
+            "clusterQueue": "team-a-cq",
+            "podSetAssignments": [{"name": "head", "flavors": {"cpu": "default-flavor"}}],
+        }
+    return body
+
+
+ADMITTED = (cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "True", "Admitted"))
+
+
+def test_a_new_service_queued_in_kueue():
+    obs = observe_service(
+        service(pending=role("serve-a", state="suspended"), ready="False", ready_reason="Initializing"),
+        [
+            workload(
+                "RayService",
+                "serve",
+                "svc-uid",
+                cond("QuotaReserved", "False", "Pending", "1 more needed"),
+                admission=False,
+            )
+        ],  # fmt: skip
+    )
+    assert obs.phase is ServicePhase.QUEUED
+    assert obs.message == "pending RayCluster serve-a: 1 more needed"
+    assert obs.admitted_by == "service"
+
+
+def test_never_fits_is_inadmissible():
+    obs = observe_service(
+        service(pending=role("serve-a", state=""), ready="False", ready_reason="Initializing"),
+        [
+            workload(
+                "RayCluster",
+                "serve-a",
+                "c-uid",
+                cond("QuotaReserved", "False", "Pending", NEVER_FITS),
+                admission=False,
+            )
+        ],  # fmt: skip
+    )
+    assert obs.phase is ServicePhase.INADMISSIBLE
+    assert obs.admitted_by == "cluster"
+
+
+def test_admitted_then_deploying_then_serving():
+    starting = observe_service(
+        service(pending=role("serve-a", state=""), ready="False", ready_reason="Initializing"),
+        [workload("RayService", "serve", "svc-uid", *ADMITTED)],
+    )
+    assert starting.phase is ServicePhase.ADMITTED
+    assert "admitted by ClusterQueue team-a-cq" in starting.message
+
+    deploying = observe_service(
+        service(
+            pending=role("serve-a", applications=apps("DEPLOYING", "UPDATING")),
+            ready="False",
+            ready_reason="Initializing",
+        ),  # fmt: skip
+        [workload("RayService", "serve", "svc-uid", *ADMITTED)],
+    )
+    assert deploying.phase is ServicePhase.DEPLOYING
+    assert "forecast DEPLOYING" in deploying.message
+
+    serving = observe_service(
+        service(active=role("serve-a", applications=apps())),
+        [workload("RayService", "serve", "svc-uid", *ADMITTED)],
+    )
+    assert serving.phase is ServicePhase.SERVING and serving.terminal
+    assert serving.active_cluster == "serve-a"
+
+
+def test_an_upgrade_serves_only_once_the_new_cluster_took_over():
+    workloads = [
+        workload("RayCluster", "serve-old", "old-uid", *ADMITTED),
+        workload("RayCluster", "serve-new", "new-uid", *ADMITTED),
+    ]
+    during = observe_service(
+        service(
+            active=role("serve-old", applications=None),
+            pending=role("serve-new", applications=apps("DEPLOYING", "UPDATING")),
+            generation=2,
+        ),  # fmt: skip
+        workloads,
+        generation=2,
+        switch_from="serve-old",
+    )
+    assert during.phase is ServicePhase.DEPLOYING
+    assert during.message.endswith("; RayCluster serve-old keeps serving")
+    assert during.target_role == "pending"
+
+    before_kuberay_acts = observe_service(
+        service(active=role("serve-old", applications=apps()), generation=2),
+        workloads,
+        generation=2,
+        switch_from="serve-old",
+    )
+    assert before_kuberay_acts.phase is not ServicePhase.SERVING
+
+    after = observe_service(
+        service(active=role("serve-new", applications=apps()), generation=2),
+        workloads,
+        generation=2,
+        switch_from="serve-old",
+    )
+    assert after.phase is ServicePhase.SERVING
+
+
+def test_kuberay_not_having_seen_the_new_spec_is_not_success():
+    obs = observe_service(
+        service(active=role("serve-a", applications=apps()), generation=1), [], generation=2
+    )
+    assert obs.phase is ServicePhase.SUBMITTED
+    assert obs.reason == "NotObserved"
+
+
+def test_preempted_pending_cluster_names_both_clusters():
+    obs = observe_service(
+        service(active=role("serve-old"), pending=role("serve-new", state="")),
+        [
+            workload("RayCluster", "serve-old", "old-uid", *ADMITTED),
+            workload(
+                "RayCluster",
+                "serve-new",
+                "new-uid",
+                *ADMITTED,
+                cond("Evicted", "True", "Preempted", PREEMPTED_MSG),
+                cond("Preempted", "True", "InClusterQueue", PREEMPTED_MSG),
+            ),
+        ],
+    )
+    assert obs.phase is ServicePhase.PREEMPTED
+    assert obs.message == f"pending RayCluster serve-new: {PREEMPTED_MSG}; RayCluster serve-old keeps serving"
+
+
+def test_requeued_after_preemption_counts_it():
+    obs = observe_service(
+        service(active=role("serve-old"), pending=role("serve-new", state="suspended")),
+        [
+            workload(
+                "RayCluster",
+                "serve-new",
+                "new-uid",
+                cond("QuotaReserved", "False", "Pending", "1 more needed"),
+                cond("Evicted", "True", "Preempted", PREEMPTED_MSG),
+                admission=False,
+                schedulingStats={"evictions": [{"reason": "Preempted", "count": 1}]},
+            )
+        ],
+    )
+    assert obs.phase is ServicePhase.QUEUED
+    assert obs.preemptions == 1
+
+
+def test_deploy_failed_quotes_serve():
+    obs = observe_service(
+        service(
+            pending=role(
+                "serve-a",
+                applications=apps(
+                    "DEPLOY_FAILED",
+                    "DEPLOY_FAILED",
+                    "Deploying application forecast failed",
+                    "No module named 'serve_aurora'",
+                ),
+            ),
+            ready="False",
+            ready_reason="Initializing",
+        ),  # fmt: skip
+        [workload("RayService", "serve", "svc-uid", *ADMITTED)],
+    )
+    assert obs.phase is ServicePhase.DEPLOY_FAILED and obs.terminal
+    assert "application forecast is DEPLOY_FAILED: Deploying application forecast failed" in obs.message
+    assert "deployment Model is DEPLOY_FAILED: No module named 'serve_aurora'" in obs.message
+
+
+def test_an_unhealthy_deployment_fails_even_when_the_application_says_running():
+    obs = observe_service(
+        service(active=role("serve-a", applications=apps("RUNNING", "UNHEALTHY", "", "health check failed"))),
+        [workload("RayService", "serve", "svc-uid", *ADMITTED)],
+    )
+    assert obs.phase is ServicePhase.UNHEALTHY
+    assert "deployment Model is UNHEALTHY: health check failed" in obs.message
+
+
+def test_validation_failed_is_final():
+    obs = observe_service(service(ready="False", ready_reason="ValidationFailed"), [], generation=1)
+    assert obs.phase is ServicePhase.FAILED
+
+
+def test_shipped_kueue_blocks_a_cluster_upgrade_of_a_serving_service():
+    obs = observe_service(
+        service(
+            active=role("serve-old", applications=None),
+            pending=role("serve-new", state="suspended"),
+            suspend=True,
+        ),  # fmt: skip
+        [],
+    )
+    assert obs.phase is ServicePhase.BLOCKED and obs.terminal
+    assert "integrations.frameworks" in obs.message
+
+
+def test_deactivated_workload():
+    obs = observe_service(
+        service(pending=role("serve-a", state=""), ready="False", ready_reason="Initializing"),
+        [
+            workload(
+                "RayService",
+                "serve",
+                "svc-uid",
+                cond("Evicted", "True", "DeactivatedDueToAdmissionCheck", "The workload is deactivated"),
+                active=False,
+                admission=False,
+            )
+        ],
+    )
+    assert obs.phase is ServicePhase.DEACTIVATED
+
+
+def test_related_workloads_are_the_services_and_its_current_clusters():
+    svc = service(active=role("serve-old"), pending=role("serve-new"))
+    assert related_workload(svc, workload("RayService", "serve", "svc-uid"))
+    assert related_workload(svc, workload("RayCluster", "serve-new", "x"))
+    assert not related_workload(svc, workload("RayCluster", "serve-older", "x"))
+    assert not related_workload(svc, workload("RayJob", "serve", "svc-uid"))
