@@ -5,9 +5,10 @@ read the cluster itself, twenty open tabs would cost twenty sets of API calls pe
 api-server process keeps one informer-like cache, the triggerer's watch hub (``kueue_ray.hub``) applied
 to what the pages show:
 
-* one list+watch per watched namespace of this project's RayJobs (the hub's label selector), of Kueue
-  Workloads (those Kueue made for a job: the ``kueue.x-k8s.io/job-uid`` label) and of LocalQueues, and
-  one cluster-wide list+watch of ClusterQueues;
+* one list+watch per watched namespace of this project's RayJobs and RayServices (the hub's label
+  selector), of Kueue Workloads (those Kueue made for a job: the ``kueue.x-k8s.io/job-uid`` label, which
+  covers a RayService's Workload and its RayClusters' as well as a RayJob's) and of LocalQueues, and one
+  cluster-wide list+watch of ClusterQueues;
 * Kueue's visibility API (pending workloads in queue order, with positions) read once per ClusterQueue
   and shared by every viewer: re-read only when a Workload or ClusterQueue changed since, at most once per
   ``visibility_min_interval``, and at least every ``visibility_max_age`` while someone looks;
@@ -51,6 +52,7 @@ from kueue_ray.timeline import Timeline, to_epoch
 log = logging.getLogger(__name__)
 
 RAYJOBS, WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES = "rayjobs", "workloads", "localqueues", "clusterqueues"
+RAYSERVICES = "rayservices"
 CLUSTER_QUEUE_PENDING_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{name}/pendingworkloads"
 VISIBILITY_LIMIT = 100000
 """Kueue's cap for ``limit``: the whole queue, so positions and counts stay exact."""
@@ -72,11 +74,21 @@ class Watched:
 
 
 def watched_resources(namespaces: list[str]) -> list[Watched]:
-    """The loops one cache runs: per namespace RayJobs, Workloads and LocalQueues; ClusterQueues once."""
+    """The loops one cache runs: per namespace RayJobs, RayServices, Workloads and LocalQueues;
+    ClusterQueues once.
+
+    RayServices are watched, not read when a deploy task's tab asks: what that tab shows changes with the
+    RayService alone (its clusters' states, the Serve applications, the traffic switch) while its
+    Workload stays as it is, and the pages' "unchanged" answer (``version``) is only right if every change
+    they show bumps it. Reading on demand would either cost a read per open tab per poll or, cached with
+    an age, answer "unchanged" over a switch that happened. The watch costs one connection per namespace
+    and carries only this project's RayServices (the label selector), a few objects that change rarely.
+    """
     loops = [Watched(CLUSTER_QUEUES, "kueue.x-k8s.io", "v1beta2", None)]
     for namespace in namespaces:
         loops += [
             Watched(RAYJOBS, "ray.io", "v1", namespace, MANAGED_BY_SELECTOR),
+            Watched(RAYSERVICES, "ray.io", "v1", namespace, MANAGED_BY_SELECTOR),
             Watched(WORKLOADS, "kueue.x-k8s.io", "v1beta2", namespace, JOB_UID_LABEL),
             Watched(LOCAL_QUEUES, "kueue.x-k8s.io", "v1beta2", namespace),
         ]
@@ -141,6 +153,8 @@ class Snapshot:
     namespaces: list[str]
     health: Health
     version: int
+    rayservices: list[dict] = field(default_factory=list)
+    """This project's RayServices (deploy tasks)."""
 
 
 def describe_error(exc: BaseException) -> str:
@@ -363,6 +377,7 @@ class ClusterCache:
             local_queues=objects(LOCAL_QUEUES),
             workloads=objects(WORKLOADS),
             rayjobs=objects(RAYJOBS),
+            rayservices=objects(RAYSERVICES),
             identities=dict(self._identities),
             namespaces=list(self.namespaces),
             health=self.health(),

@@ -5,7 +5,8 @@ may read.
   borrowing and lending limits, what is admitted and reserved), its pending workloads in Kueue's order
   with their positions, and its admitted workloads with their age.
 * ``task_view``: the RayJob one task instance submitted or waits for: its Workload, queues, priority,
-  phase in words, queue position, timeline spans, and links.
+  phase in words, queue position, timeline spans, and links; for a deploy task, its RayService the same
+  way (``service_task_view``), with the active and pending Ray clusters.
 
 Security is decided here, once: a workload is described (names, DAG, run, task, links, Kueue's messages)
 only when its RayJob's annotations name a DAG the user may read. Everything else (other DAGs, jobs not
@@ -23,6 +24,7 @@ from urllib.parse import quote
 from kueue_ray.links import kueue_tab_path, task_instance_path
 from kueue_ray.naming import JOB_UID_LABEL, PRIORITY_CLASS_LABEL, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.quantity import QuantityError, human_quantity, parse_quantity
+from kueue_ray.service_status import SERVICE_POSITION_PHASES, ServiceObservation, observe_service
 from kueue_ray.status import TERMINAL_PHASES, Observation, observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
@@ -48,6 +50,23 @@ PHASE_WORDS = {
     "FAILED": "Failed",
     "STOPPED": "Stopped before it finished",
     "DEACTIVATED": "Deactivated by Kueue: it will not run again unless reactivated",
+}
+SERVICE_PHASE_WORDS = {
+    "SUBMITTED": "Submitted; KubeRay or Kueue has not acted on the spec yet",
+    "QUEUED": "Queued: its Ray cluster waits for quota in its ClusterQueue",
+    "INADMISSIBLE": "Inadmissible: it cannot be admitted until the queue or its quota changes",
+    "AWAITING_CHECKS": "Quota reserved: waiting for the ClusterQueue's admission checks",
+    "ADMITTED": "Admitted: quota is reserved and the Ray cluster is starting",
+    "DEPLOYING": "Deploying: the Ray cluster is ready and Serve deploys the applications",
+    "SERVING": "Serving: every application RUNNING, every deployment HEALTHY",
+    "PREEMPTED": "Preempted: Kueue evicted its Ray cluster; it will queue again",
+    "PODS_NOT_READY": "Evicted: its pods were not ready in time; it will queue again after a backoff",
+    "EVICTED": "Evicted by Kueue; it will queue again",
+    "DEPLOY_FAILED": "Deploy failed: Serve could not deploy an application",
+    "UNHEALTHY": "Unhealthy: Serve reports an application or deployment unhealthy",
+    "DEACTIVATED": "Deactivated by Kueue: it will not be admitted again unless reactivated",
+    "BLOCKED": "Blocked: Kueue will not admit the new cluster config while the old cluster serves",
+    "FAILED": "Failed: KubeRay refused the spec",
 }
 HIDDEN_OWNER = "a workload of a DAG you cannot read"
 FOREIGN_OWNER = "a workload this Airflow has no record of (not submitted by it, or gone before it was seen)"
@@ -380,8 +399,7 @@ def task_view(
 ) -> dict[str, Any]:
     """The Kueue tab of one task instance. The caller has checked the user may read ``ref.dag_id``.
 
-    A deploy task (``rayservice`` XCom, pushed before it waits) is named with where its story is told: the
-    tab follows RayJobs only."""
+    A deploy task (``rayservice`` XCom, pushed before it waits) is shown by ``service_task_view``."""
     now = time.time() if now is None else now
     base = {
         "now": to_iso(now),
@@ -391,7 +409,7 @@ def task_view(
         "task": {**vars(ref), "url": links.task_instance(ref.identity())},
     }
     if (not rayjob_xcom or not rayjob_xcom.get("name")) and (rayservice_xcom or {}).get("name"):
-        return base | {"rayjob": None, "message": _rayservice_message(rayservice_xcom)}
+        return base | service_task_view(ref, rayservice_xcom, snapshot, pending, access, links)
     if not rayjob_xcom or not rayjob_xcom.get("name"):
         return base | {
             "rayjob": None,
@@ -453,14 +471,128 @@ def task_view(
     }
 
 
-def _rayservice_message(rayservice_xcom: dict) -> str:
+def find_rayservice(snapshot: Snapshot, rayservice_xcom: dict) -> dict | None:
+    """The task's RayService in the cache: same name and namespace, and the same uid when the XCom has one
+    (a RayService created again under the name is not the one this task deployed)."""
+    name, namespace = rayservice_xcom.get("name"), rayservice_xcom.get("namespace")
+    uid = rayservice_xcom.get("uid")
+    for service in snapshot.rayservices:
+        meta = _meta(service)
+        if (
+            meta.get("name") == name
+            and meta.get("namespace") == namespace
+            and (not uid or meta.get("uid") == uid)
+        ):
+            return service
+    return None
+
+
+def service_cluster_queue(snapshot: Snapshot, rayservice_xcom: dict) -> str | None:
+    """The ClusterQueue a deploy task's RayService is admitted to, else the one its LocalQueue feeds."""
+    service = find_rayservice(snapshot, rayservice_xcom)
+    namespace = rayservice_xcom.get("namespace")
+    if service is not None:
+        workloads = [w for w in snapshot.workloads if _meta(w).get("namespace") == namespace]
+        admitted_to = observe_service(service, workloads).cluster_queue
+        if admitted_to:
+            return admitted_to
+    local_queue = (_meta(service).get("labels") or {}).get(QUEUE_LABEL) or rayservice_xcom.get("queue")
+    for lq in snapshot.local_queues:
+        if _meta(lq).get("namespace") == namespace and _meta(lq).get("name") == local_queue:
+            return (lq.get("spec") or {}).get("clusterQueue")
+    return None
+
+
+def service_task_view(
+    ref: TaskRef,
+    rayservice_xcom: dict,
+    snapshot: Snapshot,
+    pending: PendingRead | None,
+    access: Access,
+    links: Links,
+) -> dict[str, Any]:
+    """A deploy task's RayService as the deploy operator's trigger sees it (``observe_service``): the
+    Workload Kueue admits (the RayService's own, or its target RayCluster's), queues, priority, phase,
+    position while queued, and the active and pending Ray clusters.
+
+    Once an upgrade by a later run rewrote the RayService, the tab shows its current state and names the
+    run that now holds it (under the same reading rule as a preemptor)."""
     name, namespace = rayservice_xcom["name"], rayservice_xcom.get("namespace")
-    return (
-        f"This task deploys RayService {namespace}/{name} (LocalQueue {rayservice_xcom.get('queue')}, "
-        f"priority {rayservice_xcom.get('priority')}). This tab follows RayJobs only: the service's story "
-        "(queued with its position, admitted, cluster ready, Serve applications, the traffic switch) is in "
-        f"the task log; in the cluster: kubectl -n {namespace} get rayservice {name}"
+    service = find_rayservice(snapshot, rayservice_xcom)
+    workloads = [w for w in snapshot.workloads if _meta(w).get("namespace") == namespace]
+    observation = observe_service(service, workloads) if service is not None else None
+    workload = next(
+        (w for w in workloads if observation and _meta(w).get("name") == observation.workload_name), None
     )
+    local_queue = (
+        (_meta(service).get("labels") or {}).get(QUEUE_LABEL)
+        or rayservice_xcom.get("queue")
+        or ((workload or {}).get("spec") or {}).get("queueName")
+    )
+    cluster_queue = service_cluster_queue(snapshot, rayservice_xcom)
+    priority = _priority(workload, service)
+    priority["class"] = priority["class"] or rayservice_xcom.get("priority")
+    holder = AirflowIdentity.from_annotations(_meta(service).get("annotations"))
+    now_held_by = None
+    if holder is not None and (holder.dag_id, holder.run_id) != (ref.dag_id, ref.run_id):
+        now_held_by = describe_owner(holder, access, links) or {"description": HIDDEN_OWNER}
+    recorded = rayservice_xcom.get("timeline") or {}
+    return {
+        "rayjob": None,
+        "rayservice": {
+            "name": name,
+            "namespace": namespace,
+            "uid": rayservice_xcom.get("uid") or _meta(service).get("uid"),
+            "exists": service is not None,
+            "workload": observation.workload_name if observation else None,
+            "admitted_by": observation.admitted_by if observation else None,
+            "local_queue": local_queue,
+            "cluster_queue": cluster_queue,
+            "cluster_queue_url": links.queue(cluster_queue) if cluster_queue else None,
+            "priority": priority,
+            "active_cluster": observation.active_cluster
+            if observation
+            else rayservice_xcom.get("active_cluster"),
+            "pending_cluster": observation.pending_cluster if observation else None,
+            "target_role": observation.target_role if observation else None,
+            "applications": dict(observation.applications) if observation else {},
+            "serve_service": rayservice_xcom.get("serve_service"),
+            "now_deployed_by": now_held_by,
+        },
+        "phase": _service_phase(observation, recorded),
+        "position": _position(pending, workload)
+        if observation and observation.phase in SERVICE_POSITION_PHASES
+        else None,
+        "timeline": {
+            "source": "xcom" if recorded else None,
+            "queued_seconds": recorded.get("queued_seconds"),
+            "starting_seconds": recorded.get("starting_seconds"),
+            "preemption_count": recorded.get("preemption_count"),
+            "spans": [],
+        },
+        "links": {"ray_dashboard": None, "queue": links.queue(cluster_queue) if cluster_queue else None},
+    }
+
+
+def _service_phase(observation: ServiceObservation | None, recorded: dict) -> dict[str, Any]:
+    if observation is None:
+        final = recorded.get("final_phase") or recorded.get("phase")
+        return {
+            "phase": final,
+            "words": (SERVICE_PHASE_WORDS.get(final, final) if final else "Unknown")
+            + " (the RayService no longer exists in the cluster)",
+            "reason": "",
+            "message": "",
+            "terminal": True,
+        }
+    phase = observation.phase.value
+    return {
+        "phase": phase,
+        "words": SERVICE_PHASE_WORDS.get(phase, phase.replace("_", " ").capitalize()),
+        "reason": observation.reason,
+        "message": observation.message,
+        "terminal": observation.terminal,
+    }
 
 
 def _find_rayjob(snapshot: Snapshot, rayjob_xcom: dict) -> dict | None:

@@ -8,8 +8,8 @@ Pages (HTML; Airflow shows them in an iframe):
 JSON API, used by both pages and documented in README.md ("Kueue in the Airflow UI"):
 
 * ``GET /kueue/api/v1/queues`` - every ClusterQueue (``views.queues_view``);
-* ``GET /kueue/api/v1/task-instance?dag_id=&run_id=&task_id=&map_index=`` - one task's RayJob
-  (``views.task_view``); 403 unless the user may read the DAG;
+* ``GET /kueue/api/v1/task-instance?dag_id=&run_id=&task_id=&map_index=`` - one task's RayJob, or a
+  deploy task's RayService (``views.task_view``); 403 unless the user may read the DAG;
 * ``GET /kueue/api/v1/openapi.json`` - the schema of the above.
 
 Both JSON endpoints take ``known=<version>``: when the cluster has not changed since the answer that
@@ -38,7 +38,15 @@ from starlette.concurrency import run_in_threadpool
 
 from kueue_ray.ui.access import ReadableDags
 from kueue_ray.ui.cache import ClusterCache
-from kueue_ray.ui.views import APP_PREFIX, Links, TaskRef, queues_view, task_cluster_queue, task_view
+from kueue_ray.ui.views import (
+    APP_PREFIX,
+    Links,
+    TaskRef,
+    queues_view,
+    service_cluster_queue,
+    task_cluster_queue,
+    task_view,
+)
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +183,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
 
     @router.get(
         "/api/v1/task-instance",
-        summary="The RayJob of one task instance, live",
+        summary="The RayJob (or a deploy task's RayService) of one task instance, live",
         responses={
             204: {"description": "nothing changed since the version given as `known`"},
             403: {"description": "the user may not read the DAG"},
@@ -200,9 +208,13 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
         xcoms = await run_in_threadpool(read_task_xcoms, ref)
         snapshot = cluster_cache.snapshot()
         rayjob = xcoms.get("rayjob") or {}
+        rayservice = xcoms.get("rayservice") or {}
         live = cluster_cache.timeline(rayjob.get("uid") or "")
         pending = None
-        cluster_queue = task_cluster_queue(snapshot, rayjob)
+        if rayjob.get("name") or not rayservice.get("name"):
+            cluster_queue = task_cluster_queue(snapshot, rayjob)
+        else:
+            cluster_queue = service_cluster_queue(snapshot, rayservice)
         if cluster_queue:
             pending = await cluster_cache.pending(cluster_queue)
         return task_view(
@@ -215,7 +227,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             pending=pending,
             access=access,
             links=links(),
-            rayservice_xcom=xcoms.get("rayservice"),
+            rayservice_xcom=rayservice or None,
         )
 
     @router.get("/api/v1/openapi.json", include_in_schema=False)

@@ -1,5 +1,6 @@
 """The Kueue UI's cluster cache against kubesim: one set of watches however many pages read it, shared
-visibility reads, a live timeline per RayJob, and the last known state kept while the API is down."""
+visibility reads, a live timeline per RayJob, a deploy task's RayService followed live, and the last known
+state kept while the API is down."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import time
 
 import pytest
 from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.serving import RAYSERVICE_XCOM_KEY
+from kueue_ray.ui.access import Access
 from kueue_ray.ui.cache import CacheSettings, ClusterCache
+from kueue_ray.ui.views import Links, TaskRef, service_cluster_queue, task_view
 
+from tests.integration.kueue_ray.serve_support import defer, deploy_op, run_context, service_body
 from tests.integration.kueue_ray.test_hub import quota_reserved
 
 QUICK = CacheSettings(backoff_initial=0.05, backoff_max=0.3, visibility_min_interval=0.2)
@@ -117,6 +122,78 @@ def test_positions_and_the_timeline_follow_the_cluster_live(
         assert phases[-1] == "SUCCEEDED", phases
         assert "RUNNING" in phases
     assert [t["phase"] for t in second_timeline["transitions"]][0] == "QUEUED"
+
+
+def test_a_deploy_tasks_tab_follows_its_rayservice_from_queued_to_serving(
+    queues, rayjob_body, task_context, connection
+):
+    blocker = submit(queues, rayjob_body, task_context, "blocker", "inf")
+    context = run_context("manual__ui")
+    defer(deploy_op(queues, service_body(cpu="2")), context)
+    xcom = context["ti"].xcom[RAYSERVICE_XCOM_KEY]
+    ref = TaskRef("serving_pipeline", "manual__ui", "serve")
+    reader = Access(user_name="ops", dag_ids=frozenset({"serving_pipeline"}))
+
+    async def scenario():
+        cache = ClusterCache(connection, [queues.namespace], QUICK)
+        await cache.start()
+
+        async def tab() -> dict:
+            snapshot = cache.snapshot()
+            cluster_queue = service_cluster_queue(snapshot, xcom)
+            pending = await cache.pending(cluster_queue) if cluster_queue else None
+            return task_view(
+                ref,
+                rayjob_xcom=None,
+                timeline_xcom=None,
+                dashboard_link=None,
+                snapshot=snapshot,
+                live_timeline=None,
+                pending=pending,
+                access=reader,
+                links=Links(),
+                rayservice_xcom=xcom,
+            )
+
+        try:
+            await until(lambda: cache.health().reachable, what="listed")
+            seen, released = [], False
+            version = -1
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                await until(lambda v=version: cache.version != v, timeout=30, what="a change")
+                version = cache.version
+                view = await tab()
+                seen.append(view)
+                if view["phase"]["phase"] == "QUEUED" and view["position"] and not released:
+                    queues.custom.delete_namespaced_custom_object(
+                        "ray.io", "v1", queues.namespace, "rayjobs", blocker["name"]
+                    )
+                    released = True
+                if view["phase"]["phase"] == "SERVING":
+                    return seen
+            raise AssertionError(f"not serving; phases seen {[v['phase']['phase'] for v in seen]}")
+        finally:
+            await cache.stop()
+
+    seen = asyncio.run(scenario())
+    phases = [view["phase"]["phase"] for view in seen]
+    queued = next(view for view in seen if view["position"])
+    assert queued["phase"]["phase"] == "QUEUED" and "insufficient unused quota" in queued["phase"]["message"]
+    assert queued["position"]["in_cluster_queue"] == 1 and queued["position"]["pending_in_cluster_queue"] == 1
+    shown = queued["rayservice"]
+    assert shown["name"] == xcom["name"] and shown["exists"] and shown["admitted_by"] == "service"
+    assert shown["workload"] and (shown["local_queue"], shown["cluster_queue"]) == (
+        queues.local_queue,
+        queues.cluster_queue,
+    )
+    assert shown["priority"]["class"] == queues.low
+    after_queued = phases[phases.index("QUEUED") :]
+    assert {"ADMITTED", "DEPLOYING"} & set(after_queued), phases
+    serving = seen[-1]["rayservice"]
+    assert serving["active_cluster"] and serving["pending_cluster"] is None
+    assert serving["applications"] == {"forecast": "RUNNING"}
+    assert seen[-1]["position"] is None
 
 
 def test_an_unreachable_api_keeps_the_last_state_and_says_since_when(

@@ -318,20 +318,138 @@ def test_a_task_without_a_rayjob_says_so():
     assert view["rayjob"] is None and "has not submitted" in view["message"]
 
 
-def test_a_deploy_task_names_its_rayservice_and_where_its_story_is_told():
-    view = task_view(
+DEPLOY = identity(DAG, FIRST.run_id, "deploy_serve")
+LATER = identity(DAG, THIRD.run_id, "deploy_serve")
+
+
+def rayservice(owner: AirflowIdentity, *, active: dict | None = None, pending: dict | None = None) -> dict:
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {
+            "name": "aurora-serve",
+            "namespace": "ray",
+            "uid": "u-svc",
+            "generation": 1,
+            "labels": {"kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": "prod"},
+            "annotations": owner.annotations(),
+        },
+        "spec": {"serveConfigV2": "applications:\n  - name: forecast\n    import_path: m:app\n"},
+        "status": {
+            "observedGeneration": 1,
+            "activeServiceStatus": active or {},
+            "pendingServiceStatus": pending or {},
+        },
+    }
+
+
+def owned_workload(
+    name: str, kind: str, owner_name: str, uid: str, *, admitted_at: float | None = None
+) -> dict:
+    made = workload(name, uid, admitted_at=admitted_at, priority=("prod", 1000))
+    made["metadata"]["ownerReferences"] = [{"kind": kind, "name": owner_name, "uid": uid, "controller": True}]
+    made["status"]["conditions"].append(
+        {"type": "Admitted", "status": "True" if admitted_at is not None else "False"}
+    )
+    return made
+
+
+def cluster(name: str, state: str, app_status: str | None = None) -> dict:
+    apps = {"forecast": {"status": app_status, "serveDeploymentStatuses": {}}} if app_status else {}
+    return {"rayClusterName": name, "rayClusterStatus": {"state": state}, "applicationStatuses": apps}
+
+
+def deploy_tab(
+    services: list[dict], workloads: list[dict], pending: PendingRead | None = None, **xcom
+) -> dict:
+    base = snapshot()
+    return task_view(
         TaskRef(DAG, FIRST.run_id, "deploy_serve"),
         rayjob_xcom=None,
         timeline_xcom=None,
         dashboard_link=None,
-        snapshot=snapshot(),
+        snapshot=Snapshot(**{**vars(base), "workloads": base.workloads + workloads, "rayservices": services}),
         live_timeline=None,
-        pending=None,
+        pending=pending,
         access=READER,
         links=LINKS,
-        now=T0,
-        rayservice_xcom={"name": "aurora-serve", "namespace": "ray", "queue": "team-a", "priority": "prod"},
+        now=T0 + 100,
+        rayservice_xcom={
+            "name": "aurora-serve",
+            "namespace": "ray",
+            "uid": "u-svc",
+            "queue": "default",
+            "priority": "prod",
+            **xcom,
+        },
     )
-    assert view["rayjob"] is None
-    assert "RayService ray/aurora-serve (LocalQueue team-a, priority prod)" in view["message"]
-    assert "task log" in view["message"] and "kubectl -n ray get rayservice aurora-serve" in view["message"]
+
+
+def test_a_queued_deploy_task_shows_its_rayservices_workload_queues_priority_and_position():
+    service = rayservice(DEPLOY, active=cluster("aurora-serve-raycluster-a", "suspended"))
+    queued = owned_workload("rayservice-aurora-serve-1", "RayService", "aurora-serve", "u-svc")
+    read = PendingRead(
+        summary={
+            "items": [
+                pending_entry("wl-secret", "u-secret", 0),
+                pending_entry(queued["metadata"]["name"], None, 1),
+            ]
+        },
+        fetched_at=T0 + 99,
+    )
+    view = deploy_tab([service], [queued], read)
+    shown = view["rayservice"]
+    assert view["rayjob"] is None and shown["exists"]
+    assert (shown["workload"], shown["admitted_by"]) == ("rayservice-aurora-serve-1", "service")
+    assert (shown["local_queue"], shown["cluster_queue"]) == ("default", "cluster-queue")
+    assert shown["priority"] == {"class": "prod", "value": 1000}
+    assert (shown["active_cluster"], shown["pending_cluster"]) == ("aurora-serve-raycluster-a", None)
+    assert view["phase"]["phase"] == "QUEUED" and view["phase"]["words"].startswith("Queued")
+    assert "insufficient unused quota" in view["phase"]["message"]
+    assert view["position"]["in_cluster_queue"] == 2 and view["position"]["pending_in_cluster_queue"] == 2
+    assert view["links"]["queue"] == "/airflow/plugin/kueue-queues/airflow/kueue/queues#cq-cluster-queue"
+
+
+def test_an_upgrade_shows_the_pending_clusters_workload_while_the_active_one_serves():
+    service = rayservice(
+        DEPLOY,
+        active=cluster("aurora-serve-raycluster-a", "ready", "RUNNING"),
+        pending=cluster("aurora-serve-raycluster-b", "suspended"),
+    )
+    old = owned_workload("raycluster-a-1", "RayCluster", "aurora-serve-raycluster-a", "u-a", admitted_at=1)
+    new = owned_workload("raycluster-b-1", "RayCluster", "aurora-serve-raycluster-b", "u-b", admitted_at=60)
+    view = deploy_tab([service], [old, new], PENDING)
+    shown = view["rayservice"]
+    assert (shown["workload"], shown["admitted_by"]) == ("raycluster-b-1", "cluster")
+    assert (shown["active_cluster"], shown["pending_cluster"]) == (
+        "aurora-serve-raycluster-a",
+        "aurora-serve-raycluster-b",
+    )
+    assert view["phase"]["phase"] == "ADMITTED" and view["phase"]["words"].startswith("Admitted")
+    assert "RayCluster aurora-serve-raycluster-a keeps serving" in view["phase"]["message"]
+    assert view["position"] is None
+
+
+def test_a_serving_rayservice_upgraded_by_a_later_run_names_that_run():
+    service = rayservice(LATER, active=cluster("aurora-serve-raycluster-b", "ready", "RUNNING"))
+    service["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "RunningServeApps"}]
+    view = deploy_tab([service], [])
+    assert view["phase"]["phase"] == "SERVING" and view["phase"]["words"].startswith("Serving")
+    assert view["rayservice"]["applications"] == {"forecast": "RUNNING"}
+    assert view["rayservice"]["now_deployed_by"]["run_id"] == LATER.run_id
+
+
+def test_a_deleted_or_recreated_rayservice_shows_what_the_task_recorded():
+    recreated = rayservice(DEPLOY, active=cluster("aurora-serve-raycluster-z", "ready", "RUNNING"))
+    recreated["metadata"]["uid"] = "u-someone-else"
+    recorded = {
+        "final_phase": "SERVING",
+        "queued_seconds": 12.5,
+        "starting_seconds": 30.0,
+        "preemption_count": 1,
+    }
+    view = deploy_tab([recreated], [], timeline=recorded, active_cluster="aurora-serve-raycluster-a")
+    assert not view["rayservice"]["exists"]
+    assert view["rayservice"]["active_cluster"] == "aurora-serve-raycluster-a"
+    assert view["phase"]["words"].startswith("Serving") and "no longer exists" in view["phase"]["words"]
+    assert (view["timeline"]["source"], view["timeline"]["preemption_count"]) == ("xcom", 1)

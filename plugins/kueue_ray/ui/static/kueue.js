@@ -215,7 +215,42 @@
         el("td", { class: "message", title: s.message, text: [s.reason, s.message].filter(Boolean).join(": ") }))));
   }
 
+  function renderService(data) {
+    const s = data.rayservice;
+    const pos = data.position;
+    const apps = Object.entries(s.applications || {}).map(([name, state]) => `${name} ${state}`).join(", ");
+    const facts = el("dl", { class: "facts" },
+      el("dt", { text: "RayService" }), el("dd", { id: "rayservice", text: `${s.namespace}/${s.name}${s.exists ? "" : " (deleted)"}` }),
+      el("dt", { text: "Workload" }), el("dd", { id: "workload", text: s.workload ? `${s.workload} (${s.admitted_by === "cluster" ? "its RayCluster's" : "the RayService's"})` : "not created yet" }),
+      el("dt", { text: "LocalQueue" }), el("dd", { id: "local-queue", text: s.local_queue || "–" }),
+      el("dt", { text: "ClusterQueue" }), el("dd", { id: "cluster-queue" }, s.cluster_queue ? link(s.cluster_queue_url, s.cluster_queue) : "–"),
+      el("dt", { text: "Priority" }), el("dd", { id: "priority", text: priority(s.priority) }),
+      el("dt", { text: "Active cluster" }), el("dd", { id: "active-cluster", text: s.active_cluster || "none" }),
+      el("dt", { text: "Pending cluster" }), el("dd", { id: "pending-cluster", text: s.pending_cluster || "none" }),
+      el("dt", { text: "Serve applications" }), el("dd", { id: "applications", text: apps || "–" }),
+      s.now_deployed_by ? el("dt", { text: "Now deployed by" }) : null,
+      s.now_deployed_by ? el("dd", { id: "now-deployed-by" }, s.now_deployed_by.dag_id ? owner(s.now_deployed_by) : s.now_deployed_by.description) : null);
+    const phase = el("div", { class: "card" },
+      el("div", { class: "phase", id: "phase", "data-phase": data.phase.phase || "" }, data.phase.words),
+      data.phase.message ? el("div", { class: "message", id: "phase-message", title: data.phase.message, text: `${data.phase.reason}: ${data.phase.message}` }) : null,
+      el("div", { id: "position", "data-position": pos ? pos.in_cluster_queue : "" },
+        pos ? `Position ${pos.in_cluster_queue} of ${pos.pending_in_cluster_queue} pending in ClusterQueue ${s.cluster_queue} (${pos.in_local_queue} in its LocalQueue)` : ""),
+      facts);
+    const t = data.timeline;
+    const recorded = t.source === "xcom"
+      ? el("p", { class: "muted", id: "service-timeline" },
+        `Recorded by the task: ${duration(t.queued_seconds || 0)} queued, ${duration(t.starting_seconds || 0)} starting, ${t.preemption_count || 0} preemption(s).`)
+      : null;
+    const links = el("p", {},
+      data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${s.cluster_queue} on the Kueue queues page` }) : "");
+    content.replaceChildren(phase, ...(recorded ? [recorded] : []), links);
+  }
+
   function renderTask(data) {
+    if (data.rayservice) {
+      renderService(data);
+      return;
+    }
     const r = data.rayjob;
     if (!r) {
       content.replaceChildren(el("p", { class: "muted", id: "no-rayjob", text: data.message }));
