@@ -524,7 +524,9 @@ class RayJobTrigger(BaseTrigger):
                 verdict = watchdog.check(observation, workload, now)
                 if verdict is not None:
                     progress.metrics.ended(verdict.status, verdict.reason, observation.cluster_queue)
-                    if verdict.status == SUCCESS and self.end_in_triggerer is not None:
+                    # Only a triggerer can end a task: outside one (``dag.test()`` runs the trigger inline and
+                    # hands the task only a TriggerEvent's payload) the task resumes and finishes itself.
+                    if verdict.status == SUCCESS and self.end_in_triggerer and self.task_instance is not None:
                         return await self._end_here(verdict, observation, timeline, subscription)
                     return self._fire(verdict, observation, timeline)
                 waits = []
@@ -586,9 +588,6 @@ class RayJobTrigger(BaseTrigger):
             self.namespace,
             self.name,
         )
-        if self.task_instance is None:  # run outside a triggerer (dag.test): Airflow's own way
-            self._fired = True
-            return TaskSuccessEvent(xcoms=xcoms)
         await self._push(xcoms)
         self._fired = True
         return TaskSuccessEvent()

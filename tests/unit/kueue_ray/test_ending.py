@@ -121,7 +121,9 @@ class Subscription:
         return contextlib.nullcontext()
 
 
-def test_the_trigger_ends_a_success_with_the_xcoms_and_the_closing_lines(capfd):
+def test_the_trigger_ends_a_success_with_the_xcoms_and_the_closing_lines(capfd, monkeypatch):
+    comms = Comms()
+    monkeypatch.setattr("airflow.sdk.execution_time.task_runner.SUPERVISOR_COMMS", comms, raising=False)
     trigger = RayJobTrigger(
         name=EVENT["name"],
         namespace="ml",
@@ -132,6 +134,7 @@ def test_the_trigger_ends_a_success_with_the_xcoms_and_the_closing_lines(capfd):
             log_tail_lines=0, rayjob_extra={"queue": "team-a", "priority": "prod-priority"}
         ).to_dict(),
     )
+    trigger.task_instance = TI()
     observation = Observation(
         phase=Phase.SUCCEEDED,
         terminal=True,
@@ -144,10 +147,11 @@ def test_the_trigger_ends_a_success_with_the_xcoms_and_the_closing_lines(capfd):
     verdict = Verdict(SUCCESS, "Succeeded", "Job finished successfully.")
     event = asyncio.run(trigger._end_here(verdict, observation, timeline, Subscription()))
     assert isinstance(event, TaskSuccessEvent)
-    assert event.xcoms["rayjob"]["job_id"] == EVENT["job_id"]
-    assert event.xcoms["rayjob"]["queue"] == "team-a"
-    assert event.xcoms["timeline"]["final_phase"] == "SUCCEEDED"
-    assert event.xcoms["return_value"] == {"name": EVENT["name"], "namespace": "ml", "uid": "uid-1"}
+    pushed = {message.key: message.value for message in comms.sent}
+    assert pushed["rayjob"]["job_id"] == EVENT["job_id"]
+    assert pushed["rayjob"]["queue"] == "team-a"
+    assert pushed["timeline"]["final_phase"] == "SUCCEEDED"
+    assert pushed["return_value"] == {"name": EVENT["name"], "namespace": "ml", "uid": "uid-1"}
     told = capfd.readouterr().out  # Airflow's structlog writes the trigger's task log to stdout here
     assert "ended SUCCEEDED after 61.0s queued" in told
     # The preemptor is named as the worker names it, memory readable.
