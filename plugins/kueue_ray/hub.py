@@ -388,6 +388,7 @@ class _WatchLoop:
         self.scope = scope
         self.conn_id, self.namespace = scope.key
         self.resource = resource
+        self.key = (self.conn_id, self.namespace, resource.kind)
         self.objects: dict[str, dict] = {}
         self.resource_version: str | None = None
         self.next_relist = 0.0
@@ -395,8 +396,11 @@ class _WatchLoop:
         self.task: asyncio.Task | None = None
         self.listed = asyncio.Event()
         """Set once the first list is in the cache."""
-        self.polling_because: Refused | None = None
-        """The watch refusal (403) that made the loop list every interval instead; None while it watches."""
+        self.polling_because: Refused | None = hub.remembered_watch_refusal(self.key)
+        """The watch refusal (403) that made the loop list every interval instead; None while it watches.
+        A loop that replaces one refused less than a watch retry ago starts listing: asking again at once
+        would make every restart of a namespace's loops (its last waiting task ended, a new one came) a
+        refused request."""
         self._polls = 0
         self._credentials_reloaded = False
         """The credentials were loaded again after a 401 and nothing succeeded since."""
@@ -542,6 +546,7 @@ class _WatchLoop:
         interval = self.hub.settings.degraded_list_interval
         self.polling_because = refused
         self._polls = 0
+        self.hub.watch_refusals[self.key] = (refused, time.monotonic())
         log.warning(
             "The API server refuses to watch %s in namespace %s (%s); listing them every %gs instead (check: %s)",
             self.resource.plural,
@@ -567,6 +572,7 @@ class _WatchLoop:
         if self.polling_because is None:
             return
         self.polling_because = None
+        self.hub.watch_refusals.pop(self.key, None)
         message = (
             f"The API server lets connection {self.conn_id} watch {self.resource.plural} in namespace "
             f"{self.namespace} again: changes reach this task as they happen"
@@ -785,6 +791,8 @@ class WatchHub:
         self.settings = settings or HubSettings()
         self.connection_factory = connection_factory
         self._scopes: dict[tuple[str, str], _Scope] = {}
+        self.watch_refusals: dict[tuple[str, str, str], tuple[Refused, float]] = {}
+        """(connection, namespace, kind) → the last 403 to a watch and when: outlives the loops."""
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
     @contextlib.asynccontextmanager
@@ -828,6 +836,15 @@ class WatchHub:
                 for loop in scope.loops.values():
                     await loop.stop()
                 await scope.client.retire()
+
+    def remembered_watch_refusal(self, key: tuple[str, str, str]) -> Refused | None:
+        """The 403 an earlier loop of ``key`` met, while its watch retry is not yet due."""
+        remembered = self.watch_refusals.get(key)
+        if remembered is None:
+            return None
+        refused, at = remembered
+        retry_after = self.settings.degraded_list_interval * self.settings.degraded_watch_retry_every
+        return refused if time.monotonic() - at < retry_after else None
 
     def watch_loops(self) -> list[tuple[str, str, str]]:
         """(connection, namespace, resource) of every running watch loop."""

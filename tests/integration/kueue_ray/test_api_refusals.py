@@ -98,6 +98,28 @@ def test_a_watch_refused_for_good_turns_into_one_list_per_interval_and_every_tas
     assert "listing every 0.5s instead" in told[0]
 
 
+def test_waits_that_come_after_the_last_one_ended_list_without_asking_to_watch_again(
+    faults, queues, rayjob_body, task_context
+):
+    """The namespace's loops stop with its last waiting task; the next task's loops remember the 403
+    instead of meeting it again (a triggerer with tasks coming and going would ask once per restart)."""
+    faults.refuse(
+        403,
+        verbs=["watch"],
+        resources=["rayjobs.ray.io", "workloads.kueue.x-k8s.io"],
+        namespace=queues.namespace,
+    )
+    faults.clear_requests()
+    for _ in range(3):  # one after the other: each starts the namespace's loops anew
+        [trigger] = submit_many(queues, rayjob_body, task_context, count=1, duration="5")
+        [event] = asyncio.run(gather([trigger]))
+        assert event["status"] == "success"
+
+    mine = namespace_requests(faults, queues)
+    for resource in ("rayjobs", "workloads"):
+        assert len(by(mine, "watch", resource)) == 1, (resource, by(mine, "watch", resource))
+
+
 def test_a_watch_allowed_again_ends_the_polling(faults, queues, rayjob_body, task_context, capfd):
     [trigger] = submit_many(queues, rayjob_body, task_context, count=1, duration="inf")
     faults.refuse(403, verbs=["watch"], resources=["rayjobs.ray.io"], namespace=queues.namespace)

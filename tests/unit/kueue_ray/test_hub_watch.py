@@ -35,7 +35,7 @@ def test_a_watch_outlives_the_providers_60_second_client_timeout():
     """The cncf ApiClient caps every request at 60 s unless the call says otherwise; a 300 s watch cut at
     60 s would be re-opened for nothing, several requests an hour per namespace and resource."""
     scope = SimpleNamespace(key=("kubernetes_default", "ray"))
-    loop = _WatchLoop(SimpleNamespace(), scope, RAYJOBS)
+    loop = _WatchLoop(SimpleNamespace(remembered_watch_refusal=lambda key: None), scope, RAYJOBS)
     api = RecordingApi()
 
     assert asyncio.run(loop._watch(api, 300)) is False
