@@ -37,7 +37,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, NOTICE, Backoff
+from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, NOTICE
+from kueue_ray.listwatch import Backoff
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
 from kueue_ray.status import Observation, Phase, observe, pods_not_ready_hint
@@ -298,7 +299,8 @@ async def _apply(
     the state never moves backwards. A RayJob outside the hub's watch is re-read whenever Kueue changes
     its Workload, since that is when its status matters.
     """
-    from kueue_ray.hub import RAYJOB, resource_version_newer
+    from kueue_ray.hub import RAYJOB
+    from kueue_ray.listwatch import resource_version_newer
 
     current = rayjob if update.kind == RAYJOB else workload
     if update.object is not None and not resource_version_newer(update.object, current):

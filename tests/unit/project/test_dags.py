@@ -21,6 +21,7 @@ RUNTIME_ONLY = (
     "kueue_ray.manifests",
     "kueue_ray.trigger",
     "kueue_ray.hub",
+    "kueue_ray.listwatch",
     "kueue_ray.status",
 )
 """Plugin modules only a worker or the triggerer needs; a parse must not pay for importing them."""
