@@ -159,7 +159,9 @@ class Subscription:
         except TimeoutError:
             return None
 
-    async def current(self, *, reread_rayjob: bool = False) -> tuple[dict | None, dict | None]:
+    async def current(
+        self, *, reread_rayjob: bool = False, reread_workload: bool = False
+    ) -> tuple[dict | None, dict | None]:
         """(RayJob, Workload) as known now: from the hub's cache, or read from the API server.
 
         A read that fails (API errors, dropped connections, timeouts, beyond what the hook's own retries
@@ -170,7 +172,7 @@ class Subscription:
         backoff = Backoff(settings.backoff_initial, settings.backoff_max)
         while True:
             try:
-                return await self._read_current(reread_rayjob)
+                return await self._read_current(reread_rayjob, reread_workload)
             except Exception as exc:  # noqa: BLE001 - whatever the API did, waiting goes on
                 delay = max(backoff.next_delay(), retry_after_seconds(exc) or 0.0)
                 hint = ""
@@ -186,21 +188,24 @@ class Subscription:
                 )
                 await asyncio.sleep(delay)
 
-    async def _read_current(self, reread_rayjob: bool) -> tuple[dict | None, dict | None]:
+    async def _read_current(
+        self, reread_rayjob: bool, reread_workload: bool
+    ) -> tuple[dict | None, dict | None]:
         """One attempt of ``current``.
 
         A subscription waits for its loops' first list (a burst of triggers starting together costs one
         LIST per resource, not a GET each). After that the cache is authoritative up to the watch's
         position: a missing Workload simply does not exist yet (its ADDED event will come), and only a
         missing RayJob is read (just created, or outside the watch's label selector). ``reread_rayjob``
-        reads the RayJob anyway, for a RayJob the watch does not cover. Whatever is read goes through
-        the hub, so every subscriber of it benefits.
+        reads the RayJob anyway, for a RayJob the watch does not cover; with ``reread_workload`` too, both
+        are what the API server says now (the cache may be an event, or a polling interval, behind).
+        Whatever is read goes through the hub, so every subscriber of it benefits.
         """
         listed = {kind: await self._wait_for_list(kind) for kind in (RAYJOB, WORKLOAD)}
         rayjob = self.hub.cached(self, RAYJOB)
         workload = self.hub.cached(self, WORKLOAD)
         read_rayjob = reread_rayjob or rayjob is None
-        read_workload = workload is None and not listed[WORKLOAD]
+        read_workload = reread_workload or (workload is None and not listed[WORKLOAD])
         if read_rayjob or read_workload:
             await self.hub.read_through(self, rayjob=read_rayjob, workload=read_workload)
             rayjob = self.hub.cached(self, RAYJOB)

@@ -58,6 +58,8 @@ WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE, P
 """Not admitted yet: the queue clock runs (waiting for admission checks is waiting for admission too)."""
 ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
 POSITION_PHASES = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
+CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT})
+"""Verdicts a clock gives (not a state): confirmed on a fresh read before the trigger fires them."""
 UNWATCHED_POLL_SECONDS = 15.0
 """Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""
 RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX = 1.0, 60.0
@@ -459,6 +461,7 @@ class RayJobTrigger(BaseTrigger):
             self.kubernetes_conn_id, self.namespace, self.name, self.uid, self.resync_interval
         ) as subscription:
             rayjob, workload = await subscription.current()
+            confirmed = False  # rayjob and workload were just read from the API server for a clock's verdict
             next_reread = None
             if rayjob is not None and not _watched(rayjob):
                 reread = min(self.resync_interval, UNWATCHED_POLL_SECONDS)
@@ -486,8 +489,16 @@ class RayJobTrigger(BaseTrigger):
                 timeline.record(observation, now)
                 await self._tell(progress.story, rayjob, observation, subscription)
                 verdict = watchdog.check(observation, workload, now)
+                if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
+                    # A clock ran out on what the hub's cache holds, which may be a watch event (or, while
+                    # watches are refused, a polling interval) behind: a RayJob evicted or finished a moment
+                    # ago must not be given up on. Judge again on what the API server says now.
+                    rayjob, workload = await subscription.current(reread_rayjob=True, reread_workload=True)
+                    confirmed = True
+                    continue
                 if verdict is not None:
                     return self._fire(verdict, observation, timeline)
+                confirmed = False
                 waits = []
                 if next_reread is not None:
                     waits.append(next_reread - time.monotonic())
