@@ -18,17 +18,15 @@ with time:
 * Queue positions come from one visibility read per LocalQueue, shared by every trigger that asks within
   a few seconds (``Subscription.pending_workloads``), so a thousand queued triggers cost one request.
 
-Robustness: watches resume from the last resourceVersion (bookmarks keep it fresh), relist on 410 Gone,
-and back off with jitter on errors and dropped streams; a relist notices deletions that happened while
-disconnected. A watch answered with anything but 200 is an error, whatever the client library makes of
-it: 401 loads the credentials again, 429 waits for ``Retry-After``, and a 403 to the watch alone (a Role
-granting ``list`` but not ``watch``) turns the loop into one list per ``degraded_list_interval``, which
-every waiting task is told in its log, with the ``kubectl auth can-i`` check that shows what is missing
-(``_WatchLoop``). A subscriber's reads retry transient failures (5xx, 429, dropped connections, timeouts)
-with backoff until they succeed, so an API server having a bad minute delays a trigger but never ends
-it. The (connection, namespace) has one ApiClient (``SharedApiClient``), lent to its watch loops and to
-every read and closed only once nobody holds it: closing a client under a running request is what turned
-a reconnect into "Session is closed" for the triggers reading through it. Objects only replace cached ones with a higher resourceVersion, so a slow GET cannot roll
+Robustness: each loop is a ``kueue_ray.listwatch.ListWatchLoop`` (the one the Kueue UI's cache runs too):
+watches resume from the last resourceVersion, relist on 410 Gone, back off with jitter, and read a watch
+answered with anything but 200 as the refusal it is (401 loads the credentials again, 429 waits for
+``Retry-After``, a 403 to the watch alone turns the loop into one list per ``degraded_list_interval``).
+While a loop polls, every waiting task is told so in its log, with the ``kubectl auth can-i`` check that
+shows what is missing. A subscriber's reads retry transient failures (5xx, 429, dropped connections,
+timeouts) with backoff until they succeed, so an API server having a bad minute delays a trigger but never
+ends it. The (connection, namespace) has one ApiClient (``SharedApiClient``), lent to its watch loops and
+to every read. Objects only replace cached ones with a higher resourceVersion, so a slow GET cannot roll
 state back. The loops for a (connection, namespace) start with its first subscription and stop with its
 last, so an idle triggerer holds no connection open.
 
@@ -41,17 +39,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import math
-import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kueue_ray import metrics
-from kueue_ray.api_errors import api_error, can_i, describe_error, retry_after_seconds
+from kueue_ray.api_errors import can_i, describe_error, retry_after_seconds
+from kueue_ray.listwatch import (
+    Backoff,
+    ListWatchLoop,
+    ListWatchSettings,
+    RefusalMemory,
+    SharedApiClient,
+    Target,
+    resource_version_newer,
+)
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from kueue_ray.status import essential_rayjob, essential_workload
 
@@ -63,9 +68,6 @@ WORKLOAD = "workload"
 NOTICE = "notice"
 """An ``Update`` that is news about waiting itself (the API server refuses to watch), for the task log."""
 DEFAULT_RESYNC_SECONDS = 300.0
-SERVER_TIMEOUT_GRACE_SECONDS = 15.0
-"""How long past its ``timeoutSeconds`` a watch may stay open before the hub ends it itself, so a server
-or proxy that never closes a silent stream cannot postpone the relist forever."""
 
 
 def _labels(obj: dict) -> dict:
@@ -144,117 +146,15 @@ class Update:
     message: str = ""
 
 
-class WatchGone(Exception):
-    """The watch's resourceVersion is older than the server's history (410): relist."""
-
-
 @dataclass
-class HubSettings:
-    """Tunables; tests shorten them, production keeps the defaults."""
+class HubSettings(ListWatchSettings):
+    """Tunables; tests shorten them, production keeps the defaults (the loop's own in ``ListWatchSettings``)."""
 
-    watch_timeout_seconds: int = 600
-    """Longest single watch request; a relist due earlier ends it sooner."""
-    backoff_initial: float = 0.5
-    backoff_max: float = 30.0
-    min_healthy_stream_seconds: float = 1.0
     connect_wait_seconds: float = 5.0
     pending_workloads_ttl_seconds: float = 5.0
     """How long one visibility read of a LocalQueue answers every trigger asking for a queue position."""
-    degraded_list_interval: float = 10.0
-    """While the API server refuses to watch a resource (403) but lets it be listed: seconds between the
-    loop's requests, each a list, so a change reaches the waiting tasks at most this late (the polling
-    triggers of the cncf provider wait 10 s too, but each makes its own request)."""
-    degraded_watch_retry_every: int = 30
-    """While polling: every this many requests is an attempt to watch again instead of a list (with the
-    defaults, once every 5 minutes)."""
     gauge_interval: float = 10.0
     """Seconds between two reports of the ``kueue_ray.tasks_waiting`` gauge (StatsD's usual flush)."""
-
-
-def resource_version_newer(candidate: dict, current: dict | None) -> bool:
-    """True when ``candidate`` should replace ``current`` in the cache.
-
-    resourceVersions are opaque strings to clients, but every API server in practice issues increasing
-    integers (etcd revisions); compare them as integers when both parse, and otherwise trust the newcomer.
-    """
-    if current is None:
-        return True
-    new_rv = (candidate.get("metadata") or {}).get("resourceVersion")
-    old_rv = (current.get("metadata") or {}).get("resourceVersion")
-    try:
-        return int(new_rv) > int(old_rv)
-    except (TypeError, ValueError):
-        return new_rv != old_rv
-
-
-class Backoff:
-    """Exponential backoff with 'equal jitter', so many triggerers do not reconnect in lockstep."""
-
-    def __init__(self, initial: float, maximum: float) -> None:
-        self.initial = initial
-        self.maximum = maximum
-        self.attempts = 0
-
-    def next_delay(self) -> float:
-        ceiling = min(self.maximum, self.initial * (2**self.attempts))
-        self.attempts += 1
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
-
-    def reset(self) -> None:
-        self.attempts = 0
-
-
-@dataclass
-class _OpenClient:
-    client: Any
-    exit_stack: contextlib.AsyncExitStack
-    users: int = 0
-    retired: bool = False
-
-
-class SharedApiClient:
-    """The one ApiClient of a (connection, namespace), owned here and only lent out.
-
-    Both watch loops and every one-off read of the scope ``lease`` it, so there is one connection pool and
-    no TLS setup per request. It is closed only when it is retired (credentials refused, or the scope
-    ended) *and* its last lease is returned; a lease taken after retirement opens a fresh client.
-    """
-
-    def __init__(self, factory: Callable[[str], contextlib.AbstractAsyncContextManager[Any]], conn_id: str):
-        self._factory = factory
-        self._conn_id = conn_id
-        self._current: _OpenClient | None = None
-        self._opening = asyncio.Lock()
-
-    @contextlib.asynccontextmanager
-    async def lease(self) -> AsyncIterator[Any]:
-        opened = await self._open()
-        opened.users += 1
-        try:
-            yield opened.client
-        finally:
-            opened.users -= 1
-            if opened.retired and opened.users == 0:
-                await opened.exit_stack.aclose()
-
-    async def _open(self) -> _OpenClient:
-        async with self._opening:
-            if self._current is None:
-                exit_stack = contextlib.AsyncExitStack()
-                client = await exit_stack.enter_async_context(self._factory(self._conn_id))
-                self._current = _OpenClient(client, exit_stack)
-            return self._current
-
-    async def retire(self, client: Any = None) -> None:
-        """Stop lending ``client`` (the current one when None): the next lease opens a new client, and this
-        one closes as soon as its last user returns it."""
-        opened = self._current
-        if opened is None or (client is not None and opened.client is not client):
-            return
-        self._current = None
-        opened.retired = True
-        if opened.users == 0:
-            await opened.exit_stack.aclose()
 
 
 class Mailbox:
@@ -341,7 +241,9 @@ class Subscription:
         """The scope's shared ApiClient for a one-off read (e.g. the driver log at the end)."""
         return self.hub._lease(self)
 
-    async def current(self, *, reread_rayjob: bool = False) -> tuple[dict | None, dict | None]:
+    async def current(
+        self, *, reread_rayjob: bool = False, reread_workload: bool = False
+    ) -> tuple[dict | None, dict | None]:
         """(RayJob, Workload) as known now: from the hub's cache, or read from the API server.
 
         A read that fails (API errors, dropped connections, timeouts, beyond what the hook's own retries
@@ -352,7 +254,7 @@ class Subscription:
         backoff = Backoff(settings.backoff_initial, settings.backoff_max)
         while True:
             try:
-                return await self._read_current(reread_rayjob)
+                return await self._read_current(reread_rayjob, reread_workload)
             except Exception as exc:  # noqa: BLE001 - whatever the API did, waiting goes on
                 delay = max(backoff.next_delay(), retry_after_seconds(exc) or 0.0)
                 hint = ""
@@ -369,21 +271,24 @@ class Subscription:
                 )
                 await asyncio.sleep(delay)
 
-    async def _read_current(self, reread_rayjob: bool) -> tuple[dict | None, dict | None]:
+    async def _read_current(
+        self, reread_rayjob: bool, reread_workload: bool
+    ) -> tuple[dict | None, dict | None]:
         """One attempt of ``current``.
 
         A subscription waits for its loops' first list (a burst of triggers starting together costs one
         LIST per resource, not a GET each). After that the cache is authoritative up to the watch's
         position: a missing Workload simply does not exist yet (its ADDED event will come), and only a
         missing RayJob is read (just created, or outside the watch's label selector). ``reread_rayjob``
-        reads the RayJob anyway, for a RayJob the watch does not cover. Whatever is read goes through
-        the hub, so every subscriber of it benefits.
+        reads the RayJob anyway, for a RayJob the watch does not cover; with ``reread_workload`` too, both
+        are what the API server says now (the cache may be an event, or a polling interval, behind).
+        Whatever is read goes through the hub, so every subscriber of it benefits.
         """
         listed = {kind: await self._wait_for_list(kind) for kind in (RAYJOB, WORKLOAD)}
         rayjob = self.hub.cached(self, RAYJOB)
         workload = self.hub.cached(self, WORKLOAD)
         read_rayjob = reread_rayjob or rayjob is None
-        read_workload = workload is None and not listed[WORKLOAD]
+        read_workload = reread_workload or (workload is None and not listed[WORKLOAD])
         if read_rayjob or read_workload:
             await self.hub.read_through(self, rayjob=read_rayjob, workload=read_workload)
             rayjob = self.hub.cached(self, RAYJOB)
@@ -431,15 +336,21 @@ class ServiceSubscription(Subscription):
     noun = "RayService"
     resource = RAYSERVICES
 
-    async def current(self, *, reread_rayjob: bool = False) -> tuple[dict | None, list[dict]]:  # type: ignore[override]
-        """(RayService, its Workloads) as known now; reads what the cache cannot answer (retrying)."""
-        return await super().current(reread_rayjob=reread_rayjob)
+    async def current(  # type: ignore[override]
+        self, *, reread_rayjob: bool = False, reread_workload: bool = False
+    ) -> tuple[dict | None, list[dict]]:
+        """(RayService, its Workloads) as known now; reads what the cache cannot answer (retrying), or
+        with ``reread_rayjob`` / ``reread_workload`` the RayService / its Workloads anyway."""
+        return await super().current(reread_rayjob=reread_rayjob, reread_workload=reread_workload)
 
-    async def _read_current(self, reread_rayjob: bool) -> tuple[dict | None, list[dict]]:  # type: ignore[override]
+    async def _read_current(  # type: ignore[override]
+        self, reread_rayjob: bool, reread_workload: bool
+    ) -> tuple[dict | None, list[dict]]:
         listed = {kind: await self._wait_for_list(kind) for kind in (RAYSERVICE, WORKLOAD)}
         service, _ = self.snapshot()
-        if service is None or not listed[WORKLOAD]:
-            await self.hub.read_service_through(self, workloads=not listed[WORKLOAD])
+        read_workloads = reread_workload or not listed[WORKLOAD]
+        if service is None or reread_rayjob or read_workloads:
+            await self.hub.read_service_through(self, workloads=read_workloads)
         return self.snapshot()
 
     def snapshot(self) -> tuple[dict | None, list[dict]]:
@@ -464,296 +375,38 @@ class ServiceSubscription(Subscription):
         return False
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return text.splitlines()[0] if text else ""
-
-
-class Refused(Exception):
-    """The API server answered a list or watch with an error status (HTTP, a watch's ERROR event, or a
-    Status line where an event belongs).
-
-    Kept apart from the client's ApiException because a watch is opened with ``_preload_content=False``,
-    where kubernetes_asyncio returns any answer, 200 or not, as a stream: the hub must look at the status
-    itself, and then needs to know which verb was refused to say what to grant.
-    """
-
-    def __init__(
-        self, verb: str, status: int | None, reason: str, message: str, retry_after: float | None = None
-    ) -> None:
-        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
-        self.verb = verb
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-
-    @classmethod
-    def from_api_exception(cls, verb: str, exc: Any) -> Refused:
-        status, reason, message = api_error(exc)
-        return cls(verb, status, reason, message, retry_after_seconds(exc))
-
-    @classmethod
-    def from_status(cls, verb: str, status: dict) -> Refused:
-        return cls(verb, status.get("code"), status.get("reason") or "", status.get("message") or "")
-
-
-class _WatchLoop:
-    """One list+watch of one resource in one namespace through one connection, with its cache.
-
-    What it does when the API server says no (``_refused``): 410 relists; 401 makes the next request load
-    the credentials again (once at once, then with backoff); 429 waits at least ``Retry-After``; 5xx and
-    dropped connections back off with jitter; 403 backs off and says what to grant. A 403 to the *watch*
-    while lists are allowed (a Role granting ``list`` but not ``watch``) degrades the loop to polling:
-    one request per ``degraded_list_interval``, a list, so every subscriber still sees every change, only
-    later; every ``degraded_watch_retry_every``-th of those requests tries the watch again instead, from the
-    last list's resourceVersion, so that fixing the Role ends the polling without losing a change.
-    """
+class _WatchLoop(ListWatchLoop):
+    """The list+watch of one resource (RayJobs, RayServices or Workloads) in one namespace of one connection, serving
+    every subscription of that scope: objects are cached by ``resource.key_of`` and offered to the hub,
+    which hands newer versions to their subscribers. While the watch is refused, every subscriber is told
+    in its task log how waiting works instead (``polling_notice``)."""
 
     def __init__(self, hub: WatchHub, scope: _Scope, resource: WatchedResource) -> None:
         self.hub = hub
         self.scope = scope
         self.conn_id, self.namespace = scope.key
         self.resource = resource
-        self.objects: dict[str, dict] = {}
-        self.resource_version: str | None = None
-        self.next_relist = 0.0
-        """Monotonic time of the next safety-net relist."""
-        self.task: asyncio.Task | None = None
-        self.listed = asyncio.Event()
-        """Set once the first list is in the cache."""
-        self.polling_because: Refused | None = None
-        """The watch refusal (403) that made the loop list every interval instead; None while it watches."""
-        self._polls = 0
-        self._credentials_reloaded = False
-        """The credentials were loaded again after a 401 and nothing succeeded since."""
-        self._expired_in_a_row = 0
-
-    def start(self) -> None:
-        # A context of its own: the loop serves every trigger of the scope, so its log lines belong to the
-        # triggerer's log, not to the task log of whichever trigger happened to start it.
-        self.task = asyncio.create_task(
-            self._run(),
-            name=f"kueue-ray-watch/{self.conn_id}/{self.namespace}/{self.resource.plural}",
-            context=contextvars.Context(),
-        )
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-
-    async def _run(self) -> None:
-        from kubernetes_asyncio.client import CustomObjectsApi
-
-        settings = self.hub.settings
-        backoff = Backoff(settings.backoff_initial, settings.backoff_max)
-        while True:
-            try:
-                # The scope's shared ApiClient: no TLS setup per request or per reconnect. It is only
-                # replaced when the credentials are refused (e.g. an expired exec-plugin token).
-                async with self.scope.client.lease() as api_client:
-                    try:
-                        await self._stream(CustomObjectsApi(api_client), backoff)
-                    except Refused:  # _stream raises only 401: load the credentials again
-                        await self.scope.client.retire(api_client)
-                        raise
-            except Refused as refused:
-                if not self._credentials_reloaded:
-                    self._credentials_reloaded = True
-                    log.warning(
-                        "The API server refused the credentials of connection %s for %s %s in %s (%s); "
-                        "loading them again",
-                        self.conn_id,
-                        refused.verb,
-                        self.resource.plural,
-                        self.namespace,
-                        refused,
-                    )
-                    continue
-                delay = max(backoff.next_delay(), refused.retry_after or 0.0)
-                log.warning(
-                    "The API server still refuses the credentials of connection %s (%s); loading them "
-                    "again in %.1fs",
-                    self.conn_id,
-                    refused,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-            except Exception as exc:  # noqa: BLE001 - a broken config: reconnect later
-                delay = backoff.next_delay()
-                log.warning(
-                    "Connection for the %s watch in namespace %s failed (%s); reconnecting in %.1fs",
-                    self.resource.plural,
-                    self.namespace,
-                    describe_error(exc),
-                    delay,
-                )
-                await asyncio.sleep(delay)
-
-    async def _stream(self, api: Any, backoff: Backoff) -> None:
-        """List, then watch from the list's resourceVersion until the next relist is due, forever (or poll
-        while watching is refused); raises only on refused credentials (401)."""
-        from aiohttp import ClientError
-
-        settings = self.hub.settings
-        while True:
-            try:
-                if self.polling_because is not None:
-                    await self._poll(api)
-                    continue
-                if self.resource_version is None or time.monotonic() >= self.next_relist:
-                    await self._list(api)
-                started = time.monotonic()
-                received = await self._watch(api, self._watch_timeout())
-                if received:
-                    backoff.reset()
-                    self._expired_in_a_row = 0
-                elif time.monotonic() - started < settings.min_healthy_stream_seconds:
-                    # The server closed an empty stream at once: treat it as a dropped stream.
-                    await asyncio.sleep(backoff.next_delay())
-            except WatchGone:
-                await self._relist_after_expiry(backoff)
-            except Refused as refused:
-                if refused.status == 401:
-                    raise
-                if refused.status == 410:
-                    await self._relist_after_expiry(backoff)
-                else:
-                    await self._refused(refused, backoff)
-            # A dropped stream, a cut-off JSON line, a timeout: retry from where we were.
-            except (ClientError, OSError, ValueError, TimeoutError) as exc:
-                await self._back_off(backoff, exc)
-
-    async def _relist_after_expiry(self, backoff: Backoff) -> None:
-        """410 Gone: the watch's resourceVersion is older than the server's history. Relist at once; only
-        when that keeps happening without a healthy watch in between, relist with backoff."""
-        log.info("Watch of %s in %s expired (410 Gone); relisting", self.resource.plural, self.namespace)
-        self.resource_version = None
-        if self._expired_in_a_row:
-            await asyncio.sleep(backoff.next_delay())
-        self._expired_in_a_row += 1
-
-    async def _refused(self, refused: Refused, backoff: Backoff) -> None:
-        """Any refusal but 401 and 410 (those are handled by the caller)."""
-        if refused.status == 403 and refused.verb == "watch" and self.polling_because is None:
-            self._start_polling(refused)
-            return
-        delay = max(backoff.next_delay(), refused.retry_after or 0.0)
-        if refused.status == 403:
-            log.warning(
-                "The API server refuses to %s %s in namespace %s (%s); retrying in %.1fs. Grant it to the "
-                "user of connection %s (check: %s)",
-                refused.verb,
-                self.resource.plural,
-                self.namespace,
-                refused,
-                delay,
+        super().__init__(
+            Target(
                 self.conn_id,
-                can_i(refused.verb, self.resource.qualified, self.namespace),
-            )
-        else:
-            log.warning(
-                "%s of %s in namespace %s failed (%s); retrying in %.1fs from resourceVersion %s",
-                refused.verb.capitalize(),
-                self.resource.plural,
+                resource.group,
+                resource.version,
+                resource.plural,
                 self.namespace,
-                refused,
-                delay,
-                self.resource_version,
-            )
-        await asyncio.sleep(delay)
-
-    def _start_polling(self, refused: Refused) -> None:
-        interval = self.hub.settings.degraded_list_interval
-        self.polling_because = refused
-        self._polls = 0
-        log.warning(
-            "The API server refuses to watch %s in namespace %s (%s); listing them every %gs instead (check: %s)",
-            self.resource.plural,
-            self.namespace,
-            refused,
-            interval,
-            can_i("watch", self.resource.qualified, self.namespace),
-        )
-        self.hub.notify(self.scope, self.polling_notice())
-
-    def polling_notice(self) -> str:
-        """What each waiting task's log says while this loop polls instead of watching."""
-        interval = self.hub.settings.degraded_list_interval
-        return (
-            f"The API server refuses to watch {self.resource.plural} in namespace {self.namespace} "
-            f"({self.polling_because}). Following them by listing every {interval:g}s instead: changes "
-            f"reach this task up to {interval:g}s late, none is lost. To watch again, grant 'watch' on "
-            f"{self.resource.qualified} to the user of connection {self.conn_id} "
-            f"(check: {can_i('watch', self.resource.qualified, self.namespace)})"
+                resource.label_selector,
+            ),
+            scope.client,
+            hub.settings,
+            hub.watch_refusals,
         )
 
-    def _watching_again(self) -> None:
-        if self.polling_because is None:
-            return
-        self.polling_because = None
-        message = (
-            f"The API server lets connection {self.conn_id} watch {self.resource.plural} in namespace "
-            f"{self.namespace} again: changes reach this task as they happen"
-        )
-        log.warning(message)
-        self.hub.notify(self.scope, message)
+    def resync_interval(self) -> float:
+        return self.scope.resync_interval()
 
-    async def _poll(self, api: Any) -> None:
-        """One interval of polling: wait, then one request (a list; every Nth time a watch instead, which
-        ends the polling if the API server allows it again)."""
-        settings = self.hub.settings
-        await asyncio.sleep(settings.degraded_list_interval)
-        self._polls += 1
-        if self._polls % settings.degraded_watch_retry_every or self.resource_version is None:
-            await self._list(api)
-            return
-        try:
-            await self._watch(api, self._watch_timeout())
-        except Refused as refused:
-            if refused.status != 403:
-                raise
-
-    def _watch_timeout(self) -> int:
-        """Seconds the next watch may last: until the relist is due, at most the configured maximum."""
-        remaining = self.next_relist - time.monotonic()
-        return max(1, min(self.hub.settings.watch_timeout_seconds, math.ceil(remaining)))
-
-    async def _back_off(self, backoff: Backoff, exc: BaseException) -> None:
-        delay = backoff.next_delay()
-        log.warning(
-            "Watch of %s in namespace %s failed (%s); retrying in %.1fs from resourceVersion %s",
-            self.resource.plural,
-            self.namespace,
-            describe_error(exc),
-            delay,
-            self.resource_version,
-        )
-        await asyncio.sleep(delay)
-
-    def _succeeded(self) -> None:
-        """A request was answered 200: refused credentials, if any, work again."""
-        self._credentials_reloaded = False
-
-    async def _list(self, api: Any) -> None:
-        """Replace the cache with a fresh list; deliver what changed or disappeared since the last one."""
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        try:
-            result = await api.list_namespaced_custom_object(
-                self.resource.group,
-                self.resource.version,
-                self.namespace,
-                self.resource.plural,
-                label_selector=self.resource.label_selector,
-            )
-        except ApiException as exc:
-            raise Refused.from_api_exception("list", exc) from exc
-        self._succeeded()
+    def apply_list(self, items: list[dict]) -> None:
+        """Deliver what changed, and what disappeared since the last list."""
         seen: set[str] = set()
-        for obj in result.get("items") or ():
+        for obj in items:
             key = self.resource.key_of(obj)
             if key is not None:
                 seen.add(key)
@@ -762,87 +415,25 @@ class _WatchLoop:
         gone = [k for k, obj in self.objects.items() if k not in seen and self.resource.selects(obj)]
         for key in gone:
             self.hub.offer_deleted(self, key)
-        self.resource_version = (result.get("metadata") or {}).get("resourceVersion")
-        # Jitter, so that the triggerers of a fleet do not relist in lockstep.
-        self.next_relist = time.monotonic() + self.scope.resync_interval() * random.uniform(0.9, 1.0)
-        self.listed.set()
 
-    async def _watch(self, api: Any, timeout: int) -> bool:
-        """Stream events until the server ends the watch (or ``timeout`` plus a grace passes); True if any
-        event (one with a ``type``) arrived. Raises ``Refused`` when the server answers anything but 200."""
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        try:
-            response = await api.list_namespaced_custom_object(
-                self.resource.group,
-                self.resource.version,
-                self.namespace,
-                self.resource.plural,
-                label_selector=self.resource.label_selector,
-                watch=True,
-                allow_watch_bookmarks=True,
-                resource_version=self.resource_version,
-                timeout_seconds=timeout,
-                # The cncf provider's ApiClient gives every request a 60 s total client timeout unless
-                # told otherwise (``timeout_seconds`` only reaches the server): without this, each watch
-                # would be cut after a minute and re-opened, two requests a minute for nothing.
-                _request_timeout=timeout + 2 * SERVER_TIMEOUT_GRACE_SECONDS,
-                _preload_content=False,
-            )
-        except ApiException as exc:
-            raise Refused.from_api_exception("watch", exc) from exc
-        received = False
-        try:
-            if response.status != 200:
-                # Without preloading, the client hands over a 403 or 429 as if it were a stream of events.
-                raise Refused.from_api_exception("watch", await _as_api_exception(response))
-            self._succeeded()
-            self._watching_again()
-            async with asyncio.timeout(timeout + SERVER_TIMEOUT_GRACE_SECONDS):
-                while True:
-                    line = await response.content.readline()
-                    if not line:
-                        return received
-                    if line.strip() and self._handle(json.loads(line)):
-                        received = True
-        except TimeoutError:
-            return received
-        finally:
-            response.release()
-
-    def _handle(self, event: dict) -> bool:
-        """Apply one line of the stream; True for an event (it has a ``type``), False for anything else."""
-        kind = event.get("type")
-        obj = event.get("object") or {}
-        if kind is None:
-            if event.get("kind") == "Status":  # a refusal where an event belongs
-                raise Refused.from_status("watch", event)
-            return False
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise WatchGone()
-            raise Refused.from_status("watch", obj)
-        version = (obj.get("metadata") or {}).get("resourceVersion")
-        if version:
-            self.resource_version = version
-        if kind == "BOOKMARK":
-            return True
+    def apply_event(self, kind: str, obj: dict) -> None:
         key = self.resource.key_of(obj)
         if key is None:
-            return True
+            return
         if kind == "DELETED":
             self.hub.offer_deleted(self, key, obj)
         else:
             self.hub.offer(self, key, obj)
-        return True
 
+    def polling_started(self) -> None:
+        self.hub.notify(self.scope, self.polling_notice())
 
-async def _as_api_exception(response: Any) -> Any:
-    """The ApiException kubernetes_asyncio would have raised for this answer had it been preloaded."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-    from kubernetes_asyncio.client.rest import RESTResponse
-
-    return ApiException(http_resp=RESTResponse(response, await response.read()))
+    def watching_again(self) -> None:
+        self.hub.notify(
+            self.scope,
+            f"The API server lets connection {self.conn_id} watch {self.resource.plural} in namespace "
+            f"{self.namespace} again: changes reach this task as they happen",
+        )
 
 
 @dataclass
@@ -936,6 +527,8 @@ class WatchHub:
         self.settings = settings or HubSettings()
         self.connection_factory = connection_factory
         self._scopes: dict[tuple[str, str], _Scope] = {}
+        self.watch_refusals: RefusalMemory = {}
+        """The last 403 to each target's watch and when: it outlives the loops (``ListWatchLoop``)."""
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._gauges: asyncio.Task | None = None
 

@@ -30,7 +30,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, NOTICE, Backoff
+from kueue_ray.hub import DEFAULT_RESYNC_SECONDS, NOTICE
+from kueue_ray.listwatch import Backoff
 from kueue_ray.naming import AirflowIdentity
 from kueue_ray.service_status import (
     SERVICE_POSITION_PHASES,
@@ -53,6 +54,9 @@ from kueue_ray.verdicts import (
     SUCCESS,
     TOO_MANY_PREEMPTIONS,
 )
+
+CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT})
+"""Verdicts a clock gives (not a state): confirmed on a fresh read before the trigger fires them."""
 
 
 def utcnow() -> datetime:
@@ -470,6 +474,9 @@ class RayServiceTrigger(BaseTrigger):
             self.kubernetes_conn_id, self.namespace, self.name, self.uid, self.resync_interval
         ) as subscription:
             service, workloads = await subscription.current()
+            confirmed = (
+                False  # service and workloads were just read from the API server for a clock's verdict
+            )
             while True:
                 now = utcnow()
                 if service is None:
@@ -490,8 +497,15 @@ class RayServiceTrigger(BaseTrigger):
                         describe_service_transition(self.namespace, self.name, observation, position)
                     )
                 verdict = watchdog.check(observation, now)
+                if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
+                    # As the RayJob trigger does: a clock ran out on what the cache holds, which may be
+                    # behind; judge again on what the API server says now.
+                    service, workloads = await subscription.current(reread_rayjob=True, reread_workload=True)
+                    confirmed = True
+                    continue
                 if verdict is not None:
                     return self._fire(verdict, observation, timeline)
+                confirmed = False
                 deadline = watchdog.seconds_until_next_deadline(now)
                 update = await subscription.next_update(None if deadline is None else deadline + 0.05)
                 # Every queued change is only "look again" (the cache holds the newest state); a notice
@@ -515,10 +529,8 @@ class RayServiceTrigger(BaseTrigger):
             or not self.queue
         ):
             return None
-        from kueue_ray.hook import position_from_summary
-
-        summary = await subscription.pending_workloads(self.queue)
-        position = position_from_summary(summary, observation.workload_name) if summary else None
+        positions = await subscription.pending_positions(self.queue)
+        position = positions.get(observation.workload_name) if positions else None
         return position.describe() if position else None
 
     async def on_kill(self) -> None:

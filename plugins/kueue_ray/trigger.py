@@ -46,7 +46,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
-from kueue_ray.hub import ADMITTED, DEFAULT_RESYNC_SECONDS, NOTICE, QUEUED, Backoff
+from kueue_ray.hub import ADMITTED, DEFAULT_RESYNC_SECONDS, NOTICE, QUEUED
+from kueue_ray.listwatch import Backoff
 from kueue_ray.metrics import WaitMetrics
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
@@ -68,6 +69,8 @@ WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE, P
 """Not admitted yet: the queue clock runs (waiting for admission checks is waiting for admission too)."""
 ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
 POSITION_PHASES = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
+CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT})
+"""Verdicts a clock gives (not a state): confirmed on a fresh read before the trigger fires them."""
 UNWATCHED_POLL_SECONDS = 15.0
 """Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""
 RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX = 1.0, 60.0
@@ -312,7 +315,8 @@ async def _apply(
     the state never moves backwards. A RayJob outside the hub's watch is re-read whenever Kueue changes
     its Workload, since that is when its status matters.
     """
-    from kueue_ray.hub import RAYJOB, resource_version_newer
+    from kueue_ray.hub import RAYJOB
+    from kueue_ray.listwatch import resource_version_newer
 
     current = rayjob if update.kind == RAYJOB else workload
     if update.object is not None and not resource_version_newer(update.object, current):
@@ -489,6 +493,7 @@ class RayJobTrigger(BaseTrigger):
             self.kubernetes_conn_id, self.namespace, self.name, self.uid, self.resync_interval
         ) as subscription:
             rayjob, workload = await subscription.current()
+            confirmed = False  # rayjob and workload were just read from the API server for a clock's verdict
             next_reread = None
             if rayjob is not None and not _watched(rayjob):
                 reread = min(self.resync_interval, UNWATCHED_POLL_SECONDS)
@@ -522,6 +527,13 @@ class RayJobTrigger(BaseTrigger):
                 subscription.stage = QUEUED if observation.phase in WAITING_PHASES else ADMITTED
                 await self._tell(progress.story, rayjob, observation, subscription)
                 verdict = watchdog.check(observation, workload, now)
+                if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
+                    # A clock ran out on what the hub's cache holds, which may be a watch event (or, while
+                    # watches are refused, a polling interval) behind: a RayJob evicted or finished a moment
+                    # ago must not be given up on. Judge again on what the API server says now.
+                    rayjob, workload = await subscription.current(reread_rayjob=True, reread_workload=True)
+                    confirmed = True
+                    continue
                 if verdict is not None:
                     progress.metrics.ended(verdict.status, verdict.reason, observation.cluster_queue)
                     # Only a triggerer can end a task: outside one (``dag.test()`` runs the trigger inline and
@@ -529,6 +541,7 @@ class RayJobTrigger(BaseTrigger):
                     if verdict.status == SUCCESS and self.end_in_triggerer and self.task_instance is not None:
                         return await self._end_here(verdict, observation, timeline, subscription)
                     return self._fire(verdict, observation, timeline)
+                confirmed = False
                 waits = []
                 if next_reread is not None:
                     waits.append(next_reread - time.monotonic())

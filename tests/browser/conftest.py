@@ -12,8 +12,8 @@ its teams tell DAGs apart, by DAG bundle. So this Airflow runs in multi-team mod
 A team's deferred tasks are run by a triggerer of that team, so one ``airflow triggerer --team-name
 ml-platform`` runs beside the standalone's own.
 
-The fixtures are package-scoped and the package sorts before tests/e2e, so this Airflow is stopped
-before the e2e session starts its own: the two never run at the same time on the 2-core machine.
+The fixtures are package-scoped and testpaths (pyproject.toml) runs this package before tests/e2e, so this
+Airflow is stopped before the e2e session starts its own: the two never run at the same time on the 2-core machine.
 """
 
 from __future__ import annotations

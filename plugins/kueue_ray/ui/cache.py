@@ -20,8 +20,10 @@ to what the pages show:
 Cost therefore grows with the number of namespaces and with changes in the cluster, not with viewers.
 
 When the API server cannot be reached the cache keeps the last state it had and says since when it is
-stale (``Health``); the pages show that instead of going blank. Watches resume from their
-resourceVersion, relist on 410 Gone and every ``resync_seconds``, and back off with jitter, as the hub's.
+stale (``Health``); the pages show that instead of going blank. Each loop is the hub's
+``kueue_ray.listwatch.ListWatchLoop``: it resumes from its resourceVersion, relists on 410 Gone and every
+``resync_seconds``, backs off with jitter, waits for ``Retry-After``, loads refused credentials again, and
+lists every ``degraded_list_interval`` while a Role grants ``list`` but not ``watch``.
 """
 
 from __future__ import annotations
@@ -31,18 +33,19 @@ import contextlib
 import json
 import logging
 import math
-import random
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kueue_ray.hub import (
-    SERVER_TIMEOUT_GRACE_SECONDS,
-    Backoff,
+from kueue_ray.hub import provider_connection
+from kueue_ray.listwatch import (
+    ListWatchLoop,
+    ListWatchSettings,
+    RefusalMemory,
     SharedApiClient,
-    provider_connection,
+    Target,
     resource_version_newer,
 )
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, AirflowIdentity
@@ -96,14 +99,12 @@ def watched_resources(namespaces: list[str]) -> list[Watched]:
 
 
 @dataclass
-class CacheSettings:
-    """Tunables; tests shorten them, production keeps the defaults."""
+class CacheSettings(ListWatchSettings):
+    """Tunables; tests shorten them, production keeps the defaults (the loops' own in ``ListWatchSettings``)."""
 
     resync_seconds: float = 300.0
     """Safety-net relist of every loop."""
     watch_timeout_seconds: int = 300
-    backoff_initial: float = 0.5
-    backoff_max: float = 30.0
     visibility_min_interval: float = 2.0
     visibility_max_age: float = 30.0
     max_timelines: int = 5000
@@ -169,139 +170,52 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:300]
 
 
-class _Loop:
-    """One list+watch with its cache of objects by name."""
+class _Loop(ListWatchLoop):
+    """One list+watch of the cache, its objects by name, and whether it is in step with the API server."""
 
     def __init__(self, cache: ClusterCache, watched: Watched) -> None:
+        super().__init__(
+            Target(
+                cache.conn_id,
+                watched.group,
+                watched.version,
+                watched.plural,
+                watched.namespace,
+                watched.label_selector,
+            ),
+            cache.client,
+            cache.settings,
+            cache.watch_refusals,
+        )
         self.cache = cache
         self.watched = watched
-        self.objects: dict[str, dict] = {}
-        self.resource_version: str | None = None
-        self.next_relist = 0.0
-        self.listed = False
         self.failing_since: float | None = None
         self.error: str | None = None
         self.synced_at: float | None = None
-        self.task: asyncio.Task | None = None
 
-    def start(self) -> None:
-        where = self.watched.namespace or "cluster"
-        self.task = asyncio.create_task(self._run(), name=f"kueue-ui-watch/{where}/{self.watched.kind}")
+    def resync_interval(self) -> float:
+        return self.cache.settings.resync_seconds
 
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-
-    async def _run(self) -> None:
-        from kubernetes_asyncio.client import CustomObjectsApi
-
-        settings = self.cache.settings
-        backoff = Backoff(settings.backoff_initial, settings.backoff_max)
-        while True:
-            try:
-                async with self.cache.client.lease() as api_client:
-                    await self._stream(CustomObjectsApi(api_client), backoff)
-            except Exception as exc:  # noqa: BLE001 - whatever failed, keep the last state and try again
-                self._failed(exc)
-                await asyncio.sleep(backoff.next_delay())
-
-    async def _stream(self, api: Any, backoff: Backoff) -> None:
-        """List, then watch from the list's resourceVersion; raise when a request fails."""
-        from aiohttp import ClientPayloadError
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        while True:
-            if self.resource_version is None or time.monotonic() >= self.next_relist:
-                await self._list(api)
-                backoff.reset()
-            started = time.monotonic()
-            try:
-                received = await self._watch(api)
-            except ApiException as exc:
-                if exc.status != 410:
-                    raise
-                self.resource_version = None  # expired: relist
-            except (ClientPayloadError, asyncio.IncompleteReadError, ConnectionResetError) as exc:
-                # A stream cut mid-way is routine (proxies, API server restarts): resume at once.
-                log.info("Watch of %s dropped (%s); resuming", self.watched.kind, type(exc).__name__)
-            else:
-                if not received and time.monotonic() - started < 1.0:
-                    # Closed at once without a word: do not spin on a server that keeps doing that.
-                    await asyncio.sleep(backoff.next_delay())
-
-    def _call(self, api: Any, **kwargs: Any) -> Any:
-        watched = self.watched
-        if watched.label_selector:
-            kwargs["label_selector"] = watched.label_selector
-        if watched.namespace is None:
-            return api.list_cluster_custom_object(watched.group, watched.version, watched.plural, **kwargs)
-        return api.list_namespaced_custom_object(
-            watched.group, watched.version, watched.namespace, watched.plural, **kwargs
-        )
-
-    async def _list(self, api: Any) -> None:
-        result = await self._call(api)
-        items = {obj["metadata"]["name"]: obj for obj in result.get("items") or ()}
-        for name in [name for name in self.objects if name not in items]:
+    def apply_list(self, items: list[dict]) -> None:
+        listed = {obj["metadata"]["name"]: obj for obj in items}
+        for name in [name for name in self.objects if name not in listed]:
             self.cache._apply(self, "DELETED", self.objects[name])
-        for obj in items.values():
+        for obj in listed.values():
             self.cache._apply(self, "MODIFIED", obj)
-        self.resource_version = (result.get("metadata") or {}).get("resourceVersion")
-        self.next_relist = time.monotonic() + self.cache.settings.resync_seconds * random.uniform(0.9, 1.0)
-        self._healthy()
-        if not self.listed:
-            self.listed = True
+        if not self.listed.is_set():
+            self.listed.set()
             self.cache._listed(self)
 
-    async def _watch(self, api: Any) -> bool:
-        """Stream events until the server ends the watch; True if any line arrived."""
-        settings = self.cache.settings
-        timeout = max(1, min(settings.watch_timeout_seconds, math.ceil(self.next_relist - time.monotonic())))
-        response = await self._call(
-            api,
-            watch=True,
-            allow_watch_bookmarks=True,
-            resource_version=self.resource_version,
-            timeout_seconds=timeout,
-            _request_timeout=timeout + 2 * SERVER_TIMEOUT_GRACE_SECONDS,
-            _preload_content=False,
-        )
-        self._healthy()
-        received = False
-        try:
-            async with asyncio.timeout(timeout + SERVER_TIMEOUT_GRACE_SECONDS):
-                while line := await response.content.readline():
-                    received = True
-                    if line.strip():
-                        self._handle(json.loads(line))
-        except TimeoutError:
-            pass
-        finally:
-            response.release()
-        return received
+    def apply_event(self, kind: str, obj: dict) -> None:
+        self.cache._apply(self, kind, obj)
 
-    def _handle(self, event: dict) -> None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        kind, obj = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
-            raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-        version = (obj.get("metadata") or {}).get("resourceVersion")
-        if version:
-            self.resource_version = version
-        self.synced_at = time.time()
-        if kind != "BOOKMARK":
-            self.cache._apply(self, kind, obj)
-
-    def _healthy(self) -> None:
+    def succeeded(self) -> None:
         self.synced_at = time.time()
         if self.failing_since is not None:
             self.failing_since = self.error = None
             self.cache._bump()
 
-    def _failed(self, exc: BaseException) -> None:
+    def failed(self, exc: BaseException) -> None:
         self.error = describe_error(exc)
         if self.failing_since is None:
             self.failing_since = time.time()
@@ -337,6 +251,7 @@ class ClusterCache:
         self.namespaces = list(namespaces)
         self.settings = settings or CacheSettings()
         self.client = SharedApiClient(connection_factory, conn_id)
+        self.watch_refusals: RefusalMemory = {}
         self.loops = [_Loop(self, watched) for watched in watched_resources(self.namespaces)]
         self.version = 0
         self._queue_versions: Counter[str] = Counter()
@@ -395,7 +310,7 @@ class ClusterCache:
             if entry.failing_since is not None
         ]
         if not failing:
-            listed = all(loop.listed for loop in self.loops)
+            listed = all(loop.listed.is_set() for loop in self.loops)
             return Health(listed, time.time() if listed else None, None, None if listed else "connecting")
         successes = [ok for _, _, ok in failing]
         first = min(failing, key=lambda f: f[0])
@@ -537,7 +452,10 @@ class ClusterCache:
         return next(lp for lp in self.loops if lp.watched.kind == kind and lp.watched.namespace == namespace)
 
     def _namespace_listed(self, namespace: str | None) -> bool:
-        return self._loop(RAYJOBS, namespace).listed and self._loop(WORKLOADS, namespace).listed
+        return (
+            self._loop(RAYJOBS, namespace).listed.is_set()
+            and self._loop(WORKLOADS, namespace).listed.is_set()
+        )
 
     def _remember(self, rayjob: dict) -> None:
         metadata = rayjob.get("metadata") or {}

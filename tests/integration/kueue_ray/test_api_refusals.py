@@ -19,6 +19,7 @@ from kubernetes import client, config
 from kueue_ray.hub import HUB, HubSettings
 from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.sensors import RayJobSensor
+from kueue_ray.timeline import to_epoch
 from kueue_ray.trigger import RayJobTrigger
 
 from tests.integration.kueue_ray.test_hub import (
@@ -96,6 +97,28 @@ def test_a_watch_refused_for_good_turns_into_one_list_per_interval_and_every_tas
     assert len(told) == 6, "each waiting task's log says so"
     assert f"kubectl auth can-i watch rayjobs.ray.io -n {queues.namespace}" in told[0]
     assert "listing every 0.5s instead" in told[0]
+
+
+def test_waits_that_come_after_the_last_one_ended_list_without_asking_to_watch_again(
+    faults, queues, rayjob_body, task_context
+):
+    """The namespace's loops stop with its last waiting task; the next task's loops remember the 403
+    instead of meeting it again (a triggerer with tasks coming and going would ask once per restart)."""
+    faults.refuse(
+        403,
+        verbs=["watch"],
+        resources=["rayjobs.ray.io", "workloads.kueue.x-k8s.io"],
+        namespace=queues.namespace,
+    )
+    faults.clear_requests()
+    for _ in range(3):  # one after the other: each starts the namespace's loops anew
+        [trigger] = submit_many(queues, rayjob_body, task_context, count=1, duration="5")
+        [event] = asyncio.run(gather([trigger]))
+        assert event["status"] == "success"
+
+    mine = namespace_requests(faults, queues)
+    for resource in ("rayjobs", "workloads"):
+        assert len(by(mine, "watch", resource)) == 1, (resource, by(mine, "watch", resource))
 
 
 def test_a_watch_allowed_again_ends_the_polling(faults, queues, rayjob_body, task_context, capfd):
@@ -352,6 +375,60 @@ def test_a_rayservice_wait_is_told_when_watching_is_refused_and_still_sees_it_se
 
     assert event["status"] == "success", event
     # The notice each waiting task gets (the hub's own warning goes to the triggerer's log, worded apart).
-    told = [line for line in capfd.readouterr().out.splitlines() if "changes reach this task" in line]
+    told = [line for line in capfd.readouterr().out.splitlines() if "Following them by listing" in line]
     assert any("refuses to watch rayservices" in line for line in told), told
     assert f"kubectl auth can-i watch rayservices.ray.io -n {queues.namespace}" in "\n".join(told)
+
+
+def test_a_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_api_server_first(
+    faults, hub_settings, queues, rayjob_body, task_context, capfd
+):
+    """While watches are refused the hub's cache can be a polling interval behind. A RayJob preempted
+    within that interval is queued again, not running: its run_timeout must not end the wait on the cache's
+    word. The trigger reads the RayJob and its Workload again before it gives up, and waits on."""
+    from tests.integration.kueue_ray.test_deferred import defer, submit, until
+
+    run_timeout = 20.0
+    hub_settings.degraded_list_interval = 120.0  # no list between the preemption and the run clock's end
+    context = task_context("train")
+    trigger = defer(submit(queues, rayjob_body(duration="inf"), context, run_timeout=run_timeout), context)
+    faults.refuse(
+        403,
+        verbs=["watch"],
+        resources=["rayjobs.ray.io", "workloads.kueue.x-k8s.io"],
+        namespace=queues.namespace,
+    )
+    capfd.readouterr()
+
+    def workload_condition(kind: str) -> dict:
+        conditions = ((queues.workload(trigger.uid) or {}).get("status") or {}).get("conditions") or ()
+        return next((c for c in conditions if c["type"] == kind), {})
+
+    async def scenario():
+        await until(lambda: (queues.rayjobs()[0].get("status") or {}).get("jobDeploymentStatus") == "Running")
+        admitted_at = to_epoch(workload_condition("Admitted")["lastTransitionTime"])
+        waiting = asyncio.create_task(first_event(trigger))  # its first list: RUNNING
+        await until(lambda: "RUNNING" in "".join(trigger_log(capfd)))
+        urgent_context = task_context("urgent")
+        urgent = submit(
+            queues,
+            rayjob_body(duration="inf"),
+            urgent_context,
+            task_id="urgent",
+            priority=queues.high,
+            wait_for_completion=False,
+        )
+        await asyncio.to_thread(urgent.execute, urgent_context)
+        await until(lambda: workload_condition("QuotaReserved").get("status") == "False")
+        deadline = admitted_at + run_timeout
+        assert time.time() < deadline - 1, "preempted only after the run clock ran out: nothing to show"
+        done, _ = await asyncio.wait({waiting}, timeout=deadline + 5 - time.time())
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        return [task.result() for task in done]
+
+    fired = asyncio.run(scenario())
+    assert fired == [], f"gave up on the cache's word that it still runs: {fired}"
+    story = "\n".join(trigger_log(capfd))
+    assert ": PREEMPTED " in story or ": QUEUED " in story, story

@@ -236,6 +236,59 @@ def test_an_unreachable_api_keeps_the_last_state_and_says_since_when(
     assert back.failing_since is None
 
 
+def test_a_role_without_watch_makes_the_cache_list_every_interval_and_pages_still_follow(
+    kubesim, queues, rayjob_body, task_context, connection
+):
+    """The api-server's Role grants list but not watch on RayJobs and Workloads: the cache lists them every
+    interval (trying the watch again now and then) instead of asking to watch again at once, and a RayJob
+    submitted meanwhile still reaches the pages."""
+    interval, retry_every = 0.5, 4
+    settings = CacheSettings(
+        backoff_initial=0.05,
+        backoff_max=0.3,
+        visibility_min_interval=0.2,
+        degraded_list_interval=interval,
+        degraded_watch_retry_every=retry_every,
+    )
+    kubesim.refuse(
+        403,
+        verbs=["watch"],
+        resources=["rayjobs.ray.io", "workloads.kueue.x-k8s.io"],
+        namespace=queues.namespace,
+    )
+    since = len(kubesim.requests())
+
+    async def scenario():
+        cache = ClusterCache(connection, [queues.namespace], settings)
+        await cache.start()
+        started = time.monotonic()
+        try:
+            await until(lambda: cache.health().reachable, what="listed")
+            job = await asyncio.to_thread(submit, queues, rayjob_body, task_context, "polled", "inf")
+            await until(
+                lambda: [w for w in cache.snapshot().workloads if quota_reserved(w)],
+                timeout=30,
+                what="the new RayJob's admitted Workload, listed",
+            )
+            await asyncio.sleep(3)
+            return job, cache.snapshot(), time.monotonic() - started
+        finally:
+            await cache.stop()
+
+    job, snapshot, elapsed = asyncio.run(scenario())
+    assert [r["metadata"]["name"] for r in snapshot.rayjobs] == [job["name"]]
+    assert snapshot.health.reachable, snapshot.health
+    mine = in_namespace(kubesim, queues, since)
+    intervals = elapsed / interval
+    for resource in ("rayjobs", "workloads"):
+        watches = [r for r in mine if r["verb"] == "watch" and r["resource"] == resource]
+        lists = [r for r in mine if r["verb"] == "list" and r["resource"] == resource]
+        assert {r["code"] for r in watches} == {403}, resource
+        # One watch to learn it is refused, then one request per interval, every 4th of them a watch.
+        assert len(watches) <= 2 + intervals / retry_every, (resource, len(watches), elapsed)
+        assert len(watches) + len(lists) <= 3 + intervals, (resource, len(watches) + len(lists), elapsed)
+
+
 @pytest.fixture(autouse=True)
 def _no_faults_left(kubesim):
     yield

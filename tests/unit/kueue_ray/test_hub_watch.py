@@ -3,7 +3,8 @@
 import asyncio
 from types import SimpleNamespace
 
-from kueue_ray.hub import RAYJOBS, SERVER_TIMEOUT_GRACE_SECONDS, _WatchLoop
+from kueue_ray.hub import RAYJOBS, HubSettings, _WatchLoop
+from kueue_ray.listwatch import SERVER_TIMEOUT_GRACE_SECONDS
 
 
 class EndedStream:
@@ -34,8 +35,8 @@ class RecordingApi:
 def test_a_watch_outlives_the_providers_60_second_client_timeout():
     """The cncf ApiClient caps every request at 60 s unless the call says otherwise; a 300 s watch cut at
     60 s would be re-opened for nothing, several requests an hour per namespace and resource."""
-    scope = SimpleNamespace(key=("kubernetes_default", "ray"))
-    loop = _WatchLoop(SimpleNamespace(), scope, RAYJOBS)
+    scope = SimpleNamespace(key=("kubernetes_default", "ray"), client=None)
+    loop = _WatchLoop(SimpleNamespace(settings=HubSettings(), watch_refusals={}), scope, RAYJOBS)
     api = RecordingApi()
 
     assert asyncio.run(loop._watch(api, 300)) is False

@@ -9,7 +9,8 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from airflow.sdk.serde import deserialize, serialize
-from kueue_ray.hub import RAYJOBS, SharedApiClient, Subscription, WatchHub, _Scope, _WatchLoop
+from kueue_ray.hub import RAYJOBS, Subscription, WatchHub, _Scope, _WatchLoop
+from kueue_ray.listwatch import SharedApiClient
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from kueue_ray.status import Observation, Phase
 from kueue_ray.trigger import (

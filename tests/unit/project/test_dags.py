@@ -21,6 +21,7 @@ RUNTIME_ONLY = (
     "kueue_ray.manifests",
     "kueue_ray.trigger",
     "kueue_ray.hub",
+    "kueue_ray.listwatch",
     "kueue_ray.status",
     "kueue_ray.service_hook",
     "kueue_ray.service_status",

@@ -1,0 +1,603 @@
+"""One list+watch of one resource, as client-go's Reflector does it, and what it does when the API server
+says no.
+
+Two processes keep a live copy of the cluster: the triggerer (``kueue_ray.hub``: RayJobs and Workloads
+for the waiting tasks) and the api-server (``kueue_ray.ui.cache``: what the Kueue pages show). Both need
+the same loop: list, watch from the list's resourceVersion, relist when due, and survive every answer a
+real API server gives in its first hour. It lives here once, so a refusal handled for the triggerer is
+handled for the UI too (a UI loop that read a 403 ``Status`` line as an event once asked again ~700 times
+a second). Subclasses say what a list and an event mean to them (``apply_list``, ``apply_event``) and are
+told about health (``succeeded``, ``failed``) and polling (``polling_started``, ``watching_again``).
+
+What the loop does with each answer (``ListWatchLoop._stream``):
+
+* 200: stream events; bookmarks keep the resourceVersion fresh; a stream the server closes at once
+  without a word counts as dropped.
+* 410 Gone (as an HTTP status or a watch's ERROR event): relist at once; with backoff only when that
+  keeps happening without a healthy watch in between.
+* 401: load the credentials again (retire the shared client) once at once, then with backoff: an
+  exec-plugin token expired.
+* 429: wait at least ``Retry-After`` (API Priority and Fairness).
+* 403 to the watch while lists are allowed (a Role granting ``list`` but not ``watch``): poll, one list
+  per ``degraded_list_interval``, and try the watch again every ``degraded_watch_retry_every``-th time,
+  from the last list's resourceVersion, so fixing the Role ends the polling without losing a change. The
+  refusal outlives the loop (``refusals``): a loop started again for the same target keeps the schedule
+  instead of meeting the 403 again at once.
+* Anything else (5xx, other 403s, dropped connections, cut-off JSON, timeouts): back off with jitter.
+
+A watch is opened with ``_preload_content=False``, and in that mode kubernetes_asyncio hands over any
+answer, 200 or not, as a stream: the loop reads the status itself (``Refused``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kueue_ray.api_errors import api_error, can_i, describe_error, retry_after_seconds
+
+log = logging.getLogger(__name__)
+
+SERVER_TIMEOUT_GRACE_SECONDS = 15.0
+"""How long past its ``timeoutSeconds`` a watch may stay open before the loop ends it itself, so a server
+or proxy that never closes a silent stream cannot postpone the relist forever."""
+
+
+@dataclass
+class ListWatchSettings:
+    """Tunables of a loop; tests shorten them, production keeps the defaults."""
+
+    watch_timeout_seconds: int = 600
+    """Longest single watch request; a relist due earlier ends it sooner."""
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    min_healthy_stream_seconds: float = 1.0
+    degraded_list_interval: float = 10.0
+    """While the API server refuses to watch a resource (403) but lets it be listed: seconds between the
+    loop's requests, each a list, so a change is seen at most this late (the polling triggers of the cncf
+    provider wait 10 s too, but each makes its own request)."""
+    degraded_watch_retry_every: int = 30
+    """While polling: every this many requests is an attempt to watch again instead of a list (with the
+    defaults, once every 5 minutes)."""
+
+    @property
+    def watch_retry_seconds(self) -> float:
+        return self.degraded_list_interval * self.degraded_watch_retry_every
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one loop lists and watches, through which Airflow connection (``namespace`` None: cluster-wide)."""
+
+    conn_id: str
+    group: str
+    version: str
+    plural: str
+    namespace: str | None
+    label_selector: str | None = None
+
+    @property
+    def qualified(self) -> str:
+        """``plural.group``, as RBAC and ``kubectl auth can-i`` name it."""
+        return f"{self.plural}.{self.group}"
+
+    @property
+    def where(self) -> str:
+        return f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
+
+    def can_i(self, verb: str) -> str:
+        if self.namespace:
+            return can_i(verb, self.qualified, self.namespace)
+        return f"kubectl auth can-i {verb} {self.qualified} --all-namespaces"
+
+    def request(self, api: Any, **kwargs: Any) -> Any:
+        """The list (or, with ``watch=True``, watch) call of a CustomObjectsApi."""
+        if self.label_selector:
+            kwargs["label_selector"] = self.label_selector
+        if self.namespace is None:
+            return api.list_cluster_custom_object(self.group, self.version, self.plural, **kwargs)
+        return api.list_namespaced_custom_object(
+            self.group, self.version, self.namespace, self.plural, **kwargs
+        )
+
+
+class WatchGone(Exception):
+    """The watch's resourceVersion is older than the server's history (410): relist."""
+
+
+class Refused(Exception):
+    """The API server answered a list or watch with an error status (HTTP, a watch's ERROR event, or a
+    Status line where an event belongs).
+
+    Kept apart from the client's ApiException because a watch's answer is read as a stream, whatever its
+    status, and because the loop needs to know which verb was refused to say what to grant.
+    """
+
+    def __init__(
+        self, verb: str, status: int | None, reason: str, message: str, retry_after: float | None = None
+    ) -> None:
+        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+        self.verb = verb
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    @classmethod
+    def from_api_exception(cls, verb: str, exc: Any) -> Refused:
+        status, reason, message = api_error(exc)
+        return cls(verb, status, reason, message, retry_after_seconds(exc))
+
+    @classmethod
+    def from_status(cls, verb: str, status: dict) -> Refused:
+        return cls(verb, status.get("code"), status.get("reason") or "", status.get("message") or "")
+
+
+def resource_version_newer(candidate: dict, current: dict | None) -> bool:
+    """True when ``candidate`` should replace ``current`` in a cache.
+
+    resourceVersions are opaque strings to clients, but every API server in practice issues increasing
+    integers (etcd revisions); compare them as integers when both parse, and otherwise trust the newcomer.
+    """
+    if current is None:
+        return True
+    new_rv = (candidate.get("metadata") or {}).get("resourceVersion")
+    old_rv = (current.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(new_rv) > int(old_rv)
+    except (TypeError, ValueError):
+        return new_rv != old_rv
+
+
+class Backoff:
+    """Exponential backoff with 'equal jitter', so many processes do not reconnect in lockstep."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.attempts = 0
+
+    def next_delay(self) -> float:
+        ceiling = min(self.maximum, self.initial * (2**self.attempts))
+        self.attempts += 1
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+@dataclass
+class _OpenClient:
+    client: Any
+    exit_stack: contextlib.AsyncExitStack
+    users: int = 0
+    retired: bool = False
+
+
+class SharedApiClient:
+    """One ApiClient of a connection, owned here and only lent out.
+
+    Every loop and one-off read that shares it ``lease``\\ s it, so there is one connection pool and no TLS
+    setup per request. It is closed only when it is retired (credentials refused, or its user stopped)
+    *and* its last lease is returned: closing a client under a running request is what turned a reconnect
+    into "Session is closed" for the readers sharing it. A lease taken after retirement opens a fresh client.
+    """
+
+    def __init__(self, factory: Callable[[str], contextlib.AbstractAsyncContextManager[Any]], conn_id: str):
+        self._factory = factory
+        self._conn_id = conn_id
+        self._current: _OpenClient | None = None
+        self._opening = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[Any]:
+        opened = await self._open()
+        opened.users += 1
+        try:
+            yield opened.client
+        finally:
+            opened.users -= 1
+            if opened.retired and opened.users == 0:
+                await opened.exit_stack.aclose()
+
+    async def _open(self) -> _OpenClient:
+        async with self._opening:
+            if self._current is None:
+                exit_stack = contextlib.AsyncExitStack()
+                client = await exit_stack.enter_async_context(self._factory(self._conn_id))
+                self._current = _OpenClient(client, exit_stack)
+            return self._current
+
+    async def retire(self, client: Any = None) -> None:
+        """Stop lending ``client`` (the current one when None): the next lease opens a new client, and this
+        one closes as soon as its last user returns it."""
+        opened = self._current
+        if opened is None or (client is not None and opened.client is not client):
+            return
+        self._current = None
+        opened.retired = True
+        if opened.users == 0:
+            await opened.exit_stack.aclose()
+
+
+async def _as_api_exception(response: Any) -> Any:
+    """The ApiException kubernetes_asyncio would have raised for this answer had it been preloaded."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+    from kubernetes_asyncio.client.rest import RESTResponse
+
+    return ApiException(http_resp=RESTResponse(response, await response.read()))
+
+
+RefusalMemory = dict[Target, tuple[Refused, float]]
+"""Target -> the last 403 to its watch and the monotonic time of it; kept by whoever starts the loops."""
+
+
+class ListWatchLoop:
+    """One list+watch of ``target`` with its cache of objects (see the module docstring).
+
+    Subclasses implement ``apply_list`` and ``apply_event`` and may override the notification hooks. The
+    loop runs as one asyncio task between ``start`` and ``stop``.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        client: SharedApiClient,
+        settings: ListWatchSettings,
+        refusals: RefusalMemory,
+    ) -> None:
+        self.target = target
+        self.client = client
+        self.settings = settings
+        self.refusals = refusals
+        self.objects: dict[str, dict] = {}
+        self.resource_version: str | None = None
+        self.next_relist = 0.0
+        """Monotonic time of the next safety-net relist."""
+        self.listed = asyncio.Event()
+        """Set once the first list is in the cache."""
+        self.polling_because: Refused | None = None
+        """The watch refusal (403) that made the loop list every interval instead; None while it watches."""
+        self._watch_retry_at = math.inf
+        """While polling: the monotonic time from which the next request tries the watch again."""
+        remembered = refusals.get(target)
+        if remembered is not None and time.monotonic() - remembered[1] < settings.watch_retry_seconds:
+            # A loop that replaces one refused less than a watch retry ago keeps that retry's schedule:
+            # asking again at once would make every restart (e.g. the last waiting task of a namespace
+            # ended, a new one came) a refused request.
+            self.polling_because = remembered[0]
+            self._watch_retry_at = remembered[1] + settings.watch_retry_seconds
+        self._credentials_reloaded = False
+        """The credentials were loaded again after a 401 and nothing succeeded since."""
+        self._expired_in_a_row = 0
+        self.task: asyncio.Task | None = None
+
+    # ----- what subclasses say ------------------------------------------------------------------------
+
+    def resync_interval(self) -> float:
+        """Seconds between safety-net relists."""
+        raise NotImplementedError
+
+    def apply_list(self, items: list[dict]) -> None:
+        """A fresh list: everything the target holds now (what is cached but missing was deleted)."""
+        raise NotImplementedError
+
+    def apply_event(self, kind: str, obj: dict) -> None:
+        """One watch event (ADDED, MODIFIED or DELETED)."""
+        raise NotImplementedError
+
+    def succeeded(self) -> None:
+        """The API server answered a request with 200 (a list, an opened watch, an event)."""
+
+    def failed(self, exc: BaseException) -> None:
+        """A request failed; the loop retries it (after the delay it logs). A watch refused while lists
+        are allowed is no failure: the loop polls instead (``polling_started``)."""
+
+    def polling_started(self) -> None:
+        """The loop lists every interval instead of watching (``polling_because`` says why)."""
+
+    def watching_again(self) -> None:
+        """A watch was allowed again after polling."""
+
+    # ----- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        target = self.target
+        name = f"kueue-ray-watch/{target.conn_id}/{target.namespace or '(cluster)'}/{target.plural}"
+        # A context of its own: the loop serves whoever reads its cache, so its log lines must not carry
+        # the context (e.g. a task log) of whichever caller happened to start it.
+        self.task = asyncio.create_task(self._run(), name=name, context=contextvars.Context())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    def polling_notice(self) -> str:
+        """What a reader is told while the loop polls instead of watching."""
+        target, interval = self.target, self.settings.degraded_list_interval
+        return (
+            f"The API server refuses to watch {target.plural} {target.where} ({self.polling_because}). "
+            f"Following them by listing every {interval:g}s instead: changes arrive up to {interval:g}s "
+            f"late, none is lost. To watch again, grant 'watch' on {target.qualified} to the user of "
+            f"connection {target.conn_id} (check: {target.can_i('watch')})"
+        )
+
+    # ----- the loop ----------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        from kubernetes_asyncio.client import CustomObjectsApi
+
+        target = self.target
+        backoff = Backoff(self.settings.backoff_initial, self.settings.backoff_max)
+        while True:
+            try:
+                # The shared ApiClient: no TLS setup per request or per reconnect. It is only replaced
+                # when the credentials are refused (e.g. an expired exec-plugin token).
+                async with self.client.lease() as api_client:
+                    try:
+                        await self._stream(CustomObjectsApi(api_client), backoff)
+                    except Refused:  # _stream raises only 401: load the credentials again
+                        await self.client.retire(api_client)
+                        raise
+            except Refused as refused:
+                self.failed(refused)
+                if not self._credentials_reloaded:
+                    self._credentials_reloaded = True
+                    log.warning(
+                        "The API server refused the credentials of connection %s to %s %s %s (%s); "
+                        "loading them again",
+                        target.conn_id,
+                        refused.verb,
+                        target.plural,
+                        target.where,
+                        refused,
+                    )
+                    continue
+                delay = max(backoff.next_delay(), refused.retry_after or 0.0)
+                log.warning(
+                    "The API server still refuses the credentials of connection %s (%s); loading them "
+                    "again in %.1fs",
+                    target.conn_id,
+                    refused,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+            except Exception as exc:  # noqa: BLE001 - a broken config: reconnect later
+                self.failed(exc)
+                delay = backoff.next_delay()
+                log.warning(
+                    "Connection for the watch of %s %s failed (%s); reconnecting in %.1fs",
+                    target.plural,
+                    target.where,
+                    describe_error(exc),
+                    delay,
+                )
+                await asyncio.sleep(delay)
+
+    async def _stream(self, api: Any, backoff: Backoff) -> None:
+        """List, then watch from the list's resourceVersion until the next relist is due, forever (or poll
+        while watching is refused); raises only on refused credentials (401)."""
+        from aiohttp import ClientError
+
+        while True:
+            try:
+                if self.polling_because is not None:
+                    await self._poll(api)
+                    continue
+                if self.resource_version is None or time.monotonic() >= self.next_relist:
+                    await self._list(api)
+                started = time.monotonic()
+                received = await self._watch(api, self._watch_timeout())
+                if received:
+                    backoff.reset()
+                    self._expired_in_a_row = 0
+                elif time.monotonic() - started < self.settings.min_healthy_stream_seconds:
+                    # The server closed an empty stream at once: treat it as a dropped stream.
+                    await asyncio.sleep(backoff.next_delay())
+            except WatchGone:
+                await self._relist_after_expiry(backoff)
+            except Refused as refused:
+                if refused.status == 401:
+                    raise
+                if refused.status == 410:
+                    await self._relist_after_expiry(backoff)
+                else:
+                    await self._refused(refused, backoff)
+            # A dropped stream, a cut-off JSON line, a timeout: retry from where we were.
+            except (ClientError, OSError, ValueError, TimeoutError) as exc:
+                await self._back_off(backoff, exc)
+
+    async def _relist_after_expiry(self, backoff: Backoff) -> None:
+        """410 Gone: the watch's resourceVersion is older than the server's history. Relist at once; only
+        when that keeps happening without a healthy watch in between, relist with backoff."""
+        log.info("Watch of %s %s expired (410 Gone); relisting", self.target.plural, self.target.where)
+        self.resource_version = None
+        if self._expired_in_a_row:
+            await asyncio.sleep(backoff.next_delay())
+        self._expired_in_a_row += 1
+
+    async def _refused(self, refused: Refused, backoff: Backoff) -> None:
+        """Any refusal but 401 and 410 (those are handled by the caller)."""
+        target = self.target
+        if refused.status == 403 and refused.verb == "watch" and self.polling_because is None:
+            self._start_polling(refused)  # not a failure: the lists keep the cache current
+            return
+        self.failed(refused)
+        delay = max(backoff.next_delay(), refused.retry_after or 0.0)
+        if refused.status == 403:
+            log.warning(
+                "The API server refuses to %s %s %s (%s); retrying in %.1fs. Grant it to the user of "
+                "connection %s (check: %s)",
+                refused.verb,
+                target.plural,
+                target.where,
+                refused,
+                delay,
+                target.conn_id,
+                target.can_i(refused.verb),
+            )
+        else:
+            log.warning(
+                "%s of %s %s failed (%s); retrying in %.1fs from resourceVersion %s",
+                refused.verb.capitalize(),
+                target.plural,
+                target.where,
+                refused,
+                delay,
+                self.resource_version,
+            )
+        await asyncio.sleep(delay)
+
+    def _start_polling(self, refused: Refused) -> None:
+        now = time.monotonic()
+        self.polling_because = refused
+        self._watch_retry_at = now + self.settings.watch_retry_seconds
+        self.refusals[self.target] = (refused, now)
+        log.warning(
+            "The API server refuses to watch %s %s (%s); listing them every %gs instead (check: %s)",
+            self.target.plural,
+            self.target.where,
+            refused,
+            self.settings.degraded_list_interval,
+            self.target.can_i("watch"),
+        )
+        self.polling_started()
+
+    def _watch_allowed(self) -> None:
+        if self.polling_because is None:
+            return
+        self.polling_because = None
+        self._watch_retry_at = math.inf
+        self.refusals.pop(self.target, None)
+        log.warning(
+            "The API server lets connection %s watch %s %s again",
+            self.target.conn_id,
+            self.target.plural,
+            self.target.where,
+        )
+        self.watching_again()
+
+    async def _poll(self, api: Any) -> None:
+        """One interval of polling: wait, then one request (a list; once the watch retry is due, a watch
+        instead, which ends the polling if the API server allows it again). A loop that has not listed yet
+        lists at once."""
+        if self.resource_version is not None:
+            await asyncio.sleep(self.settings.degraded_list_interval)
+        if self.resource_version is None or time.monotonic() < self._watch_retry_at:
+            await self._list(api)
+            return
+        try:
+            await self._watch(api, self._watch_timeout())
+        except Refused as refused:
+            if refused.status != 403:
+                raise
+            now = time.monotonic()
+            self._watch_retry_at = now + self.settings.watch_retry_seconds
+            self.refusals[self.target] = (refused, now)
+
+    def _watch_timeout(self) -> int:
+        """Seconds the next watch may last: until the relist is due, at most the configured maximum."""
+        remaining = self.next_relist - time.monotonic()
+        return max(1, min(self.settings.watch_timeout_seconds, math.ceil(remaining)))
+
+    async def _back_off(self, backoff: Backoff, exc: BaseException) -> None:
+        self.failed(exc)
+        delay = backoff.next_delay()
+        log.warning(
+            "Watch of %s %s failed (%s); retrying in %.1fs from resourceVersion %s",
+            self.target.plural,
+            self.target.where,
+            describe_error(exc),
+            delay,
+            self.resource_version,
+        )
+        await asyncio.sleep(delay)
+
+    def _succeeded(self) -> None:
+        self._credentials_reloaded = False
+        self.succeeded()
+
+    async def _list(self, api: Any) -> None:
+        """Replace the cache with a fresh list."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            result = await self.target.request(api)
+        except ApiException as exc:
+            raise Refused.from_api_exception("list", exc) from exc
+        self._succeeded()
+        self.apply_list(list(result.get("items") or ()))
+        self.resource_version = (result.get("metadata") or {}).get("resourceVersion")
+        # Jitter, so that a fleet of processes does not relist in lockstep.
+        self.next_relist = time.monotonic() + self.resync_interval() * random.uniform(0.9, 1.0)
+        self.listed.set()
+
+    async def _watch(self, api: Any, timeout: int) -> bool:
+        """Stream events until the server ends the watch (or ``timeout`` plus a grace passes); True if any
+        event (one with a ``type``) arrived. Raises ``Refused`` when the server answers anything but 200."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            response = await self.target.request(
+                api,
+                watch=True,
+                allow_watch_bookmarks=True,
+                resource_version=self.resource_version,
+                timeout_seconds=timeout,
+                # The cncf provider's ApiClient gives every request a 60 s total client timeout unless
+                # told otherwise (``timeout_seconds`` only reaches the server): without this, each watch
+                # would be cut after a minute and re-opened, two requests a minute for nothing.
+                _request_timeout=timeout + 2 * SERVER_TIMEOUT_GRACE_SECONDS,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            raise Refused.from_api_exception("watch", exc) from exc
+        received = False
+        try:
+            if response.status != 200:
+                # Without preloading, the client hands over a 403 or 429 as if it were a stream of events.
+                raise Refused.from_api_exception("watch", await _as_api_exception(response))
+            self._succeeded()
+            self._watch_allowed()
+            async with asyncio.timeout(timeout + SERVER_TIMEOUT_GRACE_SECONDS):
+                while True:
+                    line = await response.content.readline()
+                    if not line:
+                        return received
+                    if line.strip() and self._handle(json.loads(line)):
+                        received = True
+        except TimeoutError:
+            return received
+        finally:
+            response.release()
+
+    def _handle(self, event: dict) -> bool:
+        """Apply one line of the stream; True for an event (it has a ``type``), False for anything else."""
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind is None:
+            if event.get("kind") == "Status":  # a refusal where an event belongs
+                raise Refused.from_status("watch", event)
+            return False
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise WatchGone()
+            raise Refused.from_status("watch", obj)
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = version
+        self.succeeded()
+        if kind != "BOOKMARK":
+            self.apply_event(kind, obj)
+        return True

@@ -1,0 +1,109 @@
+"""The list+watch loop's schedule while a watch is refused (403): what it asks the API server, in order."""
+
+import asyncio
+import contextlib
+import time
+from types import SimpleNamespace
+
+from kueue_ray.listwatch import Backoff, ListWatchLoop, ListWatchSettings, Refused, SharedApiClient, Target
+
+TARGET = Target("kubernetes_default", "ray.io", "v1", "rayjobs", "ray", "app=x")
+SETTINGS = ListWatchSettings(degraded_list_interval=0.05, degraded_watch_retry_every=10)
+"""A watch retry every 0.5 s while polling."""
+
+
+class Stream:
+    """A watch answer: 200 and a stream the server ends at once, or a refusal."""
+
+    def __init__(self, status: int):
+        self.status = status
+        self.reason = "OK" if status == 200 else "Forbidden"
+        self.headers = {}
+        self.content = SimpleNamespace(readline=self.readline)
+
+    async def readline(self):
+        return b""
+
+    async def read(self):
+        return b'{"kind": "Status", "code": 403, "reason": "Forbidden", "message": "cannot watch"}'
+
+    def release(self):
+        pass
+
+
+class Api:
+    """Records each request as "list" or "watch"; watches are answered ``watch_status``."""
+
+    def __init__(self, watch_status: int):
+        self.requests: list[str] = []
+        self.watch_status = watch_status
+
+    async def list_namespaced_custom_object(self, *args, watch=False, **kwargs):
+        self.requests.append("watch" if watch else "list")
+        if watch:
+            return Stream(self.watch_status)
+        return {"items": [], "metadata": {"resourceVersion": str(len(self.requests))}}
+
+
+class Loop(ListWatchLoop):
+    def resync_interval(self) -> float:
+        return 300.0
+
+    def apply_list(self, items):
+        pass
+
+    def apply_event(self, kind, obj):
+        pass
+
+
+def requests_until_first_watch(refusals: dict, watch_status: int = 200, limit: float = 3.0) -> list[str]:
+    api = Api(watch_status)
+
+    async def scenario():
+        loop = Loop(TARGET, SharedApiClient(None, "kubernetes_default"), SETTINGS, refusals)
+        streaming = asyncio.ensure_future(loop._stream(api, Backoff(1.0, 1.0)))
+        deadline = time.monotonic() + limit
+        while "watch" not in api.requests and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        streaming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await streaming
+        return loop
+
+    loop = asyncio.run(scenario())
+    return api.requests, loop
+
+
+def refused_ago(seconds: float) -> dict:
+    return {TARGET: (Refused("watch", 403, "Forbidden", "cannot watch"), time.monotonic() - seconds)}
+
+
+def test_a_loop_with_no_refusal_on_record_lists_then_watches():
+    requests, loop = requests_until_first_watch({})
+    assert requests == ["list", "watch"]
+    assert loop.polling_because is None
+
+
+def test_a_loop_replacing_one_refused_recently_polls_and_keeps_the_old_retry_schedule():
+    """Refused 0.4 s ago with a retry every 0.5 s: the watch is tried again about 0.1 s from now, not a
+    whole retry period after this loop started (a triggerer whose waits come and go would otherwise
+    never watch again once refused)."""
+    requests, loop = requests_until_first_watch(refused_ago(0.4))
+    assert requests[0] == "list", "the first list is not delayed by the polling interval"
+    assert requests[-1] == "watch"
+    assert 2 <= len(requests) <= 5, requests
+    assert loop.polling_because is None, "the watch was allowed: polling ended"
+
+
+def test_a_refusal_older_than_the_retry_period_is_forgotten():
+    requests, _ = requests_until_first_watch(refused_ago(0.6))
+    assert requests == ["list", "watch"]
+
+
+def test_a_retry_refused_again_keeps_polling_and_is_remembered_from_then():
+    refusals = refused_ago(0.45)
+    before = refusals[TARGET][1]
+    requests, loop = requests_until_first_watch(refusals, watch_status=403)
+    assert requests[-1] == "watch" and len(requests) <= 5, requests
+    assert loop.polling_because is not None
+    assert refusals[TARGET][1] > before, "the next loop counts its retry period from this refusal"
