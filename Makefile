@@ -22,9 +22,12 @@ run: venv
 airflow: venv
 	@$(BIN)/python -m devtools.cli $(ARGS)
 
+# Two runs: the tests without an Airflow of their own on both cores (each xdist worker starts its own
+# kubesim), then the browser and e2e sessions one at a time, each a real Airflow that needs the machine.
 test: venv
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
+	$(BIN)/python -m pytest tests/browser tests/e2e
 
 demo: venv
 	$(BIN)/python -m devtools.demo
@@ -32,7 +35,8 @@ demo: venv
 # The same suite with the e2e fault test at full load (CI runs a smaller one).
 test-full: venv
 	$(BIN)/ruff check .
-	E2E_FULL=1 $(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
+	E2E_FULL=1 $(BIN)/python -m pytest tests/browser tests/e2e
 
 lint: venv
 	$(BIN)/ruff check .

@@ -14,7 +14,6 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -46,26 +45,12 @@ class ChromiumUnavailable(RuntimeError):
     """Chromium or its driver is missing and cannot be installed on this machine."""
 
 
-_installing: Future | None = None
-
-
-def install_in_background() -> None:
-    """Start installing Chromium on a thread when it is missing, so that the minutes apt-get takes on a
-    fresh machine overlap with other work; ``ensure_chromium`` then waits for that install."""
-    global _installing
-    if _installing is None and _installed() is None:
-        _installing = ThreadPoolExecutor(1, thread_name_prefix="chromium-install").submit(_install)
-
-
 def ensure_chromium() -> tuple[str, str]:
     """Paths of Chromium and its driver; apt-get installs them when missing (root on Debian/Ubuntu).
     ChromiumUnavailable, saying why, only where that is impossible."""
-    if _installing is not None:
-        return _installing.result()
-    return _installed() or _install()
-
-
-def _install() -> tuple[str, str]:
+    found = _installed()
+    if found:
+        return found
     apt = shutil.which("apt-get")
     if apt is None or os.geteuid() != 0:
         raise ChromiumUnavailable(

@@ -14,7 +14,9 @@ import os
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 from devtools.airflow import running_airflow
@@ -24,8 +26,8 @@ from devtools.postgres import metadata_database
 DAG_ID = "text_classifier_finetune"
 TIME_SCALE = float(os.environ.get("DEMO_TIME_SCALE", "10"))
 DEADLINE_SECONDS = 300
-BACKFILL_CONF = {"epochs": 9}
-"""60 s installing the runtime env's packages plus 9 epochs of 20 s = 240 simulated s = 24 s at the default
+BACKFILL_CONF = {"priority": "prod-priority", "epochs": 9}
+"""Asks for prod: the priority policy must still give the backfill's runs dev-priority. 60 s installing the runtime env's packages plus 9 epochs of 20 s = 240 simulated s = 24 s at the default
 time scale (kubesim/README.md): the prod run is submitted while a backfill RayJob still runs. With the
 default 3 epochs, the e2e walkthrough saw in CI two dev RayJobs end before the prod run's submit task had
 started, and nothing was preempted."""
@@ -50,6 +52,71 @@ def wait_until(predicate, what: str, deadline: float, interval: float = 1.0):
             return value
         time.sleep(interval)
     raise TimeoutError(f"gave up waiting for {what}")
+
+
+def running_backfill_rayjob(jobs: list[dict]) -> dict | None:
+    """A RayJob of a backfill run that runs (the DAG is unpaused, so its scheduled run may hold the queue
+    first, and the prod run must preempt a run of the backfill)."""
+    for job in jobs:
+        run_id = (job["metadata"].get("annotations") or {}).get("airflow.apache.org/run-id", "")
+        if (
+            run_id.startswith("backfill__")
+            and (job.get("status") or {}).get("jobDeploymentStatus") == "Running"
+        ):
+            return job
+    return None
+
+
+@dataclass
+class Walkthrough:
+    prod_run_id: str
+    runs: dict[str, dict]
+    """Run id -> the finished run, for the three backfill runs and the prod run."""
+
+
+def walkthrough(
+    airflow, kubeconfig: Path, *, first_day: date, deadline: float, say: Callable[[str], None] = print
+) -> Walkthrough:
+    """The walkthrough's steps against a running Airflow (``devtools.airflow``): a backfill of three days
+    from ``first_day``, a manual prod run once a backfill RayJob runs, and every run waited for. ``make
+    demo`` runs it on an Airflow of its own; tests/e2e/test_02_walkthrough.py on the e2e session's."""
+    airflow.set_paused(DAG_ID, False)
+    say(
+        f"1. Backfill of 3 days, conf {BACKFILL_CONF}: dev-priority runs (backfills are clamped to dev-priority)"
+    )
+    _, failures = airflow.create_backfill(
+        {
+            "dag_id": DAG_ID,
+            "from_date": f"{first_day}T00:00:00Z",
+            "to_date": f"{first_day + timedelta(days=2)}T00:00:00Z",
+            "max_active_runs": 3,
+            "dag_run_conf": BACKFILL_CONF,
+        },
+        timeout=deadline - time.monotonic(),
+    )
+    if failures:
+        say(f"   (Airflow failed {failures} attempt(s) first: its database was busy)")
+
+    def dag_runs(**query) -> list[dict]:
+        response = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns", params={"limit": 100, **query})
+        response.raise_for_status()
+        return response.json()["dag_runs"]
+
+    backfill = wait_until(
+        lambda: len(runs := dag_runs(run_type="backfill")) == 3 and runs, "the 3 backfill runs", deadline
+    )
+    wait_until(lambda: running_backfill_rayjob(rayjobs(kubeconfig)), "a backfill RayJob to run", deadline)
+    say("2. Manual prod run: {'priority': 'prod-priority'}")
+    prod_run_id = airflow.trigger_dag_run(DAG_ID, {"priority": "prod-priority"})
+    say("3. Waiting for every run to finish...")
+
+    def finished() -> dict[str, dict] | None:
+        ours = {r["dag_run_id"] for r in backfill} | {prod_run_id}
+        runs = {r["dag_run_id"]: r for r in dag_runs() if r["dag_run_id"] in ours}
+        done = len(runs) == 4 and all(r["state"] in ("success", "failed") for r in runs.values())
+        return runs if done else None
+
+    return Walkthrough(prod_run_id, wait_until(finished, "every run to finish", deadline, interval=2))
 
 
 def timeline_rows(airflow, runs: list[dict]) -> list[dict]:
@@ -114,50 +181,9 @@ def main() -> int:
                 ) as airflow,
             ):
                 airflow.wait_for_dags([DAG_ID])
-                today = datetime.now(UTC).date()
-                print(
-                    f"1. Backfill of 3 days, conf {BACKFILL_CONF}: dev-priority runs "
-                    "(backfills are clamped to dev-priority)"
-                )
-                _, failures = airflow.create_backfill(
-                    {
-                        "dag_id": DAG_ID,
-                        "from_date": f"{today - timedelta(days=3)}T00:00:00Z",
-                        "to_date": f"{today - timedelta(days=1)}T00:00:00Z",
-                        "max_active_runs": 3,
-                        "dag_run_conf": BACKFILL_CONF,
-                    },
-                    timeout=deadline - time.monotonic(),
-                )
-                if failures:
-                    print(f"   (Airflow failed {failures} attempt(s) first: its database was busy)")
-                # A backfill RayJob, not any: the DAG is unpaused, so its scheduled run may hold the
-                # queue first, and the prod run must preempt a run of the backfill.
-                wait_until(
-                    lambda: any(
-                        (j.get("status") or {}).get("jobDeploymentStatus") == "Running"
-                        and (j["metadata"].get("annotations") or {})
-                        .get("airflow.apache.org/run-id", "")
-                        .startswith("backfill__")
-                        for j in rayjobs(kubesim.kubeconfig)
-                    ),
-                    "the first backfill RayJob to run",
-                    deadline,
-                )
-                print("2. Manual prod run: {'priority': 'prod-priority'}")
-                airflow.trigger_dag_run(DAG_ID, {"priority": "prod-priority"})
-
-                def all_done():
-                    runs = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns", params={"limit": 100}).json()[
-                        "dag_runs"
-                    ]
-                    ours = [r for r in runs if r["run_type"] in ("backfill", "manual")]
-                    finished = len(ours) >= 4 and all(r["state"] in ("success", "failed") for r in ours)
-                    return ours if finished else None
-
-                print("3. Waiting for every run to finish...")
-                runs = wait_until(all_done, "all runs to finish", deadline, interval=2)
-                rows = timeline_rows(airflow, sorted(runs, key=lambda r: r["dag_run_id"]))
+                first_day = datetime.now(UTC).date() - timedelta(days=3)
+                done = walkthrough(airflow, kubesim.kubeconfig, first_day=first_day, deadline=deadline)
+                rows = timeline_rows(airflow, sorted(done.runs.values(), key=lambda r: r["dag_run_id"]))
         finally:
             kubesim.stop()
     print_table(rows)

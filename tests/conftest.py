@@ -18,15 +18,7 @@ RBAC test (tests/e2e/test_08_security.py) judges every call the project made in 
 
 
 def pytest_collection_modifyitems(items):
-    folders = set()
     for item in items:
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
         if parts and parts[0] in ("unit", "integration", "browser", "e2e"):
             item.add_marker(getattr(pytest.mark, parts[0]))
-            folders.add(parts[0])
-    if "browser" in folders:
-        # On a fresh machine apt-get takes minutes: let it run while the unit and integration tests do
-        # (testpaths puts tests/browser after them).
-        from devtools.chromium import install_in_background
-
-        install_in_background()

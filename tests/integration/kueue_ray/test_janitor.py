@@ -138,7 +138,9 @@ def test_an_orphan_whose_status_changes_before_its_deletion_is_judged_again_and_
         queues.custom.delete_namespaced_custom_object(
             "ray.io", "v1", queues.namespace, "rayjobs", blocker["name"]
         )
-        wait_for(lambda: phase_of(queues, orphan["uid"]) == "Running")
+        # Until KubeRay's last status write of the start (the Ray job RUNNING): a write landing between the
+        # re-judgement and the retried delete would make a second 409, right but not what is tested here.
+        wait_for(lambda: running_steadily(queues, orphan["uid"]))
         current = next(j for j in queues.rayjobs() if j["metadata"]["uid"] == orphan["uid"])
         assert current["metadata"]["resourceVersion"] != judged["metadata"]["resourceVersion"]
 
