@@ -432,3 +432,63 @@ def test_a_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_api_server_f
     assert fired == [], f"gave up on the cache's word that it still runs: {fired}"
     story = "\n".join(trigger_log(capfd))
     assert ": PREEMPTED " in story or ": QUEUED " in story, story
+
+
+def test_a_rayservice_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_api_server_first(
+    faults, hub_settings, queues, rayjob_body, task_context
+):
+    """The RayService wait confirms its clocks too: queued behind a RayJob when the polling cache last
+    looked, then admitted and serving before queue_timeout ran out, it succeeds instead of timing out."""
+    from kueue_ray.service_status import ServicePhase, observe_service
+
+    from tests.integration.kueue_ray.serve_support import (
+        defer,
+        deploy_op,
+        rayservices,
+        run_context,
+        service_body,
+        workloads,
+    )
+    from tests.integration.kueue_ray.serve_support import first_event as service_event
+    from tests.integration.kueue_ray.test_deferred import until
+
+    queue_timeout = 20.0
+    hub_settings.degraded_list_interval = 120.0  # no list between the admission and the queue clock's end
+    holder = SubmitRayJobOperator(
+        task_id="blocker",
+        template=rayjob_body(duration="inf"),
+        queue=queues.local_queue,
+        priority=queues.low,
+        namespace=queues.namespace,
+        wait_for_completion=False,
+        log_tail_lines=0,
+    ).execute(task_context("blocker"))
+    faults.refuse(
+        403,
+        verbs=["watch"],
+        resources=["rayservices.ray.io", "workloads.kueue.x-k8s.io"],
+        namespace=queues.namespace,
+    )
+    deployed_at = time.time()
+    trigger = defer(
+        deploy_op(queues, service_body(cpu="2"), queue_timeout=queue_timeout), run_context("manual__1")
+    )
+
+    def serving() -> bool:
+        [service] = rayservices(queues)
+        return observe_service(service, workloads(queues)).phase is ServicePhase.SERVING
+
+    async def scenario():
+        waiting = asyncio.create_task(service_event(trigger, timeout=queue_timeout + 30))
+        # The trigger's first list (the service queued behind the RayJob), then no other until 120 s.
+        await until(lambda: by(namespace_requests(faults, queues), "list", "rayservices"))
+        await asyncio.to_thread(
+            queues.custom.delete_namespaced_custom_object,
+            "ray.io", "v1", queues.namespace, "rayjobs", holder["name"],
+        )  # fmt: skip
+        await until(serving)
+        assert time.time() < deployed_at + queue_timeout - 1, "served only after the queue clock ran out"
+        return await waiting
+
+    event = asyncio.run(scenario())
+    assert event["status"] == "success", event
