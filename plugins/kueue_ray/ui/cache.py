@@ -61,22 +61,7 @@ VISIBILITY_LIMIT = 100000
 """Kueue's cap for ``limit``: the whole queue, so positions and counts stay exact."""
 
 
-@dataclass(frozen=True)
-class Watched:
-    """What one watch loop lists and watches (``namespace`` None: a cluster-scoped resource)."""
-
-    kind: str
-    group: str
-    version: str
-    namespace: str | None
-    label_selector: str | None = None
-
-    @property
-    def plural(self) -> str:
-        return self.kind
-
-
-def watched_resources(namespaces: list[str]) -> list[Watched]:
+def watched_resources(conn_id: str, namespaces: list[str]) -> list[Target]:
     """The loops one cache runs: per namespace RayJobs, RayServices, Workloads and LocalQueues;
     ClusterQueues once.
 
@@ -87,13 +72,13 @@ def watched_resources(namespaces: list[str]) -> list[Watched]:
     an age, answer "unchanged" over a switch that happened. The watch costs one connection per namespace
     and carries only this project's RayServices (the label selector), a few objects that change rarely.
     """
-    loops = [Watched(CLUSTER_QUEUES, "kueue.x-k8s.io", "v1beta2", None)]
+    loops = [Target(conn_id, "kueue.x-k8s.io", "v1beta2", CLUSTER_QUEUES, None)]
     for namespace in namespaces:
         loops += [
-            Watched(RAYJOBS, "ray.io", "v1", namespace, MANAGED_BY_SELECTOR),
-            Watched(RAYSERVICES, "ray.io", "v1", namespace, MANAGED_BY_SELECTOR),
-            Watched(WORKLOADS, "kueue.x-k8s.io", "v1beta2", namespace, JOB_UID_LABEL),
-            Watched(LOCAL_QUEUES, "kueue.x-k8s.io", "v1beta2", namespace),
+            Target(conn_id, "ray.io", "v1", RAYJOBS, namespace, MANAGED_BY_SELECTOR),
+            Target(conn_id, "ray.io", "v1", RAYSERVICES, namespace, MANAGED_BY_SELECTOR),
+            Target(conn_id, "kueue.x-k8s.io", "v1beta2", WORKLOADS, namespace, JOB_UID_LABEL),
+            Target(conn_id, "kueue.x-k8s.io", "v1beta2", LOCAL_QUEUES, namespace),
         ]
     return loops
 
@@ -173,22 +158,9 @@ def describe_error(exc: BaseException) -> str:
 class _Loop(ListWatchLoop):
     """One list+watch of the cache, its objects by name, and whether it is in step with the API server."""
 
-    def __init__(self, cache: ClusterCache, watched: Watched) -> None:
-        super().__init__(
-            Target(
-                cache.conn_id,
-                watched.group,
-                watched.version,
-                watched.plural,
-                watched.namespace,
-                watched.label_selector,
-            ),
-            cache.client,
-            cache.settings,
-            cache.watch_refusals,
-        )
+    def __init__(self, cache: ClusterCache, target: Target) -> None:
+        super().__init__(target, cache.client, cache.settings, cache.watch_refusals)
         self.cache = cache
-        self.watched = watched
         self.failing_since: float | None = None
         self.error: str | None = None
         self.synced_at: float | None = None
@@ -219,7 +191,7 @@ class _Loop(ListWatchLoop):
         self.error = describe_error(exc)
         if self.failing_since is None:
             self.failing_since = time.time()
-            log.warning("Kueue UI: watch of %s failed: %s", self.watched.kind, self.error)
+            log.warning("Kueue UI: watch of %s failed: %s", self.target.plural, self.error)
             self.cache._bump()
 
 
@@ -252,7 +224,7 @@ class ClusterCache:
         self.settings = settings or CacheSettings()
         self.client = SharedApiClient(connection_factory, conn_id)
         self.watch_refusals: RefusalMemory = {}
-        self.loops = [_Loop(self, watched) for watched in watched_resources(self.namespaces)]
+        self.loops = [_Loop(self, target) for target in watched_resources(conn_id, self.namespaces)]
         self.version = 0
         self._queue_versions: Counter[str] = Counter()
         """Per ClusterQueue, bumped by changes of it and of its Workloads: what can change its pending list."""
@@ -285,7 +257,7 @@ class ClusterCache:
 
     def snapshot(self) -> Snapshot:
         def objects(kind: str) -> list[dict]:
-            return [obj for loop in self.loops if loop.watched.kind == kind for obj in loop.objects.values()]
+            return [obj for loop in self.loops if loop.target.plural == kind for obj in loop.objects.values()]
 
         return Snapshot(
             cluster_queues=objects(CLUSTER_QUEUES),
@@ -373,32 +345,32 @@ class ClusterCache:
         name = (obj.get("metadata") or {}).get("name")
         if name is None:
             return
-        watched = loop.watched
+        target = loop.target
         previous = loop.objects.get(name)
         if kind == "DELETED":
             obj = loop.objects.pop(name, None)
             if obj is None:
                 return
-            self._index(watched, obj, None)
+            self._index(target, obj, None)
         elif resource_version_newer(obj, previous):
             loop.objects[name] = obj
-            self._index(watched, obj, name)
+            self._index(target, obj, name)
         else:
             return
-        if watched.kind == CLUSTER_QUEUES:
+        if target.plural == CLUSTER_QUEUES:
             self._queue_versions[name] += 1
-        elif watched.kind == WORKLOADS:
-            for cluster_queue in {self._cluster_queue_of(watched.namespace, w) for w in (previous, obj) if w}:
+        elif target.plural == WORKLOADS:
+            for cluster_queue in {self._cluster_queue_of(target.namespace, w) for w in (previous, obj) if w}:
                 if cluster_queue is None:
                     for known in list(self._queue_versions):
                         self._queue_versions[known] += 1
                 else:
                     self._queue_versions[cluster_queue] += 1
-        if watched.kind == RAYJOBS:
+        if target.plural == RAYJOBS:
             self._remember(obj)
-        uid = self._rayjob_uid(watched.kind, obj)
+        uid = self._rayjob_uid(target.plural, obj)
         if uid is not None:
-            self._observe(watched.namespace, uid)
+            self._observe(target.namespace, uid)
         self._bump()
 
     def _cluster_queue_of(self, namespace: str | None, workload: dict) -> str | None:
@@ -411,11 +383,11 @@ class ClusterCache:
         )
         return ((local_queue or {}).get("spec") or {}).get("clusterQueue")
 
-    def _index(self, watched: Watched, obj: dict, name: str | None) -> None:
-        uid = self._rayjob_uid(watched.kind, obj)
+    def _index(self, target: Target, obj: dict, name: str | None) -> None:
+        uid = self._rayjob_uid(target.plural, obj)
         if uid is None:
             return
-        key = (watched.kind, watched.namespace, uid)
+        key = (target.plural, target.namespace, uid)
         if name is not None:
             self._by_uid[key] = name
         elif self._by_uid.get(key) == obj["metadata"]["name"]:
@@ -438,9 +410,9 @@ class ClusterCache:
     def _listed(self, loop: _Loop) -> None:
         """Once both RayJobs and Workloads of a namespace are listed, start every RayJob's timeline (from
         its objects' own timestamps): before that a Workload may look missing that merely is not listed."""
-        if loop.watched.kind not in (RAYJOBS, WORKLOADS):
+        if loop.target.plural not in (RAYJOBS, WORKLOADS):
             return
-        namespace = loop.watched.namespace
+        namespace = loop.target.namespace
         if self._namespace_listed(namespace):
             for rayjob in list(self._loop(RAYJOBS, namespace).objects.values()):
                 self._observe(namespace, rayjob["metadata"]["uid"])
@@ -449,7 +421,7 @@ class ClusterCache:
         self.version += 1
 
     def _loop(self, kind: str, namespace: str | None) -> _Loop:
-        return next(lp for lp in self.loops if lp.watched.kind == kind and lp.watched.namespace == namespace)
+        return next(lp for lp in self.loops if lp.target.plural == kind and lp.target.namespace == namespace)
 
     def _namespace_listed(self, namespace: str | None) -> bool:
         return (
