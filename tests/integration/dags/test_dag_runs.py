@@ -168,7 +168,8 @@ def test_aurora_fine_tunes_publishes_and_serves(cluster, airflow_env):
     )
     assert outcome["state"].endswith("success"), explain(outcome, cluster)
     assert set(outcome["tasks"].values()) == {"success"}
-    assert "aurora-forecast RUNNING, all deployments HEALTHY" in outcome["log"]
+    # The deploy task's log says what Serve reported when it began serving.
+    assert "serves aurora-forecast: every application RUNNING, every deployment HEALTHY" in outcome["log"]
 
 
 def test_llm_trains_then_infers_and_can_infer_alone(cluster, airflow_env):

@@ -246,6 +246,12 @@ SPOT_TOLERATION = {
 }
 
 
+PODS_READY_TIME_SCALE = 5.0
+"""Slower than the module's: the test polls for states that last one requeue backoff (20 simulated s, 4 s
+real here), which a poll on a loaded machine (make test runs two test processes on two cores) can miss when
+they last 1 s."""
+
+
 @pytest.fixture(scope="module")
 def tainted(tmp_path_factory):
     """A cluster whose only node is a tainted spot pool, with a short waitForPodsReady."""
@@ -265,7 +271,7 @@ def tainted(tmp_path_factory):
         )
     )
     with run_kubesim(
-        time_scale=TIME_SCALE, apply=[directory / "nodes.yaml"], kueue_config=kueue_config
+        time_scale=PODS_READY_TIME_SCALE, apply=[directory / "nodes.yaml"], kueue_config=kueue_config
     ) as sim:
         api = config.new_client_from_config(config_file=sim.kubeconfig)
         yield client.CustomObjectsApi(api)

@@ -29,9 +29,35 @@ def operator(queues, body, **kwargs) -> SubmitRayJobOperator:
     )
 
 
-def from_the_database(trigger: RayJobTrigger) -> RayJobTrigger:
-    """What the triggerer runs: the trigger rebuilt from its serialized kwargs."""
-    return RayJobTrigger(**trigger.serialize()[1])
+class SupervisorChannel:
+    """The triggerer's channel to its supervisor, which Airflow's XCom class writes through (what a worker's
+    ``xcom_push`` uses too): records each XCom sent."""
+
+    def __init__(self):
+        self.sent = []
+
+    async def asend(self, message):
+        self.sent.append(message)
+
+    def xcoms(self) -> dict:
+        from airflow.sdk.execution_time.comms import SetXCom
+
+        return {message.key: message.value for message in self.sent if isinstance(message, SetXCom)}
+
+
+@pytest.fixture
+def channel(monkeypatch) -> SupervisorChannel:
+    channel = SupervisorChannel()
+    monkeypatch.setattr("airflow.sdk.execution_time.task_runner.SUPERVISOR_COMMS", channel, raising=False)
+    return channel
+
+
+def from_the_database(trigger: RayJobTrigger, context: dict) -> RayJobTrigger:
+    """What the triggerer runs: the trigger rebuilt from its serialized kwargs, with the task instance the
+    triggerer gives every trigger it runs."""
+    rebuilt = RayJobTrigger(**trigger.serialize()[1])
+    rebuilt.task_instance = context["ti"]
+    return rebuilt
 
 
 async def the_event(trigger: RayJobTrigger) -> TriggerEvent:
@@ -45,11 +71,11 @@ async def the_event(trigger: RayJobTrigger) -> TriggerEvent:
 def defer(task, context) -> RayJobTrigger:
     with pytest.raises(TaskDeferred) as deferred:
         task.execute(context)
-    return from_the_database(deferred.value.trigger)
+    return from_the_database(deferred.value.trigger, context)
 
 
 def test_a_success_ends_in_the_triggerer_with_the_workers_xcoms_and_the_log_tail(
-    queues, rayjob_body, task_context, capfd
+    queues, rayjob_body, task_context, capfd, channel
 ):
     body = rayjob_body(cpu="1", memory="4G", duration="2", submission_mode="K8sJobMode")
     context = task_context("train")
@@ -57,7 +83,7 @@ def test_a_success_ends_in_the_triggerer_with_the_workers_xcoms_and_the_log_tail
     event = asyncio.run(the_event(defer(op, context)))
 
     assert isinstance(event, TaskSuccessEvent)
-    xcoms = event.xcoms
+    xcoms = channel.xcoms()
     assert xcoms["timeline"]["final_phase"] == "SUCCEEDED"
     assert xcoms["timeline"]["admissions"][0]["cluster_queue"] == queues.cluster_queue
     rayjob = xcoms["rayjob"]
@@ -99,7 +125,7 @@ def test_a_failure_resumes_on_a_worker_and_raises_there(queues, rayjob_body, tas
         op.execute_complete(context, event=event.payload)
 
 
-def test_a_sensor_ends_a_success_in_the_triggerer_too(queues, rayjob_body, task_context):
+def test_a_sensor_ends_a_success_in_the_triggerer_too(queues, rayjob_body, task_context, channel):
     context = task_context("train")
     reference = operator(queues, rayjob_body(duration="2"), wait_for_completion=False).execute(context)
     sensor = RayJobSensor(task_id="wait", submit_task_id="train", log_tail_lines=0)
@@ -107,6 +133,7 @@ def test_a_sensor_ends_a_success_in_the_triggerer_too(queues, rayjob_body, task_
     event = asyncio.run(the_event(defer(sensor, context)))
 
     assert isinstance(event, TaskSuccessEvent)
-    assert event.xcoms["return_value"] == reference
-    assert event.xcoms["rayjob"]["uid"] == reference["uid"] and "queue" not in event.xcoms["rayjob"]
-    assert event.xcoms["timeline"]["final_phase"] == "SUCCEEDED"
+    xcoms = channel.xcoms()
+    assert xcoms["return_value"] == reference
+    assert xcoms["rayjob"]["uid"] == reference["uid"] and "queue" not in xcoms["rayjob"]
+    assert xcoms["timeline"]["final_phase"] == "SUCCEEDED"
