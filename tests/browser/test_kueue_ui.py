@@ -22,9 +22,9 @@ import pytest
 from kueue_ray.links import kueue_tab_path
 
 from devtools.airflow import ROOT
+from devtools.demo import running_backfill_rayjob
 from tests.browser.conftest import SANDBOX_DAG, keep_request_log
 from tests.e2e.harness import wait_until
-from tests.e2e.test_02_walkthrough import running_backfill_rayjob
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -105,7 +105,7 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
         timeout=60,
         what="3 backfill runs",
     )
-    wait_until(lambda: running_backfill_rayjob(ui), timeout=180, what="a backfill RayJob running")
+    wait_until(lambda: running_backfill_rayjob(ui.rayjobs()), timeout=180, what="a backfill RayJob running")
 
     # 1. Two dev runs wait behind the running one: the page shows Kueue's order and positions.
     seen["before_prod"] = ops.wait(
