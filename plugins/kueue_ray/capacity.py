@@ -5,7 +5,7 @@ forever with "... > maximum capacity (N)". The operator's preflight computes the
 creating anything, so such a RayJob fails at submission with a message that names the fix instead of
 waiting in a queue for good.
 
-The math is Kueue's ``potentialAvailable`` (kueue-kuberay reference §5.2), evaluated over the cohort tree
+The math is Kueue's own for a ClusterQueue's maximum capacity (its ``potentialAvailable``), evaluated over the cohort tree
 built from ClusterQueue and Cohort objects as the API returns them (plain dicts, v1beta2):
 
 * ``subtree_quota``: a ClusterQueue's nominal quota; a cohort's own nominal plus what each child lends

@@ -2,7 +2,7 @@
 
 A triggerer runs up to a thousand deferred tasks in one asyncio loop. If every RayJobTrigger polled or
 watched on its own, the API server would see one request stream per waiting task and the triggerer would
-spend its loop on TLS handshakes (anchors §1.4, apache/airflow#71349). Instead, every trigger of a process
+spend its loop on TLS handshakes (apache/airflow#71349 reports that of polling Kubernetes triggers). Instead, every trigger of a process
 subscribes here with its RayJob name and uid; the hub runs exactly one watch for the namespace's RayJobs
 created by this project and one for its Kueue Workloads, keeps what they return in memory (like a
 client-go informer) and hands changes to the subscribers through their own asyncio queues.
@@ -30,8 +30,8 @@ to every read. Objects only replace cached ones with a higher resourceVersion, s
 state back. The loops for a (connection, namespace) start with its first subscription and stop with its
 last, so an idle triggerer holds no connection open.
 
-Module-level ``HUB`` is the process-wide instance (triggers of one triggerer share class and module state;
-airflow-3.3 reference §2). It is a cache only: the truth stays in the API server.
+Module-level ``HUB`` is the process-wide instance: every trigger of a triggerer runs in the same process
+and event loop, so they share module state. It is a cache only: the truth stays in the API server.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Item 1: a scheduled run of each pipeline succeeds; the task log tells the phase story and XCom holds
+"""A scheduled run of each pipeline succeeds; the task log tells the phase story and XCom holds
 the timeline.
 
 Unpausing a DAG whose start_date is in the past (catchup=False) makes the scheduler create one scheduled

@@ -1,4 +1,4 @@
-"""Item 2, the walkthrough: three dev backfill runs queue on the single ClusterQueue, a manual
+"""The walkthrough: three dev backfill runs queue on the single ClusterQueue, a manual
 prod-priority run preempts the running one and finishes first, and every run finally succeeds.
 """
 

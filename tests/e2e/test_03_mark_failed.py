@@ -1,4 +1,4 @@
-"""Item 3: marking a deferred waiting task failed (PATCH task instance) deletes its RayJob, and the next
+"""Marking a deferred waiting task failed (PATCH task instance) deletes its RayJob, and the next
 queued RayJob in the single ClusterQueue is admitted.
 
 Two shapes a user meets: the pipeline's RayJobSensor (`wait` of the text classifier) and a

@@ -1,4 +1,4 @@
-"""Item 4: the triggerer dies while a task waits and a new one starts; the task resumes from the cluster's
+"""The triggerer dies while a task waits and a new one starts; the task resumes from the cluster's
 state and succeeds, and exactly one RayJob was ever created for it."""
 
 from __future__ import annotations

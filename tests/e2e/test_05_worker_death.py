@@ -1,4 +1,4 @@
-"""Item 5: the worker is SIGKILLed right after it created the RayJob (before Airflow recorded anything);
+"""The worker is SIGKILLed right after it created the RayJob (before Airflow recorded anything);
 the retry finds the RayJob under its deterministic name and adopts it. One RayJob in total."""
 
 from __future__ import annotations

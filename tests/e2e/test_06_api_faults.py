@@ -1,4 +1,4 @@
-"""Item 6: the API server misbehaves (20% HTTP 500s, 1 s latency, watches dropped every 5 s, forced 410s)
+"""The API server misbehaves (20% HTTP 500s, 1 s latency, watches dropped every 5 s, forced 410s)
 and says no to watches as a real cluster does (401 for an expired token, 429 from API Priority and
 Fairness with Retry-After, then 403 from a Role that grants list but not watch, for good) while several
 pipelines run. Every run must succeed, with no RayJob created twice, none left behind, and no flood of

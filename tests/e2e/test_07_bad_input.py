@@ -1,4 +1,4 @@
-"""Item 7: bad input fails its task fast (within 15 s of the task starting) with a message that names the
+"""Bad input fails its task fast (within 15 s of the task starting) with a message that names the
 problem and the fix, and creates nothing in the cluster; a priority outside the Param enum never even
 becomes a run (Airflow's API answers 400).
 """

@@ -1,4 +1,4 @@
-"""Item 8: the RBAC in include/manifests grants exactly what the project did during these tests (kubesim's
+"""The RBAC in include/manifests grants exactly what the project did during these tests (kubesim's
 request log), and no credential reaches a task log.
 
 The tests' own cluster reads are all-namespaces lists of namespaced resources, which the project never

@@ -1,4 +1,4 @@
-"""Maximum capacity of a ClusterQueue, as Kueue computes it (kueue-kuberay reference §5.2)."""
+"""Maximum capacity of a ClusterQueue, as Kueue computes it (its potentialAvailable, as kueue_ray.capacity explains)."""
 
 from decimal import Decimal
 
