@@ -303,7 +303,9 @@ class DeployRayServiceOperator(BaseOperator):
             raise AirflowFailException(str(error)) from error
         service = deployment.service
         metadata = service["metadata"]
-        context["ti"].xcom_push(key=RAYSERVICE_XCOM_KEY, value=self.details(service, priority))
+        context["ti"].xcom_push(
+            key=RAYSERVICE_XCOM_KEY, value=self.details(service, priority, deployment.switch_from)
+        )
         trigger = self.make_trigger(deployment, identity, priority)
         first = trigger.observe(service, [])
         if self.deferrable and not first.serving:
@@ -614,7 +616,10 @@ class DeployRayServiceOperator(BaseOperator):
             self.log.info("No earlier RayService of %s.%s to tear down", identity.dag_id, identity.task_id)
         return deleted
 
-    def details(self, service: dict, priority: str) -> dict[str, Any]:
+    def details(self, service: dict, priority: str, switch_from: str | None = None) -> dict[str, Any]:
+        """The ``rayservice`` XCom. ``generation`` and ``switch_from`` are what the wait judges "serving"
+        by (``observe_service``); the Kueue tab reads them too, so that it does not call the old cluster's
+        traffic SERVING before KubeRay has acted on this deploy."""
         metadata = service["metadata"]
         return {
             "name": metadata["name"],
@@ -623,4 +628,6 @@ class DeployRayServiceOperator(BaseOperator):
             "serve_service": serve_service(metadata["name"]),
             "queue": self.local_queue,
             "priority": priority,
+            "generation": int(metadata.get("generation") or 1),
+            "switch_from": switch_from,
         }

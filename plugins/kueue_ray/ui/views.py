@@ -520,7 +520,16 @@ def service_task_view(
     name, namespace = rayservice_xcom["name"], rayservice_xcom.get("namespace")
     service = find_rayservice(snapshot, rayservice_xcom)
     workloads = [w for w in snapshot.workloads if _meta(w).get("namespace") == namespace]
-    observation = observe_service(service, workloads) if service is not None else None
+    observation = (
+        observe_service(
+            service,
+            workloads,
+            generation=rayservice_xcom.get("generation"),
+            switch_from=rayservice_xcom.get("switch_from"),
+        )
+        if service is not None
+        else None
+    )
     workload = next(
         (w for w in workloads if observation and _meta(w).get("name") == observation.workload_name), None
     )

@@ -430,6 +430,19 @@ def test_an_upgrade_shows_the_pending_clusters_workload_while_the_active_one_ser
     assert view["position"] is None
 
 
+def test_a_deploy_kuberay_has_not_acted_on_yet_is_not_shown_serving_on_the_old_cluster():
+    """Right after the deploy task rewrote the spec, the old cluster still serves and is Ready: the tab
+    judges by the generation and the cluster the task recorded, as its wait does."""
+    service = rayservice(DEPLOY, active=cluster("aurora-serve-raycluster-a", "ready", "RUNNING"))
+    service["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "RunningServeApps"}]
+    service["metadata"]["generation"] = 2
+    before = deploy_tab([service], [])
+    assert before["phase"]["phase"] == "SERVING", "without what the task recorded, the old cluster counts"
+    view = deploy_tab([service], [], generation=2, switch_from="aurora-serve-raycluster-a")
+    assert view["phase"]["phase"] != "SERVING", view["phase"]
+    assert "generation 2" in view["phase"]["message"], view["phase"]
+
+
 def test_a_serving_rayservice_upgraded_by_a_later_run_names_that_run():
     service = rayservice(LATER, active=cluster("aurora-serve-raycluster-b", "ready", "RUNNING"))
     service["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "RunningServeApps"}]
