@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -266,13 +267,17 @@ class RayJobHook(KubernetesHook):
         return _after_conflict(self.get_rayjob(name, namespace), uid)
 
     @generic_api_retry
-    def _delete(self, name: str, namespace: str, uid: str, resource_version: str | None) -> str:
+    def _delete(
+        self, name: str, namespace: str, uid: str, resource_version: str | None, plural: str = RAYJOB_PLURAL
+    ) -> str:
+        """Delete exactly this object (uid, and version when given, as preconditions) of a ray.io
+        ``plural``; DELETED, GONE (404) or CONFLICT (409)."""
         try:
             self.custom_object_client.delete_namespaced_custom_object(
                 RAY_GROUP,
                 RAY_VERSION,
                 namespace,
-                RAYJOB_PLURAL,
+                plural,
                 name,
                 body=_delete_options(uid, resource_version),
             )
@@ -305,13 +310,25 @@ class RayJobHook(KubernetesHook):
         Reads and deletes with the read version as precondition, so a new try re-annotating the RayJob in
         between turns the delete into a no-op instead of killing the job that try adopted.
         """
+        return self._delete_while_owned(self.get_rayjob, self.delete_rayjob, name, namespace, uid, owner)
+
+    @staticmethod
+    def _delete_while_owned(
+        get: Callable[[str, str], dict | None],
+        delete: Callable[[str, str, str, str | None], str],
+        name: str,
+        namespace: str,
+        uid: str,
+        owner: AirflowIdentity,
+    ) -> str:
+        """Read, check the owner, delete with the read version as precondition; again on a conflict."""
         for _ in range(5):
-            rayjob = self.get_rayjob(name, namespace)
-            if rayjob is None or rayjob["metadata"].get("uid") != uid:
+            obj = get(name, namespace)
+            if obj is None or obj["metadata"].get("uid") != uid:
                 return GONE
-            if AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations")) != owner:
+            if AirflowIdentity.from_annotations(obj["metadata"].get("annotations")) != owner:
                 return CONFLICT
-            result = self.delete_rayjob(name, namespace, uid, rayjob["metadata"].get("resourceVersion"))
+            result = delete(name, namespace, uid, obj["metadata"].get("resourceVersion"))
             if result != CONFLICT:
                 return result
         return CONFLICT
@@ -515,14 +532,17 @@ class AsyncRayJobHook(AsyncKubernetesHook):
         return _after_conflict(await self.get_rayjob(name, namespace), uid)
 
     @generic_api_retry
-    async def _delete(self, name: str, namespace: str, uid: str, resource_version: str | None) -> str:
+    async def _delete(
+        self, name: str, namespace: str, uid: str, resource_version: str | None, plural: str = RAYJOB_PLURAL
+    ) -> str:
+        """As RayJobHook._delete."""
         async with self.get_conn() as client:
             try:
                 await AsyncCustomObjectsApi(client).delete_namespaced_custom_object(
                     RAY_GROUP,
                     RAY_VERSION,
                     namespace,
-                    RAYJOB_PLURAL,
+                    plural,
                     name,
                     body=_delete_options(uid, resource_version),
                 )
@@ -536,13 +556,27 @@ class AsyncRayJobHook(AsyncKubernetesHook):
 
     async def delete_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> str:
         """As RayJobHook.delete_if_owned: only while ``owner`` still owns it; DELETED, GONE or CONFLICT."""
+        return await self._delete_while_owned(
+            self.get_rayjob, self.delete_rayjob, name, namespace, uid, owner
+        )
+
+    @staticmethod
+    async def _delete_while_owned(
+        get: Callable[[str, str], Awaitable[dict | None]],
+        delete: Callable[[str, str, str, str | None], Awaitable[str]],
+        name: str,
+        namespace: str,
+        uid: str,
+        owner: AirflowIdentity,
+    ) -> str:
+        """As RayJobHook._delete_while_owned."""
         for _ in range(5):
-            rayjob = await self.get_rayjob(name, namespace)
-            if rayjob is None or rayjob["metadata"].get("uid") != uid:
+            obj = await get(name, namespace)
+            if obj is None or obj["metadata"].get("uid") != uid:
                 return GONE
-            if AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations")) != owner:
+            if AirflowIdentity.from_annotations(obj["metadata"].get("annotations")) != owner:
                 return CONFLICT
-            result = await self.delete_rayjob(name, namespace, uid, rayjob["metadata"].get("resourceVersion"))
+            result = await delete(name, namespace, uid, obj["metadata"].get("resourceVersion"))
             if result != CONFLICT:
                 return result
         return CONFLICT

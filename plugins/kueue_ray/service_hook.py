@@ -22,9 +22,6 @@ from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
 from kueue_ray.hook import (
-    CONFLICT,
-    DELETED,
-    GONE,
     KUEUE_GROUP,
     KUEUE_VERSION,
     RAY_GROUP,
@@ -32,7 +29,6 @@ from kueue_ray.hook import (
     AsyncRayJobHook,
     PreflightError,
     RayJobHook,
-    _delete_options,
 )
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 from kueue_ray.service_status import related_workload
@@ -104,40 +100,17 @@ class RayServiceHook(RayJobHook):
             or []
         )
 
-    @generic_api_retry
     def delete_rayservice(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
     ) -> str:
         """Delete exactly this RayService (its clusters follow); DELETED, GONE (404) or CONFLICT (409)."""
-        try:
-            self.custom_object_client.delete_namespaced_custom_object(
-                RAY_GROUP,
-                RAY_VERSION,
-                namespace,
-                RAYSERVICE_PLURAL,
-                name,
-                body=_delete_options(uid, resource_version),
-            )
-            return DELETED
-        except ApiException as exc:
-            if exc.status == 404:
-                return GONE
-            if exc.status == 409:
-                return CONFLICT
-            raise
+        return self._delete(name, namespace, uid, resource_version, plural=RAYSERVICE_PLURAL)
 
     def delete_rayservice_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> str:
         """Delete the RayService only while ``owner`` (one task try) still owns it; DELETED, GONE or CONFLICT."""
-        for _ in range(5):
-            service = self.get_rayservice(name, namespace)
-            if service is None or service["metadata"].get("uid") != uid:
-                return GONE
-            if AirflowIdentity.from_annotations(service["metadata"].get("annotations")) != owner:
-                return CONFLICT
-            result = self.delete_rayservice(name, namespace, uid, service["metadata"].get("resourceVersion"))
-            if result != CONFLICT:
-                return result
-        return CONFLICT
+        return self._delete_while_owned(
+            self.get_rayservice, self.delete_rayservice, name, namespace, uid, owner
+        )
 
     @generic_api_retry
     def list_job_workloads(self, namespace: str) -> list[dict]:
@@ -180,41 +153,16 @@ class AsyncRayServiceHook(AsyncRayJobHook):
             )
         return result.get("items") or []
 
-    @generic_api_retry
     async def delete_rayservice(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
     ) -> str:
-        async with self.get_conn() as client:
-            try:
-                await AsyncCustomObjectsApi(client).delete_namespaced_custom_object(
-                    RAY_GROUP,
-                    RAY_VERSION,
-                    namespace,
-                    RAYSERVICE_PLURAL,
-                    name,
-                    body=_delete_options(uid, resource_version),
-                )
-                return DELETED
-            except AsyncApiException as exc:
-                if exc.status == 404:
-                    return GONE
-                if exc.status == 409:
-                    return CONFLICT
-                raise
+        """As ``RayServiceHook.delete_rayservice``."""
+        return await self._delete(name, namespace, uid, resource_version, plural=RAYSERVICE_PLURAL)
 
     async def delete_rayservice_if_owned(
         self, name: str, namespace: str, uid: str, owner: AirflowIdentity
     ) -> str:
         """As ``RayServiceHook.delete_rayservice_if_owned``."""
-        for _ in range(5):
-            service = await self.get_rayservice(name, namespace)
-            if service is None or service["metadata"].get("uid") != uid:
-                return GONE
-            if AirflowIdentity.from_annotations(service["metadata"].get("annotations")) != owner:
-                return CONFLICT
-            result = await self.delete_rayservice(
-                name, namespace, uid, service["metadata"].get("resourceVersion")
-            )
-            if result != CONFLICT:
-                return result
-        return CONFLICT
+        return await self._delete_while_owned(
+            self.get_rayservice, self.delete_rayservice, name, namespace, uid, owner
+        )
