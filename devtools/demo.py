@@ -26,11 +26,12 @@ from devtools.postgres import metadata_database
 DAG_ID = "text_classifier_finetune"
 TIME_SCALE = float(os.environ.get("DEMO_TIME_SCALE", "10"))
 DEADLINE_SECONDS = 300
-BACKFILL_CONF = {"priority": "prod-priority", "epochs": 9}
-"""Asks for prod: the priority policy must still give the backfill's runs dev-priority. 60 s installing the runtime env's packages plus 9 epochs of 20 s = 240 simulated s = 24 s at the default
-time scale (kubesim/README.md): the prod run is submitted while a backfill RayJob still runs. With the
-default 3 epochs, the e2e walkthrough saw in CI two dev RayJobs end before the prod run's submit task had
-started, and nothing was preempted."""
+BACKFILL_CONF = {"priority": "prod-priority", "epochs": 12}
+"""Asks for prod: the priority policy must still give the backfill's runs dev-priority. 60 s installing
+the runtime env's packages plus 12 epochs of 20 s = 300 simulated s = 30 s at the default time scale
+(kubesim/README.md), long enough for the prod run to be submitted while a backfill RayJob still runs,
+after the browser tests have looked at the queue (``walkthrough``'s ``before_prod``). With 3 epochs,
+two dev RayJobs ended before the prod run's submit task had started, and nothing was preempted."""
 
 
 def rayjobs(kubeconfig: Path) -> list[dict]:
@@ -75,11 +76,20 @@ class Walkthrough:
 
 
 def walkthrough(
-    airflow, kubeconfig: Path, *, first_day: date, deadline: float, say: Callable[[str], None] = print
+    airflow,
+    kubeconfig: Path,
+    *,
+    first_day: date,
+    deadline: float,
+    say: Callable[[str], None] = print,
+    before_prod: Callable[[], None] = lambda: None,
+    after_prod: Callable[[str], None] = lambda prod_run_id: None,
 ) -> Walkthrough:
     """The walkthrough's steps against a running Airflow (``devtools.airflow``): a backfill of three days
     from ``first_day``, a manual prod run once a backfill RayJob runs, and every run waited for. ``make
-    demo`` runs it on an Airflow of its own; tests/e2e/test_02_walkthrough.py on the e2e session's."""
+    demo`` runs it on an Airflow of its own; tests/browser/test_kueue_ui.py on the browser tests' Airflow,
+    with browsers looking at two moments: ``before_prod`` (a backfill RayJob runs, two wait behind it) and
+    ``after_prod`` (the prod run was triggered; it is given the run's id)."""
     airflow.set_paused(DAG_ID, False)
     say(
         f"1. Backfill of 3 days, conf {BACKFILL_CONF}: dev-priority runs (backfills are clamped to dev-priority)"
@@ -106,8 +116,10 @@ def walkthrough(
         lambda: len(runs := dag_runs(run_type="backfill")) == 3 and runs, "the 3 backfill runs", deadline
     )
     wait_until(lambda: running_backfill_rayjob(rayjobs(kubeconfig)), "a backfill RayJob to run", deadline)
+    before_prod()
     say("2. Manual prod run: {'priority': 'prod-priority'}")
     prod_run_id = airflow.trigger_dag_run(DAG_ID, {"priority": "prod-priority"})
+    after_prod(prod_run_id)
     say("3. Waiting for every run to finish...")
 
     def finished() -> dict[str, dict] | None:

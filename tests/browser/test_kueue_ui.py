@@ -1,5 +1,7 @@
-"""The Kueue pages in a real browser, during the walkthrough: three dev backfill runs of
-text_classifier_finetune queue on the single ClusterQueue and a prod run preempts the running one.
+"""The Kueue pages in a real browser, during `make demo`'s walkthrough (devtools.demo): three dev backfill
+runs of text_classifier_finetune queue on the single ClusterQueue and a prod run preempts the running one.
+The walkthrough's own outcome is checked here too, as `make demo` checks it: the demo's table, prod first,
+the preempted run's log, and backfills clamped to dev-priority although their conf asks for prod.
 
 Chromium (headless) shows Airflow's own UI; the Kueue pages are Airflow's iframes. What is asserted is
 what a user sees there:
@@ -10,6 +12,7 @@ what a user sees there:
 * the preempted task's Kueue tab shows the preemption in its timeline and names the prod run;
 * a user who may not read the DAG sees counts only on the queues page and nothing on its tasks' tab,
   while seeing their own DAG's RayJob;
+* a deploy task's Kueue tab shows its RayService serving, admitted through its RayCluster's Workload;
 * with the cluster gone, the page says so and keeps the last state with its age.
 
 The screenshots in docs/screenshots/ (README.md) are taken here, at those moments.
@@ -17,10 +20,14 @@ The screenshots in docs/screenshots/ (README.md) are taken here, at those moment
 
 from __future__ import annotations
 
+import time
+from datetime import date
+
 import httpx
 import pytest
 from kueue_ray.links import kueue_tab_path
 
+from devtools import demo
 from devtools.airflow import ROOT
 from devtools.demo import running_backfill_rayjob
 from tests.browser.conftest import SANDBOX_DAG, keep_request_log
@@ -32,8 +39,7 @@ DAG = "text_classifier_finetune"
 QUEUE = "cluster-queue"
 QUEUES_PAGE = "/plugin/kueue-queues"
 SCREENSHOTS = ROOT / "docs" / "screenshots"
-BACKFILL_CONF = {"epochs": 12}
-"""24 s per dev RayJob here (20 simulated s per epoch, time 10x): the prod run arrives while one runs."""
+SERVING_DAG = "aurora_finetune_and_serve"
 
 PAGE_PENDING = f"""
 return [...document.querySelectorAll('.pending[data-cq="{QUEUE}"] .pending-row')].map(
@@ -86,59 +92,68 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
     """Run the walkthrough while the browsers look; return what they saw at each moment."""
     seen: dict = {}
     ops, ops_tab, outsider = browsers("ops"), browsers("ops", "tab"), browsers("outsider")
+    # Unpaused first, so the DAG's own scheduled run queues ahead of the backfill.
     ui.unpause(DAG)
     ui.unpause(SANDBOX_DAG)
     sandbox_run = ui.start_run(SANDBOX_DAG)
+    # The serving pipeline's scheduled run (unpausing makes it) runs beside the walkthrough, on the team
+    # queues (team-a), not the single queue.
+    ui.unpause(SERVING_DAG)
     ops.open_in_airflow(QUEUES_PAGE, "Kueue queues")
-    ui.airflow.create_backfill(
-        {
-            "dag_id": DAG,
-            "from_date": "2026-10-01T00:00:00Z",
-            "to_date": "2026-10-03T00:00:00Z",
-            "max_active_runs": 3,
-            "dag_run_conf": BACKFILL_CONF,
-        },
-        timeout=120,
-    )
-    backfill = wait_until(
-        lambda: len(runs := ui.runs(DAG, run_type="backfill")) == 3 and runs,
-        timeout=60,
-        what="3 backfill runs",
-    )
-    wait_until(lambda: running_backfill_rayjob(ui.rayjobs()), timeout=180, what="a backfill RayJob running")
 
-    # 1. Two dev runs wait behind the running one: the page shows Kueue's order and positions.
-    seen["before_prod"] = ops.wait(
-        lambda: page_matches_kueue(ops, ui, 2), 60, "2 backfill runs pending, as Kueue has them"
-    )
-    last_run = seen["before_prod"][-1][2]
-    ops_tab.open_in_airflow(tab(last_run, "wait"), "Kueue")
-    ops_tab.js(RECORD_POSITIONS)
+    def before_prod() -> None:
+        # 0. The running backfill run's wait task saw its RayJob run (then its timeline shows the
+        #    preemption after the running span, not a catch-up).
+        running = running_backfill_rayjob(ui.rayjobs())
+        running_run = running["metadata"]["annotations"]["airflow.apache.org/run-id"]
+        wait_until(
+            lambda: ": RUNNING (" in ui.every_try_log(DAG, running_run, "wait"),
+            timeout=60,
+            what="the running backfill run's wait task seeing it run",
+        )
+        # 1. Two dev runs wait behind the running one: the page shows Kueue's order and positions.
+        seen["before_prod"] = ops.wait(
+            lambda: page_matches_kueue(ops, ui, 2), 60, "2 backfill runs pending, as Kueue has them"
+        )
+        # The last backfill run in the queue (the DAG's scheduled run may queue behind it and outlast
+        # the walkthrough).
+        last_backfill = [row for row in seen["before_prod"] if row[2].startswith("backfill__")][-1][2]
+        ops_tab.open_in_airflow(tab(last_backfill, "wait"), "Kueue")
+        ops_tab.js(RECORD_POSITIONS)
 
-    # 2. The prod run arrives and preempts the running dev run.
-    prod_id = ui.start_run(DAG, {"priority": "prod-priority"})
-    seen["prod_id"] = prod_id
-    ops.wait(lambda: prod_id in ops.js(PAGE_ADMITTED), 120, "the prod run admitted on the queues page")
-    seen["after_prod"] = ops.wait(
-        lambda: page_matches_kueue(ops, ui, 3), 60, "the preempted run pending again"
-    )
-    seen["admitted_after_prod"] = ops.js(PAGE_ADMITTED)
-    ops.screenshot(SCREENSHOTS / "kueue-queues.png")
+    def after_prod(prod_id: str) -> None:
+        # 2. The prod run arrives and preempts the running dev run.
+        seen["prod_id"] = prod_id
+        ops.wait(lambda: prod_id in ops.js(PAGE_ADMITTED), 120, "the prod run admitted on the queues page")
+        seen["after_prod"] = ops.wait(
+            lambda: page_matches_kueue(ops, ui, 3), 60, "the preempted run pending again"
+        )
+        seen["admitted_after_prod"] = ops.js(PAGE_ADMITTED)
+        ops.screenshot(SCREENSHOTS / "kueue-queues.png")
+        outsider.open_in_airflow(QUEUES_PAGE, "Kueue queues")
+        outsider.wait(
+            lambda: outsider.js("return document.querySelectorAll('.hidden-count').length"), 30, "counts"
+        )
+        seen["outsider_queues_text"] = outsider.text()
+        seen["outsider_hidden"] = outsider.js(PAGE_HIDDEN)
+        outsider.screenshot(SCREENSHOTS / "kueue-queues-restricted.png")
 
-    outsider.open_in_airflow(QUEUES_PAGE, "Kueue queues")
-    outsider.wait(
-        lambda: outsider.js("return document.querySelectorAll('.hidden-count').length"), 30, "counts"
+    # 3. `make demo`'s walkthrough runs every run to its end; meanwhile the tab of the last queued run
+    #    moved up by itself.
+    done = demo.walkthrough(
+        ui.airflow,
+        ui_kubesim.kubeconfig,
+        first_day=date(2026, 10, 1),
+        deadline=time.monotonic() + 600,
+        say=lambda line: None,
+        before_prod=before_prod,
+        after_prod=after_prod,
     )
-    seen["outsider_queues_text"] = outsider.text()
-    seen["outsider_hidden"] = outsider.js(PAGE_HIDDEN)
-    outsider.screenshot(SCREENSHOTS / "kueue-queues-restricted.png")
-
-    # 3. Every run finishes; meanwhile the tab of the last queued run moved up by itself.
-    finished = {run["dag_run_id"]: ui.wait_run(DAG, run["dag_run_id"], timeout=400) for run in backfill}
-    finished[prod_id] = ui.wait_run(DAG, prod_id, timeout=120)
-    seen["runs"] = {run_id: run["state"] for run_id, run in finished.items()}
+    prod_id = done.prod_run_id
+    backfill = [run for run_id, run in done.runs.items() if run_id != prod_id]
+    seen["finished"] = done.runs
+    seen["runs"] = {run_id: run["state"] for run_id, run in done.runs.items()}
     seen["tab_positions"] = ops_tab.js("return window.__positions")
-    seen["tab_run"] = last_run
 
     # 4. The preempted run's Kueue tab, after the fact.
     timelines = {
@@ -162,6 +177,36 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
         "text": ops_tab.text(),
     }
     ops_tab.screenshot(SCREENSHOTS / "kueue-tab.png")
+
+    # 4b. The deploy task's Kueue tab: its RayService, serving, admitted through its RayCluster's Workload.
+    [serving] = ui.runs(SERVING_DAG)
+    serving_run = serving["dag_run_id"]
+    seen["serving_run"] = ui.wait_run(SERVING_DAG, serving_run, timeout=300)
+    ops_tab.open_in_airflow(tab(serving_run, "deploy_serve", SERVING_DAG), "Kueue")
+    ops_tab.wait(
+        lambda: ops_tab.js("return document.getElementById('phase').dataset.phase === 'SERVING'"),
+        60,
+        "the RayService tab saying SERVING",
+    )
+    seen["service_tab"] = {
+        key: ops_tab.js(f"return document.getElementById('{key}').innerText")
+        for key in (
+            "rayservice",
+            "workload",
+            "local-queue",
+            "cluster-queue",
+            "active-cluster",
+            "applications",
+        )
+    } | {
+        "queue_href": ops_tab.js("return document.getElementById('queue-link').getAttribute('href')"),
+        "recorded": ops_tab.js("return document.getElementById('service-timeline').innerText"),
+        "rayservices": ui.custom.list_namespaced_custom_object("ray.io", "v1", "ray", "rayservices")["items"],
+        "workloads": ui.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", "ray", "workloads")[
+            "items"
+        ],
+    }
+    ops_tab.screenshot(SCREENSHOTS / "kueue-tab-rayservice.png")
 
     # 5. The outsider on a walkthrough task (the iframe's own page, as Airflow would load it) and on
     #    their own DAG's task.
@@ -212,6 +257,42 @@ def test_every_run_succeeds_and_one_dev_run_was_preempted(walkthrough):
     assert len(walkthrough["preempted_runs"]) == 1
 
 
+def test_the_demos_table_says_the_outcome_matches_the_walkthrough(ui, walkthrough):
+    runs = sorted(walkthrough["finished"].values(), key=lambda run: run["dag_run_id"])
+    rows = demo.timeline_rows(ui.airflow, runs)
+    assert demo.matches_walkthrough(rows) == [], rows
+
+
+def test_the_prod_run_finishes_first_at_prod_priority(ui, walkthrough):
+    prod_id, runs = walkthrough["prod_id"], walkthrough["finished"]
+    dev_ends = [run["end_date"] for run_id, run in runs.items() if run_id != prod_id]
+    assert runs[prod_id]["end_date"] < min(dev_ends)
+    assert ui.xcom(DAG, prod_id, "submit", key="rayjob")["priority"] == "prod-priority"
+
+
+def test_the_preempted_dev_runs_log_tells_kueues_reason_and_names_the_prod_run(ui, walkthrough):
+    [preempted] = walkthrough["preempted_runs"]
+    timeline = ui.xcom(DAG, preempted, "wait", key="timeline")
+    assert timeline["preemption_count"] == 1 and timeline["final_phase"] == "SUCCEEDED", timeline
+    log = ui.task_log(DAG, preempted, "wait")
+    assert "PREEMPTED" in log or "Preempted" in log
+    assert "Preempted to accommodate" in log and "due to prioritization in the ClusterQueue" in log, log[
+        -3000:
+    ]
+    # Kueue names the preemptor by UIDs only; the log names its RayJob and run (at the latest in the
+    # closing lines, written when the preemptor's RayJob is long known).
+    assert f"(DAG {DAG}, run {walkthrough['prod_id']}, task submit)" in log, log[-3000:]
+
+
+def test_backfill_runs_are_dev_priority_even_when_conf_asks_for_prod(ui, walkthrough):
+    for run_id, run in walkthrough["finished"].items():
+        if run_id == walkthrough["prod_id"]:
+            continue
+        assert run["run_type"] == "backfill" and run["conf"] == demo.BACKFILL_CONF
+        assert ui.xcom(DAG, run_id, "submit", key="rayjob")["priority"] == "dev-priority"
+        assert "Priority dev-priority" in ui.task_log(DAG, run_id, "submit")
+
+
 def test_the_queues_page_shows_kueues_pending_order_and_positions(walkthrough):
     """page_matches_kueue compared every (position, workload) with Kueue's visibility API at that moment;
     here: what those moments were. (The DAG's own scheduled run may be queued too.)"""
@@ -246,6 +327,32 @@ def test_the_preempted_tasks_timeline_names_the_prod_run(walkthrough):
 
 def tab_link(run_id: str, task_id: str) -> str:
     return kueue_tab_path(DAG, run_id, task_id)
+
+
+def test_a_deploy_tasks_tab_shows_its_rayservice_serving_through_its_clusters_workload(walkthrough):
+    assert walkthrough["serving_run"]["state"] == "success"
+    tab = walkthrough["service_tab"]
+    [service] = [
+        s
+        for s in tab["rayservices"]
+        if (s["metadata"].get("annotations") or {}).get("airflow.apache.org/dag-id") == SERVING_DAG
+    ]
+    active = service["status"]["activeServiceStatus"]["rayClusterName"]
+    assert tab["rayservice"] == f"ray/{service['metadata']['name']}"
+    assert tab["active-cluster"] == active
+    # The Workload Kueue admitted it through (the RayService's own, or its RayCluster's), on the team
+    # queue the DAG asked for.
+    owners = {service["metadata"]["name"], active}
+    [workload] = [
+        w["metadata"]["name"]
+        for w in tab["workloads"]
+        if {o["name"] for o in w["metadata"].get("ownerReferences") or ()} & owners
+    ]
+    assert tab["workload"].split(" ")[0] == workload, (tab["workload"], workload)
+    assert tab["local-queue"] == "team-a" and tab["cluster-queue"] == "team-a-cq"
+    assert tab["queue_href"].endswith("#cq-team-a-cq"), tab["queue_href"]
+    assert "RUNNING" in tab["applications"], tab["applications"]
+    assert "queued" in tab["recorded"] and "preemption(s)" in tab["recorded"]
 
 
 def test_a_user_who_may_not_read_the_dag_sees_counts_only(walkthrough):
