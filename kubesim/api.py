@@ -23,6 +23,7 @@ from kubesim import api_discovery, api_stream
 from kubesim.api_discovery import AggregatedApi
 from kubesim.api_paths import Target, parse_target, rbac_verb
 from kubesim.api_table import build_table, wants_table
+from kubesim.errors import ApiError
 from kubesim.faults import (
     Auth,
     Faults,
@@ -35,7 +36,6 @@ from kubesim.faults import (
     unauthorized,
 )
 from kubesim.resources import ResourceType
-from kubesim.store import ApiError
 
 log = logging.getLogger(__name__)
 

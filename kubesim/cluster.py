@@ -18,9 +18,10 @@ import yaml
 
 from kubesim.api_discovery import AggregatedApi
 from kubesim.clock import Clock
+from kubesim.errors import ApiError
 from kubesim.podlogs import PodLogs
 from kubesim.resources import CRDS_DIR, Registry, ResourceType
-from kubesim.store import ApiError, Store
+from kubesim.store import Store
 
 log = logging.getLogger(__name__)
 

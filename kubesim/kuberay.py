@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from kubesim.errors import ApiError
 from kubesim.kuberay_context import (
     CREATED_BY,
     JOBS,
@@ -30,7 +31,7 @@ from kubesim.kuberay_raycluster import CLUSTER_LABEL, reconcile_raycluster
 from kubesim.kuberay_rayjob import REQUEUE, reconcile_rayjob
 from kubesim.kuberay_rayservice import reconcile_rayservice
 from kubesim.kuberay_submitter import JOB_NAME, reconcile_submitter_job
-from kubesim.store import ApiError, WatchEvent
+from kubesim.watch import WatchEvent
 
 RECONCILERS: dict[str, Callable[[Context, str, str], None]] = {
     "rayjob": reconcile_rayjob,

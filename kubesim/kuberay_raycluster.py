@@ -16,6 +16,7 @@ from decimal import Decimal
 
 from kubernetes.utils.quantity import parse_quantity
 
+from kubesim.errors import ApiError
 from kubesim.kuberay_context import (
     CREATED_BY,
     OPERATOR,
@@ -27,7 +28,6 @@ from kubesim.kuberay_context import (
 )
 from kubesim.kuberay_sim import startup_seconds
 from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
-from kubesim.store import ApiError
 
 CLUSTER_LABEL = "ray.io/cluster"
 NODE_TYPE_LABEL = "ray.io/node-type"

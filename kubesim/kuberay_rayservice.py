@@ -38,6 +38,7 @@ from datetime import datetime
 
 import yaml
 
+from kubesim.errors import ApiError
 from kubesim.kuberay_context import (
     CREATED_BY,
     OPERATOR,
@@ -50,7 +51,6 @@ from kubesim.kuberay_context import (
 )
 from kubesim.kuberay_raycluster import CLUSTER_LABEL, live_pods, pod_running, set_condition
 from kubesim.kuberay_validation import validate_rayservice
-from kubesim.store import ApiError
 
 INITIALIZING = "RayService is initializing"
 CLUSTER_HASH = "ray.io/hash-without-replicas-and-workers-to-delete"

@@ -35,11 +35,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from kubesim.clock import parse_time
+from kubesim.errors import ApiError
 from kubesim.events import record_event
+from kubesim.jsoncopy import fast_copy
 from kubesim.kueue import admission_checks, jobs, model, pods_ready, quantity, scheduler
 from kubesim.kueue.config import KueueConfig
 from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY, JobKind
-from kubesim.store import ApiError, Delivery, fast_copy
+from kubesim.watch import Delivery
 
 CQ_KEY = "clusterqueues.kueue.x-k8s.io"
 LQ_KEY = "localqueues.kueue.x-k8s.io"

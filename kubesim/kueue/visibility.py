@@ -8,9 +8,9 @@ filters the ClusterQueue list and keeps each workload's ClusterQueue position.
 
 from __future__ import annotations
 
+from kubesim.errors import ApiError
 from kubesim.kueue import scheduler
 from kubesim.kueue.controller import World, model_workload, queued_by_cluster_queue
-from kubesim.store import ApiError
 
 GROUP = "visibility.kueue.x-k8s.io"
 VERSION = "v1beta2"
