@@ -12,11 +12,11 @@ import contextlib
 import importlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from kubesim.api_discovery import AggregatedApi
 from kubesim.clock import Clock
 from kubesim.errors import ApiError
 from kubesim.podlogs import PodLogs
@@ -27,6 +27,17 @@ log = logging.getLogger(__name__)
 
 CONTROLLERS = ("kubesim.kuberay", "kubesim.kueue")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True)
+class AggregatedApi:
+    """An API served by a handler rather than the store (e.g. Kueue's visibility API).
+    The cluster keeps them; the HTTP layer serves them and lists them in discovery."""
+
+    group: str
+    version: str
+    resources: list[dict]
+    handler: Callable[[str, dict], dict]
 
 
 class Cluster:

@@ -29,10 +29,10 @@ from collections import deque
 import msgspec
 from aiohttp import web
 
-from kubesim.api_paths import Target, is_true
-from kubesim.api_table import build_table, wants_table
+from kubesim.apiserver.faults import Faults, Stats
+from kubesim.apiserver.paths import Target, is_true
+from kubesim.apiserver.table import build_table, wants_table
 from kubesim.errors import ApiError
-from kubesim.faults import Faults, Stats
 from kubesim.resources import ResourceType
 from kubesim.watch import Change, Delivery
 
