@@ -1,10 +1,10 @@
-"""KubeRay v1.7.0 for kubesim: the RayJob, RayCluster and RayService controllers as one store client.
+"""The KubeRay operator: the RayJob, RayCluster and RayService controllers as one store client.
 
 Like controller-runtime, it watches its kinds and their children, maps every event to the key of the
 object to reconcile, and runs reconciles one at a time from a de-duplicating queue. The reconcilers
-live in ``kuberay_rayjob`` / ``kuberay_raycluster`` / ``kuberay_rayservice``; the submitter Job and
-its pods (which a real cluster's Job controller and kubelet would run) in ``kuberay_submitter``; the
-Ray dashboard and drivers in ``kuberay_sim``.
+live in ``rayjob`` / ``raycluster`` / ``rayservice``; the submitter Job and its pods (which a real
+cluster's Job controller and kubelet would run) in ``submitter``; the Ray dashboard and drivers in
+``dashboard``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable
 
 from kubesim.errors import ApiError
-from kubesim.kuberay_context import (
+from kubesim.kuberay.context import (
     CREATED_BY,
     JOBS,
     OPERATOR,
@@ -27,10 +27,10 @@ from kubesim.kuberay_context import (
     controller_of,
     logger,
 )
-from kubesim.kuberay_raycluster import CLUSTER_LABEL, reconcile_raycluster
-from kubesim.kuberay_rayjob import REQUEUE, reconcile_rayjob
-from kubesim.kuberay_rayservice import reconcile_rayservice
-from kubesim.kuberay_submitter import JOB_NAME, reconcile_submitter_job
+from kubesim.kuberay.raycluster import CLUSTER_LABEL, reconcile_raycluster
+from kubesim.kuberay.rayjob import REQUEUE, reconcile_rayjob
+from kubesim.kuberay.rayservice import reconcile_rayservice
+from kubesim.kuberay.submitter import JOB_NAME, reconcile_submitter_job
 from kubesim.watch import WatchEvent
 
 RECONCILERS: dict[str, Callable[[Context, str, str], None]] = {

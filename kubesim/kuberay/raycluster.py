@@ -17,7 +17,7 @@ from decimal import Decimal
 from kubernetes.utils.quantity import parse_quantity
 
 from kubesim.errors import ApiError
-from kubesim.kuberay_context import (
+from kubesim.kuberay.context import (
     CREATED_BY,
     OPERATOR,
     PODS,
@@ -26,7 +26,7 @@ from kubesim.kuberay_context import (
     Context,
     owner_reference,
 )
-from kubesim.kuberay_sim import startup_seconds
+from kubesim.kuberay.dashboard import startup_seconds
 from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
 
 CLUSTER_LABEL = "ray.io/cluster"
