@@ -15,7 +15,7 @@ import copy
 from kubesim.errors import ApiError
 from kubesim.kuberay.context import CREATED_BY, JOBS, OPERATOR, PODS, RAYJOBS, Context, owner_reference
 from kubesim.kuberay.dashboard import Behaviour
-from kubesim.kuberay.raycluster import pending_pod_status, running_pod_status, schedule_pod
+from kubesim.kuberay.kubelet import pending_pod_status, running_pod_status, schedule_pod
 
 SUBMITTER_CONTAINER = "ray-job-submitter"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"

@@ -34,11 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from kubesim import quantity
 from kubesim.clock import parse_time
 from kubesim.errors import ApiError
 from kubesim.events import record_event
 from kubesim.jsoncopy import fast_copy
-from kubesim.kueue import admission_checks, jobs, model, pods_ready, quantity, scheduler
+from kubesim.kueue import admission_checks, jobs, model, pods_ready, scheduler
 from kubesim.kueue.config import KueueConfig
 from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY, JobKind
 from kubesim.watch import Delivery

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from kubesim.kueue import quantity
+from kubesim import quantity
 from kubesim.kueue.controller import cluster_queue_active
 from kubesim.kueue.model import (
     BEST_EFFORT_FIFO,
