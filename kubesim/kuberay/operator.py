@@ -43,14 +43,6 @@ CONFLICT_RETRY = 0.1  # simulated seconds before retrying a reconcile that lost 
 _OWNER_KINDS = {"RayJob": "rayjob", "RayService": "rayservice"}
 
 
-def install(cluster) -> None:
-    """KubeRay validates in its reconcile loop, not in an admission webhook: nothing to install."""
-
-
-async def run(cluster) -> None:
-    await KubeRay(cluster.store, cluster.clock, cluster.logs).run()
-
-
 class KubeRay:
     def __init__(self, store, clock, logs) -> None:
         self._queue: asyncio.Queue[Key] = asyncio.Queue()
@@ -61,6 +53,9 @@ class KubeRay:
         if key not in self._queued:
             self._queued.add(key)
             self._queue.put_nowait(key)
+
+    def install(self) -> None:
+        """KubeRay validates in its reconcile loop, not in an admission webhook: nothing to install."""
 
     async def run(self) -> None:
         watches = {
