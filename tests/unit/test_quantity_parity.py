@@ -9,9 +9,9 @@ quantity written with Ki, Mi, ...).
 from decimal import Decimal
 
 import pytest
-from kueue_ray import quantity as plugin
+from kueue_ray import quantity as plugin_quantity
 
-from kubesim import quantity as kubesim
+from kubesim import quantity as kubesim_quantity
 
 # (as written, binary format, canonical form)
 TABLE = [
@@ -59,10 +59,10 @@ TABLE = [
 
 @pytest.mark.parametrize(("written", "binary", "canonical"), TABLE)
 def test_both_parse_and_print_a_quantity_alike(written: str, binary: bool, canonical: str) -> None:
-    exact = kubesim.parse_exact(written)
-    assert plugin.parse_quantity(written) == exact
-    assert kubesim.format_quantity(exact, binary) == canonical
-    assert plugin.format_quantity(exact, binary=binary) == canonical
+    exact = kubesim_quantity.parse_exact(written)
+    assert plugin_quantity.parse_quantity(written) == exact
+    assert kubesim_quantity.format_quantity(exact, binary) == canonical
+    assert plugin_quantity.format_quantity(exact, binary=binary) == canonical
 
 
 @pytest.mark.xfail(
@@ -71,5 +71,5 @@ def test_both_parse_and_print_a_quantity_alike(written: str, binary: bool, canon
     "kubesim with it, falls back to DecimalSI there ('1k')",
 )
 def test_a_binary_quantity_below_1024_falls_back_to_decimal_suffixes() -> None:
-    assert kubesim.format_quantity(Decimal(1000), True) == "1k"
-    assert plugin.format_quantity(Decimal(1000), binary=True) == "1k"
+    assert kubesim_quantity.format_quantity(Decimal(1000), True) == "1k"
+    assert plugin_quantity.format_quantity(Decimal(1000), binary=True) == "1k"
