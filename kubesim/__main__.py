@@ -9,10 +9,10 @@ import logging
 import signal
 import sys
 
-from kubesim.api_server import start_server, write_kubeconfig
+from kubesim.apiserver.server import start_server, write_kubeconfig
 from kubesim.cluster import Cluster
+from kubesim.errors import ApiError
 from kubesim.resources import CRDS_DIR
-from kubesim.store import ApiError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,8 +1,10 @@
 """The simulated cluster: clock, registry, store, pod logs and the controllers that act on them.
 
-This is the seam for controllers. Each controller module exposes ``install(cluster)`` (admission hooks,
-aggregated APIs: things that must exist before the first request) and ``async run(cluster)`` (its
-reconcile loop, cancelled on stop). The HTTP layer only ever sees a Cluster.
+This is the seam for controllers. Each controller module exposes ``make_controller(cluster)``, which builds its
+controller: an object with ``install()`` (admission hooks, aggregated APIs: things that must exist before
+the first request) and ``async run()`` (its reconcile loop, cancelled on stop). ``start`` builds each one
+once and hands the same object both calls, so a controller's state is its own, not the cluster's.
+The HTTP layer only ever sees a Cluster; the cluster imports nothing from it.
 """
 
 from __future__ import annotations
@@ -12,20 +14,32 @@ import contextlib
 import importlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from kubesim.api_discovery import AggregatedApi
 from kubesim.clock import Clock
+from kubesim.errors import ApiError
 from kubesim.podlogs import PodLogs
 from kubesim.resources import CRDS_DIR, Registry, ResourceType
-from kubesim.store import ApiError, Store
+from kubesim.store import Store
 
 log = logging.getLogger(__name__)
 
 CONTROLLERS = ("kubesim.kuberay", "kubesim.kueue")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True)
+class AggregatedApi:
+    """An API served by a handler rather than the store (e.g. Kueue's visibility API).
+    The cluster keeps them; the HTTP layer serves them and lists them in discovery."""
+
+    group: str
+    version: str
+    resources: list[dict]
+    handler: Callable[[str, dict], dict]
 
 
 class Cluster:
@@ -55,12 +69,13 @@ class Cluster:
         self.aggregated_apis[(group, version)] = AggregatedApi(group, version, list(resources), handler)
 
     async def start(self) -> None:
-        """Install every controller (hooks first, so no object escapes them), then run each as a task."""
-        modules = [importlib.import_module(name) for name in self.controllers]
-        for module in modules:
-            module.install(self)
-        for name, module in zip(self.controllers, modules, strict=True):
-            task = asyncio.create_task(module.run(self), name=f"controller:{name}")
+        """Build every controller, install them all (hooks first, so no object escapes them), then run
+        each as a task."""
+        controllers = [importlib.import_module(name).make_controller(self) for name in self.controllers]
+        for controller in controllers:
+            controller.install()
+        for name, controller in zip(self.controllers, controllers, strict=True):
+            task = asyncio.create_task(controller.run(), name=f"controller:{name}")
             task.add_done_callback(_report_crash)
             self._tasks.append(task)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 import weakref
 
-from kubesim.store import ApiError, Store
+from kubesim.errors import ApiError
+from kubesim.store import Store
 
 # Per store: (involved uid, type, reason, message, component) -> (namespace, event name) of the Event to bump.
 _CACHE_SIZE = 4096  # client-go's event correlator keeps an LRU of this size

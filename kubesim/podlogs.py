@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from kubesim.clock import Clock
-from kubesim.store import ApiError
+from kubesim.errors import ApiError
 
 _END = object()
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kubesim.errors import bad_request
+
 _NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -59,12 +61,6 @@ def label_value_errors(value: str) -> list[str]:
     return []
 
 
-def _bad_request(message: str) -> Exception:
-    from kubesim.store import ApiError  # the store imports this module; the error class lives there
-
-    return ApiError(400, "BadRequest", message)
-
-
 # --- label selectors -------------------------------------------------------------------------------
 
 
@@ -109,12 +105,12 @@ def _split_top_level(text: str) -> list[str]:
         elif ch == ")":
             depth -= 1
             if depth < 0:
-                raise _bad_request(f"unable to parse requirement: unexpected ')' in selector {text!r}")
+                raise bad_request(f"unable to parse requirement: unexpected ')' in selector {text!r}")
         elif ch == "," and depth == 0:
             parts.append(text[start:i])
             start = i + 1
     if depth:
-        raise _bad_request(f"unable to parse requirement: unclosed '(' in selector {text!r}")
+        raise bad_request(f"unable to parse requirement: unclosed '(' in selector {text!r}")
     parts.append(text[start:])
     return parts
 
@@ -127,14 +123,14 @@ _EXISTS_REQ = re.compile(r"^\s*(?P<neg>!?)\s*(?P<key>[^\s!=(),]+)\s*$")
 def _checked_key(key: str) -> str:
     errors = qualified_name_errors(key)
     if errors:
-        raise _bad_request(f'unable to parse requirement: Invalid value: "{key}": {"; ".join(errors)}')
+        raise bad_request(f'unable to parse requirement: Invalid value: "{key}": {"; ".join(errors)}')
     return key
 
 
 def _checked_value(value: str) -> str:
     errors = label_value_errors(value)
     if errors:
-        raise _bad_request(f'unable to parse requirement: Invalid value: "{value}": {"; ".join(errors)}')
+        raise bad_request(f'unable to parse requirement: Invalid value: "{value}": {"; ".join(errors)}')
     return value
 
 
@@ -142,7 +138,7 @@ def _parse_requirement(text: str) -> Requirement:
     if m := _SET_REQ.match(text):
         values = [v.strip() for v in m["values"].split(",")]
         if values == [""]:
-            raise _bad_request(
+            raise bad_request(
                 f"unable to parse requirement: {text.strip()!r}: values for 'in'/'notin' must be non-empty"
             )
         return Requirement(_checked_key(m["key"]), m["op"], tuple(_checked_value(v) for v in values))
@@ -151,7 +147,7 @@ def _parse_requirement(text: str) -> Requirement:
         return Requirement(_checked_key(m["key"]), op, (_checked_value(m["value"]),))
     if m := _EXISTS_REQ.match(text):
         return Requirement(_checked_key(m["key"]), "!" if m["neg"] else "exists")
-    raise _bad_request(
+    raise bad_request(
         f"unable to parse requirement: {text.strip()!r} is not a valid label selector requirement"
     )
 
@@ -162,7 +158,7 @@ def parse_label_selector(text: str | None) -> LabelSelector:
         return LabelSelector(())
     parts = _split_top_level(text)
     if any(not p.strip() for p in parts):
-        raise _bad_request(f"unable to parse requirement: empty requirement in selector {text!r}")
+        raise bad_request(f"unable to parse requirement: empty requirement in selector {text!r}")
     return LabelSelector(tuple(_parse_requirement(p) for p in parts))
 
 
@@ -184,16 +180,14 @@ def label_selector_from_obj(selector: dict) -> LabelSelector:
     for expr in selector.get("matchExpressions") or []:
         op = _OBJ_OPERATORS.get(expr.get("operator", ""))
         if op is None:
-            raise _bad_request(f"{expr.get('operator')!r} is not a valid label selector operator")
+            raise bad_request(f"{expr.get('operator')!r} is not a valid label selector operator")
         values = tuple(expr.get("values") or ())
         if op in ("in", "notin") and not values:
-            raise _bad_request(
+            raise bad_request(
                 "values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty"
             )
         if op in ("exists", "!") and values:
-            raise _bad_request(
-                "values: Invalid value: values set must be empty for exists and does not exist"
-            )
+            raise bad_request("values: Invalid value: values set must be empty for exists and does not exist")
         requirements.append(Requirement(expr.get("key", ""), op, values))
     return LabelSelector(tuple(requirements))
 
@@ -264,7 +258,7 @@ def _unescape(value: str) -> str:
     while i < len(value):
         if value[i] == "\\":
             if i + 1 >= len(value) or value[i + 1] not in "\\,=":
-                raise _bad_request(f"invalid field selector: invalid escape sequence in {value!r}")
+                raise bad_request(f"invalid field selector: invalid escape sequence in {value!r}")
             out.append(value[i + 1])
             i += 2
         else:
@@ -290,13 +284,13 @@ def _find_operator(text: str) -> tuple[int, str] | None:
 def _parse_field_requirement(text: str) -> FieldRequirement:
     found = _find_operator(text)
     if found is None:
-        raise _bad_request(f"invalid selector: '{text}'; can't understand '{text}'")
+        raise bad_request(f"invalid selector: '{text}'; can't understand '{text}'")
     at, op = found
     path, value = text[:at].strip(), text[at + len(op) :].strip()
     if not path or any(not p for p in path.split(".")):
-        raise _bad_request(f"invalid selector: '{text}'; field label must be a dotted path")
+        raise bad_request(f"invalid selector: '{text}'; field label must be a dotted path")
     if _find_operator(value) is not None:
-        raise _bad_request(f"invalid selector: '{text}'; unescaped operator in value")
+        raise bad_request(f"invalid selector: '{text}'; unescaped operator in value")
     return FieldRequirement(tuple(path.split(".")), "!=" if op == "!=" else "=", _unescape(value))
 
 
@@ -306,5 +300,5 @@ def parse_field_selector(text: str | None) -> FieldSelector:
         return FieldSelector(())
     parts = _split_unescaped(text, ",")
     if any(not p.strip() for p in parts):
-        raise _bad_request(f"invalid selector: {text!r}: empty requirement")
+        raise bad_request(f"invalid selector: {text!r}: empty requirement")
     return FieldSelector(tuple(_parse_field_requirement(p) for p in parts))

@@ -22,7 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubesim.api_server import start_server, write_kubeconfig
+from kubesim.apiserver.server import start_server, write_kubeconfig
 from kubesim.cluster import CONTROLLERS, Cluster
 from kubesim.resources import CRDS_DIR
 

@@ -36,10 +36,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from kubesim.kueue.conditions import condition_true, is_evicting, is_finished, set_condition
 from kubesim.kueue.jobs import WORKLOAD_KEY
 
 if TYPE_CHECKING:
-    from kubesim.kueue.controller import KueueController, World
+    from kubesim.kueue.cache import World
+    from kubesim.kueue.controller import KueueController
 
 ADMISSION_CHECK_KEY = "admissionchecks.kueue.x-k8s.io"
 SIMULATED_CONTROLLER = "kubesim.dev/admission-check"
@@ -253,8 +255,6 @@ class AdmissionChecks:
         )
 
     def _reconcile_holder(self, wl: dict, cq: dict | None, world: World) -> None:
-        from kubesim.kueue.controller import condition_true, is_evicting, is_finished
-
         if is_finished(wl) or is_evicting(wl) or not (wl.get("spec") or {}).get("active", True):
             return
         wl = self._sync(wl, cq)
@@ -311,8 +311,6 @@ class AdmissionChecks:
         return controller._mutate(WORKLOAD_KEY, wl, change, status=True)
 
     def _activate_simulated_checks(self, world: World) -> None:
-        from kubesim.kueue.controller import set_condition
-
         controller = self.controller
         for check in world.admission_checks.values():
             if (check.get("spec") or {}).get("controllerName") != SIMULATED_CONTROLLER or is_active(check):

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kubesim.kueue import quantity
+from kubesim import quantity
 from kubesim.kueue.model import (
     MAY_STOP_SEARCH,
     NEVER,

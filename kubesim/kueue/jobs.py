@@ -19,7 +19,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from kubesim.kueue import quantity
+from kubesim import quantity
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"

@@ -8,7 +8,7 @@ decisions (writing Workload conditions, evicting victims, unsuspending RayJobs).
 
 Units: every quantity is an ``int`` in the unit Kueue itself uses internally
 (`pkg/resources`): ``cpu`` in millicores, every other resource in whole units (bytes for memory
-and storage, devices for ``nvidia.com/gpu``). `kubesim.kueue.quantity` converts from and to the
+and storage, devices for ``nvidia.com/gpu``). `kubesim.quantity` converts from and to the
 Kubernetes string form, printing exactly as Kueue prints in condition messages.
 
 Timestamps are float seconds (POSIX time); only their order matters.

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from kubesim.clock import format_time, parse_time
+from kubesim.kueue.conditions import condition_true, is_evicting, is_finished, set_condition
 from kubesim.kueue.jobs import WORKLOAD_KEY
 
 if TYPE_CHECKING:
@@ -78,8 +79,6 @@ class PodsReady:
     # -------------------------------------------------------------------------------- timeouts
 
     def _time_out_unready(self) -> None:
-        from kubesim.kueue.controller import condition_true, is_evicting, is_finished
-
         controller = self.controller
         for held in list(controller.view.index.holders.values()):
             for ident, wl in list(held.items()):
@@ -132,8 +131,6 @@ class PodsReady:
     def _finish_backoffs(self, full: bool) -> None:
         """A released Workload whose ``requeueAt`` passed queues again: ``Requeued=True`` /
         ``BackoffFinished`` and no ``requeueAt``."""
-        from kubesim.kueue.controller import set_condition
-
         controller = self.controller
         queued = controller.view.index.queued
         if full:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from kubesim.errors import ApiError
 from kubesim.kueue import preemption
 from kubesim.kueue.flavors import FIT, NO_FIT, PREEMPT, Assignment, assign_flavors
 from kubesim.kueue.model import (
@@ -33,7 +34,6 @@ from kubesim.kueue.model import (
 )
 from kubesim.kueue.quota import QuotaTree, Usage, available
 from kubesim.selectors import match_label_selector_obj
-from kubesim.store import ApiError
 
 
 def queue_order_key(workload: Workload) -> tuple:

@@ -8,9 +8,13 @@ filters the ClusterQueue list and keeps each workload's ClusterQueue position.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from kubesim.errors import ApiError
 from kubesim.kueue import scheduler
-from kubesim.kueue.controller import World, model_workload, queued_by_cluster_queue
-from kubesim.store import ApiError
+from kubesim.kueue.cache import World
+from kubesim.kueue.convert import model_workload
+from kubesim.kueue.queue_status import queued_by_cluster_queue
 
 GROUP = "visibility.kueue.x-k8s.io"
 VERSION = "v1beta2"
@@ -112,12 +116,13 @@ def summary(items: list[dict]) -> dict:
     }
 
 
-def make_handler(store, seq: dict[str, int]):
-    """``handler(path, query)`` for ``cluster.register_api``; ``seq`` is the controller's creation order."""
+def make_handler(current_world: Callable[[], World], seq: dict[str, int]):
+    """``handler(path, query)`` for ``cluster.register_api``; ``current_world()`` is what the controller
+    knows now, ``seq`` its creation order."""
 
     def handler(path: str, query: dict) -> dict:
         parts = [p for p in path.split("/") if p]
-        world = World.read(store)
+        world = current_world()
         if len(parts) == 3 and parts[0] == "clusterqueues" and parts[2] == "pendingworkloads":
             if parts[1] not in world.cluster_queues:
                 raise not_found("clusterqueues", parts[1])

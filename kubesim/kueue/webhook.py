@@ -20,10 +20,10 @@ import json
 import re
 from collections.abc import Callable
 
+from kubesim.errors import ApiError
+from kubesim.errors import invalid as invalid_object
 from kubesim.kueue import jobs
 from kubesim.kueue.jobs import RAYCLUSTER, RAYJOB, RAYSERVICE, JobKind
-from kubesim.store import ApiError
-from kubesim.store import invalid as invalid_object
 
 WEBHOOK_NAMES = {
     RAYJOB.key: "vrayjob.kb.io",

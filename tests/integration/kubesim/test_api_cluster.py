@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, config
 
 from kubesim.cluster import Cluster
-from kubesim.store import ApiError
+from kubesim.errors import ApiError
 
 
 def test_apply_orders_namespaces_and_cluster_kinds_first_and_replaces(tmp_path):

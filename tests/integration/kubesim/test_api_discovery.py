@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
-from kubesim.store import ApiError
+from kubesim.errors import ApiError
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 

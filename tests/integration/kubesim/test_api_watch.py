@@ -14,7 +14,7 @@ from kubernetes_asyncio import client as aclient
 from kubernetes_asyncio import config as aconfig
 from kubernetes_asyncio import watch as awatch
 
-from kubesim.api import make_app
+from kubesim.apiserver.app import make_app
 from kubesim.cluster import Cluster
 
 

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from kubesim.kueue import quantity
+from kubesim import quantity
 from kubesim.testing import run_kubesim
 from tests.scenarios import Expectation, QueueExpectation, Scenario, Step, all_scenarios
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from kubesim.cluster import Cluster
-from kubesim.store import ApiError
+from kubesim.errors import ApiError
 
 NS = "default"
 RAYJOBS = "rayjobs.ray.io"

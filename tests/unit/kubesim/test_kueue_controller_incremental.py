@@ -1,6 +1,7 @@
 """The controller's Workload index: queue status comes from running sums, so they must match every change."""
 
-from kubesim.kueue.controller import WorkloadIndex, cluster_queue_status
+from kubesim.kueue.cache import WorkloadIndex
+from kubesim.kueue.queue_status import cluster_queue_status
 
 
 def workload(name: str, *, admitted: bool = False, finished: bool = False) -> dict:

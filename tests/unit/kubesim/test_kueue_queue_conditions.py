@@ -2,7 +2,7 @@
 
 import pytest
 
-from kubesim.kueue.controller import cluster_queue_active
+from kubesim.kueue.queue_status import cluster_queue_active
 
 
 def cluster_queue(*, stop_policy: str | None = None) -> dict:

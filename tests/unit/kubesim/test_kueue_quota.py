@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubesim.kueue import quantity
+from kubesim import quantity
 from kubesim.kueue.model import (
     Admission,
     ClusterQueue,

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 
 from kubesim.cluster import Cluster
+from kubesim.errors import ApiError
 from kubesim.kueue.config import KueueConfig
-from kubesim.store import ApiError
 from tests.unit.kubesim.test_kuberay import cluster_spec
 
 NS = "serving"

@@ -13,8 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from kubesim.kueue import quantity
-from kubesim.kueue.controller import cluster_queue_active
+from kubesim import quantity
 from kubesim.kueue.model import (
     BEST_EFFORT_FIFO,
     BORROWING_OVER_PREEMPTION,
@@ -37,6 +36,7 @@ from kubesim.kueue.model import (
     Snapshot,
     Workload,
 )
+from kubesim.kueue.queue_status import cluster_queue_active
 from kubesim.kueue.scheduler import namespace_selected, ordered, pending_positions, schedule, schedule_cycle
 from tests.scenarios import DIRECTORY, Scenario, Step, all_scenarios, load
 

@@ -5,10 +5,11 @@ import copy
 import pytest
 
 from kubesim.clock import Clock
+from kubesim.errors import ApiError
 from kubesim.kueue.jobs import PRIORITY_CLASS_LABEL, QUEUE_LABEL
 from kubesim.kueue.webhook import make_admission_hook
 from kubesim.resources import CRDS_DIR, Registry
-from kubesim.store import ApiError, Store
+from kubesim.store import Store
 
 RAYJOBS = "rayjobs.ray.io"
 DENIED = 'admission webhook "vrayjob.kb.io" denied the request: '

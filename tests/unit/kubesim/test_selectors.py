@@ -2,8 +2,8 @@
 
 import pytest
 
+from kubesim.errors import ApiError
 from kubesim.selectors import match_label_selector_obj, parse_field_selector, parse_label_selector
-from kubesim.store import ApiError
 
 LABELS = {"app": "train", "tier": "gpu", "kueue.x-k8s.io/queue-name": "team-a"}
 

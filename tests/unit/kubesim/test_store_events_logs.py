@@ -6,10 +6,11 @@ import re
 import pytest
 
 from kubesim.clock import Clock
+from kubesim.errors import ApiError
 from kubesim.events import record_event
 from kubesim.podlogs import PodLogs, format_timestamp
 from kubesim.resources import Registry
-from kubesim.store import ApiError, Store
+from kubesim.store import Store
 
 
 @pytest.fixture

@@ -6,8 +6,9 @@ import json
 import pytest
 
 from kubesim.clock import Clock
+from kubesim.errors import ApiError
 from kubesim.resources import Registry
-from kubesim.store import ApiError, Store
+from kubesim.store import Store
 
 RAYJOBS = "rayjobs.ray.io"
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import copy
 
 from kubesim.clock import format_time, parse_time
-from kubesim.kuberay_context import JOBS, RAYCLUSTERS, RAYJOBS, Context, owner_reference, random_suffix
-from kubesim.kuberay_raycluster import dashboard_url
-from kubesim.kuberay_sim import TERMINAL, Behaviour
-from kubesim.kuberay_submitter import create_submitter_job
-from kubesim.kuberay_validation import validate_rayjob
-from kubesim.store import ApiError
+from kubesim.errors import ApiError
+from kubesim.kuberay.context import JOBS, RAYCLUSTERS, RAYJOBS, Context, owner_reference, random_suffix
+from kubesim.kuberay.dashboard import TERMINAL, Behaviour
+from kubesim.kuberay.raycluster import dashboard_url
+from kubesim.kuberay.submitter import create_submitter_job
+from kubesim.kuberay.validation import validate_rayjob
 
 FINALIZER = "ray.io/rayjob-finalizer"
 OPERATOR_MANAGER = "ray.io/kuberay-operator"

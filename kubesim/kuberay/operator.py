@@ -1,10 +1,10 @@
-"""KubeRay v1.7.0 for kubesim: the RayJob, RayCluster and RayService controllers as one store client.
+"""The KubeRay operator: the RayJob, RayCluster and RayService controllers as one store client.
 
 Like controller-runtime, it watches its kinds and their children, maps every event to the key of the
 object to reconcile, and runs reconciles one at a time from a de-duplicating queue. The reconcilers
-live in ``kuberay_rayjob`` / ``kuberay_raycluster`` / ``kuberay_rayservice``; the submitter Job and
-its pods (which a real cluster's Job controller and kubelet would run) in ``kuberay_submitter``; the
-Ray dashboard and drivers in ``kuberay_sim``.
+live in ``rayjob`` / ``raycluster`` / ``rayservice``; the submitter Job and its pods (which a real
+cluster's Job controller and kubelet would run) in ``submitter``; the Ray dashboard and drivers in
+``dashboard``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from kubesim.kuberay_context import (
+from kubesim.errors import ApiError
+from kubesim.kuberay.context import (
     CREATED_BY,
     JOBS,
     OPERATOR,
@@ -26,11 +27,11 @@ from kubesim.kuberay_context import (
     controller_of,
     logger,
 )
-from kubesim.kuberay_raycluster import CLUSTER_LABEL, reconcile_raycluster
-from kubesim.kuberay_rayjob import REQUEUE, reconcile_rayjob
-from kubesim.kuberay_rayservice import reconcile_rayservice
-from kubesim.kuberay_submitter import JOB_NAME, reconcile_submitter_job
-from kubesim.store import ApiError, WatchEvent
+from kubesim.kuberay.raycluster import CLUSTER_LABEL, reconcile_raycluster
+from kubesim.kuberay.rayjob import REQUEUE, reconcile_rayjob
+from kubesim.kuberay.rayservice import reconcile_rayservice
+from kubesim.kuberay.submitter import JOB_NAME, reconcile_submitter_job
+from kubesim.watch import WatchEvent
 
 RECONCILERS: dict[str, Callable[[Context, str, str], None]] = {
     "rayjob": reconcile_rayjob,
@@ -40,14 +41,6 @@ RECONCILERS: dict[str, Callable[[Context, str, str], None]] = {
 }
 CONFLICT_RETRY = 0.1  # simulated seconds before retrying a reconcile that lost a write race
 _OWNER_KINDS = {"RayJob": "rayjob", "RayService": "rayservice"}
-
-
-def install(cluster) -> None:
-    """KubeRay validates in its reconcile loop, not in an admission webhook: nothing to install."""
-
-
-async def run(cluster) -> None:
-    await KubeRay(cluster.store, cluster.clock, cluster.logs).run()
 
 
 class KubeRay:
@@ -60,6 +53,9 @@ class KubeRay:
         if key not in self._queued:
             self._queued.add(key)
             self._queue.put_nowait(key)
+
+    def install(self) -> None:
+        """KubeRay validates in its reconcile loop, not in an admission webhook: nothing to install."""
 
     async def run(self) -> None:
         watches = {

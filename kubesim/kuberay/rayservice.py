@@ -38,7 +38,8 @@ from datetime import datetime
 
 import yaml
 
-from kubesim.kuberay_context import (
+from kubesim.errors import ApiError
+from kubesim.kuberay.context import (
     CREATED_BY,
     OPERATOR,
     RAYCLUSTERS,
@@ -48,9 +49,8 @@ from kubesim.kuberay_context import (
     owner_reference,
     random_suffix,
 )
-from kubesim.kuberay_raycluster import CLUSTER_LABEL, live_pods, pod_running, set_condition
-from kubesim.kuberay_validation import validate_rayservice
-from kubesim.store import ApiError
+from kubesim.kuberay.raycluster import CLUSTER_LABEL, live_pods, pod_running, set_condition
+from kubesim.kuberay.validation import validate_rayservice
 
 INITIALIZING = "RayService is initializing"
 CLUSTER_HASH = "ray.io/hash-without-replicas-and-workers-to-delete"

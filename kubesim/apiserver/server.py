@@ -17,9 +17,9 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from kubesim.api import make_app
+from kubesim.apiserver.app import make_app
+from kubesim.apiserver.tls import issue
 from kubesim.cluster import Cluster
-from kubesim.tls import issue
 
 KUBECONFIG_TOKEN = "kubesim-token"
 """What the kubeconfig carries when kubesim runs without ``--token`` (any token is then accepted)."""
@@ -48,7 +48,7 @@ async def start_server(
     tls: bool = False,
 ) -> RunningServer:
     """``token``: require ``Authorization: Bearer <token>`` on every API request (``faults.Auth``).
-    ``tls``: serve HTTPS with a certificate from a CA made for this start (``kubesim.tls``)."""
+    ``tls``: serve HTTPS with a certificate from a CA made for this start (``kubesim.apiserver.tls``)."""
     certificate = issue(host) if tls else None
     await cluster.start()
     try:

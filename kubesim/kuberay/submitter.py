@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import copy
 
-from kubesim.kuberay_context import CREATED_BY, JOBS, OPERATOR, PODS, RAYJOBS, Context, owner_reference
-from kubesim.kuberay_raycluster import pending_pod_status, running_pod_status, schedule_pod
-from kubesim.kuberay_sim import Behaviour
-from kubesim.store import ApiError
+from kubesim.errors import ApiError
+from kubesim.kuberay.context import CREATED_BY, JOBS, OPERATOR, PODS, RAYJOBS, Context, owner_reference
+from kubesim.kuberay.dashboard import Behaviour
+from kubesim.kuberay.kubelet import pending_pod_status, running_pod_status, schedule_pod
 
 SUBMITTER_CONTAINER = "ray-job-submitter"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from kubesim.clock import Clock, format_time, parse_time
 from kubesim.events import record_event
-from kubesim.kuberay_sim import RayDashboards
+from kubesim.kuberay.dashboard import RayDashboards
 
 logger = logging.getLogger("kubesim.kuberay")
 

@@ -29,11 +29,12 @@ from collections import deque
 import msgspec
 from aiohttp import web
 
-from kubesim.api_paths import Target, is_true
-from kubesim.api_table import build_table, wants_table
-from kubesim.faults import Faults, Stats
+from kubesim.apiserver.faults import Faults, Stats
+from kubesim.apiserver.paths import Target, is_true
+from kubesim.apiserver.table import build_table, wants_table
+from kubesim.errors import ApiError
 from kubesim.resources import ResourceType
-from kubesim.store import ApiError, Delivery, _Change
+from kubesim.watch import Change, Delivery
 
 SWEEP_S = 1.0
 """How often the hub looks for streams whose client has gone (aiohttp does not cancel their handler)."""
@@ -69,10 +70,10 @@ class FanoutTimes:
     """
 
     def __init__(self, size: int = FANOUT_RING) -> None:
-        self._ring: deque[_Change] = deque(maxlen=size)
+        self._ring: deque[Change] = deque(maxlen=size)
         self._cpu_at_reset = time.process_time()
 
-    def handed_over(self, changes: list[_Change], at: float) -> None:
+    def handed_over(self, changes: list[Change], at: float) -> None:
         """``changes`` were just written to one stream's transport (one entry per event, in order)."""
         ring = self._ring
         for change in changes:

@@ -10,13 +10,10 @@ once every desired pod runs, ``suspended`` when ``spec.suspend`` and no pod is l
 from __future__ import annotations
 
 import copy
-import uuid
-from collections.abc import Callable
 from decimal import Decimal
 
-from kubernetes.utils.quantity import parse_quantity
-
-from kubesim.kuberay_context import (
+from kubesim.errors import ApiError
+from kubesim.kuberay.context import (
     CREATED_BY,
     OPERATOR,
     PODS,
@@ -25,9 +22,9 @@ from kubesim.kuberay_context import (
     Context,
     owner_reference,
 )
-from kubesim.kuberay_sim import startup_seconds
-from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
-from kubesim.store import ApiError
+from kubesim.kuberay.dashboard import startup_seconds
+from kubesim.kuberay.kubelet import next_ip, pending_pod_status, start_pod_later
+from kubesim.quantity import format_quantity, parse_exact
 
 CLUSTER_LABEL = "ray.io/cluster"
 NODE_TYPE_LABEL = "ray.io/node-type"
@@ -36,15 +33,6 @@ HEAD_GROUP = "headgroup"
 MAX_INT32 = 2147483647
 DEFAULT_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080}
 DASHBOARD_PORT = 8265
-SCHEDULE_RETRY = 10.0  # simulated seconds between two scheduling attempts of an unschedulable pod
-
-_ip_counter = 0
-
-
-def _next_ip(prefix: str) -> str:
-    global _ip_counter
-    _ip_counter += 1
-    return f"{prefix}.{(_ip_counter // 250) % 250}.{_ip_counter % 250 + 2}"
 
 
 def head_service_name(cluster_name: str) -> str:
@@ -57,30 +45,6 @@ def dashboard_url(cluster_name: str, namespace: str) -> str:
 
 
 # -- resources (pure) ------------------------------------------------------------------------------
-_BINARY = {0: "", 1: "Ki", 2: "Mi", 3: "Gi", 4: "Ti", 5: "Pi", 6: "Ei"}
-_DECIMAL = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
-
-
-def format_quantity(value: Decimal, binary: bool) -> str:
-    """apimachinery's canonical string for a summed quantity (format of the first addend)."""
-    if value == 0:
-        return "0"
-    if binary and value == value.to_integral_value() and abs(value) >= 1024:
-        mantissa, times = int(value), 0
-        while mantissa % 1024 == 0 and times < 6:
-            mantissa //= 1024
-            times += 1
-        return f"{mantissa}{_BINARY[times]}"
-    exponent = 18
-    while (
-        exponent > -9
-        and (value / (Decimal(10) ** exponent)) != (value / (Decimal(10) ** exponent)).to_integral_value()
-    ):
-        exponent -= 3
-    mantissa = value / (Decimal(10) ** exponent)
-    return f"{int(mantissa.to_integral_value())}{_DECIMAL[exponent]}"
-
-
 def pod_resources(pod_spec: dict) -> dict[str, tuple[Decimal, bool]]:
     """``CalculatePodResource``: requests, limits where a request is missing, summed over containers."""
     total: dict[str, tuple[Decimal, bool]] = {}
@@ -89,7 +53,7 @@ def pod_resources(pod_spec: dict) -> dict[str, tuple[Decimal, bool]]:
         merged = dict(resources.get("limits") or {})
         merged.update(resources.get("requests") or {})
         for name, quantity in merged.items():
-            value = Decimal(str(parse_quantity(quantity)))
+            value = parse_exact(quantity)
             binary = str(quantity).endswith("i")
             old = total.get(name)
             total[name] = (old[0] + value, old[1]) if old else (value, binary)
@@ -307,7 +271,7 @@ def raycluster_status(cluster: dict, pods: list[dict], now: str) -> dict:
     status["endpoints"] = {port: str(number) for port, number in DEFAULT_PORTS.items()}
     head = status.setdefault("head", {})
     head.update(
-        {"serviceName": head_service_name(name), "serviceIP": head.get("serviceIP") or _next_ip("10.96")}
+        {"serviceName": head_service_name(name), "serviceIP": head.get("serviceIP") or next_ip("10.96")}
     )
     if heads:
         head["podName"] = heads[0]["metadata"]["name"]
@@ -361,120 +325,6 @@ def build_pod(cluster: dict, template: dict, node_type: str, group: str) -> dict
         },
         "spec": copy.deepcopy(template.get("spec") or {}),
     }
-
-
-def pending_pod_status(pod: dict, now: str) -> dict:
-    names = [c.get("name", "") for c in pod["spec"].get("containers") or []]
-    return {
-        "phase": "Pending",
-        "qosClass": "Burstable",
-        "conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-            {
-                "type": "Ready",
-                "status": "False",
-                "reason": "ContainersNotReady",
-                "message": f"containers with unready status: [{' '.join(names)}]",
-                "lastTransitionTime": now,
-            },
-        ],
-        "containerStatuses": [
-            {
-                "name": n,
-                "ready": False,
-                "restartCount": 0,
-                "image": c.get("image", ""),
-                "imageID": "",
-                "state": {"waiting": {"reason": "ContainerCreating"}},
-            }
-            for n, c in zip(names, pod["spec"].get("containers") or [], strict=True)
-        ],
-    }
-
-
-def running_pod_status(pod: dict, now: str) -> dict:
-    containers = pod["spec"].get("containers") or []
-    return {
-        "phase": "Running",
-        "qosClass": "Burstable",
-        "hostIP": "172.18.0.2",
-        "podIP": _next_ip("10.244"),
-        "startTime": now,
-        "conditions": [
-            {"type": cond, "status": "True", "lastTransitionTime": now}
-            for cond in (
-                "PodReadyToStartContainers",
-                "Initialized",
-                "Ready",
-                "ContainersReady",
-                "PodScheduled",
-            )
-        ],
-        "containerStatuses": [
-            {
-                "name": c.get("name", ""),
-                "ready": True,
-                "started": True,
-                "restartCount": 0,
-                "image": c.get("image", ""),
-                "imageID": f"docker.io/{c.get('image', '')}@sha256:{'0' * 64}",
-                "containerID": f"containerd://{uuid.uuid4().hex}",
-                "state": {"running": {"startedAt": now}},
-            }
-            for c in containers
-        ],
-    }
-
-
-def schedule_pod(
-    ctx: Context, namespace: str, pod_name: str, seconds: float, start: Callable[[], None]
-) -> None:
-    """The simulated kube-scheduler, then the kubelet: place the pod on a node (``kubesim.scheduling``) and
-    run ``start`` ``seconds`` later. A pod no node takes stays Pending (``PodScheduled=False`` /
-    ``Unschedulable``) and is tried again every ``SCHEDULE_RETRY`` simulated seconds, as the scheduler
-    retries unschedulable pods."""
-
-    def attempt() -> None:
-        try:
-            pod = ctx.store.get(PODS, pod_name, namespace=namespace)
-        except ApiError as exc:
-            if exc.code == 404:
-                return
-            raise
-        status = pod.get("status") or {}
-        if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Pending":
-            return
-        nodes, _ = ctx.store.list(NODES)
-        message = unschedulable_message(pod.get("spec") or {}, nodes)
-        scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
-        if message is None:
-            if scheduled.get("status") == "False":
-                ctx.write_status(PODS, pod, pending_pod_status(pod, ctx.clock.timestamp()))
-            if seconds != float("inf"):
-                ctx.call_after(seconds, start)
-            return
-        if scheduled.get("message") != message:
-            ctx.write_status(PODS, pod, unschedulable_pod_status(pod, message, ctx.clock.timestamp()))
-        ctx.call_after(SCHEDULE_RETRY, attempt)
-
-    attempt()
-
-
-def start_pod_later(ctx: Context, namespace: str, pod_name: str, seconds: float) -> None:
-    """Once scheduled, the simulated kubelet: after ``seconds`` the pod is Running and Ready (unless gone)."""
-
-    def start() -> None:
-        try:
-            pod = ctx.store.get(PODS, pod_name, namespace=namespace)
-        except ApiError as exc:
-            if exc.code == 404:
-                return
-            raise
-        if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Pending":
-            return
-        ctx.write_status(PODS, pod, running_pod_status(pod, ctx.clock.timestamp()))
-
-    schedule_pod(ctx, namespace, pod_name, seconds, start)
 
 
 def _create_pod(ctx: Context, cluster: dict, template: dict, node_type: str, group: str) -> None:

@@ -6,25 +6,17 @@ resolves `rj` through discovery). Built from the registry plus aggregated APIs; 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kubesim.resources import ResourceType
+
+if TYPE_CHECKING:
+    from kubesim.cluster import AggregatedApi
 
 KUBERNETES_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0+kubesim"}
 
 OBJECT_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "log": ["get"]}
-
-
-@dataclass(frozen=True)
-class AggregatedApi:
-    """An API served by a handler rather than the store (e.g. Kueue's visibility API)."""
-
-    group: str
-    version: str
-    resources: list[dict]
-    handler: Callable[[str, dict], dict]
 
 
 def version_info() -> dict:

@@ -8,7 +8,13 @@ import math
 import pytest
 import yaml
 
-from kubesim.kuberay_sim import DEFAULT_DURATION, EPOCH_SECONDS, RUNTIME_ENV_SETUP, Behaviour, Entrypoint
+from kubesim.kuberay.dashboard import (
+    DEFAULT_DURATION,
+    EPOCH_SECONDS,
+    RUNTIME_ENV_SETUP,
+    Behaviour,
+    Entrypoint,
+)
 
 
 def rayjob(

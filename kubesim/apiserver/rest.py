@@ -1,10 +1,7 @@
-"""The Kubernetes REST API over aiohttp, backed by the cluster's store.
+"""The Kubernetes REST API itself: discovery, CRUD with the status subresource, lists, watches, pod logs.
 
-Everything a client sees goes through here: discovery, CRUD with the status subresource, watch streams,
-pod logs, Table output for kubectl, Status error bodies, bearer-token authentication, and the /kubesim
-endpoints for faults, authentication and stats. Decisions (path parsing, verbs, tables, discovery
-documents, faults and refusals) live in the api_* and faults modules;
-this module only maps HTTP onto the store.
+Maps HTTP onto the cluster's store; the decisions (path parsing, verbs, tables, discovery documents)
+live in ``paths``, ``table`` and ``discovery``, the long-lived responses in ``watch_stream``.
 """
 
 from __future__ import annotations
@@ -12,38 +9,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import logging
-import time
-from collections.abc import Callable
 
-import msgspec
 from aiohttp import web
 
-from kubesim import api_discovery, api_stream
-from kubesim.api_discovery import AggregatedApi
-from kubesim.api_paths import Target, parse_target, rbac_verb
-from kubesim.api_table import build_table, wants_table
-from kubesim.faults import (
-    Auth,
-    Faults,
-    FaultSettingsError,
-    Refusal,
-    RequestRecord,
-    Stats,
-    refusal,
-    status_body,
-    unauthorized,
-)
+from kubesim.apiserver import discovery, watch_stream
+from kubesim.apiserver.faults import status_body
+from kubesim.apiserver.http import CLUSTER, FAULTS, STATS, STREAMS, error_response, json_response, not_found
+from kubesim.apiserver.paths import Target, parse_target, rbac_verb
+from kubesim.apiserver.table import build_table, wants_table
+from kubesim.cluster import AggregatedApi
+from kubesim.errors import ApiError
 from kubesim.resources import ResourceType
-from kubesim.store import ApiError
-
-log = logging.getLogger(__name__)
-
-CLUSTER = web.AppKey("cluster", object)
-AUTH = web.AppKey("auth", Auth)
-FAULTS = web.AppKey("faults", Faults)
-STATS = web.AppKey("stats", Stats)
-STREAMS = web.AppKey("streams", api_stream.StreamHub)
 
 PATCH_TYPES = {
     "application/merge-patch+json": "merge",
@@ -56,225 +32,7 @@ CUSTOM_PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+js
 """What the API server accepts for a custom resource: CRDs have no strategic-merge-patch schema."""
 
 
-def json_response(body: dict | list, status: int = 200) -> web.Response:
-    return web.Response(body=msgspec.json.encode(body), status=status, content_type=JSON)
-
-
-def error_response(error: ApiError) -> web.Response:
-    return json_response(error.status(), status=error.code)
-
-
-def not_found() -> web.Response:
-    return json_response(
-        status_body(404, "NotFound", "the server could not find the requested resource"), 404
-    )
-
-
-def make_app(cluster, *, bookmark_interval: float = 5.0, token: str | None = None) -> web.Application:
-    """The aiohttp application for ``cluster``; ``bookmark_interval`` is real seconds between BOOKMARKs;
-    ``token``, when set, is the bearer token every API request must carry (``faults.Auth``)."""
-    app = web.Application(middlewares=[_faults_and_accounting], client_max_size=64 * 1024 * 1024)
-    app[CLUSTER] = cluster
-    app[AUTH] = Auth(token)
-    app[FAULTS] = Faults()
-    app[STATS] = Stats()
-    app[STREAMS] = api_stream.StreamHub(bookmark_interval=bookmark_interval)
-    for path in ("/version", "/version/"):  # the Python client asks for /version/
-        app.router.add_get(path, _version)
-    for probe in ("/healthz", "/readyz", "/livez"):
-        app.router.add_get(probe, _ok)
-    app.router.add_get("/openapi/v3", _openapi_v3)
-    app.router.add_get("/openapi/v3/{gv:.+}", _openapi_v3_group_version)
-    app.router.add_get("/kubesim/stats", _get_stats)
-    app.router.add_delete("/kubesim/stats/fanout", _delete_fanout_stats)
-    app.router.add_get("/kubesim/faults", _get_faults)
-    app.router.add_post("/kubesim/faults", _post_faults)
-    app.router.add_delete("/kubesim/faults", _delete_faults)
-    app.router.add_get("/kubesim/auth", _get_auth)
-    app.router.add_post("/kubesim/auth", _post_auth)
-    app.router.add_get("/kubesim/requests", _get_requests)
-    app.router.add_delete("/kubesim/requests", _delete_requests)
-    app.router.add_route("*", "/{tail:.*}", _dispatch)
-    return app
-
-
-# ----- middleware: faults first, then the handler, then the request log -----
-
-
-@web.middleware
-async def _faults_and_accounting(request: web.Request, handler: Callable) -> web.StreamResponse:
-    """As a real API server's filter chain: authentication, then the injected refusals (RBAC, API Priority
-    and Fairness, a control plane in trouble), then the handler; every API request is logged."""
-    if request.path.startswith("/kubesim/"):
-        return await handler(request)
-    faults = request.app[FAULTS]
-    arrived = time.time()
-    record = _record(request, 0, arrived)
-    if faults.latency_ms:
-        await asyncio.sleep(faults.latency_ms / 1000)
-    if not request.app[AUTH].allows(request.path, request.headers.get("Authorization")):
-        response: web.StreamResponse = _refused(unauthorized())
-    elif (rule := faults.take_rule(record)) is not None:
-        if rule.served and record.verb != "watch":
-            await _serve(request, handler)  # the server acts; only its answer is lost
-        answer = refusal(
-            rule,
-            record,
-            resource_version=request.query.get("resourceVersion", ""),
-            current_version=request.app[CLUSTER].store.resource_version(),
-        )
-        response = (
-            await api_stream.send_watch_error(request, answer.body)
-            if answer.as_watch_error
-            else _refused(answer)
-        )
-    elif faults.should_fail():
-        response = json_response(
-            status_body(500, "InternalError", "Internal error occurred: kubesim injected fault"), 500
-        )
-    else:
-        response = await _serve(request, handler)
-    request.app[STATS].record(_record(request, response.status, arrived))
-    return response
-
-
-async def _serve(request: web.Request, handler: Callable) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:  # raised by aiohttp itself, e.g. 413 for an oversized body
-        return json_response(status_body(exc.status, exc.reason, exc.text or exc.reason), exc.status)
-    except Exception:
-        log.exception("unhandled error serving %s %s", request.method, request.path)
-        return json_response(status_body(500, "InternalError", "Internal error occurred"), 500)
-
-
-def _refused(answer: Refusal) -> web.Response:
-    response = json_response(answer.body, answer.code)
-    response.headers.update(answer.headers)
-    return response
-
-
-def _record(request: web.Request, code: int, arrived: float) -> RequestRecord:
-    target = parse_target(request.path)
-    if target is None or not target.plural:
-        return RequestRecord(request.method.lower(), "", "", "", "", "", code, request.path, arrived)
-    return RequestRecord(
-        verb=rbac_verb(request.method, target, request.query),
-        group=target.group,
-        resource=target.plural,
-        subresource=target.subresource,
-        namespace=target.namespace,
-        name=target.name,
-        code=code,
-        path=request.path,
-        at=arrived,
-    )
-
-
-# ----- fixed endpoints -----
-
-
-async def _version(_request: web.Request) -> web.Response:
-    return json_response(api_discovery.version_info())
-
-
-async def _ok(_request: web.Request) -> web.Response:
-    return web.Response(text="ok")
-
-
-async def _openapi_v3(request: web.Request) -> web.Response:
-    return json_response(api_discovery.openapi_v3_root(request.app[CLUSTER].registry.all()))
-
-
-async def _openapi_v3_group_version(request: web.Request) -> web.Response:
-    parts = request.match_info["gv"].split("/")
-    if parts[0] == "api" and len(parts) == 2:
-        group_name, version = "", parts[1]
-    elif parts[0] == "apis" and len(parts) == 3:
-        group_name, version = parts[1], parts[2]
-    else:
-        return not_found()
-    document = api_discovery.openapi_v3_group_version(
-        group_name, version, request.app[CLUSTER].registry.all()
-    )
-    return json_response(document) if document else not_found()
-
-
-async def _get_stats(request: web.Request) -> web.Response:
-    stats = request.app[STATS].as_dict(request.app[CLUSTER].object_counts())
-    stats["fanout"] = request.app[STREAMS].fanout.summary()
-    return json_response(stats)
-
-
-async def _delete_fanout_stats(request: web.Request) -> web.Response:
-    """Start a fresh fan-out window (a benchmark resets it before its timed writes)."""
-    hub = request.app[STREAMS]
-    hub.fanout.reset()
-    return json_response(hub.fanout.summary())
-
-
-async def _get_faults(request: web.Request) -> web.Response:
-    return json_response(request.app[FAULTS].as_dict())
-
-
-async def _post_faults(request: web.Request) -> web.Response:
-    try:
-        settings = await request.json() if request.can_read_body else {}
-        if not isinstance(settings, dict):
-            raise FaultSettingsError("the body must be a JSON object")
-        drop = settings.pop("drop_watches", False)
-        if not isinstance(drop, bool):
-            raise FaultSettingsError("drop_watches must be true or false")
-        if settings or not drop:
-            request.app[FAULTS].update(settings)
-        if drop:  # once, now: every open watch ends, as when the API server restarts
-            request.app[STREAMS].end_watches()
-    except (ValueError, TypeError) as exc:
-        return json_response(status_body(400, "BadRequest", str(exc)), 400)
-    return json_response(request.app[FAULTS].as_dict())
-
-
-async def _delete_faults(request: web.Request) -> web.Response:
-    request.app[FAULTS].reset()
-    return json_response(request.app[FAULTS].as_dict())
-
-
-async def _get_auth(request: web.Request) -> web.Response:
-    return json_response({"token_required": request.app[AUTH].token is not None})
-
-
-async def _post_auth(request: web.Request) -> web.Response:
-    """``{"token": "..."}`` requires (or rotates) the bearer token; ``{"token": null}`` accepts anyone."""
-    try:
-        body = await request.json() if request.can_read_body else {}
-    except ValueError as exc:
-        return json_response(status_body(400, "BadRequest", str(exc)), 400)
-    token = body.get("token") if isinstance(body, dict) else None
-    if (
-        not isinstance(body, dict)
-        or set(body) != {"token"}
-        or not (token is None or (isinstance(token, str) and token))
-    ):
-        return json_response(
-            status_body(400, "BadRequest", 'the body must be {"token": "<token>" or null}'), 400
-        )
-    request.app[AUTH].token = token
-    return json_response({"token_required": token is not None})
-
-
-async def _get_requests(request: web.Request) -> web.Response:
-    return json_response([record.as_dict() for record in request.app[STATS].log])
-
-
-async def _delete_requests(request: web.Request) -> web.Response:
-    request.app[STATS].clear_log()
-    return json_response([])
-
-
-# ----- the Kubernetes API -----
-
-
-async def _dispatch(request: web.Request) -> web.StreamResponse:
+async def dispatch(request: web.Request) -> web.StreamResponse:
     cluster = request.app[CLUSTER]
     path = request.path.rstrip("/") or "/"
     if request.method not in ("GET", "HEAD") and not path.startswith(("/api/", "/apis/")):
@@ -282,12 +40,12 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
     types = cluster.registry.all()
     aggregated = list(cluster.aggregated_apis.values())
     if path == "/api":
-        return json_response(api_discovery.core_versions())
+        return json_response(discovery.core_versions())
     if path == "/apis":
-        return json_response(api_discovery.group_list(types, aggregated))
+        return json_response(discovery.group_list(types, aggregated))
     segments = path.strip("/").split("/")
     if len(segments) == 2 and segments[0] == "apis":
-        document = api_discovery.group(segments[1], types, aggregated)
+        document = discovery.group(segments[1], types, aggregated)
         return json_response(document) if document else not_found()
     target = parse_target(path)
     if target is None:
@@ -296,7 +54,7 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
     if api is not None and target.plural:
         return await _serve_aggregated(request, api, target)
     if not target.plural:
-        document = api_discovery.resource_list(target.group, target.version, types, aggregated)
+        document = discovery.resource_list(target.group, target.version, types, aggregated)
         return json_response(document) if document else not_found()
     rt = cluster.registry.get(target.key)
     if rt is None or rt.version != target.version:
@@ -354,10 +112,10 @@ async def _serve_resource(
                 405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
             )
         pod = store.get(rt.key, target.name, namespace=namespace)
-        return await api_stream.serve_log(request, cluster, pod, query, hub=request.app[STREAMS])
+        return await watch_stream.serve_log(request, cluster, pod, query, hub=request.app[STREAMS])
     if method in ("GET", "HEAD"):
         if rbac_verb(method, target, query) == "watch":
-            return await api_stream.serve_watch(
+            return await watch_stream.serve_watch(
                 request,
                 cluster,
                 rt,

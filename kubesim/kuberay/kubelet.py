@@ -1,0 +1,140 @@
+"""The simulated kube-scheduler and kubelet for the pods KubeRay's objects own.
+
+A real cluster places and starts the Ray pods and the submitter Job's pods itself; KubeRay only creates
+them. The RayCluster and submitter reconcilers both hand their pods to ``schedule_pod`` /
+``start_pod_later``, which place them by ``kubesim.scheduling`` and report the statuses a kubelet writes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from kubesim.errors import ApiError
+from kubesim.kuberay.context import PODS, Context
+from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
+
+SCHEDULE_RETRY = 10.0  # simulated seconds between two scheduling attempts of an unschedulable pod
+
+_ip_counter = 0
+
+
+def next_ip(prefix: str) -> str:
+    """A pod or Service IP in ``prefix``, unique in this process, as the cluster's IP allocation hands out."""
+    global _ip_counter
+    _ip_counter += 1
+    return f"{prefix}.{(_ip_counter // 250) % 250}.{_ip_counter % 250 + 2}"
+
+
+def pending_pod_status(pod: dict, now: str) -> dict:
+    names = [c.get("name", "") for c in pod["spec"].get("containers") or []]
+    return {
+        "phase": "Pending",
+        "qosClass": "Burstable",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "ContainersNotReady",
+                "message": f"containers with unready status: [{' '.join(names)}]",
+                "lastTransitionTime": now,
+            },
+        ],
+        "containerStatuses": [
+            {
+                "name": n,
+                "ready": False,
+                "restartCount": 0,
+                "image": c.get("image", ""),
+                "imageID": "",
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+            }
+            for n, c in zip(names, pod["spec"].get("containers") or [], strict=True)
+        ],
+    }
+
+
+def running_pod_status(pod: dict, now: str) -> dict:
+    containers = pod["spec"].get("containers") or []
+    return {
+        "phase": "Running",
+        "qosClass": "Burstable",
+        "hostIP": "172.18.0.2",
+        "podIP": next_ip("10.244"),
+        "startTime": now,
+        "conditions": [
+            {"type": cond, "status": "True", "lastTransitionTime": now}
+            for cond in (
+                "PodReadyToStartContainers",
+                "Initialized",
+                "Ready",
+                "ContainersReady",
+                "PodScheduled",
+            )
+        ],
+        "containerStatuses": [
+            {
+                "name": c.get("name", ""),
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "image": c.get("image", ""),
+                "imageID": f"docker.io/{c.get('image', '')}@sha256:{'0' * 64}",
+                "containerID": f"containerd://{uuid.uuid4().hex}",
+                "state": {"running": {"startedAt": now}},
+            }
+            for c in containers
+        ],
+    }
+
+
+def schedule_pod(
+    ctx: Context, namespace: str, pod_name: str, seconds: float, start: Callable[[], None]
+) -> None:
+    """The simulated kube-scheduler, then the kubelet: place the pod on a node (``kubesim.scheduling``) and
+    run ``start`` ``seconds`` later. A pod no node takes stays Pending (``PodScheduled=False`` /
+    ``Unschedulable``) and is tried again every ``SCHEDULE_RETRY`` simulated seconds, as the scheduler
+    retries unschedulable pods."""
+
+    def attempt() -> None:
+        try:
+            pod = ctx.store.get(PODS, pod_name, namespace=namespace)
+        except ApiError as exc:
+            if exc.code == 404:
+                return
+            raise
+        status = pod.get("status") or {}
+        if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Pending":
+            return
+        nodes, _ = ctx.store.list(NODES)
+        message = unschedulable_message(pod.get("spec") or {}, nodes)
+        scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+        if message is None:
+            if scheduled.get("status") == "False":
+                ctx.write_status(PODS, pod, pending_pod_status(pod, ctx.clock.timestamp()))
+            if seconds != float("inf"):
+                ctx.call_after(seconds, start)
+            return
+        if scheduled.get("message") != message:
+            ctx.write_status(PODS, pod, unschedulable_pod_status(pod, message, ctx.clock.timestamp()))
+        ctx.call_after(SCHEDULE_RETRY, attempt)
+
+    attempt()
+
+
+def start_pod_later(ctx: Context, namespace: str, pod_name: str, seconds: float) -> None:
+    """Once scheduled, the simulated kubelet: after ``seconds`` the pod is Running and Ready (unless gone)."""
+
+    def start() -> None:
+        try:
+            pod = ctx.store.get(PODS, pod_name, namespace=namespace)
+        except ApiError as exc:
+            if exc.code == 404:
+                return
+            raise
+        if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Pending":
+            return
+        ctx.write_status(PODS, pod, running_pod_status(pod, ctx.clock.timestamp()))
+
+    schedule_pod(ctx, namespace, pod_name, seconds, start)

@@ -1,0 +1,258 @@
+"""Admission cycles: a snapshot in, the pure scheduler's decisions out, applied as Workload writes.
+
+A mixin of ``KueueController`` (``kubesim.kueue.controller``), which holds the state it uses (parked
+Workloads, model and snapshot caches); ``kubesim.kueue.scheduler`` decides, this module only applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kubesim.errors import ApiError
+from kubesim.kueue import admission_checks, jobs, model, pods_ready, scheduler
+from kubesim.kueue.cache import World, int_or_zero
+from kubesim.kueue.conditions import (
+    ADMISSION_COMPONENT,
+    MSG_ADMITTED,
+    MSG_PODS_NOT_READY,
+    admission_of,
+    condition_true,
+    find_condition,
+    is_evicting,
+    set_condition,
+    timestamp_seconds,
+)
+from kubesim.kueue.convert import (
+    admission_dict,
+    model_cluster_queue,
+    model_cohort,
+    model_flavor,
+    model_workload,
+    resource_requests,
+)
+from kubesim.kueue.jobs import WORKLOAD_KEY
+from kubesim.kueue.queue_status import queue_blocker
+
+# Admission cycles per pass; each admits or parks at least one workload, so this only bounds a pass.
+MAX_CYCLES_PER_PASS = 50
+
+
+class AdmissionCycle:
+    """Step 3 of a pass: run the scheduler and apply what it decided."""
+
+    def _snapshot(self, world: World) -> model.Snapshot:
+        """The scheduler's input, rebuilt only when the configuration or a quota holder changed (the
+        scheduler never mutates it); admitted workloads in list order, as a fresh read would give."""
+        index = self.view.index
+        inputs = (index.holders_version, self._reservations)
+        cached = self._snapshot_cache
+        if cached is not None and cached[0] is world and cached[1] == inputs:
+            return cached[2]
+        snapshot = model.Snapshot(
+            flavors={name: model_flavor(obj) for name, obj in world.flavors.items()},
+            cluster_queues={
+                name: model_cluster_queue(obj, world.flavors) for name, obj in world.cluster_queues.items()
+            },
+            cohorts={name: model_cohort(obj) for name, obj in world.cohorts.items()},
+            namespace_labels=dict(world.namespace_labels),
+        )
+        holders = sorted((ident, cq, wl) for cq, held in index.holders.items() for ident, wl in held.items())
+        for _, cq, wl in holders:
+            snapshot.admitted.setdefault(cq, []).append(self._model(wl, cq))
+        self._snapshot_cache = (world, inputs, snapshot)
+        return snapshot
+
+    def _model(self, wl: dict, cluster_queue: str, *, inadmissible: bool = False) -> model.Workload:
+        """``model_workload`` of ``wl``, rebuilt only when the object or what else it depends on changed."""
+        uid = wl["metadata"]["uid"]
+        inputs = (
+            wl["metadata"].get("resourceVersion"),
+            cluster_queue,
+            self._seq(wl),
+            self.reserved_at.get(uid),
+        )
+        cached = self._models.get(uid)
+        if cached is None or cached[0] != inputs:
+            built = model_workload(wl, cluster_queue, seq=inputs[2], reserved_at=inputs[3])
+            cached = self._models[uid] = (inputs, built)
+        return replace(cached[1], inadmissible=True) if inadmissible else cached[1]
+
+    def _seq(self, wl: dict) -> int:
+        return self.seq.get(wl["metadata"]["uid"], int_or_zero(wl["metadata"].get("resourceVersion")))
+
+    def _schedule_pass(self) -> None:
+        """Admission cycles until one makes no progress (nothing admitted or parked), at most
+        ``MAX_CYCLES_PER_PASS``.
+
+        The queues are read and ordered once per pass, as upstream's queue manager keeps them as heaps:
+        within a pass only this controller writes, and what its cycles change in the queues is known
+        (admitted workloads leave, parked heads are skipped), so a cycle hands the pure scheduler only
+        each queue's head and costs O(queues), not O(pending). ``schedule_cycle`` picks each queue's
+        first non-parked workload in queue order, so its decisions are the same as over whole queues.
+        """
+        world = self._world()
+        now = self.clock.timestamp()
+        queues: dict[str, list[model.Workload]] = {}
+        where: dict[str, tuple[str, str]] = {}
+        queued = self.view.index.queued
+        clock_now = self.clock.now()
+        for ident in sorted(queued):
+            wl = queued[ident]
+            if pods_ready.backing_off(wl, clock_now):
+                continue  # requeued only once its backoff (requeueState.requeueAt) is over
+            cq_name, blocked = queue_blocker(wl, world)
+            if blocked:
+                self._set_pending(wl, "Inadmissible", blocked, now)
+                continue
+            where[wl["metadata"]["uid"]] = (wl["metadata"]["namespace"], wl["metadata"]["name"])
+            queues.setdefault(cq_name, []).append(self._model(wl, cq_name))
+        queues = {name: scheduler.ordered(queue) for name, queue in queues.items()}
+        admitted: set[str] = set()
+        for _ in range(MAX_CYCLES_PER_PASS):
+            heads = {}
+            for name, queue in queues.items():
+                head = next((w for w in queue if w.uid not in admitted and w.uid not in self.parked), None)
+                if head is not None:
+                    heads[name] = [head]
+            if not heads or not self._schedule_cycle(heads, where, admitted):
+                return
+
+    def _schedule_cycle(
+        self, heads: dict[str, list[model.Workload]], where: dict[str, tuple[str, str]], admitted: set[str]
+    ) -> bool:
+        """One admission cycle; True when it admitted or parked something (worth another cycle)."""
+        now = self.clock.timestamp()
+        progressed = False
+        for decision in scheduler.schedule_cycle(self._snapshot(self._world()), heads):
+            uid = decision.workload.uid
+            wl = self._current(where.get(uid))
+            if wl is None:
+                continue
+            if isinstance(decision, model.Admit):
+                self._admit(wl, decision.admission, self._world())
+                admitted.add(uid)
+                progressed = True
+            elif isinstance(decision, model.Preempt):
+                self._preempt(wl, decision, self._world(), now)
+            else:
+                self._set_pending(wl, decision.reason, decision.message, now)
+                if decision.inadmissible and uid not in self.parked:
+                    self.parked.add(uid)
+                    progressed = True
+        return progressed
+
+    def _current(self, ident: tuple[str, str] | None) -> dict | None:
+        """The Workload as it is now (an earlier decision of the pass may have written it)."""
+        if ident is None:
+            return None
+        return self.view.get(WORKLOAD_KEY, *ident)
+
+    def _set_pending(self, wl: dict, reason: str, message: str, now: str) -> None:
+        before = find_condition(wl, "QuotaReserved") or {}
+
+        def change(obj: dict) -> None:
+            set_condition(obj, "QuotaReserved", "False", reason, message, now)
+            obj["status"]["resourceRequests"] = resource_requests(obj)
+
+        self._mutate(WORKLOAD_KEY, wl, change, status=True)
+        if (before.get("reason"), before.get("message")) != (reason, message):
+            self._event(wl, "Warning", "Pending", message, ADMISSION_COMPONENT)
+
+    def _admit(self, wl: dict, admission: model.Admission, world: World) -> None:
+        now = self.clock.timestamp()
+        cq = admission.cluster_queue
+
+        def change(obj: dict) -> None:
+            status = obj.setdefault("status", {})
+            status["admission"] = admission_dict(admission)
+            status.pop("resourceRequests", None)
+            set_condition(
+                obj, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}", now
+            )
+            # With admission checks, reserving quota is only the first step: Admitted waits for them.
+            if admission_checks.ready_to_admit(obj, world.cluster_queues.get(cq)):
+                set_condition(obj, "Admitted", "True", "Admitted", MSG_ADMITTED, now)
+                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
+            for type_ in ("Evicted", "Preempted"):
+                previous = find_condition(obj, type_)
+                if previous and previous.get("status") == "True":
+                    set_condition(
+                        obj,
+                        type_,
+                        "False",
+                        "QuotaReserved",
+                        f"Previously: {previous.get('message', '')}",
+                        now,
+                    )
+
+        admitted = self._mutate(WORKLOAD_KEY, wl, change, status=True)
+        if admitted is None:
+            return
+        self.reserved_at[admitted["metadata"]["uid"]] = self.clock.now().timestamp()
+        self._reservations += 1
+        waited = max(
+            0, int(self.clock.now().timestamp() - timestamp_seconds(wl["metadata"].get("creationTimestamp")))
+        )
+        self._event(
+            admitted,
+            "Normal",
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {cq}, wait time since queued was {waited}s",
+            ADMISSION_COMPONENT,
+        )
+        self.parked.discard(wl["metadata"]["uid"])
+        if condition_true(admitted, "Admitted"):
+            self._on_admitted(admitted, world, waited_for_checks=0)
+
+    def admit_after_checks(self, wl: dict, world: World) -> None:
+        """Every admission check of a Workload holding quota is Ready: admit it and start its job."""
+        now = self.clock.timestamp()
+
+        def change(obj: dict) -> None:
+            set_condition(obj, "Admitted", "True", "Admitted", MSG_ADMITTED, now)
+            set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
+
+        admitted = self._mutate(WORKLOAD_KEY, wl, change, status=True)
+        if admitted is not None:
+            waited = self.clock.now() - self.reserved_moment(admitted)
+            self._on_admitted(admitted, world, waited_for_checks=max(0, int(waited.total_seconds())))
+
+    def _on_admitted(self, admitted: dict, world: World, *, waited_for_checks: int) -> None:
+        """The Admitted event, and the job started (unsuspended with the admission's pod set infos)."""
+        self.admitted_at[admitted["metadata"]["uid"]] = self.clock.now()
+        cq = admission_of(admitted)["clusterQueue"]
+        self._event(
+            admitted,
+            "Normal",
+            "Admitted",
+            f"Admitted by ClusterQueue {cq}, wait time since reservation was {waited_for_checks}s",
+            ADMISSION_COMPONENT,
+        )
+        for ref in admitted["metadata"].get("ownerReferences") or []:
+            kind = jobs.JOB_KINDS_BY_KIND.get(ref.get("kind"))
+            if kind is None or not ref.get("controller"):
+                continue
+            try:
+                job = self.store.get(kind.key, ref["name"], namespace=admitted["metadata"]["namespace"])
+            except ApiError:
+                continue
+            if jobs.is_suspended(kind, job):
+                self._start_job(kind, job, admitted, world)
+
+    def _preempt(self, wl: dict, decision: model.Preempt, world: World, now: str) -> None:
+        by_uid = self.view.index.by_uid
+        for victim in decision.victims:
+            target = by_uid.get(victim.workload.uid)
+            if target is None or victim.workload.evicted or is_evicting(target):
+                continue
+            self._evict(target, "Preempted", victim.message, preempted_reason=victim.reason)
+            self._event(
+                wl,
+                "Normal",
+                "PreemptedWorkload",
+                f"Preempted workload {victim.workload.key}",
+                ADMISSION_COMPONENT,
+            )
+        self._set_pending(wl, "Pending", decision.pending_message, now)
+
+    # -------------------------------------------------------------------------------- queue status

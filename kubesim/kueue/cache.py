@@ -1,0 +1,203 @@
+"""The Kueue controller's informer cache: the objects it decides over, kept current by store subscriptions.
+
+Kueue reads from its informers' caches, not from the API server, on every decision; ``ClusterView`` is
+that cache here. Reading it copies nothing, and it indexes the Workloads (queued ones, quota holders,
+per-queue usage sums) as they change, so a pass costs O(changed + queued), not a read of every object.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from kubesim.kueue import admission_checks
+from kubesim.kueue.conditions import admission_of, condition_true, holds_quota, is_queued, owner_uid
+from kubesim.kueue.convert import model_admission
+from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY
+from kubesim.kueue.queue_status import Tally
+from kubesim.watch import Delivery
+
+CQ_KEY = "clusterqueues.kueue.x-k8s.io"
+LQ_KEY = "localqueues.kueue.x-k8s.io"
+RF_KEY = "resourceflavors.kueue.x-k8s.io"
+WPC_KEY = "workloadpriorityclasses.kueue.x-k8s.io"
+COHORT_KEY = "cohorts.kueue.x-k8s.io"
+NAMESPACE_KEY = "namespaces"
+AC_KEY = admission_checks.ADMISSION_CHECK_KEY
+CONFIG_KEYS = (CQ_KEY, LQ_KEY, RF_KEY, WPC_KEY, COHORT_KEY, NAMESPACE_KEY, AC_KEY)
+WATCHED_KEYS = (*JOB_KINDS, WORKLOAD_KEY, *CONFIG_KEYS)
+
+
+@dataclass
+class World:
+    """One read of every object the controller decides over (by name; LocalQueues by (ns, name))."""
+
+    flavors: dict[str, dict] = field(default_factory=dict)
+    cluster_queues: dict[str, dict] = field(default_factory=dict)
+    cohorts: dict[str, dict] = field(default_factory=dict)
+    local_queues: dict[tuple[str, str], dict] = field(default_factory=dict)
+    priority_classes: dict[str, dict] = field(default_factory=dict)
+    admission_checks: dict[str, dict] = field(default_factory=dict)
+    namespace_labels: dict[str, dict] = field(default_factory=dict)
+    workloads: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, store) -> World:
+        """The current objects, read afresh from the store (for when no controller keeps a view)."""
+        return cls.build(lambda key: store.list(key)[0])
+
+    @classmethod
+    def build(cls, items: Callable[[str], list[dict]]) -> World:
+        """A World from ``items(key)``, which lists a kind's objects in the store's list order."""
+
+        def by_name(key: str) -> dict[str, dict]:
+            return {o["metadata"]["name"]: o for o in items(key)}
+
+        return cls(
+            flavors=by_name(RF_KEY),
+            cluster_queues=by_name(CQ_KEY),
+            cohorts=by_name(COHORT_KEY),
+            local_queues={(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in items(LQ_KEY)},
+            priority_classes=by_name(WPC_KEY),
+            admission_checks=by_name(AC_KEY),
+            namespace_labels={
+                n: o["metadata"].get("labels") or {} for n, o in by_name(NAMESPACE_KEY).items()
+            },
+            workloads=items(WORKLOAD_KEY),
+        )
+
+    def local_queue_of(self, wl: dict) -> dict | None:
+        return self.local_queues.get(
+            (wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", ""))
+        )
+
+
+class WorkloadIndex:
+    """What a pass asks of the Workloads, kept per change instead of recomputed by scanning them all.
+
+    Like Kueue's queue manager and cache: the queued workloads, who holds quota in which ClusterQueue,
+    per-queue reservation sums, and Workloads by uid and by owner. ``update`` is fed each change with the
+    object before and after it, so every entry is exact after every write.
+    """
+
+    def __init__(self) -> None:
+        self.by_uid: dict[str, dict] = {}
+        self.by_owner: dict[str, dict[tuple[str, str], dict]] = {}
+        self.queued: dict[tuple[str, str], dict] = {}
+        self.queued_count: dict[tuple[str, str], int] = {}
+        self.holders: dict[str, dict[tuple[str, str], dict]] = {}
+        self.cluster_queue_tally: dict[str, Tally] = {}
+        self.local_queue_tally: dict[tuple[str, str], Tally] = {}
+        self.holders_version = 0
+        """Bumped whenever a quota holder appears, changes or leaves: the admitted snapshot is stale."""
+
+    def update(self, ident: tuple[str, str], old: dict | None, new: dict | None) -> None:
+        if old is not None:
+            self._apply(ident, old, -1)
+        if new is not None:
+            self._apply(ident, new, 1)
+
+    def owned_by(self, uid: str) -> dict | None:
+        """The Workload a job owns (the last in list order, should there be several)."""
+        owned = self.by_owner.get(uid)
+        return owned[max(owned)] if owned else None
+
+    def _apply(self, ident: tuple[str, str], wl: dict, sign: int) -> None:
+        uid = wl["metadata"]["uid"]
+        owner = owner_uid(wl)
+        local_queue = (ident[0], (wl.get("spec") or {}).get("queueName", ""))
+        if sign > 0:
+            self.by_uid[uid] = wl
+            self.by_owner.setdefault(owner, {})[ident] = wl
+        else:
+            self.by_uid.pop(uid, None)
+            owned = self.by_owner.get(owner, {})
+            owned.pop(ident, None)
+            if not owned:
+                self.by_owner.pop(owner, None)
+        if is_queued(wl):
+            if sign > 0:
+                self.queued[ident] = wl
+            else:
+                self.queued.pop(ident, None)
+            self.queued_count[local_queue] = self.queued_count.get(local_queue, 0) + sign
+        if holds_quota(wl):
+            cq = admission_of(wl)["clusterQueue"]
+            if sign > 0:
+                self.holders.setdefault(cq, {})[ident] = wl
+            else:
+                self.holders.get(cq, {}).pop(ident, None)
+            usage = model_admission(wl).usage()
+            admitted = condition_true(wl, "Admitted")
+            self.cluster_queue_tally.setdefault(cq, Tally()).add(usage, admitted, sign)
+            self.local_queue_tally.setdefault(local_queue, Tally()).add(usage, admitted, sign)
+            self.holders_version += 1
+
+
+class ClusterView:
+    """The current objects of the kinds Kueue watches, kept by store subscriptions (its informer caches).
+
+    The store calls back inside each write, so the view is never behind the store, not even behind the
+    controller's own writes within a pass, and reading it copies nothing. The objects are the store's
+    frozen ones: read-only. ``on_event(key, type, obj)`` is told of every change. Workloads are also
+    indexed (`WorkloadIndex`), and the configuration objects are kept apart from them (`config`), so a
+    pass that reads the queues' configuration does not rebuild anything after a Workload write.
+    """
+
+    def __init__(self, store, keys: tuple[str, ...], on_event: Callable[[str, str, dict], None]) -> None:
+        self._objects: dict[str, dict[tuple[str, str], dict]] = {key: {} for key in keys}
+        self._on_event = on_event
+        self._world: World | None = None
+        self._config: World | None = None
+        self.index = WorkloadIndex()
+        self._subscriptions = [store.subscribe(key, functools.partial(self._deliver, key)) for key in keys]
+
+    def _deliver(self, key: str, delivery: Delivery) -> None:
+        obj = delivery.object
+        meta = obj["metadata"]
+        ident = (meta.get("namespace", ""), meta["name"])
+        objects = self._objects[key]
+        old = objects.get(ident)
+        if delivery.type == "DELETED":
+            objects.pop(ident, None)
+        else:
+            objects[ident] = obj
+        if key == WORKLOAD_KEY:
+            self.index.update(ident, old, None if delivery.type == "DELETED" else obj)
+        elif key in CONFIG_KEYS:
+            self._config = None
+        self._world = None
+        self._on_event(key, delivery.type, obj)
+
+    def get(self, key: str, namespace: str, name: str) -> dict | None:
+        return self._objects[key].get((namespace, name))
+
+    def items(self, key: str) -> list[dict]:
+        """A kind's objects in the store's list order (namespace, then name)."""
+        objects = self._objects[key]
+        return [objects[ident] for ident in sorted(objects)]
+
+    def config(self) -> World:
+        """The configuration objects (queues, flavors, priority classes, namespaces), without Workloads:
+        rebuilt only after one of them changed."""
+        if self._config is None:
+            self._config = World.build(lambda key: [] if key == WORKLOAD_KEY else self.items(key))
+        return self._config
+
+    def world(self) -> World:
+        """A World of the current objects, rebuilt only after something changed."""
+        if self._world is None:
+            self._world = replace(self.config(), workloads=self.items(WORKLOAD_KEY))
+        return self._world
+
+    def close(self) -> None:
+        for subscription in self._subscriptions:
+            subscription.close()
+
+
+def int_or_zero(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,112 @@
+"""Workload conditions and the Workload states read from them, and the words Kueue writes into both.
+
+Every part of the Kueue controller (job sync, eviction, admission, queue status) and its helpers
+(``admission_checks``, ``pods_ready``) reads and writes conditions the same way, so they live apart from
+any one of them.
+"""
+
+from __future__ import annotations
+
+from kubesim.clock import parse_time
+from kubesim.kueue import jobs
+
+# The component that reports an Event (``reportingController``/``source.component``).
+ADMISSION_COMPONENT = "kueue-admission"
+JOB_COMPONENT = "kueue-job-controller"
+
+MSG_ADMITTED = "The workload is admitted"
+MSG_NO_RESERVATION = "The workload has no reservation"
+MSG_ON_HOLD = "Job is on hold"
+MSG_PODS_READY = "All pods reached readiness and the workload is running"
+MSG_PODS_NOT_READY = "Not all pods are ready or succeeded"
+MSG_PODS_RECOVERY = "At least one pod has failed, waiting for recovery"
+MSG_DEACTIVATED = "The workload is deactivated"
+MSG_CQ_STOPPED = "The ClusterQueue is stopped"
+MSG_LQ_STOPPED = "The LocalQueue is stopped"
+
+
+def find_condition(obj: dict, type_: str) -> dict | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond
+    return None
+
+
+def condition_true(obj: dict, type_: str) -> bool:
+    cond = find_condition(obj, type_)
+    return bool(cond) and cond.get("status") == "True"
+
+
+def set_condition(obj: dict, type_: str, status: str, reason: str, message: str, now: str) -> None:
+    """``meta.SetStatusCondition``: lastTransitionTime moves only when the status flips."""
+    conditions = obj.setdefault("status", {}).setdefault("conditions", [])
+    new = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+        "observedGeneration": obj.get("metadata", {}).get("generation", 1),
+    }
+    for index, cond in enumerate(conditions):
+        if cond.get("type") == type_:
+            if cond.get("status") == status:
+                new["lastTransitionTime"] = cond.get("lastTransitionTime", now)
+            conditions[index] = new
+            return
+    conditions.append(new)
+
+
+# ----------------------------------------------------------------------------------------------- workload state
+
+
+def admission_of(wl: dict) -> dict | None:
+    return (wl.get("status") or {}).get("admission")
+
+
+def is_finished(wl: dict) -> bool:
+    return condition_true(wl, "Finished")
+
+
+def is_evicting(wl: dict) -> bool:
+    return admission_of(wl) is not None and condition_true(wl, "Evicted")
+
+
+def is_on_hold(wl: dict) -> bool:
+    cond = find_condition(wl, "QuotaReserved")
+    return bool(cond) and cond.get("status") == "False" and cond.get("reason") == "OnHold"
+
+
+def is_queued(wl: dict) -> bool:
+    """Waiting in a queue: no quota, active, not finished, not on hold, not being deleted."""
+    return (
+        admission_of(wl) is None
+        and (wl.get("spec") or {}).get("active", True)
+        and not is_finished(wl)
+        and not is_on_hold(wl)
+        and not wl["metadata"].get("deletionTimestamp")
+    )
+
+
+def holds_quota(wl: dict) -> bool:
+    return admission_of(wl) is not None and not is_finished(wl)
+
+
+def owner_uid(wl: dict) -> str | None:
+    for ref in wl["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def is_workload_priority_class(ref: dict) -> bool:
+    """Whether a Workload's ``spec.priorityClassRef`` names a WorkloadPriorityClass (not a pod PriorityClass)."""
+    return ref.get("group") == jobs.KUEUE_GROUP and ref.get("kind") == "WorkloadPriorityClass"
+
+
+def workload_priority_class_ref(name: str) -> dict:
+    return {"group": jobs.KUEUE_GROUP, "kind": "WorkloadPriorityClass", "name": name}
+
+
+def timestamp_seconds(value: str | None) -> float:
+    return parse_time(value).timestamp() if value else 0.0

@@ -1,0 +1,266 @@
+"""Kueue's job integration: one Workload per managed Ray job, and the job started, stopped or finished by it.
+
+A mixin of ``KueueController`` (``kubesim.kueue.controller``), which holds the state it uses (the view,
+the dirty sets, creation order); apart so that the job side reads as one piece, as Kueue's
+jobframework reconciler is one controller.
+"""
+
+from __future__ import annotations
+
+from kubesim.errors import ApiError
+from kubesim.kueue import jobs
+from kubesim.kueue.cache import World, int_or_zero
+from kubesim.kueue.conditions import (
+    JOB_COMPONENT,
+    admission_of,
+    condition_true,
+    find_condition,
+    is_evicting,
+    is_finished,
+    is_workload_priority_class,
+    set_condition,
+    workload_priority_class_ref,
+)
+from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY, JobKind
+
+
+class JobSync:
+    """Step 1 of a pass: reconcile each changed job with its Workload."""
+
+    def _reconcile_jobs(self, world: World, full: bool) -> None:
+        dirty, self._dirty_jobs = self._dirty_jobs, set()
+        index = self.view.index
+        for kind in JOB_KINDS.values():
+            if full:
+                items = self.view.items(kind.key)
+            else:
+                found = (self.view.get(key, ns, name) for key, ns, name in dirty if key == kind.key)
+                items = [job for job in found if job is not None]
+            items.sort(
+                key=lambda job: self.seq.get(
+                    job["metadata"]["uid"], int_or_zero(job["metadata"].get("resourceVersion"))
+                )
+            )
+            for job in items:
+                managed = jobs.is_managed(kind, job, self.config.frameworks)
+                if managed and not job["metadata"].get("deletionTimestamp"):
+                    self._reconcile_job(kind, job, index.owned_by(job["metadata"]["uid"]), world)
+
+    def _reconcile_job(self, kind: JobKind, job: dict, wl: dict | None, world: World) -> None:
+        done, reason, message = jobs.finished(kind, job)
+        if wl is None:
+            if done:
+                return
+            if jobs.is_active(kind, job):
+                if not jobs.is_suspended(kind, job):
+                    self._stop_job(kind, job, None, "Not admitted by cluster queue")
+                return
+            self._create_workload(kind, job, world)
+            return
+        if is_finished(wl):
+            return
+        if not jobs.equivalent_to_workload(kind, job, wl):
+            self._replace_workload(kind, job, wl, world)
+            return
+        self._sync_workload_priority(job, wl, world)
+        if done:
+            self._finish(kind, job, wl, reason, message)
+            return
+        if jobs.is_on_hold(kind, job):
+            self._hold(wl)
+            return
+        if admission_of(wl) is None:
+            self._sync_queued_workload(kind, job, wl, world)
+            if not jobs.is_suspended(kind, job):
+                self._stop_job(kind, job, wl, "Not admitted by cluster queue")
+        elif is_evicting(wl):
+            evicted = find_condition(wl, "Evicted") or {}
+            if not jobs.is_suspended(kind, job):
+                self._stop_job(kind, job, wl, evicted.get("message", ""))
+            elif not jobs.is_active(kind, job):
+                self._release(wl)
+        elif condition_true(wl, "Admitted"):  # quota reserved and every admission check Ready
+            if jobs.is_suspended(kind, job):
+                self._start_job(kind, job, wl, world)
+            self._sync_pods_ready(kind, job, wl)
+
+    def _replace_workload(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
+        """``ensureOneWorkload`` when the job no longer matches its Workload (its pod sets changed).
+
+        A suspended job whose Workload holds no quota gets that Workload updated in place. Otherwise a
+        running job is stopped first (its pod templates restored from the Workload), and the Workload is
+        deleted; a new one is created once the job is no longer active (``handleJobWithNoWorkload``), so
+        a RayService whose old cluster still serves (``Ready``) gets none until it stops serving.
+        """
+        meta = wl["metadata"]
+        where = f"{meta['namespace']}/{meta['name']}"
+        if jobs.is_suspended(kind, job) and admission_of(wl) is None:
+            priority, class_name, error = self._priority(job, world)
+            if error:
+                return
+            rebuilt = jobs.build_workload(kind, job, priority=priority, priority_class=class_name)
+            active = (wl.get("spec") or {}).get("active", True)
+
+            def change(obj: dict) -> None:
+                obj["spec"] = {**rebuilt["spec"], "active": active}
+
+            if self._mutate(WORKLOAD_KEY, wl, change, status=False) is not None:
+                message = f"Updated not matching Workload for suspended job: {where}"
+                self._event(job, "Normal", "UpdatedWorkload", message, JOB_COMPONENT)
+            return
+        if not jobs.is_suspended(kind, job):
+            message = "No matching Workload; restoring pod templates according to existent Workload"
+            self._stop_job(kind, job, wl, message)
+        try:
+            self.store.delete(WORKLOAD_KEY, meta["name"], namespace=meta["namespace"])
+        except ApiError as err:
+            if err.code != 404:
+                raise
+            return
+        self._event(
+            job, "Normal", "DeletedWorkload", f"Deleted not matching Workload: {where}", JOB_COMPONENT
+        )
+
+    def _priority(self, job: dict, world: World) -> tuple[int, str | None, str | None]:
+        """(priority, class name, error): from the WorkloadPriorityClass label, else 0."""
+        name = jobs.priority_class_name(job)
+        if not name:
+            return 0, None, None
+        wpc = world.priority_classes.get(name)
+        if wpc is None:
+            return 0, name, f'workloadpriorityclasses.kueue.x-k8s.io "{name}" not found'
+        return int(wpc.get("value", 0)), name, None
+
+    def _create_workload(self, kind: JobKind, job: dict, world: World) -> None:
+        priority, class_name, error = self._priority(job, world)
+        if error:
+            if (job["metadata"]["uid"], error) not in self.warned:
+                self.warned.add((job["metadata"]["uid"], error))
+                self._event(job, "Warning", "ErrWorkloadCompose", error, JOB_COMPONENT)
+            return
+        wl = jobs.build_workload(kind, job, priority=priority, priority_class=class_name)
+        try:
+            created = self.store.create(WORKLOAD_KEY, wl, namespace=job["metadata"]["namespace"])
+        except ApiError as err:
+            if err.code == 409:
+                return
+            raise
+        meta = created["metadata"]
+        self.seq.setdefault(meta["uid"], int_or_zero(meta.get("resourceVersion")))
+        self._event(
+            job,
+            "Normal",
+            "CreatedWorkload",
+            f"Created Workload: {meta['namespace']}/{meta['name']}",
+            JOB_COMPONENT,
+        )
+
+    def _sync_queued_workload(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
+        """A suspended job may change queue; the queued Workload follows."""
+        queue = jobs.queue_name(job)
+        if (wl.get("spec") or {}).get("queueName") == queue:
+            return  # already in sync: skip the re-read and copy (the common case, every pass, every job)
+        self._mutate(WORKLOAD_KEY, wl, lambda obj: obj["spec"].update(queueName=queue), status=False)
+
+    def _sync_workload_priority(self, job: dict, wl: dict, world: World) -> None:
+        """A relabelled ``kueue.x-k8s.io/priority-class`` reaches the job's Workload, queued or holding quota.
+
+        As Kueue's job reconciler does, only a change of class name is acted on (a class's new value reaches
+        its Workloads through `_sync_priority_classes`). A Workload that reserved quota without a class
+        never gets one (the API server refuses to add it then), and one whose priority comes from a pod
+        PriorityClass does not follow the label. A class that does not exist yet leaves the Workload as it
+        is until it does (its creation is a configuration change, which revisits every job).
+        """
+        spec = wl.get("spec") or {}
+        ref = spec.get("priorityClassRef")
+        if ref is None and admission_of(wl) is not None:
+            return
+        if ref is not None and not is_workload_priority_class(ref):
+            return
+        class_name = jobs.priority_class_name(job)
+        if (ref or {}).get("name", "") == class_name:
+            return  # the common case, every pass, every job: no re-read, no copy
+        priority, _, error = self._priority(job, world)
+        if error:
+            return
+
+        def change(obj: dict) -> None:
+            obj["spec"]["priority"] = priority
+            if class_name:
+                obj["spec"]["priorityClassRef"] = workload_priority_class_ref(class_name)
+            else:
+                obj["spec"].pop("priorityClassRef", None)
+
+        updated = self._mutate(WORKLOAD_KEY, wl, change, status=False)
+        if updated is None:
+            return
+        meta = updated["metadata"]
+        self._event(
+            job,
+            "Normal",
+            "UpdatedWorkload",
+            f"Updated workload priority class: {meta['namespace']}/{meta['name']}",
+            JOB_COMPONENT,
+        )
+        # A new priority may make a parked workload admissible, or an admitted one preemptible.
+        self.parked.clear()
+
+    def _sync_priority_classes(self, world: World) -> None:
+        """Kueue's WorkloadPriorityClass controller: a class's value reaches every Workload that names it.
+
+        Runs for the classes created or changed since the last pass. Admitted Workloads follow too, so the
+        next preemption sees the new value; a parked one is retried, as after any configuration change.
+        """
+        dirty, self._dirty_priority_classes = self._dirty_priority_classes, set()
+        if not dirty:
+            return
+        values = {
+            name: int(world.priority_classes[name].get("value", 0))
+            for name in dirty
+            if name in world.priority_classes
+        }
+        for wl in self.view.items(WORKLOAD_KEY):
+            spec = wl.get("spec") or {}
+            ref = spec.get("priorityClassRef")
+            if ref is None or not is_workload_priority_class(ref) or ref.get("name") not in values:
+                continue
+            value = values[ref["name"]]
+            if spec.get("priority") != value:
+                self._mutate(
+                    WORKLOAD_KEY, wl, lambda obj, v=value: obj["spec"].update(priority=v), status=False
+                )
+
+    def _start_job(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
+        infos = jobs.pod_set_infos(wl, world.flavors, (wl.get("spec") or {}).get("queueName", ""))
+        started = self._mutate(
+            kind.key, job, lambda obj: obj.update(jobs.start_job(kind, obj, infos)), status=False
+        )
+        if started is not None:
+            cq = admission_of(wl)["clusterQueue"]
+            self._event(job, "Normal", "Started", f"Admitted by clusterQueue {cq}", JOB_COMPONENT)
+
+    def _stop_job(self, kind: JobKind, job: dict, wl: dict | None, message: str) -> None:
+        original = ((wl or {}).get("spec") or {}).get("podSets") or []
+
+        def change(obj: dict) -> None:
+            if wl is None:
+                jobs.set_suspend(kind, obj, True)
+            else:
+                obj.update(jobs.stop_job(kind, obj, original))
+
+        if self._mutate(kind.key, job, change, status=False) is not None:
+            self._event(job, "Normal", "Stopped", message, JOB_COMPONENT)
+
+    def _finish(self, kind: JobKind, job: dict, wl: dict, reason: str, message: str) -> None:
+        now = self.clock.timestamp()
+        self._mutate(
+            WORKLOAD_KEY,
+            wl,
+            lambda obj: set_condition(obj, "Finished", "True", reason, message, now),
+            status=True,
+        )
+        name = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
+        self._event(
+            job, "Normal", "FinishedWorkload", f"Workload '{name}' is declared finished", JOB_COMPONENT
+        )
+        self.parked.clear()
