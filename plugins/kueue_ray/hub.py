@@ -59,6 +59,7 @@ from kueue_ray.listwatch import (
 )
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from kueue_ray.status import essential_rayjob, essential_workload
+from kueue_ray.waiting import DEFAULT_RESYNC_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,6 @@ RAYSERVICE = "rayservice"
 WORKLOAD = "workload"
 NOTICE = "notice"
 """An ``Update`` that is news about waiting itself (the API server refuses to watch), for the task log."""
-DEFAULT_RESYNC_SECONDS = 300.0
 
 
 def _labels(obj: dict) -> dict:

@@ -72,6 +72,14 @@ class Phase(StrEnum):
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED, Phase.DEACTIVATED})
 EVICTION_PHASES = frozenset({Phase.PREEMPTED, Phase.PODS_NOT_READY, Phase.EVICTED})
 """Kueue took the quota away and KubeRay is tearing the Ray cluster down."""
+WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE, Phase.AWAITING_CHECKS})
+"""Not admitted yet: the queue clock runs (waiting for admission checks is waiting for admission too)."""
+ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
+"""Admitted and not evicted: the run clock runs."""
+HOLDING_QUOTA_PHASES = frozenset({*ADMITTED_PHASES, *EVICTION_PHASES})
+"""The Workload holds quota: admitted, or evicted while KubeRay tears the Ray cluster down."""
+POSITION_PHASES = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
+"""Pending in a LocalQueue, so it has a queue position worth telling."""
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
 PODS_NOT_READY_HINT = "check taints, tolerations, image pulls"
 MSG_ADMITTED = "The workload is admitted"
