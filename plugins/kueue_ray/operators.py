@@ -80,6 +80,15 @@ def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **ext
     return details(rayjob, payload, **extra)
 
 
+def template_searchpath(task: BaseOperator, given: str | Sequence[str] | None) -> str | Sequence[str] | None:
+    """Where ``task`` looks for its template by name: ``given`` (the operator's ``template_searchpath``),
+    else its DAG's ``template_searchpath``; the shipped templates are searched after either
+    (``kueue_ray.manifests.template_folders``)."""
+    if given:
+        return given
+    return getattr(task.dag, "template_searchpath", None) if task.has_dag() else None
+
+
 OWN_LINKS = (RayDashboardLink, KueueTabLink)
 """The extra links a success ended in the triggerer leaves as a worker would (``trigger_ending``)."""
 
@@ -172,7 +181,10 @@ class SubmitRayJobOperator(BaseOperator):
             run_timeout=6 * 3600,
         )
 
-    :param template: template name in ``include/manifests/rayjobs``, a file path, or a RayJob dict.
+    :param template: a template name (``<name>`` or ``<name>.yaml.j2``) looked up in ``template_searchpath``
+        and then in the shipped ``include/manifests/rayjobs``, a file path, or a RayJob dict.
+    :param template_searchpath: folder(s) holding your own templates; default: the DAG's
+        ``template_searchpath``.
     :param queue: Kueue LocalQueue in ``namespace`` (templated; kept as ``local_queue``, because
         ``BaseOperator.queue`` is the Airflow executor queue — set that one with ``executor_queue``).
     :param priority: WorkloadPriorityClass; with ``priority_policy`` it is the DAG's default priority.
@@ -260,6 +272,7 @@ class SubmitRayJobOperator(BaseOperator):
         resync_interval: float = 300.0,
         log_tail_lines: int = 50,
         ray_dashboard_url_template: str | None = None,
+        template_searchpath: str | Sequence[str] | None = None,
         executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -267,6 +280,7 @@ class SubmitRayJobOperator(BaseOperator):
             kwargs["queue"] = executor_queue
         super().__init__(**kwargs)
         self.template = template
+        self.template_searchpath = template_searchpath
         self.local_queue = queue
         self.priority = priority
         self.namespace = namespace
@@ -334,6 +348,7 @@ class SubmitRayJobOperator(BaseOperator):
                 worker_replicas=self.worker_replicas,
                 resources=self.ray_resources,
                 annotations=self.annotations,
+                template_searchpath=template_searchpath(self, self.template_searchpath),
             )
             hook = self.hook
             queue_capacity = hook.preflight(built, self.namespace, self.local_queue, priority)

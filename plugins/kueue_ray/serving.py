@@ -26,7 +26,7 @@ from kueue_ray.naming import (
     label_value,
     service_name,
 )
-from kueue_ray.operators import run_priority, task_identity
+from kueue_ray.operators import run_priority, task_identity, template_searchpath
 from kueue_ray.results import RAYSERVICE_XCOM_KEY
 from kueue_ray.verdicts import SUCCESS
 
@@ -129,7 +129,10 @@ class DeployRayServiceOperator(BaseOperator):
             teardown_previous=True,
         )
 
-    :param template: template name in ``include/manifests/rayjobs``, a file path, or a RayService dict.
+    :param template: a template name looked up in ``template_searchpath`` and then in the shipped
+        ``include/manifests/rayjobs``, a file path, or a RayService dict.
+    :param template_searchpath: folder(s) holding your own templates; default: the DAG's
+        ``template_searchpath``.
     :param values: template variables.
     :param queue: Kueue LocalQueue in ``namespace`` (templated; kept as ``local_queue``).
     :param priority: WorkloadPriorityClass; with ``priority_policy`` the DAG's default priority.
@@ -206,6 +209,7 @@ class DeployRayServiceOperator(BaseOperator):
         teardown_previous: bool | str = False,
         poll_interval: float = 5.0,
         resync_interval: float = 300.0,
+        template_searchpath: str | Sequence[str] | None = None,
         executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -213,6 +217,7 @@ class DeployRayServiceOperator(BaseOperator):
             kwargs["queue"] = executor_queue
         super().__init__(**kwargs)
         self.template = template
+        self.template_searchpath = template_searchpath
         self.local_queue = queue
         self.priority = priority
         self.namespace = namespace
@@ -292,6 +297,7 @@ class DeployRayServiceOperator(BaseOperator):
                 worker_replicas=self.worker_replicas,
                 resources=self.ray_resources,
                 annotations=self.annotations,
+                template_searchpath=template_searchpath(self, self.template_searchpath),
             )
             hook = self.hook
             capacity = hook.preflight(built, self.namespace, self.local_queue, priority)
