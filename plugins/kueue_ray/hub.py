@@ -46,7 +46,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kueue_ray import metrics
+from kueue_ray import api, metrics
 from kueue_ray.api_errors import can_i, describe_error, retry_after_seconds
 from kueue_ray.listwatch import (
     Backoff,
@@ -100,9 +100,9 @@ class WatchedResource:
 
 RAYJOBS = WatchedResource(
     kind=RAYJOB,
-    group="ray.io",
-    version="v1",
-    plural="rayjobs",
+    group=api.RAYJOB.group,
+    version=api.RAYJOB.version,
+    plural=api.RAYJOB.plural,
     label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
     key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
     selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
@@ -110,9 +110,9 @@ RAYJOBS = WatchedResource(
 )
 RAYSERVICES = WatchedResource(
     kind=RAYSERVICE,
-    group="ray.io",
-    version="v1",
-    plural="rayservices",
+    group=api.RAYSERVICE.group,
+    version=api.RAYSERVICE.version,
+    plural=api.RAYSERVICE.plural,
     label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
     key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
     selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
@@ -125,9 +125,9 @@ RAYSERVICES = WatchedResource(
 # key the Workloads by it.
 WORKLOADS = WatchedResource(
     kind=WORKLOAD,
-    group="kueue.x-k8s.io",
-    version="v1beta2",
-    plural="workloads",
+    group=api.WORKLOAD.group,
+    version=api.WORKLOAD.version,
+    plural=api.WORKLOAD.plural,
     label_selector=JOB_UID_LABEL,
     key_of=lambda obj: _labels(obj).get(JOB_UID_LABEL),
     selects=lambda obj: JOB_UID_LABEL in _labels(obj),

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from kueue_ray.api import parse_time
 from kueue_ray.quantity import add_resources, format_resources, parse_resources
 
 
@@ -502,12 +502,8 @@ def pods_ready_timeout(workload: dict | None) -> float | None:
     start, end = admitted.get("lastTransitionTime"), evicted.get("lastTransitionTime")
     if not start or not end:
         return None
-    seconds = (_parse(end) - _parse(start)).total_seconds()
+    seconds = (parse_time(end) - parse_time(start)).total_seconds()
     return seconds if seconds > 0 else None
-
-
-def _parse(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def format_duration(seconds: float) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kueue_ray.api import parse_time
 from kueue_ray.quantity import parse_quantity
 from kueue_ray.status import (
     ADMITTED_PHASES,
@@ -38,7 +39,7 @@ Timestamp = datetime | float | int | str
 def to_epoch(at: Timestamp) -> float:
     """datetime (naive = UTC), epoch seconds or ISO 8601 text -> epoch seconds."""
     if isinstance(at, str):
-        at = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        at = parse_time(at)
     if isinstance(at, datetime):
         return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
     return float(at)
