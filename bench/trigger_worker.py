@@ -147,23 +147,21 @@ def make_triggers(spec: dict) -> list:
     """One trigger per job of the spec, as the operator would defer to it."""
     from kueue_ray.service_trigger import RayServiceTrigger
     from kueue_ray.trigger import RayJobTrigger
+    from kueue_ray.waiting import WaitPolicy
 
-    common = {"namespace": spec["namespace"], "queue": spec["queue"], "fail_on_inadmissible": False}
+    policy = WaitPolicy(fail_on_inadmissible=False, resync_interval=spec["resync_interval"])
+    common = {"namespace": spec["namespace"], "queue": spec["queue"], "policy": policy}
     if spec.get("kind") == "rayservice":
         return [
             RayServiceTrigger(
                 name=job["name"],
                 uid=job["uid"],
                 generation=job.get("generation"),
-                resync_interval=spec["resync_interval"],
                 **common,
             )
             for job in spec["jobs"]
         ]
-    return [
-        RayJobTrigger(name=job["name"], uid=job["uid"], resync_interval=spec["resync_interval"], **common)
-        for job in spec["jobs"]
-    ]
+    return [RayJobTrigger(name=job["name"], uid=job["uid"], **common) for job in spec["jobs"]]
 
 
 async def main(spec_path: str, log_path: str) -> None:

@@ -34,6 +34,17 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
+from kueue_ray.api import (
+    CLUSTER_QUEUE,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LOCAL_QUEUE,
+    RAY_GROUP,
+    RAY_VERSION,
+    RAYJOB,
+    WORKLOAD,
+    WORKLOAD_PRIORITY_CLASS,
+)
 from kueue_ray.api_errors import describe_error
 from kueue_ray.capacity import find_shortfall, max_capacity
 from kueue_ray.errors import KueueRayError
@@ -42,8 +53,6 @@ from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATI
 
 log = logging.getLogger(__name__)
 
-RAY_GROUP, RAY_VERSION, RAYJOB_PLURAL = "ray.io", "v1", "rayjobs"
-KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 VISIBILITY_PATH = (
     "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{name}/pendingworkloads"
 )
@@ -190,7 +199,7 @@ class RayJobHook(KubernetesHook):
     def _create_rayjob(self, body: dict, namespace: str) -> dict | None:
         try:
             return self.custom_object_client.create_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, body
+                RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, body
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -201,7 +210,7 @@ class RayJobHook(KubernetesHook):
     def get_rayjob(self, name: str, namespace: str) -> dict | None:
         try:
             return self.custom_object_client.get_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, name
+                RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, name
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -212,7 +221,7 @@ class RayJobHook(KubernetesHook):
     def list_managed_rayjobs(self, namespace: str) -> list[dict]:
         """Every RayJob this integration created in ``namespace`` (the managed-by label), for the janitor."""
         return self.custom_object_client.list_namespaced_custom_object(
-            RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, label_selector=MANAGED_BY_SELECTOR
+            RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, label_selector=MANAGED_BY_SELECTOR
         )["items"]
 
     @generic_api_retry
@@ -220,7 +229,7 @@ class RayJobHook(KubernetesHook):
         """Merge-patch the RayJob; None on 409 (the patch's resourceVersion is stale: re-read, decide again)."""
         try:
             return self.custom_object_client.patch_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, name, patch
+                RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, name, patch
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -268,7 +277,7 @@ class RayJobHook(KubernetesHook):
 
     @generic_api_retry
     def _delete(
-        self, name: str, namespace: str, uid: str, resource_version: str | None, plural: str = RAYJOB_PLURAL
+        self, name: str, namespace: str, uid: str, resource_version: str | None, plural: str = RAYJOB.plural
     ) -> str:
         """Delete exactly this object (uid, and version when given, as preconditions) of a ray.io
         ``plural``; DELETED, GONE (404) or CONFLICT (409)."""
@@ -362,7 +371,7 @@ class RayJobHook(KubernetesHook):
     def find_workload(self, uid: str, namespace: str) -> dict | None:
         """The Workload Kueue made for the RayJob with this uid (newest if several), or None yet."""
         result = self.custom_object_client.list_namespaced_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", label_selector=f"{JOB_UID_LABEL}={uid}"
+            KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD.plural, label_selector=f"{JOB_UID_LABEL}={uid}"
         )
         return _newest(result.get("items") or [])
 
@@ -394,17 +403,21 @@ class RayJobHook(KubernetesHook):
         Each error names the field, the value and the fix, because Kueue itself would only leave the
         RayJob queued forever with a message nobody reads.
         """
-        local_queue = self._get_kueue_object("localqueues", queue, namespace)
+        local_queue = self._get_kueue_object(LOCAL_QUEUE.plural, queue, namespace)
         if local_queue is None:
-            names = sorted(q["metadata"]["name"] for q in self._list_kueue_objects("localqueues", namespace))
+            names = sorted(
+                q["metadata"]["name"] for q in self._list_kueue_objects(LOCAL_QUEUE.plural, namespace)
+            )
             raise PreflightError(
                 f"LocalQueue {queue!r} does not exist in namespace {namespace!r}",
                 field="queue",
                 value=queue,
                 fix=f"use one of {names}" if names else f"create a LocalQueue in namespace {namespace!r}",
             )
-        if priority is not None and self._get_kueue_object("workloadpriorityclasses", priority) is None:
-            names = sorted(c["metadata"]["name"] for c in self._list_kueue_objects("workloadpriorityclasses"))
+        if priority is not None and self._get_kueue_object(WORKLOAD_PRIORITY_CLASS.plural, priority) is None:
+            names = sorted(
+                c["metadata"]["name"] for c in self._list_kueue_objects(WORKLOAD_PRIORITY_CLASS.plural)
+            )
             raise PreflightError(
                 f"WorkloadPriorityClass {priority!r} does not exist, so Kueue would never create a Workload",
                 field="priority",
@@ -412,7 +425,7 @@ class RayJobHook(KubernetesHook):
                 fix=f"use one of {names}" if names else "create the WorkloadPriorityClass",
             )
         cq_name = (local_queue.get("spec") or {}).get("clusterQueue")
-        cluster_queue = self._get_kueue_object("clusterqueues", cq_name) if cq_name else None
+        cluster_queue = self._get_kueue_object(CLUSTER_QUEUE.plural, cq_name) if cq_name else None
         if cluster_queue is None:
             raise PreflightError(
                 f"LocalQueue {queue!r} points to ClusterQueue {cq_name!r}, which does not exist",
@@ -425,7 +438,7 @@ class RayJobHook(KubernetesHook):
         cohort_members: list[dict] = []
         cohorts: list[dict] = []
         if (cluster_queue.get("spec") or {}).get("cohortName"):
-            cohort_members = self._list_kueue_objects("clusterqueues")
+            cohort_members = self._list_kueue_objects(CLUSTER_QUEUE.plural)
             cohorts = self._list_kueue_objects("cohorts")
         capacity = max_capacity(cluster_queue, cluster_queues=cohort_members, cohorts=cohorts)
         return QueueCapacity(cluster_queue=cq_name, capacity=capacity)
@@ -507,7 +520,7 @@ class AsyncRayJobHook(AsyncKubernetesHook):
         async with self._client(api_client) as client:
             try:
                 return await AsyncCustomObjectsApi(client).get_namespaced_custom_object(
-                    RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, name
+                    RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, name
                 )
             except AsyncApiException as exc:
                 if exc.status == 404:
@@ -518,7 +531,11 @@ class AsyncRayJobHook(AsyncKubernetesHook):
     async def find_workload(self, uid: str, namespace: str, api_client: Any = None) -> dict | None:
         async with self._client(api_client) as client:
             result = await AsyncCustomObjectsApi(client).list_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", label_selector=f"{JOB_UID_LABEL}={uid}"
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                namespace,
+                WORKLOAD.plural,
+                label_selector=f"{JOB_UID_LABEL}={uid}",
             )
         return _newest(result.get("items") or [])
 
@@ -533,7 +550,7 @@ class AsyncRayJobHook(AsyncKubernetesHook):
 
     @generic_api_retry
     async def _delete(
-        self, name: str, namespace: str, uid: str, resource_version: str | None, plural: str = RAYJOB_PLURAL
+        self, name: str, namespace: str, uid: str, resource_version: str | None, plural: str = RAYJOB.plural
     ) -> str:
         """As RayJobHook._delete."""
         async with self.get_conn() as client:

@@ -46,7 +46,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kueue_ray import metrics
+from kueue_ray import api, metrics
 from kueue_ray.api_errors import can_i, describe_error, retry_after_seconds
 from kueue_ray.listwatch import (
     Backoff,
@@ -59,6 +59,7 @@ from kueue_ray.listwatch import (
 )
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from kueue_ray.status import essential_rayjob, essential_workload
+from kueue_ray.waiting import DEFAULT_RESYNC_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,6 @@ RAYSERVICE = "rayservice"
 WORKLOAD = "workload"
 NOTICE = "notice"
 """An ``Update`` that is news about waiting itself (the API server refuses to watch), for the task log."""
-DEFAULT_RESYNC_SECONDS = 300.0
 
 
 def _labels(obj: dict) -> dict:
@@ -100,9 +100,9 @@ class WatchedResource:
 
 RAYJOBS = WatchedResource(
     kind=RAYJOB,
-    group="ray.io",
-    version="v1",
-    plural="rayjobs",
+    group=api.RAYJOB.group,
+    version=api.RAYJOB.version,
+    plural=api.RAYJOB.plural,
     label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
     key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
     selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
@@ -110,9 +110,9 @@ RAYJOBS = WatchedResource(
 )
 RAYSERVICES = WatchedResource(
     kind=RAYSERVICE,
-    group="ray.io",
-    version="v1",
-    plural="rayservices",
+    group=api.RAYSERVICE.group,
+    version=api.RAYSERVICE.version,
+    plural=api.RAYSERVICE.plural,
     label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
     key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
     selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
@@ -125,9 +125,9 @@ RAYSERVICES = WatchedResource(
 # key the Workloads by it.
 WORKLOADS = WatchedResource(
     kind=WORKLOAD,
-    group="kueue.x-k8s.io",
-    version="v1beta2",
-    plural="workloads",
+    group=api.WORKLOAD.group,
+    version=api.WORKLOAD.version,
+    plural=api.WORKLOAD.plural,
     label_selector=JOB_UID_LABEL,
     key_of=lambda obj: _labels(obj).get(JOB_UID_LABEL),
     selects=lambda obj: JOB_UID_LABEL in _labels(obj),

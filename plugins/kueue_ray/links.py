@@ -28,7 +28,8 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
 
-from kueue_ray.naming import JOB_UID_LABEL, RAYJOB_XCOM_KEY
+from kueue_ray.naming import JOB_UID_LABEL
+from kueue_ray.results import RAYJOB_XCOM_KEY
 
 DASHBOARD_TEMPLATE_FIELD = "ray_dashboard_url_template"
 DASHBOARD_PORT = 8265

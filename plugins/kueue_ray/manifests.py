@@ -18,7 +18,7 @@ import copy
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -127,30 +127,57 @@ _ENV = jinja2.Environment(
 _ENV.filters["to_yaml"] = _to_yaml
 
 
-def resolve_template(template: str | os.PathLike) -> Path:
-    """Find a template: an existing path, or a name relative to include/manifests/rayjobs/ (".yaml.j2"
-    may be omitted)."""
+SearchPath = str | os.PathLike | Sequence[str | os.PathLike] | None
+"""Folders to look for templates in, as Airflow's ``template_searchpath`` is given: one or a list."""
+
+
+def template_folders(searchpath: SearchPath = None) -> list[Path]:
+    """The folders a template name is looked up in, in order: ``searchpath`` (a user's project folders),
+    then the templates shipped with this project (``TEMPLATES_DIR``)."""
+    if searchpath is None:
+        given: list = []
+    elif isinstance(searchpath, str | os.PathLike):
+        given = [searchpath]
+    else:
+        given = list(searchpath)
+    folders = [Path(folder) for folder in given]
+    return folders + ([TEMPLATES_DIR] if TEMPLATES_DIR not in folders else [])
+
+
+def resolve_template(template: str | os.PathLike, searchpath: SearchPath = None) -> Path:
+    """Find a template: an absolute path, or a name (".yaml.j2" may be omitted) or relative path looked up
+    in each folder of ``template_folders(searchpath)`` and last in the working directory."""
     path = Path(template)
-    candidates = (
-        [path] if path.is_absolute() else [TEMPLATES_DIR / path, TEMPLATES_DIR / f"{path}.yaml.j2", path]
-    )
+    folders = template_folders(searchpath)
+    if path.is_absolute():
+        candidates = [path]
+    else:
+        candidates = [c for folder in folders for c in (folder / path, folder / f"{path}.yaml.j2")] + [path]
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    available = sorted(p.name for p in TEMPLATES_DIR.glob("*.yaml.j2"))
+    available = sorted({p.name for folder in folders for p in folder.glob("*.yaml.j2")})
     raise ManifestError(
-        "template not found",
+        f"template not found in {[str(folder) for folder in folders]} nor as a path",
         field="template",
         value=str(template),
-        fix=f"use a path to a .yaml.j2 file or one of {available} in {TEMPLATES_DIR}",
+        fix=(
+            f"use one of {available}, a path to a .yaml.j2 file, or add the folder holding "
+            f"{path.name if path.name.endswith('.yaml.j2') else f'{path.name}.yaml.j2'} to the operator's "
+            "template_searchpath (or the DAG's)"
+        ),
     )
 
 
-def render_template(template: str | os.PathLike | Mapping, values: Mapping[str, Any] | None = None) -> dict:
-    """Render a template file (or copy a ready dict) into a manifest dict."""
+def render_template(
+    template: str | os.PathLike | Mapping,
+    values: Mapping[str, Any] | None = None,
+    searchpath: SearchPath = None,
+) -> dict:
+    """Render a template file (found by ``resolve_template``) or copy a ready dict into a manifest dict."""
     if isinstance(template, Mapping):
         return copy.deepcopy(dict(template))
-    path = resolve_template(template)
+    path = resolve_template(template, searchpath)
     try:
         text = _ENV.from_string(path.read_text()).render(**dict(values or {}))
     except jinja2.UndefinedError as exc:
@@ -204,6 +231,7 @@ def build_rayjob(
     worker_replicas: int | Mapping[str, int] | None = None,
     resources: Mapping[str, Mapping[str, str | int]] | None = None,
     annotations: Mapping[str, str] | None = None,
+    template_searchpath: SearchPath = None,
 ) -> BuiltRayJob:
     """Render, override, label and validate a RayJob; raise ManifestError on any problem.
 
@@ -211,7 +239,9 @@ def build_rayjob(
     (Kueue requires it; a template saying false is an error), Kueue's queue and priority labels, our
     managed-by / identity labels and the full identity annotations (used for ownership checks).
     """
-    body = render_template(template, {"name": name, "namespace": namespace, **dict(values or {})})
+    body = render_template(
+        template, {"name": name, "namespace": namespace, **dict(values or {})}, template_searchpath
+    )
     _expect_kind(body, "RayJob")
     spec = body.setdefault("spec", {})
     if spec.get("shutdownAfterJobFinishes") is False:
@@ -258,10 +288,13 @@ def build_rayservice(
     worker_replicas: int | Mapping[str, int] | None = None,
     resources: Mapping[str, Mapping[str, str | int]] | None = None,
     annotations: Mapping[str, str] | None = None,
+    template_searchpath: SearchPath = None,
 ) -> BuiltRayJob:
     """Like ``build_rayjob`` for a Kueue-managed RayService (serving); ``runtime_env`` is merged into
     every application of ``serveConfigV2``. ``total_request`` counts the head and worker groups."""
-    body = render_template(template, {"name": name, "namespace": namespace, **dict(values or {})})
+    body = render_template(
+        template, {"name": name, "namespace": namespace, **dict(values or {})}, template_searchpath
+    )
     _expect_kind(body, "RayService")
     spec = body.setdefault("spec", {})
     cluster = spec.get("rayClusterConfig")

@@ -44,6 +44,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from kueue_ray.api import parse_time
+
 PREFIX = "kueue_ray"
 QUEUED_UNTIL_QUOTA_RESERVED = f"{PREFIX}.queued_until_quota_reserved"
 QUEUED_UNTIL_ADMITTED = f"{PREFIX}.queued_until_admitted"
@@ -139,7 +141,7 @@ class WaitMetrics:
         self.base = tags(queue=queue, priority=priority, namespace=namespace)
         self.ledger = ledger
         self.sink = sink
-        deferred = datetime.fromisoformat(deferred_at.replace("Z", "+00:00")) if deferred_at else None
+        deferred = parse_time(deferred_at)
         self.count_past = (
             deferred is None or (started - deferred).total_seconds() <= FIRST_START_GRACE_SECONDS
         )

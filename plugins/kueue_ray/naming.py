@@ -40,12 +40,6 @@ PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 
-RAYJOB_XCOM_KEY = "rayjob"
-"""The XCom the operator and the sensor push with what they know about their RayJob
-(``kueue_ray.results.rayjob_details``); the extra links and the submit task's sensor read it."""
-TIMELINE_XCOM_KEY = "timeline"
-"""The XCom with what happened while waiting (``kueue_ray.timeline.Timeline.to_dict``)."""
-
 MAX_RAYJOB_NAME = 47
 """KubeRay's limit: it appends "-<5 random>" to build child names that must fit in 53 characters."""
 MAX_LABEL_VALUE = 63

@@ -26,12 +26,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from kueue_ray.naming import AirflowIdentity
-from kueue_ray.status import Observation, Phase
+from kueue_ray.status import POSITION_PHASES, Observation, Phase
 
 POSITION_RELOG_SECONDS = 30.0
 """The shortest interval between two queue-position lines of one task."""
-WAITING_FOR_POSITION = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
-"""Phases in which the Workload has a queue position worth telling."""
 
 _PREEMPTOR = re.compile(r"a workload \(UID: (?P<workload_uid>[^,()]+), JobUID: (?P<job_uid>[^()]+)\)")
 _BINARY_QUANTITY = re.compile(r"\b(?P<number>\d+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei)\b")
@@ -131,7 +129,7 @@ class Story:
 
     def position_check_in(self, observation: Observation, now: float) -> float | None:
         """Seconds until the position should be checked again; None when it is not waiting in a queue."""
-        if observation.phase not in WAITING_FOR_POSITION or self.position_told_at is None:
+        if observation.phase not in POSITION_PHASES or self.position_told_at is None:
             return None
         return max(0.0, self.position_told_at + POSITION_RELOG_SECONDS - now)
 

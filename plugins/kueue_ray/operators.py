@@ -2,30 +2,31 @@
 
 Importing this module (as every DAG file does) must stay cheap: the dag-processor re-imports it for every
 parse of every DAG file that uses it. So at module level it imports only what defining the operator class
-needs (``BaseOperator``, the extra links, and the light ``naming`` and ``verdicts``). The trigger (which brings Airflow's trigger machinery and the
-watch hub), the status / timeline logic, the hook and the manifests are imported inside the methods that run
-on a worker or the triggerer, where their cost is paid once per task, not once per parse.
+needs (``BaseOperator``, the extra links, and the light ``naming``, ``results`` and ``verdicts``). The
+trigger (which brings Airflow's trigger machinery and the watch hub), the wait (``kueue_ray.waiting``), the
+status / timeline logic, the hook and the manifests are imported inside the methods that run on a worker or
+the triggerer, where their cost is paid once per task, not once per parse.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from kueue_ray.links import KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
-from kueue_ray.naming import QUEUE_LABEL, RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY, AirflowIdentity
-from kueue_ray.verdicts import DELETED, GAVE_UP, SUCCESS
+from kueue_ray.naming import AirflowIdentity
+from kueue_ray.results import RAYJOB_XCOM_KEY, finish
+from kueue_ray.verdicts import GAVE_UP
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from kueue_ray.hook import RayJobHook
-    from kueue_ray.trigger import RayJobTrigger
 
 SUBMIT_DECISIONS = 3
 """How often ``submit`` decides again when the RayJob it found changes under it before it acts."""
@@ -77,6 +78,15 @@ def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **ext
     from kueue_ray.results import rayjob_details as details
 
     return details(rayjob, payload, **extra)
+
+
+def template_searchpath(task: BaseOperator, given: str | Sequence[str] | None) -> str | Sequence[str] | None:
+    """Where ``task`` looks for its template by name: ``given`` (the operator's ``template_searchpath``),
+    else its DAG's ``template_searchpath``; the shipped templates are searched after either
+    (``kueue_ray.manifests.template_folders``)."""
+    if given:
+        return given
+    return getattr(task.dag, "template_searchpath", None) if task.has_dag() else None
 
 
 OWN_LINKS = (RayDashboardLink, KueueTabLink)
@@ -136,154 +146,6 @@ def trigger_ending(
     ).to_dict()
 
 
-TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-
-def _transient(exc: BaseException) -> bool:
-    """An API failure that says nothing about the RayJob (overload, a control plane in trouble, a dropped
-    connection); a refusal (401, 403) or a bad request is not one."""
-    status = getattr(exc, "status", None)
-    if status is not None:
-        return status in TRANSIENT_STATUSES
-    from urllib3.exceptions import HTTPError
-
-    return isinstance(exc, HTTPError | OSError)
-
-
-class WorkerWait:
-    """The trigger's rules, one synchronous read at a time: ``deferrable=False`` and the sensor's poke mode.
-
-    Same observe() / Watchdog / Timeline / Story as the trigger, so a task tells the same story whether it
-    waited in the triggerer or in a worker slot.
-    """
-
-    def __init__(self, trigger: RayJobTrigger, log: Any) -> None:
-        from kueue_ray.narration import Story
-        from kueue_ray.timeline import Timeline
-
-        self.trigger = trigger
-        self.log = log
-        self.timeline = Timeline.from_dict(trigger.timeline)
-        self.watchdog = trigger.make_watchdog()
-        self.story = Story()
-
-    def step(self, hook: RayJobHook) -> dict[str, Any] | None:
-        """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
-        from kueue_ray.status import observe
-        from kueue_ray.trigger import Verdict, event_payload
-
-        trigger = self.trigger
-        ids = {"name": trigger.name, "namespace": trigger.namespace, "uid": trigger.uid}
-        extra = {"queue": trigger.queue, "priority": trigger.priority}
-        now = datetime.now(UTC)
-        try:
-            rayjob, workload = hook.read_state(trigger.name, trigger.namespace, trigger.uid)
-        except Exception as exc:
-            if not _transient(exc):
-                raise
-            from kueue_ray.api_errors import describe_error
-
-            # The hook already retried it for a while: the API server is having a bad minute. Waiting goes
-            # on (as in the triggerer); the next read decides.
-            self.log.warning(
-                "Reading RayJob %s/%s failed (%s); reading it again at the next poll",
-                trigger.namespace,
-                trigger.name,
-                describe_error(exc),
-            )
-            return None
-        if rayjob is None:
-            message = f"RayJob {trigger.namespace}/{trigger.name} (uid {trigger.uid}) was deleted before it finished"
-            return event_payload(
-                Verdict(DELETED, "RayJobDeleted", message), None, self.timeline, **ids, **extra
-            )
-        observation = observe(rayjob, workload)
-        self.timeline.record(observation, now)
-        self.tell(hook, rayjob, observation)
-        verdict = self.watchdog.check(observation, workload, now)
-        if verdict is None:
-            return None
-        return event_payload(verdict, observation, self.timeline, **ids, **extra)
-
-    def tell(self, hook: RayJobHook, rayjob: dict, observation: Any) -> None:
-        """Log what is new, as ``RayJobTrigger._tell`` does: a transition (queue position, preemptor named)
-        or, while waiting, a position that moved since the last line."""
-        from kueue_ray.narration import preemptor_job_uid
-        from kueue_ray.trigger import describe_transition
-
-        trigger, story, now = self.trigger, self.story, time.monotonic()
-        if story.news(observation):
-            position = self.position(hook, rayjob, observation)
-            uid = preemptor_job_uid(observation.message)
-            preemptor = find_rayjob(hook, trigger.namespace, uid) if uid else None
-            self.log.info(
-                describe_transition(trigger.namespace, trigger.name, observation, position, preemptor)
-            )
-            story.told_position(position, now)
-            return
-        check = story.position_check_in(observation, now)
-        if check is not None and check <= 0:
-            position = self.position(hook, rayjob, observation)
-            line = story.position_line(trigger.namespace, trigger.name, observation.phase, position, now)
-            if line:
-                self.log.info(line)
-
-    def position(self, hook: RayJobHook, rayjob: dict, observation: Any) -> str | None:
-        from kueue_ray.trigger import POSITION_PHASES
-
-        queue = self.trigger.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
-        if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
-            return None
-        found = hook.queue_position(self.trigger.namespace, queue, observation.workload_name)
-        return found.describe() if found else None
-
-
-def find_rayjob(hook: RayJobHook, namespace: str, uid: str) -> dict | None:
-    """This project's RayJob with ``uid`` in ``namespace`` (e.g. a preemptor), for naming it in the log;
-    None when there is none or the list fails (a name in a log line is not worth failing a task)."""
-    try:
-        rayjobs = hook.list_managed_rayjobs(namespace)
-    except Exception:  # noqa: BLE001 - the log line falls back to Kueue's UIDs
-        return None
-    return next((r for r in rayjobs if (r.get("metadata") or {}).get("uid") == uid), None)
-
-
-def wait_in_worker(
-    hook: RayJobHook, trigger: RayJobTrigger, log: Any, poll_interval: float
-) -> dict[str, Any]:
-    """Hold the worker slot and read every ``poll_interval`` seconds until waiting is over."""
-    wait = WorkerWait(trigger, log)
-    while (event := wait.step(hook)) is None:
-        time.sleep(poll_interval)
-    return event
-
-
-def finish(
-    operator: BaseOperator, context: Context, event: Mapping[str, Any], *, log_tail_lines: int
-) -> dict:
-    """Shared end of waiting (operator and sensor): timeline to XCom, driver log to the task log, raise
-    on anything but success."""
-
-    from kueue_ray.hook import RayJobHook
-    from kueue_ray.results import LOG_TAIL_HEADER, reference, summary_lines
-
-    ti = context["ti"]
-    ti.xcom_push(key=TIMELINE_XCOM_KEY, value=event.get("timeline") or {})
-    name, namespace = event["name"], event["namespace"]
-    hook = RayJobHook(kubernetes_conn_id=operator.kubernetes_conn_id)
-    for line in summary_lines(event, lambda uid: find_rayjob(hook, namespace, uid)):
-        operator.log.info(line)
-    if log_tail_lines > 0 and event.get("status") != DELETED:
-        tail = hook.submitter_log_tail(name, namespace, log_tail_lines)
-        if tail:
-            operator.log.info(LOG_TAIL_HEADER, log_tail_lines, tail)
-    if event["status"] != SUCCESS:
-        raise AirflowException(
-            f"RayJob {namespace}/{name} did not succeed ({event['status']}, {event.get('reason')}): {event.get('message')}"
-        )
-    return reference(event)
-
-
 class SubmitRayJobOperator(BaseOperator):
     """Submit a RayJob to a Kueue LocalQueue with a WorkloadPriorityClass, and wait for it.
 
@@ -319,7 +181,10 @@ class SubmitRayJobOperator(BaseOperator):
             run_timeout=6 * 3600,
         )
 
-    :param template: template name in ``include/manifests/rayjobs``, a file path, or a RayJob dict.
+    :param template: a template name (``<name>`` or ``<name>.yaml.j2``) looked up in ``template_searchpath``
+        and then in the shipped ``include/manifests/rayjobs``, a file path, or a RayJob dict.
+    :param template_searchpath: folder(s) holding your own templates; default: the DAG's
+        ``template_searchpath``.
     :param queue: Kueue LocalQueue in ``namespace`` (templated; kept as ``local_queue``, because
         ``BaseOperator.queue`` is the Airflow executor queue — set that one with ``executor_queue``).
     :param priority: WorkloadPriorityClass; with ``priority_policy`` it is the DAG's default priority.
@@ -341,8 +206,8 @@ class SubmitRayJobOperator(BaseOperator):
         on a worker (``execute_complete``), as does every failure (so retries apply) and a task that must
         run code on a worker at its end (a subclass overriding ``execute_complete`` or ``post_execute``, an
         ``on_success_callback``, ``outlets``, other extra links; the task log says which).
-    :param queue_timeout / run_timeout: seconds; see ``kueue_ray.trigger.Watchdog``.
-    :param fail_on_inadmissible / inadmissible_grace / max_preemptions: see ``Watchdog``.
+    :param queue_timeout / run_timeout: seconds; see ``kueue_ray.waiting.WaitPolicy``.
+    :param fail_on_inadmissible / inadmissible_grace / max_preemptions: see ``WaitPolicy``.
     :param max_pods_ready_evictions: how many evictions for pods that did not get ready within Kueue's
         waitForPodsReady timeout (30 min by default; usually a taint without toleration, or an image that
         cannot be pulled) are tolerated; the next one fails the task with that hint and deletes the RayJob
@@ -407,6 +272,7 @@ class SubmitRayJobOperator(BaseOperator):
         resync_interval: float = 300.0,
         log_tail_lines: int = 50,
         ray_dashboard_url_template: str | None = None,
+        template_searchpath: str | Sequence[str] | None = None,
         executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -414,6 +280,7 @@ class SubmitRayJobOperator(BaseOperator):
             kwargs["queue"] = executor_queue
         super().__init__(**kwargs)
         self.template = template
+        self.template_searchpath = template_searchpath
         self.local_queue = queue
         self.priority = priority
         self.namespace = namespace
@@ -442,6 +309,13 @@ class SubmitRayJobOperator(BaseOperator):
         self.rayjob_details: dict[str, Any] | None = None
         self._owned: tuple[str, str, str, AirflowIdentity] | None = None
 
+    @cached_property
+    def hook(self) -> RayJobHook:
+        """The synchronous hook on ``kubernetes_conn_id``, made once per task try."""
+        from kueue_ray.hook import RayJobHook
+
+        return RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
+
     # --- decisions -----------------------------------------------------------------------------------
 
     def resolve_priority(self, context: Context) -> str:
@@ -452,10 +326,10 @@ class SubmitRayJobOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any] | None:
         from kueue_ray.errors import KueueRayError
-        from kueue_ray.hook import RayJobHook
         from kueue_ray.manifests import build_rayjob
         from kueue_ray.status import TERMINAL_PHASES, observe
         from kueue_ray.trigger import RayJobTrigger
+        from kueue_ray.waiting import WaitPolicy, WaitTarget, WorkerWait
 
         identity = task_identity(context)
         try:
@@ -474,8 +348,9 @@ class SubmitRayJobOperator(BaseOperator):
                 worker_replicas=self.worker_replicas,
                 resources=self.ray_resources,
                 annotations=self.annotations,
+                template_searchpath=template_searchpath(self, self.template_searchpath),
             )
-            hook = RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
+            hook = self.hook
             queue_capacity = hook.preflight(built, self.namespace, self.local_queue, priority)
         except KueueRayError as error:
             # The DAG or the cluster's queues need fixing: retrying the same inputs cannot help.
@@ -497,30 +372,28 @@ class SubmitRayJobOperator(BaseOperator):
         if not self.wait_for_completion:
             return reference
 
-        trigger = RayJobTrigger(
+        target = WaitTarget(
             name=metadata["name"],
             namespace=self.namespace,
             uid=metadata["uid"],
-            kubernetes_conn_id=self.kubernetes_conn_id,
             queue=self.local_queue,
             priority=priority,
-            queue_timeout=self.queue_timeout,
-            run_timeout=self.run_timeout,
-            fail_on_inadmissible=self.fail_on_inadmissible,
-            inadmissible_grace=self.inadmissible_grace,
-            max_preemptions=self.max_preemptions,
-            max_pods_ready_evictions=self.max_pods_ready_evictions,
-            owner=vars(identity).copy(),
             submitted_at=metadata.get("creationTimestamp") or datetime.now(UTC).isoformat(),
-            resync_interval=self.resync_interval,
         )
+        policy = WaitPolicy.of(self)
         if self.deferrable and observe(rayjob, None).phase not in TERMINAL_PHASES:
-            trigger.end_in_triggerer = trigger_ending(
-                self, SubmitRayJobOperator, {"queue": self.local_queue, "priority": priority}
+            trigger = RayJobTrigger(
+                **vars(target),
+                kubernetes_conn_id=self.kubernetes_conn_id,
+                policy=policy,
+                owner=vars(identity).copy(),
+                end_in_triggerer=trigger_ending(
+                    self, SubmitRayJobOperator, {"queue": self.local_queue, "priority": priority}
+                ),
+                deferred_at=datetime.now(UTC).isoformat(),
             )
-            trigger.deferred_at = datetime.now(UTC).isoformat()
             self.defer(trigger=trigger, method_name="execute_complete")
-        return self.execute_complete(context, wait_in_worker(hook, trigger, self.log, self.poll_interval))
+        return self.execute_complete(context, WorkerWait(target, policy, self.log).wait(hook))
 
     def submit(self, hook: RayJobHook, body: dict, identity: AirflowIdentity) -> dict:
         """Create the RayJob, or adopt / replace the one an earlier try of this task made.
@@ -601,9 +474,7 @@ class SubmitRayJobOperator(BaseOperator):
     def _withdraw(self, context: Context, event: dict[str, Any]) -> None:
         """We stop waiting for a RayJob that has not finished: take it out of the queue (or stop it) rather
         than leave it to be admitted later with nobody waiting. Only if this try still owns it."""
-        from kueue_ray.hook import RayJobHook
-
-        result = RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).delete_if_owned(
+        result = self.hook.delete_if_owned(
             event["name"], event["namespace"], event["uid"], task_identity(context)
         )
         self.log.info(
@@ -618,10 +489,6 @@ class SubmitRayJobOperator(BaseOperator):
         """Killed while waiting in the worker (deferrable=False): delete the RayJob if this try owns it."""
         if self._owned is None:
             return
-        from kueue_ray.hook import RayJobHook
-
         name, namespace, uid, identity = self._owned
-        result = RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).delete_if_owned(
-            name, namespace, uid, identity
-        )
+        result = self.hook.delete_if_owned(name, namespace, uid, identity)
         self.log.info("on_kill: RayJob %s/%s %s", namespace, name, result)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from kueue_ray.links import RAYJOB_XCOM_KEY
+from kueue_ray.results import RAYJOB_XCOM_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset, Context

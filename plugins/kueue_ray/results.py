@@ -1,23 +1,34 @@
-"""What a finished wait leaves behind: the XComs and the closing lines of the task log.
+"""What a finished wait leaves behind: the XComs (their keys are named here) and the closing lines of the
+task log.
 
 The same whether the task ends in the triggerer (a successful RayJob: ``RayJobTrigger`` yields Airflow's
-``TaskSuccessEvent`` carrying these XComs, and no worker runs again) or resumes on a worker
-(``kueue_ray.operators.finish``: failures, and tasks that must run user code at the end). So downstream
-tasks, the extra links and the task log cannot tell the two apart.
+``TaskSuccessEvent`` carrying these XComs, and no worker runs again) or resumes on a worker (``finish``:
+failures, and tasks that must run user code at the end). So downstream tasks, the extra links and the task
+log cannot tell the two apart.
 
-Pure: no Airflow, no Kubernetes client. Callers pass in what needs I/O (the preemptor RayJob, the driver
-log tail).
+Everything but ``finish`` is pure: callers pass in what needs I/O (the preemptor RayJob, the driver log
+tail). DAG files import this module through the operators, so at module level it imports only ``verdicts``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kueue_ray.naming import RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY
-from kueue_ray.narration import name_preemptor, preemptor_job_uid, readable_quantities
+from kueue_ray.verdicts import DELETED, SUCCESS
 
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+RAYJOB_XCOM_KEY = "rayjob"
+"""The XCom the operator and the sensor push with what they know about their RayJob (``rayjob_details``);
+the extra links and the submit task's sensor read it."""
+TIMELINE_XCOM_KEY = "timeline"
+"""The XCom with what happened while waiting (``kueue_ray.timeline.Timeline.to_dict``)."""
+RAYSERVICE_XCOM_KEY = "rayservice"
+"""The XCom the deploy operator pushes with its RayService, what it waits for and, at the end, the
+timeline; the Kueue tab reads it."""
 RETURN_VALUE_XCOM_KEY = "return_value"
 """Airflow's key for what ``execute`` / ``execute_complete`` return (``XCOM_RETURN_KEY``)."""
 LOG_TAIL_HEADER = "Last %d lines of the Ray driver (submitter) log:\n%s"
@@ -51,6 +62,8 @@ def event_details(event: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
 def summary_lines(event: Mapping[str, Any], preemptor_of: Callable[[str], dict | None]) -> list[str]:
     """The closing lines of the task log: how long it queued and ran, then each preemption (its preemptor
     named, via ``preemptor_of(job_uid)``) and each other eviction."""
+    from kueue_ray.narration import name_preemptor, preemptor_job_uid, readable_quantities
+
     timeline = event.get("timeline") or {}
     lines = [
         f"RayJob {event['namespace']}/{event['name']} ended {event.get('phase') or event['status']} after "
@@ -76,6 +89,29 @@ def summary_lines(event: Mapping[str, Any], preemptor_of: Callable[[str], dict |
 def reference(event: Mapping[str, Any]) -> dict[str, Any]:
     """What the task returns on success: enough to find the RayJob again."""
     return {"name": event["name"], "namespace": event["namespace"], "uid": event["uid"]}
+
+
+def finish(task: Any, context: Context, event: Mapping[str, Any], *, log_tail_lines: int) -> dict:
+    """End of waiting on a worker (operator and sensor): timeline to XCom, closing lines and the driver log
+    tail to the task log (through ``task.hook``), raise on anything but success."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from kueue_ray.waiting import find_rayjob
+
+    context["ti"].xcom_push(key=TIMELINE_XCOM_KEY, value=event.get("timeline") or {})
+    name, namespace, hook = event["name"], event["namespace"], task.hook
+    for line in summary_lines(event, lambda uid: find_rayjob(hook, namespace, uid)):
+        task.log.info(line)
+    if log_tail_lines > 0 and event.get("status") != DELETED:
+        tail = hook.submitter_log_tail(name, namespace, log_tail_lines)
+        if tail:
+            task.log.info(LOG_TAIL_HEADER, log_tail_lines, tail)
+    if event["status"] != SUCCESS:
+        raise AirflowException(
+            f"RayJob {namespace}/{name} did not succeed ({event['status']}, {event.get('reason')}): "
+            f"{event.get('message')}"
+        )
+    return reference(event)
 
 
 @dataclass(frozen=True)

@@ -16,19 +16,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
 from kueue_ray.links import KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
-from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL, RAYJOB_XCOM_KEY
-from kueue_ray.operators import WorkerWait, finish, rayjob_details, task_identity, trigger_ending
+from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL
+from kueue_ray.operators import rayjob_details, task_identity, trigger_ending
+from kueue_ray.results import RAYJOB_XCOM_KEY, finish
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from kueue_ray.trigger import RayJobTrigger
+    from kueue_ray.hook import RayJobHook
+    from kueue_ray.waiting import WaitTarget, WorkerWait
 
 
 class RayJobSensor(BaseSensorOperator):
@@ -52,7 +55,7 @@ class RayJobSensor(BaseSensorOperator):
     :param end_in_triggerer: when the RayJob succeeds, end the task in the triggerer with the same XComs
         and log lines (default); False resumes on a worker. See ``SubmitRayJobOperator``.
     :param queue_timeout / run_timeout / fail_on_inadmissible / inadmissible_grace / max_preemptions /
-        max_pods_ready_evictions: see ``kueue_ray.trigger.Watchdog`` and ``SubmitRayJobOperator``
+        max_pods_ready_evictions: see ``kueue_ray.waiting.WaitPolicy`` and ``SubmitRayJobOperator``
         (``max_pods_ready_evictions`` defaults to 1 here too). In reschedule mode the inadmissible grace
         restarts with every poke; use poke mode or deferral when it matters.
     :param delete_on_kill: when the deferred sensor is killed (marked failed / success), delete the RayJob if
@@ -108,13 +111,18 @@ class RayJobSensor(BaseSensorOperator):
         self.log_tail_lines = log_tail_lines
         self.ray_dashboard_url_template = ray_dashboard_url_template
         self.rayjob_details: dict[str, Any] | None = None
-        self._trigger: RayJobTrigger | None = None
+        self._target: WaitTarget | None = None
         self._wait: WorkerWait | None = None
 
-    def _target(self, context: Context) -> dict[str, Any]:
-        """Name, namespace and uid of the RayJob to wait for; the RayJob must exist."""
+    @cached_property
+    def hook(self) -> RayJobHook:
+        """The synchronous hook on ``kubernetes_conn_id``, made once per task try."""
         from kueue_ray.hook import RayJobHook
 
+        return RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
+
+    def _find(self, context: Context) -> dict[str, Any]:
+        """The RayJob to wait for; it must exist."""
         if self.submit_task_id:
             reference = context["ti"].xcom_pull(task_ids=self.submit_task_id, key=RAYJOB_XCOM_KEY)
             if not reference:
@@ -125,7 +133,7 @@ class RayJobSensor(BaseSensorOperator):
             name, namespace = reference["name"], reference["namespace"]
         else:
             name, namespace = self.rayjob_name, self.namespace
-        rayjob = RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).get_rayjob(name, namespace)
+        rayjob = self.hook.get_rayjob(name, namespace)
         if rayjob is None:
             raise AirflowException(f"RayJob {namespace}/{name} does not exist")
         if self.submit_task_id and reference.get("uid") not in (None, rayjob["metadata"]["uid"]):
@@ -138,7 +146,7 @@ class RayJobSensor(BaseSensorOperator):
     def _register_as_waiter(self, rayjob: dict, context: Context) -> dict | None:
         """Stamp this try as the RayJob's waiter, so its trigger's on_kill may delete the RayJob; the waiter
         identity for the trigger, or None when this sensor must never delete it."""
-        from kueue_ray.hook import RayJobHook, foreign_run
+        from kueue_ray.hook import foreign_run
 
         waiter = task_identity(context)
         metadata = rayjob["metadata"]
@@ -151,7 +159,7 @@ class RayJobSensor(BaseSensorOperator):
                 foreign,
             )
             return None
-        if RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id).register_waiter(rayjob, waiter) is None:
+        if self.hook.register_waiter(rayjob, waiter) is None:
             self.log.info(
                 "RayJob %s/%s changed hands while registering as its waiter",
                 metadata["namespace"],
@@ -160,55 +168,54 @@ class RayJobSensor(BaseSensorOperator):
             return None
         return vars(waiter).copy()
 
-    def _make_trigger(self, rayjob: dict, waiter: dict | None = None) -> RayJobTrigger:
-        from kueue_ray.trigger import RayJobTrigger
+    def _wait_target(self, rayjob: dict) -> WaitTarget:
+        from kueue_ray.waiting import WaitTarget
 
         metadata = rayjob["metadata"]
         labels = metadata.get("labels") or {}
-        return RayJobTrigger(
+        return WaitTarget(
             name=metadata["name"],
             namespace=metadata["namespace"],
             uid=metadata["uid"],
             queue=labels.get(QUEUE_LABEL),
             priority=labels.get(PRIORITY_CLASS_LABEL),
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            queue_timeout=self.queue_timeout,
-            run_timeout=self.run_timeout,
-            fail_on_inadmissible=self.fail_on_inadmissible,
-            inadmissible_grace=self.inadmissible_grace,
-            max_preemptions=self.max_preemptions,
-            max_pods_ready_evictions=self.max_pods_ready_evictions,
-            owner=None,  # a sensor never owns the RayJob; at most it is its registered waiter
-            waiter=waiter,
             submitted_at=metadata.get("creationTimestamp") or datetime.now(UTC).isoformat(),
-            resync_interval=self.resync_interval,
         )
 
     def execute(self, context: Context) -> Any:
-        rayjob = self._target(context)
+        rayjob = self._find(context)
         self.rayjob_details = rayjob_details(rayjob)
         context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
         for line in where_to_look(dashboard_template(self), self.rayjob_details):
             self.log.info(line)
+        self._target = self._wait_target(rayjob)
         if self.deferrable:
+            from kueue_ray.trigger import RayJobTrigger
+            from kueue_ray.waiting import WaitPolicy
+
             waiter = self._register_as_waiter(rayjob, context) if self.delete_on_kill else None
-            self._trigger = self._make_trigger(rayjob, waiter)
-            self._trigger.end_in_triggerer = trigger_ending(self, RayJobSensor, {})
-            self._trigger.deferred_at = datetime.now(UTC).isoformat()
+            trigger = RayJobTrigger(
+                **vars(self._target),
+                kubernetes_conn_id=self.kubernetes_conn_id,
+                policy=WaitPolicy.of(self),
+                owner=None,  # a sensor never owns the RayJob; at most it is its registered waiter
+                waiter=waiter,
+                end_in_triggerer=trigger_ending(self, RayJobSensor, {}),
+                deferred_at=datetime.now(UTC).isoformat(),
+            )
             self.defer(
-                trigger=self._trigger,
+                trigger=trigger,
                 method_name="execute_complete",
                 timeout=timedelta(seconds=self.timeout) if self.timeout else None,
             )
-        self._trigger = self._make_trigger(rayjob)
         return super().execute(context)
 
     def poke(self, context: Context) -> PokeReturnValue:
-        from kueue_ray.hook import RayJobHook
+        from kueue_ray.waiting import WaitPolicy, WorkerWait
 
         if self._wait is None:  # kept across pokes in poke mode; rebuilt per poke in reschedule mode
-            self._wait = WorkerWait(self._trigger, self.log)
-        event = self._wait.step(RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id))
+            self._wait = WorkerWait(self._target, WaitPolicy.of(self), self.log)
+        event = self._wait.step(self.hook)
         if event is None:
             return PokeReturnValue(is_done=False)
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, event))

@@ -21,19 +21,10 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from kueue_ray.hook import (
-    KUEUE_GROUP,
-    KUEUE_VERSION,
-    RAY_GROUP,
-    RAY_VERSION,
-    AsyncRayJobHook,
-    PreflightError,
-    RayJobHook,
-)
+from kueue_ray.api import KUEUE_GROUP, KUEUE_VERSION, RAY_GROUP, RAY_VERSION, RAYSERVICE, WORKLOAD
+from kueue_ray.hook import AsyncRayJobHook, PreflightError, RayJobHook
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 from kueue_ray.service_status import related_workload
-
-RAYSERVICE_PLURAL = "rayservices"
 
 
 class RayServiceHook(RayJobHook):
@@ -43,7 +34,7 @@ class RayServiceHook(RayJobHook):
     def get_rayservice(self, name: str, namespace: str) -> dict | None:
         try:
             return self.custom_object_client.get_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE_PLURAL, name
+                RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE.plural, name
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -54,7 +45,7 @@ class RayServiceHook(RayJobHook):
     def _create_rayservice(self, body: dict, namespace: str) -> dict | None:
         try:
             return self.custom_object_client.create_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE_PLURAL, body
+                RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE.plural, body
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -84,7 +75,7 @@ class RayServiceHook(RayJobHook):
         metadata = body["metadata"]
         try:
             return self.custom_object_client.replace_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, metadata["namespace"], RAYSERVICE_PLURAL, metadata["name"], body
+                RAY_GROUP, RAY_VERSION, metadata["namespace"], RAYSERVICE.plural, metadata["name"], body
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -95,7 +86,7 @@ class RayServiceHook(RayJobHook):
     def list_rayservices(self, namespace: str, label_selector: str) -> list[dict]:
         return (
             self.custom_object_client.list_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE_PLURAL, label_selector=label_selector
+                RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE.plural, label_selector=label_selector
             ).get("items")
             or []
         )
@@ -104,7 +95,7 @@ class RayServiceHook(RayJobHook):
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
     ) -> str:
         """Delete exactly this RayService (its clusters follow); DELETED, GONE (404) or CONFLICT (409)."""
-        return self._delete(name, namespace, uid, resource_version, plural=RAYSERVICE_PLURAL)
+        return self._delete(name, namespace, uid, resource_version, plural=RAYSERVICE.plural)
 
     def delete_rayservice_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> str:
         """Delete the RayService only while ``owner`` (one task try) still owns it; DELETED, GONE or CONFLICT."""
@@ -117,7 +108,7 @@ class RayServiceHook(RayJobHook):
         """Every Workload Kueue made for a job in ``namespace`` (they all carry the job-uid label)."""
         return (
             self.custom_object_client.list_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", label_selector=JOB_UID_LABEL
+                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD.plural, label_selector=JOB_UID_LABEL
             ).get("items")
             or []
         )
@@ -138,7 +129,7 @@ class AsyncRayServiceHook(AsyncRayJobHook):
         async with self._client(api_client) as client:
             try:
                 return await AsyncCustomObjectsApi(client).get_namespaced_custom_object(
-                    RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE_PLURAL, name
+                    RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE.plural, name
                 )
             except AsyncApiException as exc:
                 if exc.status == 404:
@@ -149,7 +140,7 @@ class AsyncRayServiceHook(AsyncRayJobHook):
     async def list_job_workloads(self, namespace: str, api_client: Any = None) -> list[dict]:
         async with self._client(api_client) as client:
             result = await AsyncCustomObjectsApi(client).list_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", label_selector=JOB_UID_LABEL
+                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD.plural, label_selector=JOB_UID_LABEL
             )
         return result.get("items") or []
 
@@ -157,7 +148,7 @@ class AsyncRayServiceHook(AsyncRayJobHook):
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
     ) -> str:
         """As ``RayServiceHook.delete_rayservice``."""
-        return await self._delete(name, namespace, uid, resource_version, plural=RAYSERVICE_PLURAL)
+        return await self._delete(name, namespace, uid, resource_version, plural=RAYSERVICE.plural)
 
     async def delete_rayservice_if_owned(
         self, name: str, namespace: str, uid: str, owner: AirflowIdentity

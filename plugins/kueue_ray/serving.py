@@ -8,10 +8,10 @@ importing ``kueue_ray.operators``: the hook, manifests, status model and trigger
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -26,19 +26,19 @@ from kueue_ray.naming import (
     label_value,
     service_name,
 )
-from kueue_ray.operators import run_priority, task_identity
+from kueue_ray.operators import run_priority, task_identity, template_searchpath
+from kueue_ray.results import RAYSERVICE_XCOM_KEY
 from kueue_ray.verdicts import SUCCESS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from kueue_ray.service_hook import RayServiceHook
-    from kueue_ray.service_trigger import RayServiceTrigger
+    from kueue_ray.service_waiting import ServiceTarget
 
 UPGRADE = "upgrade"
 NEW_SERVICE = "new_service"
 MODES = (UPGRADE, NEW_SERVICE)
-RAYSERVICE_XCOM_KEY = "rayservice"
 REPLACES_ANNOTATION = "kueue-ray.airflow.apache.org/replaces"
 """On a RayService the deploy operator updated: the active RayCluster the update replaces ("" when KubeRay
 keeps its cluster). A retry of the same deploy reads it back to wait for the same switch."""
@@ -72,11 +72,6 @@ def _serve_config(spec: Mapping[str, Any]) -> Any:
         return yaml.safe_load(spec.get("serveConfigV2") or "")
     except yaml.YAMLError:
         return spec.get("serveConfigV2")
-
-
-def _seconds(value: float | str | None) -> float | None:
-    """A timeout as rendered from a template (a number, its text, or nothing)."""
-    return None if value in (None, "", "None") else float(value)
 
 
 def _is_ready(service: dict) -> bool:
@@ -134,7 +129,10 @@ class DeployRayServiceOperator(BaseOperator):
             teardown_previous=True,
         )
 
-    :param template: template name in ``include/manifests/rayjobs``, a file path, or a RayService dict.
+    :param template: a template name looked up in ``template_searchpath`` and then in the shipped
+        ``include/manifests/rayjobs``, a file path, or a RayService dict.
+    :param template_searchpath: folder(s) holding your own templates; default: the DAG's
+        ``template_searchpath``.
     :param values: template variables.
     :param queue: Kueue LocalQueue in ``namespace`` (templated; kept as ``local_queue``).
     :param priority: WorkloadPriorityClass; with ``priority_policy`` the DAG's default priority.
@@ -151,7 +149,8 @@ class DeployRayServiceOperator(BaseOperator):
         takes.
     :param ready_timeout: seconds from the cluster's admission until it serves (templated); None for no limit.
     :param fail_on_inadmissible / inadmissible_grace / max_preemptions / max_pods_ready_evictions: as for
-        ``SubmitRayJobOperator`` (``kueue_ray.service_trigger.ServiceWatchdog``).
+        ``SubmitRayJobOperator`` (``kueue_ray.waiting.WaitPolicy``, judged by
+        ``kueue_ray.service_waiting.ServiceWatchdog``).
     :param smoke_url: URL to GET once serving (templated, then ``str.format``-ed with ``service``,
         ``serve_service`` and ``namespace``); None sends nothing.
     :param smoke_timeout: seconds for that request.
@@ -210,6 +209,7 @@ class DeployRayServiceOperator(BaseOperator):
         teardown_previous: bool | str = False,
         poll_interval: float = 5.0,
         resync_interval: float = 300.0,
+        template_searchpath: str | Sequence[str] | None = None,
         executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -217,6 +217,7 @@ class DeployRayServiceOperator(BaseOperator):
             kwargs["queue"] = executor_queue
         super().__init__(**kwargs)
         self.template = template
+        self.template_searchpath = template_searchpath
         self.local_queue = queue
         self.priority = priority
         self.namespace = namespace
@@ -242,6 +243,13 @@ class DeployRayServiceOperator(BaseOperator):
         self.teardown_previous = teardown_previous
         self.poll_interval = poll_interval
         self.resync_interval = resync_interval
+
+    @cached_property
+    def hook(self) -> RayServiceHook:
+        """The synchronous hook on ``kubernetes_conn_id``, made once per task try."""
+        from kueue_ray.service_hook import RayServiceHook
+
+        return RayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id)
 
     # --- decisions -----------------------------------------------------------------------------------
 
@@ -269,7 +277,8 @@ class DeployRayServiceOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from kueue_ray.errors import KueueRayError
         from kueue_ray.manifests import build_rayservice
-        from kueue_ray.service_hook import RayServiceHook
+        from kueue_ray.service_waiting import ServiceWorkerWait
+        from kueue_ray.waiting import WaitPolicy
 
         identity = task_identity(context)
         try:
@@ -288,8 +297,9 @@ class DeployRayServiceOperator(BaseOperator):
                 worker_replicas=self.worker_replicas,
                 resources=self.ray_resources,
                 annotations=self.annotations,
+                template_searchpath=template_searchpath(self, self.template_searchpath),
             )
-            hook = RayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id)
+            hook = self.hook
             capacity = hook.preflight(built, self.namespace, self.local_queue, priority)
             self.log.info(
                 "Preflight ok: LocalQueue %s -> ClusterQueue %s; one Ray cluster of RayService %s requests %s",
@@ -306,12 +316,19 @@ class DeployRayServiceOperator(BaseOperator):
         context["ti"].xcom_push(
             key=RAYSERVICE_XCOM_KEY, value=self.details(service, priority, deployment.switch_from)
         )
-        trigger = self.make_trigger(deployment, identity, priority)
-        first = trigger.observe(service, [])
-        if self.deferrable and not first.serving:
+        target, policy = self.wait_target(deployment, priority), WaitPolicy.of(self)
+        if self.deferrable and not target.observe(service, []).serving:
+            from kueue_ray.service_trigger import RayServiceTrigger
+
+            trigger = RayServiceTrigger(
+                **vars(target),
+                owner=vars(identity).copy(),
+                kubernetes_conn_id=self.kubernetes_conn_id,
+                policy=policy,
+            )
             self.defer(trigger=trigger, method_name="execute_complete")
         self.log.info("Waiting in the worker for RayService %s/%s", self.namespace, metadata["name"])
-        return self.execute_complete(context, self.wait_in_worker(hook, trigger))
+        return self.execute_complete(context, ServiceWorkerWait(target, policy, self.log).wait(hook))
 
     def deploy(self, hook: RayServiceHook, body: dict, identity: AirflowIdentity) -> Deployment:
         """Create the RayService, adopt the one an earlier try of this run deployed, or update the one an
@@ -437,64 +454,22 @@ class DeployRayServiceOperator(BaseOperator):
             return True
         return service_workload(service, hook.list_job_workloads(self.namespace)) is not None
 
-    def make_trigger(
-        self, deployment: Deployment, identity: AirflowIdentity, priority: str
-    ) -> RayServiceTrigger:
-        from kueue_ray.service_trigger import RayServiceTrigger
+    def wait_target(self, deployment: Deployment, priority: str) -> ServiceTarget:
+        """What to wait for after ``deployment``."""
+        from kueue_ray.service_waiting import ServiceTarget
 
         metadata = deployment.service["metadata"]
-        return RayServiceTrigger(
+        return ServiceTarget(
             name=metadata["name"],
             namespace=self.namespace,
             uid=metadata["uid"],
             generation=int(metadata.get("generation") or 1),
             switch_from=deployment.switch_from,
             created=deployment.created,
-            owner=vars(identity).copy(),
-            kubernetes_conn_id=self.kubernetes_conn_id,
             queue=self.local_queue,
             priority=priority,
-            queue_timeout=_seconds(self.queue_timeout),
-            ready_timeout=_seconds(self.ready_timeout),
-            fail_on_inadmissible=self.fail_on_inadmissible,
-            inadmissible_grace=self.inadmissible_grace,
-            max_preemptions=self.max_preemptions,
-            max_pods_ready_evictions=self.max_pods_ready_evictions,
             submitted_at=datetime.now(UTC).isoformat(),
-            resync_interval=self.resync_interval,
         )
-
-    def wait_in_worker(self, hook: RayServiceHook, trigger: RayServiceTrigger) -> dict[str, Any]:
-        """Hold the worker slot and read every ``poll_interval`` seconds until waiting is over."""
-        from kueue_ray.service_trigger import ServiceTimeline, describe_service_transition, utcnow
-        from kueue_ray.trigger import Verdict
-        from kueue_ray.verdicts import DELETED
-
-        timeline, watchdog, last = ServiceTimeline(), trigger.make_watchdog(), None
-        while True:
-            service, workloads = hook.read_service(trigger.name, trigger.namespace, trigger.uid)
-            if service is None:
-                message = f"RayService {trigger.namespace}/{trigger.name} was deleted while waiting"
-                return trigger.payload(Verdict(DELETED, "RayServiceDeleted", message), None, timeline)
-            now = utcnow()
-            observation = trigger.observe(service, workloads)
-            timeline.record(observation, now)
-            said = (observation.phase, observation.reason, observation.message)
-            if said != last:
-                last = said
-                position = None
-                if observation.workload_name and observation.phase.value in ("QUEUED", "INADMISSIBLE"):
-                    found = hook.queue_position(
-                        trigger.namespace, self.local_queue, observation.workload_name
-                    )
-                    position = found.describe() if found else None
-                self.log.info(
-                    describe_service_transition(trigger.namespace, trigger.name, observation, position)
-                )
-            verdict = watchdog.check(observation, now)
-            if verdict is not None:
-                return trigger.payload(verdict, observation, timeline)
-            time.sleep(self.poll_interval)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after waiting: the story to the log and XCom, then the smoke request and the teardown."""
@@ -568,11 +543,7 @@ class DeployRayServiceOperator(BaseOperator):
                     name,
                 )
             return
-        from kueue_ray.service_hook import RayServiceHook
-
-        result = RayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id).delete_rayservice_if_owned(
-            name, namespace, event["uid"], task_identity(context)
-        )
+        result = self.hook.delete_rayservice_if_owned(name, namespace, event["uid"], task_identity(context))
         self.log.info(
             "Gave up on RayService %s/%s (%s): delete -> %s", namespace, name, event["status"], result
         )
@@ -594,9 +565,7 @@ class DeployRayServiceOperator(BaseOperator):
 
     def tear_down_previous(self, current: str, current_uid: str, identity: AirflowIdentity) -> list[str]:
         """Delete the RayServices earlier runs of this task deployed, sparing ``current`` (by name and uid)."""
-        from kueue_ray.service_hook import RayServiceHook
-
-        hook = RayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id)
+        hook = self.hook
         selector = (
             f"{MANAGED_BY_SELECTOR},{DAG_ID_LABEL}={label_value(identity.dag_id)},"
             f"{TASK_ID_LABEL}={label_value(identity.task_id)}"

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from kueue_ray.api import parse_time
 from kueue_ray.quantity import add_resources, format_resources, parse_resources
 
 
@@ -72,6 +72,14 @@ class Phase(StrEnum):
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED, Phase.DEACTIVATED})
 EVICTION_PHASES = frozenset({Phase.PREEMPTED, Phase.PODS_NOT_READY, Phase.EVICTED})
 """Kueue took the quota away and KubeRay is tearing the Ray cluster down."""
+WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE, Phase.AWAITING_CHECKS})
+"""Not admitted yet: the queue clock runs (waiting for admission checks is waiting for admission too)."""
+ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
+"""Admitted and not evicted: the run clock runs."""
+HOLDING_QUOTA_PHASES = frozenset({*ADMITTED_PHASES, *EVICTION_PHASES})
+"""The Workload holds quota: admitted, or evicted while KubeRay tears the Ray cluster down."""
+POSITION_PHASES = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
+"""Pending in a LocalQueue, so it has a queue position worth telling."""
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
 PODS_NOT_READY_HINT = "check taints, tolerations, image pulls"
 MSG_ADMITTED = "The workload is admitted"
@@ -494,12 +502,8 @@ def pods_ready_timeout(workload: dict | None) -> float | None:
     start, end = admitted.get("lastTransitionTime"), evicted.get("lastTransitionTime")
     if not start or not end:
         return None
-    seconds = (_parse(end) - _parse(start)).total_seconds()
+    seconds = (parse_time(end) - parse_time(start)).total_seconds()
     return seconds if seconds > 0 else None
-
-
-def _parse(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def format_duration(seconds: float) -> str:

@@ -21,13 +21,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kueue_ray.api import parse_time
 from kueue_ray.quantity import parse_quantity
-from kueue_ray.status import EVICTION_PHASES, TERMINAL_PHASES, Observation, Phase
-
-WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE, Phase.AWAITING_CHECKS})
-"""Not admitted: queued time, including the wait for admission checks with quota already reserved."""
-HOLDING_QUOTA_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING, *EVICTION_PHASES})
-_ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
+from kueue_ray.status import (
+    ADMITTED_PHASES,
+    EVICTION_PHASES,
+    HOLDING_QUOTA_PHASES,
+    TERMINAL_PHASES,
+    WAITING_PHASES,
+    Observation,
+    Phase,
+)
 
 Timestamp = datetime | float | int | str
 
@@ -35,7 +39,7 @@ Timestamp = datetime | float | int | str
 def to_epoch(at: Timestamp) -> float:
     """datetime (naive = UTC), epoch seconds or ISO 8601 text -> epoch seconds."""
     if isinstance(at, str):
-        at = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        at = parse_time(at)
     if isinstance(at, datetime):
         return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
     return float(at)
@@ -103,7 +107,7 @@ class Timeline:
         if current is Phase.AWAITING_CHECKS and self.quota_reserved_at is None:
             self.quota_reserved_at = now
 
-        newly_admitted = current in _ADMITTED_PHASES and previous not in _ADMITTED_PHASES
+        newly_admitted = current in ADMITTED_PHASES and previous not in ADMITTED_PHASES
         # First seen over: it was admitted if Kueue says so (finished Workloads keep Admitted=True), or it
         # ended while holding quota other than by a deactivation (which may come before admission, e.g. a
         # rejected admission check).
@@ -127,7 +131,7 @@ class Timeline:
             )
             self.quota_reserved_at = None
             self.resource_usage = dict(observation.resource_usage)
-        elif current in _ADMITTED_PHASES and observation.resource_usage:
+        elif current in ADMITTED_PHASES and observation.resource_usage:
             self.resource_usage = dict(observation.resource_usage)
 
         # Kueue's Preempted condition says why (InClusterQueue, InCohortReclamation, ...) in its own words;

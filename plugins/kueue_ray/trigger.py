@@ -39,42 +39,38 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
-from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
+from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 
-from kueue_ray.hub import ADMITTED, DEFAULT_RESYNC_SECONDS, NOTICE, QUEUED
-from kueue_ray.listwatch import Backoff
+from kueue_ray.api import utcnow
+from kueue_ray.hub import ADMITTED, NOTICE, QUEUED
 from kueue_ray.metrics import WaitMetrics
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
-from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
+from kueue_ray.narration import Story, preemptor_job_uid
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
-from kueue_ray.status import Observation, Phase, observe, pods_not_ready_hint
+from kueue_ray.status import POSITION_PHASES, WAITING_PHASES, Observation, observe
 from kueue_ray.timeline import Timeline, to_epoch
-from kueue_ray.verdicts import (
-    DELETED,
-    FAILED,
-    INADMISSIBLE,
-    PODS_NOT_READY,
-    QUEUE_TIMEOUT,
-    RUN_TIMEOUT,
-    SUCCESS,
-    TOO_MANY_PREEMPTIONS,
+from kueue_ray.trigger_base import WaitTrigger
+from kueue_ray.verdicts import INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS
+from kueue_ray.waiting import (
+    Verdict,
+    WaitPolicy,
+    WaitTarget,
+    Watchdog,
+    deleted_verdict,
+    describe_transition,
 )
 
-WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE, Phase.AWAITING_CHECKS})
-"""Not admitted yet: the queue clock runs (waiting for admission checks is waiting for admission too)."""
-ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
-POSITION_PHASES = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
+if TYPE_CHECKING:
+    from kueue_ray.hook import AsyncRayJobHook
+
 CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT})
 """Verdicts a clock gives (not a state): confirmed on a fresh read before the trigger fires them."""
 UNWATCHED_POLL_SECONDS = 15.0
 """Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""
-RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX = 1.0, 60.0
-"""Pause before resuming a wait that an unexpected error interrupted (doubling, jittered)."""
 LOG_TAIL_TIMEOUT_SECONDS = 15.0
 """How long reading the driver log may hold up a success that ends in the triggerer."""
 
@@ -87,217 +83,6 @@ class _Progress:
     watchdog: Watchdog
     metrics: WaitMetrics
     story: Story = field(default_factory=Story)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Why waiting is over. ``status`` is one of ``kueue_ray.verdicts``."""
-
-    status: str
-    reason: str
-    message: str
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-
-
-def _condition(workload: dict | None, type_: str) -> dict:
-    for condition in ((workload or {}).get("status") or {}).get("conditions") or ():
-        if condition.get("type") == type_:
-            return condition
-    return {}
-
-
-@dataclass
-class Watchdog:
-    """When to stop waiting: pure rules shared by the trigger, the operator's worker wait and the sensor.
-
-    Queueing is normal under Kueue, so nothing counts from submission by default. Each clock measures what
-    its name says, preferring the Workload's condition timestamps so a triggerer restart does not reset it:
-
-    * ``queue_timeout``: waiting for admission this time — since submission, or since the last admission
-      was lost (preemption); time spent waiting for admission checks counts, it is waiting for admission;
-    * ``run_timeout``: since the last admission (``Admitted=True``, after every admission check passed),
-      not since the quota reservation;
-    * ``inadmissible_grace``: how long Kueue has kept saying "cannot be admitted";
-    * ``max_preemptions``: how often Kueue may take the quota away before we give up;
-    * ``max_pods_ready_evictions``: how often Kueue may evict it because its pods did not get ready within
-      its waitForPodsReady timeout (Kueue itself requeues such a Workload forever), counted apart from
-      preemptions: more than this and we give up.
-    """
-
-    submitted_at: datetime
-    queue_timeout: float | None = None
-    run_timeout: float | None = None
-    fail_on_inadmissible: bool = True
-    inadmissible_grace: float = 60.0
-    max_preemptions: int | None = None
-    max_pods_ready_evictions: int | None = None
-    inadmissible_since: datetime | None = None
-    waiting_since: datetime | None = None
-    admitted_since: datetime | None = None
-    pods_ready_timeout: float | None = None
-    """Kueue's waitForPodsReady timeout as last seen on the Workload (for the give-up message)."""
-
-    def check(self, observation: Observation, workload: dict | None, now: datetime) -> Verdict | None:
-        """A Verdict when waiting is over, None to keep waiting."""
-        self._track(observation, workload, now)
-        phase = observation.phase
-        if observation.terminal:
-            return Verdict(
-                SUCCESS if phase is Phase.SUCCEEDED else FAILED, observation.reason, observation.message
-            )
-        if self.max_preemptions is not None and observation.preemptions > self.max_preemptions:
-            return Verdict(
-                TOO_MANY_PREEMPTIONS,
-                "MaxPreemptionsExceeded",
-                f"preempted {observation.preemptions} times, more than max_preemptions={self.max_preemptions}; "
-                f"Kueue says: {observation.describe()}",
-            )
-        limit = self.max_pods_ready_evictions
-        if limit is not None and observation.pods_ready_evictions > limit:
-            return Verdict(
-                PODS_NOT_READY,
-                "PodsReadyTimeout",
-                f"{pods_not_ready_hint(self.pods_ready_timeout)}. Kueue evicted it "
-                f"{observation.pods_ready_evictions} times because its pods did not all become ready "
-                f"(PodsReadyTimeout), more than max_pods_ready_evictions={limit}; Kueue says: "
-                f"{observation.describe()}",
-            )
-        if phase is Phase.INADMISSIBLE and self.fail_on_inadmissible:
-            waited = (now - self.inadmissible_since).total_seconds()
-            if waited >= self.inadmissible_grace:
-                return Verdict(
-                    INADMISSIBLE,
-                    observation.reason,
-                    f"Kueue cannot admit it: {observation.message} (unchanged for {waited:.0f}s, "
-                    f"inadmissible_grace={self.inadmissible_grace:g}s)",
-                )
-        if phase in WAITING_PHASES and self.queue_timeout is not None:
-            waited = (now - self.waiting_since).total_seconds()
-            if waited >= self.queue_timeout:
-                return Verdict(
-                    QUEUE_TIMEOUT,
-                    "QueueTimeout",
-                    f"not admitted within queue_timeout={self.queue_timeout:g}s (waiting since "
-                    f"{self.waiting_since.isoformat()}); Kueue says: {observation.describe()}",
-                )
-        if phase in ADMITTED_PHASES and self.run_timeout is not None:
-            ran = (now - self.admitted_since).total_seconds()
-            if ran >= self.run_timeout:
-                return Verdict(
-                    RUN_TIMEOUT,
-                    "RunTimeout",
-                    f"still {phase.value} {ran:.0f}s after its last admission at "
-                    f"{self.admitted_since.isoformat()} (run_timeout={self.run_timeout:g}s)",
-                )
-        return None
-
-    def seconds_until_next_deadline(self, now: datetime) -> float | None:
-        """How long one may wait for the next change before a deadline needs checking."""
-        deadlines = []
-        if self.inadmissible_since is not None and self.fail_on_inadmissible:
-            deadlines.append(self.inadmissible_since.timestamp() + self.inadmissible_grace)
-        if self.waiting_since is not None and self.queue_timeout is not None:
-            deadlines.append(self.waiting_since.timestamp() + self.queue_timeout)
-        if self.admitted_since is not None and self.run_timeout is not None:
-            deadlines.append(self.admitted_since.timestamp() + self.run_timeout)
-        return max(0.0, min(deadlines) - now.timestamp()) if deadlines else None
-
-    def _track(self, observation: Observation, workload: dict | None, now: datetime) -> None:
-        phase = observation.phase
-        if observation.pods_ready_timeout:
-            self.pods_ready_timeout = observation.pods_ready_timeout
-        quota = _condition(workload, "QuotaReserved")
-        changed_at = _parse_time(quota.get("lastTransitionTime"))
-        reserved = quota.get("status") == "True"
-        admitted = _condition(workload, "Admitted")
-        admitted_at = (
-            _parse_time(admitted.get("lastTransitionTime")) if admitted.get("status") == "True" else None
-        )
-        if phase in WAITING_PHASES:
-            self.admitted_since = None
-            if self.waiting_since is None:
-                candidates = [self.submitted_at]
-                if changed_at is not None and not reserved:
-                    candidates.append(changed_at)  # when it lost (or never got) its quota
-                self.waiting_since = max(candidates)
-        elif phase in ADMITTED_PHASES:
-            self.waiting_since = None
-            if self.admitted_since is None:
-                self.admitted_since = admitted_at or now
-        else:  # evicted (quota being released) or terminal: neither clock runs
-            self.waiting_since = None
-            self.admitted_since = None
-        if phase is not Phase.INADMISSIBLE:
-            self.inadmissible_since = None
-        elif self.inadmissible_since is None:
-            self.inadmissible_since = now
-
-
-def event_payload(
-    verdict: Verdict,
-    observation: Observation | None,
-    timeline: Timeline,
-    *,
-    name: str,
-    namespace: str,
-    uid: str,
-    **extra: Any,
-) -> dict[str, Any]:
-    """The TriggerEvent payload (also what the worker-side wait and the sensor produce): JSON only.
-
-    ``extra`` carries context the resumed task wants back (e.g. queue and priority).
-    """
-    payload: dict[str, Any] = {
-        "status": verdict.status,
-        "reason": verdict.reason,
-        "message": verdict.message,
-        "name": name,
-        "namespace": namespace,
-        "uid": uid,
-        "phase": observation.phase.value if observation else None,
-        "timeline": timeline.to_dict(),
-        **extra,
-    }
-    if observation is not None:
-        payload.update(
-            cluster_queue=observation.cluster_queue,
-            workload_name=observation.workload_name,
-            job_id=observation.job_id,
-            ray_cluster=observation.ray_cluster,
-            dashboard_url=observation.dashboard_url,
-            preemptions=observation.preemptions,
-            pods_ready_evictions=observation.pods_ready_evictions,
-            failed_attempts=observation.failed_attempts,
-        )
-    return payload
-
-
-def describe_transition(
-    namespace: str, name: str, observation: Observation, position: str | None, preemptor: dict | None = None
-) -> str:
-    """One task-log line for a transition, quoting Kueue / KubeRay: memory in readable units, and the
-    preemptor RayJob (when known) named next to the UIDs Kueue gives (``kueue_ray.narration``)."""
-    told = readable_quantities(name_preemptor(observation.describe(), preemptor))
-    line = f"RayJob {namespace}/{name}: {told}"
-    if observation.phase is Phase.ADMITTED and observation.flavors:
-        flavors = ", ".join(
-            f"{pod_set}={sorted(set(assigned.values()))}" for pod_set, assigned in observation.flavors.items()
-        )
-        line += f" [ClusterQueue {observation.cluster_queue}; flavors {flavors}]"
-    if observation.phase is Phase.RUNNING and observation.job_id:
-        line += f" [Ray job {observation.job_id} on RayCluster {observation.ray_cluster}]"
-    if observation.preemptions:
-        line += f" [preempted {observation.preemptions}x so far]"
-    if position:
-        line += f" — {position}"
-    return line
 
 
 def _watched(rayjob: dict) -> bool:
@@ -328,7 +113,7 @@ async def _apply(
     return rayjob, update.object
 
 
-class RayJobTrigger(BaseTrigger):
+class RayJobTrigger(WaitTrigger):
     """Wait for one RayJob (by name and uid) through queueing, admission, preemption and completion.
 
     :param name: RayJob name.
@@ -337,27 +122,22 @@ class RayJobTrigger(BaseTrigger):
     :param kubernetes_conn_id: the Airflow ``kubernetes`` connection.
     :param queue: the LocalQueue (for queue positions); read from the RayJob's label when None.
     :param priority: the WorkloadPriorityClass (for the log).
-    :param queue_timeout: seconds a wait for admission may last; None (default) waits as long as it takes.
-    :param run_timeout: seconds since the last admission; None for no limit.
-    :param fail_on_inadmissible: stop when Kueue reports the job cannot be admitted...
-    :param inadmissible_grace: ...for this many seconds without change.
-    :param max_preemptions: stop after more preemptions than this; None for no limit.
-    :param max_pods_ready_evictions: stop after more PodsReadyTimeout evictions (pods not ready within
-        Kueue's waitForPodsReady timeout) than this; None for no limit.
+    :param policy: when to stop waiting (``kueue_ray.waiting.WaitPolicy``, or its ``to_dict`` as the
+        triggerer passes it back); None: the defaults.
     :param owner: the task try that owns the RayJob: {dag_id, run_id, task_id, map_index, try_number}.
         on_kill deletes the RayJob while this try still owns it (the operator).
     :param waiter: the sensor try waiting for the RayJob, same keys as ``owner``; on_kill deletes the RayJob
         only if it belongs to the same DAG run and still names this try as its waiter (the sensor with
         ``delete_on_kill``). Neither given: on_kill deletes nothing.
     :param submitted_at: ISO time of submission (queue clock start).
-    :param resync_interval: the longest a missed watch event may go unnoticed, in seconds: the hub relists
-        the namespace's RayJobs and Workloads at the shortest interval of its triggers.
     :param timeline: a Timeline dict to continue (None starts a new one).
     :param end_in_triggerer: on success, end the task here (``kueue_ray.results.TriggerEnding.to_dict``:
         XComs and log tail, decided by the task when it deferred); None resumes it on a worker.
     :param deferred_at: ISO time the task deferred; a trigger starting much later is a restart, which
         must not count the RayJob's past in the queue metrics again (``kueue_ray.metrics``).
     """
+
+    kind = "RayJob"
 
     def __init__(
         self,
@@ -368,45 +148,29 @@ class RayJobTrigger(BaseTrigger):
         kubernetes_conn_id: str = "kubernetes_default",
         queue: str | None = None,
         priority: str | None = None,
-        queue_timeout: float | None = None,
-        run_timeout: float | None = None,
-        fail_on_inadmissible: bool = True,
-        inadmissible_grace: float = 60.0,
-        max_preemptions: int | None = None,
-        max_pods_ready_evictions: int | None = None,
+        policy: WaitPolicy | dict[str, Any] | None = None,
         owner: dict[str, Any] | None = None,
         waiter: dict[str, Any] | None = None,
         submitted_at: str | None = None,
-        resync_interval: float = DEFAULT_RESYNC_SECONDS,
         timeline: dict[str, Any] | None = None,
         end_in_triggerer: dict[str, Any] | None = None,
         deferred_at: str | None = None,
     ) -> None:
-        super().__init__()
-        self.name = name
-        self.namespace = namespace
-        self.uid = uid
-        self.kubernetes_conn_id = kubernetes_conn_id
+        super().__init__(
+            name=name, namespace=namespace, uid=uid, kubernetes_conn_id=kubernetes_conn_id, policy=policy
+        )
         self.queue = queue
         self.priority = priority
-        self.queue_timeout = queue_timeout
-        self.run_timeout = run_timeout
-        self.fail_on_inadmissible = fail_on_inadmissible
-        self.inadmissible_grace = inadmissible_grace
-        self.max_preemptions = max_preemptions
-        self.max_pods_ready_evictions = max_pods_ready_evictions
         self.owner = dict(owner) if owner else None
         self.waiter = dict(waiter) if waiter else None
         self.submitted_at = submitted_at
-        self.resync_interval = resync_interval
         self.timeline = timeline
         self.end_in_triggerer = dict(end_in_triggerer) if end_in_triggerer else None
         self.deferred_at = deferred_at
-        self._fired = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
+            self.classpath(),
             {
                 "name": self.name,
                 "namespace": self.namespace,
@@ -414,35 +178,28 @@ class RayJobTrigger(BaseTrigger):
                 "kubernetes_conn_id": self.kubernetes_conn_id,
                 "queue": self.queue,
                 "priority": self.priority,
-                "queue_timeout": self.queue_timeout,
-                "run_timeout": self.run_timeout,
-                "fail_on_inadmissible": self.fail_on_inadmissible,
-                "inadmissible_grace": self.inadmissible_grace,
-                "max_preemptions": self.max_preemptions,
-                "max_pods_ready_evictions": self.max_pods_ready_evictions,
+                "policy": self.policy.to_dict(),
                 "owner": self.owner,
                 "waiter": self.waiter,
                 "submitted_at": self.submitted_at,
-                "resync_interval": self.resync_interval,
                 "timeline": self.timeline,
                 "end_in_triggerer": self.end_in_triggerer,
                 "deferred_at": self.deferred_at,
             },
         )
 
-    def make_watchdog(self) -> Watchdog:
-        submitted = _parse_time(self.submitted_at) or utcnow()
-        return Watchdog(
-            submitted_at=submitted,
-            queue_timeout=self.queue_timeout,
-            run_timeout=self.run_timeout,
-            fail_on_inadmissible=self.fail_on_inadmissible,
-            inadmissible_grace=self.inadmissible_grace,
-            max_preemptions=self.max_preemptions,
-            max_pods_ready_evictions=self.max_pods_ready_evictions,
-        )
+    @cached_property
+    def hook(self) -> AsyncRayJobHook:
+        """The async hook on ``kubernetes_conn_id``, made once per trigger."""
+        from kueue_ray.hook import AsyncRayJobHook
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
+        return AsyncRayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
+
+    @property
+    def target(self) -> WaitTarget:
+        return WaitTarget(self.name, self.namespace, self.uid, self.queue, self.priority, self.submitted_at)
+
+    def start(self) -> _Progress:
         timeline = Timeline.from_dict(self.timeline)
         if timeline.submitted_at is None and self.submitted_at:
             timeline.submitted_at = to_epoch(self.submitted_at)
@@ -454,7 +211,6 @@ class RayJobTrigger(BaseTrigger):
             deferred_at=self.deferred_at,
             started=utcnow(),
         )
-        progress = _Progress(timeline, self.make_watchdog(), wait_metrics)
         self.log.info(
             "Waiting for RayJob %s/%s (uid %s, queue %s, priority %s) through the shared watch",
             self.namespace,
@@ -463,24 +219,9 @@ class RayJobTrigger(BaseTrigger):
             self.queue,
             self.priority,
         )
-        backoff = Backoff(RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX)
-        while True:
-            try:
-                event = await self._wait(progress)
-            except Exception:  # noqa: BLE001 - only the RayJob may end the wait, never an error of ours
-                delay = backoff.next_delay()
-                self.log.exception(
-                    "Waiting for RayJob %s/%s was interrupted; resuming in %.1fs",
-                    self.namespace,
-                    self.name,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                continue
-            yield event
-            return
+        return _Progress(timeline, self.target.watchdog(self.policy), wait_metrics)
 
-    async def _wait(self, progress: _Progress) -> TriggerEvent:
+    async def wait_once(self, progress: _Progress) -> TriggerEvent:
         """Follow the RayJob through the hub until the Watchdog says waiting is over; the event to fire.
 
         Everything it learns is kept in ``progress``, so a wait resumed after an error continues the same
@@ -490,13 +231,13 @@ class RayJobTrigger(BaseTrigger):
 
         timeline, watchdog = progress.timeline, progress.watchdog
         async with HUB.subscribe(
-            self.kubernetes_conn_id, self.namespace, self.name, self.uid, self.resync_interval
+            self.kubernetes_conn_id, self.namespace, self.name, self.uid, self.policy.resync_interval
         ) as subscription:
             rayjob, workload = await subscription.current()
             confirmed = False  # rayjob and workload were just read from the API server for a clock's verdict
             next_reread = None
             if rayjob is not None and not _watched(rayjob):
-                reread = min(self.resync_interval, UNWATCHED_POLL_SECONDS)
+                reread = min(self.policy.resync_interval, UNWATCHED_POLL_SECONDS)
                 next_reread = time.monotonic() + reread
                 self.log.info(
                     "RayJob %s/%s lacks label %s=%s (not submitted by this project): re-reading it every %gs "
@@ -513,10 +254,8 @@ class RayJobTrigger(BaseTrigger):
             while True:
                 now = utcnow()
                 if rayjob is None:
-                    verdict = Verdict(
-                        DELETED,
-                        "RayJobDeleted",
-                        f"RayJob {self.namespace}/{self.name} (uid {self.uid}) was deleted before it finished",
+                    verdict = deleted_verdict(
+                        "RayJob", self.namespace, self.name, self.uid, "before it finished"
                     )
                     self.log.error(verdict.message)
                     progress.metrics.ended(verdict.status, verdict.reason, None)
@@ -564,21 +303,11 @@ class RayJobTrigger(BaseTrigger):
                 rayjob, workload = await _apply(update, rayjob, workload, subscription)
 
     def _payload(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> dict:
-        return event_payload(
-            verdict,
-            observation,
-            timeline,
-            name=self.name,
-            namespace=self.namespace,
-            uid=self.uid,
-            queue=self.queue,
-            priority=self.priority,
-        )
+        return self.target.payload(verdict, observation, timeline)
 
     def _fire(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> TriggerEvent:
         """The event that resumes the task on a worker (``execute_complete``)."""
-        self._fired = True
-        return TriggerEvent(self._payload(verdict, observation, timeline))
+        return self.fire(self._payload(verdict, observation, timeline))
 
     async def _end_here(
         self, verdict: Verdict, observation: Observation, timeline: Timeline, subscription: Any
@@ -630,12 +359,9 @@ class RayJobTrigger(BaseTrigger):
     async def _log_tail(self, subscription: Any, lines: int) -> str | None:
         """The driver (submitter) log's last lines, through the namespace's shared client; None, with a
         warning, when it cannot be read in time (the RayJob succeeded: the task does too)."""
-        from kueue_ray.hook import AsyncRayJobHook
-
-        hook = AsyncRayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
         try:
             async with asyncio.timeout(LOG_TAIL_TIMEOUT_SECONDS), subscription.api_client() as client:
-                return await hook.submitter_log_tail(self.name, self.namespace, lines, api_client=client)
+                return await self.hook.submitter_log_tail(self.name, self.namespace, lines, api_client=client)
         except Exception as exc:  # noqa: BLE001 - a missing log tail never fails a successful task
             from kueue_ray.api_errors import describe_error
 
@@ -685,15 +411,12 @@ class RayJobTrigger(BaseTrigger):
         (operator) or is still its waiter in the same DAG run (sensor); otherwise say why it stays."""
         if self._fired:
             return
-        from kueue_ray.hook import AsyncRayJobHook
-
-        hook = AsyncRayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
         if self.owner:
-            result = await hook.delete_if_owned(
+            result = await self.hook.delete_if_owned(
                 self.name, self.namespace, self.uid, AirflowIdentity(**self.owner)
             )
         elif self.waiter:
-            result = await hook.delete_if_waiting(
+            result = await self.hook.delete_if_waiting(
                 self.name, self.namespace, self.uid, AirflowIdentity(**self.waiter)
             )
         else:

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kueue_ray import api
 from kueue_ray.hub import provider_connection
 from kueue_ray.listwatch import (
     ListWatchLoop,
@@ -54,8 +55,13 @@ from kueue_ray.timeline import Timeline, to_epoch
 
 log = logging.getLogger(__name__)
 
-RAYJOBS, WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES = "rayjobs", "workloads", "localqueues", "clusterqueues"
-RAYSERVICES = "rayservices"
+RAYJOBS, WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES = (
+    api.RAYJOB.plural,
+    api.WORKLOAD.plural,
+    api.LOCAL_QUEUE.plural,
+    api.CLUSTER_QUEUE.plural,
+)
+RAYSERVICES = api.RAYSERVICE.plural
 CLUSTER_QUEUE_PENDING_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{name}/pendingworkloads"
 VISIBILITY_LIMIT = 100000
 """Kueue's cap for ``limit``: the whole queue, so positions and counts stay exact."""
@@ -72,13 +78,13 @@ def watched_resources(conn_id: str, namespaces: list[str]) -> list[Target]:
     an age, answer "unchanged" over a switch that happened. The watch costs one connection per namespace
     and carries only this project's RayServices (the label selector), a few objects that change rarely.
     """
-    loops = [Target(conn_id, "kueue.x-k8s.io", "v1beta2", CLUSTER_QUEUES, None)]
+    loops = [Target(conn_id, api.KUEUE_GROUP, api.KUEUE_VERSION, CLUSTER_QUEUES, None)]
     for namespace in namespaces:
         loops += [
-            Target(conn_id, "ray.io", "v1", RAYJOBS, namespace, MANAGED_BY_SELECTOR),
-            Target(conn_id, "ray.io", "v1", RAYSERVICES, namespace, MANAGED_BY_SELECTOR),
-            Target(conn_id, "kueue.x-k8s.io", "v1beta2", WORKLOADS, namespace, JOB_UID_LABEL),
-            Target(conn_id, "kueue.x-k8s.io", "v1beta2", LOCAL_QUEUES, namespace),
+            Target(conn_id, api.RAY_GROUP, api.RAY_VERSION, RAYJOBS, namespace, MANAGED_BY_SELECTOR),
+            Target(conn_id, api.RAY_GROUP, api.RAY_VERSION, RAYSERVICES, namespace, MANAGED_BY_SELECTOR),
+            Target(conn_id, api.KUEUE_GROUP, api.KUEUE_VERSION, WORKLOADS, namespace, JOB_UID_LABEL),
+            Target(conn_id, api.KUEUE_GROUP, api.KUEUE_VERSION, LOCAL_QUEUES, namespace),
         ]
     return loops
 

@@ -104,8 +104,7 @@ def read_task_xcoms(ref: TaskRef) -> dict[str, Any]:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from kueue_ray.naming import RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY
-    from kueue_ray.serving import RAYSERVICE_XCOM_KEY
+    from kueue_ray.results import RAYJOB_XCOM_KEY, RAYSERVICE_XCOM_KEY, TIMELINE_XCOM_KEY
 
     keys = (RAYJOB_XCOM_KEY, TIMELINE_XCOM_KEY, DASHBOARD_LINK_XCOM, RAYSERVICE_XCOM_KEY)
     with create_session() as session:

@@ -185,7 +185,7 @@ def test_queued_triggers_share_one_queue_position_read_per_local_queue(
     monkeypatch.setattr(HUB.settings, "pending_workloads_ttl_seconds", 60.0)
     count = 12
     kwargs = queued_behind_a_blocker(queues, rayjob_body, task_context, eventually, count)
-    triggers = [RayJobTrigger(**{**k, "queue_timeout": 0.5}) for k in kwargs]
+    triggers = [RayJobTrigger(**{**k, "policy": {**k["policy"], "queue_timeout": 0.5}}) for k in kwargs]
     capfd.readouterr()
     kubesim.clear_requests()
 
@@ -207,7 +207,7 @@ def test_the_safety_net_relists_per_namespace_instead_of_reading_per_trigger(
 ):
     count = 12
     kwargs = queued_behind_a_blocker(queues, rayjob_body, task_context, eventually, count)
-    triggers = [RayJobTrigger(**{**k, "resync_interval": 1.0}) for k in kwargs]
+    triggers = [RayJobTrigger(**{**k, "policy": {**k["policy"], "resync_interval": 1.0}}) for k in kwargs]
     kubesim.clear_requests()
 
     async def scenario():
@@ -232,7 +232,10 @@ def test_a_trigger_joining_a_watched_namespace_starts_from_the_cache(
     kubesim, queues, rayjob_body, task_context, eventually
 ):
     first, second = queued_behind_a_blocker(queues, rayjob_body, task_context, eventually, 2)
-    waiting_long, joining = RayJobTrigger(**first), RayJobTrigger(**{**second, "queue_timeout": 0.5})
+    waiting_long, joining = (
+        RayJobTrigger(**first),
+        RayJobTrigger(**{**second, "policy": {**second["policy"], "queue_timeout": 0.5}}),
+    )
 
     async def scenario():
         waiting = asyncio.create_task(first_event(waiting_long))

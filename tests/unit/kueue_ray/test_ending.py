@@ -14,7 +14,9 @@ from kueue_ray.results import TriggerEnding, summary_lines
 from kueue_ray.sensors import RayJobSensor
 from kueue_ray.status import Observation, Phase
 from kueue_ray.timeline import Timeline
-from kueue_ray.trigger import SUCCESS, RayJobTrigger, Verdict
+from kueue_ray.trigger import RayJobTrigger
+from kueue_ray.verdicts import SUCCESS
+from kueue_ray.waiting import Verdict
 
 PREEMPTOR_UID = "0f1e2d3c-preemptor"
 PREEMPTED = (

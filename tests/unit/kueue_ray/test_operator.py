@@ -106,7 +106,11 @@ def test_execute_submits_and_defers_to_the_trigger(cluster):
     assert isinstance(trigger, RayJobTrigger)
     assert deferred.value.method_name == "execute_complete"
     assert (trigger.name, trigger.namespace, trigger.uid) == (body["metadata"]["name"], "ml", "uid-1")
-    assert (trigger.queue_timeout, trigger.max_preemptions, trigger.run_timeout) == (600, 2, None)
+    assert (trigger.policy.queue_timeout, trigger.policy.max_preemptions, trigger.policy.run_timeout) == (
+        600,
+        2,
+        None,
+    )
     assert trigger.owner == {
         "dag_id": "pipe",
         "task_id": "train",

@@ -13,17 +13,16 @@ from kueue_ray.hub import RAYJOBS, Subscription, WatchHub, _Scope, _WatchLoop
 from kueue_ray.listwatch import SharedApiClient
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from kueue_ray.status import Observation, Phase
-from kueue_ray.trigger import (
+from kueue_ray.trigger import RayJobTrigger
+from kueue_ray.verdicts import (
     INADMISSIBLE,
     PODS_NOT_READY,
     QUEUE_TIMEOUT,
     RUN_TIMEOUT,
     SUCCESS,
     TOO_MANY_PREEMPTIONS,
-    RayJobTrigger,
-    Watchdog,
-    describe_transition,
 )
+from kueue_ray.waiting import WaitPolicy, Watchdog, describe_transition
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -41,6 +40,11 @@ def obs(phase: Phase, reason: str = "", message: str = "", preemptions: int = 0,
         preemptions=preemptions,
         **more,
     )
+
+
+def watchdog(**policy) -> Watchdog:
+    """A Watchdog for a RayJob submitted at T0; no limit on pods-ready evictions unless given."""
+    return Watchdog(WaitPolicy(**{"max_pods_ready_evictions": None, **policy}), T0)
 
 
 def stamp(moment: datetime) -> str:
@@ -70,11 +74,13 @@ def test_serialize_round_trip_through_airflow_serde():
         uid="8c5f7c9e-1",
         queue="team-a",
         priority="prod-priority",
-        queue_timeout=3600.0,
-        run_timeout=None,
-        inadmissible_grace=30.0,
-        max_preemptions=3,
-        max_pods_ready_evictions=2,
+        policy=WaitPolicy(
+            queue_timeout=3600.0,
+            run_timeout=None,
+            inadmissible_grace=30.0,
+            max_preemptions=3,
+            max_pods_ready_evictions=2,
+        ),
         owner={"dag_id": "pipe", "run_id": "manual__1", "task_id": "train", "map_index": -1, "try_number": 2},
         waiter={"dag_id": "pipe", "run_id": "manual__1", "task_id": "wait", "map_index": -1, "try_number": 1},
         submitted_at="2026-12-01T12:00:00+00:00",
@@ -90,13 +96,13 @@ def test_serialize_round_trip_through_airflow_serde():
 
 
 def test_queueing_is_normal_without_a_queue_timeout():
-    dog = Watchdog(submitted_at=T0)
+    dog = watchdog()
     assert dog.check(obs(Phase.QUEUED, "Pending"), workload(False, T0), at(86400)) is None
     assert dog.seconds_until_next_deadline(at(86400)) is None
 
 
 def test_queue_timeout_counts_from_the_last_loss_of_quota():
-    dog = Watchdog(submitted_at=T0, queue_timeout=60)
+    dog = watchdog(queue_timeout=60)
     # Preempted at t=100: the Workload's QuotaReserved went False then, so the wait started then.
     assert dog.check(obs(Phase.QUEUED, "Pending"), workload(False, at(100)), at(150)) is None
     assert dog.seconds_until_next_deadline(at(150)) == 10
@@ -108,7 +114,7 @@ def test_queue_timeout_counts_from_the_last_loss_of_quota():
 
 
 def test_run_timeout_counts_from_the_last_admission_and_restarts_after_preemption():
-    dog = Watchdog(submitted_at=T0, run_timeout=100)
+    dog = watchdog(run_timeout=100)
     assert dog.check(obs(Phase.RUNNING), workload(True, at(10)), at(90)) is None
     assert dog.check(obs(Phase.PREEMPTED, "Preempted"), workload(True, at(10)), at(95)) is None
     assert dog.check(obs(Phase.QUEUED), workload(False, at(96)), at(100)) is None
@@ -118,19 +124,19 @@ def test_run_timeout_counts_from_the_last_admission_and_restarts_after_preemptio
 
 def test_run_timeout_does_not_count_the_wait_for_admission_checks():
     """Quota reserved at 10 s, the admission check passed at 300 s: the run clock starts at 300 s."""
-    dog = Watchdog(submitted_at=T0, run_timeout=100, queue_timeout=400)
+    dog = watchdog(run_timeout=100, queue_timeout=400)
     awaiting = obs(Phase.AWAITING_CHECKS, "QuotaReserved", "waiting for admission checks: gpu (Pending)")
     assert dog.check(awaiting, workload(True, at(10), admitted=None), at(250)) is None
     assert dog.seconds_until_next_deadline(at(250)) == 150  # only the queue clock runs meanwhile
     admitted = workload(True, at(10), admitted=at(300))
     assert dog.check(obs(Phase.RUNNING), admitted, at(390)) is None
     assert dog.check(obs(Phase.RUNNING), admitted, at(401)).status == RUN_TIMEOUT
-    late = Watchdog(submitted_at=T0, queue_timeout=100)
+    late = watchdog(queue_timeout=100)
     assert late.check(awaiting, workload(True, at(10), admitted=None), at(101)).status == QUEUE_TIMEOUT
 
 
 def test_pods_ready_evictions_are_their_own_limit_with_the_hint():
-    dog = Watchdog(submitted_at=T0, max_preemptions=0, max_pods_ready_evictions=1)
+    dog = watchdog(max_preemptions=0, max_pods_ready_evictions=1)
     first = obs(Phase.PODS_NOT_READY, "PodsReadyTimeout", pods_ready_evictions=1, pods_ready_timeout=1800.0)
     assert dog.check(first, None, at(1)) is None  # not a preemption: max_preemptions=0 does not apply
     assert dog.check(obs(Phase.QUEUED, "PodsReadyTimeout", pods_ready_evictions=1), None, at(2)) is None
@@ -138,27 +144,27 @@ def test_pods_ready_evictions_are_their_own_limit_with_the_hint():
     assert verdict.status == PODS_NOT_READY
     assert verdict.message.startswith("pods not ready within 30m: check taints, tolerations, image pulls")
     assert "max_pods_ready_evictions=1" in verdict.message
-    assert Watchdog(submitted_at=T0).check(obs(Phase.QUEUED, pods_ready_evictions=50), None, at(4)) is None
+    assert watchdog().check(obs(Phase.QUEUED, pods_ready_evictions=50), None, at(4)) is None
 
 
 def test_inadmissible_fails_only_after_the_grace_period_and_resets_when_it_clears():
-    dog = Watchdog(submitted_at=T0, inadmissible_grace=30)
+    dog = watchdog(inadmissible_grace=30)
     stuck = obs(Phase.INADMISSIBLE, "Inadmissible", "LocalQueue lq doesn't exist")
     assert dog.check(stuck, workload(False, T0), at(0)) is None
     assert dog.check(obs(Phase.QUEUED), workload(False, T0), at(20)) is None
     assert dog.check(stuck, workload(False, T0), at(25)) is None
     verdict = dog.check(stuck, workload(False, T0), at(56))
     assert verdict.status == INADMISSIBLE and "LocalQueue lq doesn't exist" in verdict.message
-    tolerant = Watchdog(submitted_at=T0, fail_on_inadmissible=False, inadmissible_grace=0)
+    tolerant = watchdog(fail_on_inadmissible=False, inadmissible_grace=0)
     assert tolerant.check(stuck, workload(False, T0), at(1000)) is None
 
 
 def test_max_preemptions_and_terminal_phases():
-    dog = Watchdog(submitted_at=T0, max_preemptions=1)
+    dog = watchdog(max_preemptions=1)
     assert dog.check(obs(Phase.RUNNING, preemptions=1), None, at(1)) is None
     assert dog.check(obs(Phase.QUEUED, preemptions=2), None, at(2)).status == TOO_MANY_PREEMPTIONS
-    assert Watchdog(submitted_at=T0).check(obs(Phase.SUCCEEDED, "Succeeded"), None, at(3)).status == SUCCESS
-    failed = Watchdog(submitted_at=T0).check(obs(Phase.FAILED, "AppFailed", "boom"), None, at(3))
+    assert watchdog().check(obs(Phase.SUCCEEDED, "Succeeded"), None, at(3)).status == SUCCESS
+    failed = watchdog().check(obs(Phase.FAILED, "AppFailed", "boom"), None, at(3))
     assert (failed.status, failed.message) == ("failed", "boom")
 
 

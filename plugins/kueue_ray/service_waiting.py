@@ -1,0 +1,281 @@
+"""Waiting for a RayService: the RayJob wait's rules (``kueue_ray.waiting``) judged on a RayService's phases.
+
+Shared by ``RayServiceTrigger`` (in the triggerer) and the deploy operator's wait in a worker slot
+(``ServiceWorkerWait``), so both tell the same story and stop for the same reasons. Importing it does not
+import ``kubernetes``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kueue_ray.api import parse_time, utcnow
+from kueue_ray.service_status import (
+    SERVICE_POSITION_PHASES,
+    STARTING_SERVICE_PHASES,
+    WAITING_SERVICE_PHASES,
+    ServiceObservation,
+    ServicePhase,
+    observe_service,
+)
+from kueue_ray.timeline import to_epoch, to_iso
+from kueue_ray.verdicts import READY_TIMEOUT
+from kueue_ray.waiting import Verdict, WaitPolicy, Watchdog, deleted_verdict, describe_flavors
+
+if TYPE_CHECKING:
+    from kueue_ray.service_hook import RayServiceHook
+
+
+@dataclass
+class ServiceWatchdog(Watchdog):
+    """``Watchdog``'s rules for a RayService: the queue clock runs until its target cluster is admitted, and
+    ``ready_timeout`` from that admission until it serves. Its observation carries the times the rules need
+    (``check`` takes no Workload)."""
+
+    waiting_phases: ClassVar[frozenset] = WAITING_SERVICE_PHASES
+    admitted_phases: ClassVar[frozenset] = STARTING_SERVICE_PHASES
+    inadmissible_phase: ClassVar[Any] = ServicePhase.INADMISSIBLE
+    admitted_limit: ClassVar[str] = "ready_timeout"
+
+    def admission_times(
+        self, observation: ServiceObservation, workload: dict | None, now: datetime
+    ) -> tuple[datetime | None, datetime | None]:
+        # A preempted cluster waits again from now; the admission is the target cluster's.
+        return (now if observation.preemptions else None), parse_time(observation.admitted_at)
+
+    def succeeded(self, observation: ServiceObservation) -> bool:
+        return observation.serving
+
+    def overdue(self, observation: ServiceObservation, elapsed: float) -> Verdict:
+        return Verdict(
+            READY_TIMEOUT,
+            "ReadyTimeout",
+            f"admitted {elapsed:.0f}s ago and not serving yet (ready_timeout={self.policy.ready_timeout:g}s); "
+            f"{observation.describe()}",
+        )
+
+
+@dataclass
+class ServiceTimeline:
+    """What happened while waiting for a RayService, JSON-round-trippable like the RayJob ``Timeline``."""
+
+    submitted_at: float | None = None
+    admissions: list[dict] = field(default_factory=list)
+    """[{"at", "cluster", "cluster_queue"}], one per admission of a target cluster."""
+    preemptions: list[dict] = field(default_factory=list)
+    """[{"at", "cluster", "message"}], one per preemption Kueue counted."""
+    serving_at: float | None = None
+    finished_at: float | None = None
+    final_phase: str | None = None
+    queued_seconds: float = 0.0
+    starting_seconds: float = 0.0
+    """Admitted, cluster starting and Serve deploying, until serving."""
+    phase: str | None = None
+    last_observed_at: float | None = None
+    preemption_count: int = 0
+    admitted_key: str | None = None
+
+    def record(self, observation: ServiceObservation, at: datetime) -> None:
+        now = to_epoch(at)
+        if self.submitted_at is None:
+            self.submitted_at = now
+        if self.phase is not None and self.last_observed_at is not None:
+            spent = max(0.0, now - self.last_observed_at)
+            previous = ServicePhase(self.phase)
+            if previous in WAITING_SERVICE_PHASES:
+                self.queued_seconds += spent
+            elif previous in STARTING_SERVICE_PHASES:
+                self.starting_seconds += spent
+        phase = observation.phase
+        if phase in STARTING_SERVICE_PHASES:
+            key = f"{observation.workload_name}@{observation.admitted_at}"
+            if key != self.admitted_key:
+                self.admitted_key = key
+                self.admissions.append(
+                    {
+                        "at": observation.admitted_at or to_iso(now),
+                        "cluster": observation.target_cluster,
+                        "cluster_queue": observation.cluster_queue,
+                    }
+                )
+        elif phase in WAITING_SERVICE_PHASES:
+            self.admitted_key = None
+        while observation.preemptions > self.preemption_count:
+            self.preemption_count += 1
+            self.preemptions.append(
+                {
+                    "at": to_iso(now),
+                    "cluster": observation.target_cluster,
+                    "message": (observation.last_preemption or {}).get("message") or observation.message,
+                }
+            )
+        if phase is ServicePhase.SERVING and self.serving_at is None:
+            self.serving_at = now
+        if observation.terminal:
+            self.finished_at = self.finished_at or now
+            self.final_phase = phase.value
+        self.phase = phase.value
+        self.last_observed_at = now
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "submitted_at": to_iso(self.submitted_at),
+            "serving_at": to_iso(self.serving_at),
+            "finished_at": to_iso(self.finished_at),
+            "final_phase": self.final_phase,
+            "queued_seconds": round(self.queued_seconds, 3),
+            "starting_seconds": round(self.starting_seconds, 3),
+            "admissions": list(self.admissions),
+            "preemptions": list(self.preemptions),
+            "preemption_count": self.preemption_count,
+            "phase": self.phase,
+            "last_observed_at": to_iso(self.last_observed_at),
+            "admitted_key": self.admitted_key,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> ServiceTimeline:
+        data = data or {}
+
+        def epoch(key: str) -> float | None:
+            return to_epoch(data[key]) if data.get(key) else None
+
+        return cls(
+            submitted_at=epoch("submitted_at"),
+            admissions=list(data.get("admissions") or []),
+            preemptions=list(data.get("preemptions") or []),
+            serving_at=epoch("serving_at"),
+            finished_at=epoch("finished_at"),
+            final_phase=data.get("final_phase"),
+            queued_seconds=float(data.get("queued_seconds") or 0.0),
+            starting_seconds=float(data.get("starting_seconds") or 0.0),
+            phase=data.get("phase"),
+            last_observed_at=epoch("last_observed_at"),
+            preemption_count=int(data.get("preemption_count") or 0),
+            admitted_key=data.get("admitted_key"),
+        )
+
+
+def describe_service_transition(
+    namespace: str, name: str, observation: ServiceObservation, position: str | None
+) -> str:
+    """One task-log line for a RayService transition, quoting Kueue / KubeRay / Serve."""
+    line = f"RayService {namespace}/{name}: {observation.describe()}"
+    if observation.phase is ServicePhase.ADMITTED and observation.flavors:
+        line += f" [flavors {describe_flavors(observation.flavors)}]"
+    if observation.preemptions:
+        line += f" [preempted {observation.preemptions}x so far]"
+    if position:
+        line += f" — {position}"
+    return line
+
+
+def service_event_payload(
+    verdict: Verdict,
+    observation: ServiceObservation | None,
+    timeline: ServiceTimeline,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The TriggerEvent payload (also what the worker-side wait produces): JSON only."""
+    return {
+        "status": verdict.status,
+        "reason": verdict.reason,
+        "message": verdict.message,
+        "phase": observation.phase.value if observation else None,
+        "observation": observation.to_dict() if observation else None,
+        "timeline": timeline.to_dict(),
+        **extra,
+    }
+
+
+@dataclass(frozen=True)
+class ServiceTarget:
+    """The RayService a deploy task waits for, what "serving" means for it, and what its event payload
+    carries back to the task.
+
+    :param generation: the spec generation the operator wrote (KubeRay must have acted on it).
+    :param switch_from: the active cluster an upgrade replaces; serving counts only once another one serves.
+    :param created: this task try created the RayService (so giving up may delete it).
+    """
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int | None = None
+    switch_from: str | None = None
+    created: bool = False
+    queue: str | None = None
+    priority: str | None = None
+    submitted_at: str | None = None
+    """ISO time of the deploy (the queue clock's start); None: now."""
+
+    def observe(self, service: dict, workloads: list[dict]) -> ServiceObservation:
+        return observe_service(service, workloads, generation=self.generation, switch_from=self.switch_from)
+
+    def payload(
+        self, verdict: Verdict, observation: ServiceObservation | None, timeline: ServiceTimeline
+    ) -> dict:
+        return service_event_payload(
+            verdict,
+            observation,
+            timeline,
+            name=self.name,
+            namespace=self.namespace,
+            uid=self.uid,
+            queue=self.queue,
+            priority=self.priority,
+            created=self.created,
+            switch_from=self.switch_from,
+        )
+
+    def watchdog(self, policy: WaitPolicy) -> ServiceWatchdog:
+        return ServiceWatchdog(policy, parse_time(self.submitted_at) or utcnow())
+
+    def deleted(self) -> Verdict:
+        return deleted_verdict("RayService", self.namespace, self.name, self.uid, "while waiting")
+
+
+def said(observation: ServiceObservation) -> tuple[str, str, str]:
+    """What a transition line says: a new one is written only when this changes."""
+    return observation.phase.value, observation.reason, observation.message
+
+
+class ServiceWorkerWait:
+    """The trigger's wait for a RayService, one synchronous read every ``poll_interval`` seconds in a worker
+    slot (``deferrable=False``)."""
+
+    def __init__(self, target: ServiceTarget, policy: WaitPolicy, log: Any) -> None:
+        self.target = target
+        self.policy = policy
+        self.log = log
+
+    def wait(self, hook: RayServiceHook) -> dict[str, Any]:
+        target = self.target
+        timeline, watchdog, last = ServiceTimeline(), target.watchdog(self.policy), None
+        while True:
+            service, workloads = hook.read_service(target.name, target.namespace, target.uid)
+            if service is None:
+                return target.payload(target.deleted(), None, timeline)
+            now = utcnow()
+            observation = target.observe(service, workloads)
+            timeline.record(observation, now)
+            if said(observation) != last:
+                last = said(observation)
+                position = None
+                if (
+                    observation.workload_name
+                    and observation.phase in SERVICE_POSITION_PHASES
+                    and target.queue
+                ):
+                    found = hook.queue_position(target.namespace, target.queue, observation.workload_name)
+                    position = found.describe() if found else None
+                self.log.info(
+                    describe_service_transition(target.namespace, target.name, observation, position)
+                )
+            verdict = watchdog.check(observation, None, now)
+            if verdict is not None:
+                return target.payload(verdict, observation, timeline)
+            time.sleep(self.policy.poll_interval)

@@ -1,0 +1,473 @@
+"""When to stop waiting, and waiting in a worker: what the triggers, the operators and the sensor share.
+
+``WaitPolicy`` holds the wait options a DAG author sets (timeouts, grace, limits, intervals). The operator
+and the sensor build it from their arguments, the trigger carries it in its kwargs as one dict
+(``to_dict`` / ``from_dict``), and the ``Watchdog`` judges every observation by it. ``WorkerWait`` is the
+trigger's wait done with synchronous reads in a worker slot (``deferrable=False`` and the sensor's poke
+mode), so a task tells the same story wherever it waited.
+
+Importing this module does not import ``kubernetes`` or Airflow's trigger machinery: the hook is passed in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kueue_ray.api import parse_time, utcnow
+from kueue_ray.naming import QUEUE_LABEL
+from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
+from kueue_ray.status import (
+    ADMITTED_PHASES,
+    POSITION_PHASES,
+    WAITING_PHASES,
+    Observation,
+    Phase,
+    observe,
+    pods_not_ready_hint,
+)
+from kueue_ray.timeline import Timeline
+from kueue_ray.verdicts import (
+    DELETED,
+    FAILED,
+    INADMISSIBLE,
+    PODS_NOT_READY,
+    QUEUE_TIMEOUT,
+    RUN_TIMEOUT,
+    SUCCESS,
+    TOO_MANY_PREEMPTIONS,
+)
+
+if TYPE_CHECKING:
+    from kueue_ray.hook import RayJobHook
+
+DEFAULT_RESYNC_SECONDS = 300.0
+"""The longest a missed watch event may go unnoticed by default (the hub's relist interval)."""
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def _seconds(value: Any) -> float | None:
+    """A number of seconds as given or rendered from a template (a number, its text, or nothing)."""
+    return None if value in (None, "", "None") else float(value)
+
+
+def _count(value: Any) -> int | None:
+    return None if value in (None, "", "None") else int(value)
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    """How long and how patiently a task waits for its RayJob or RayService.
+
+    Queueing is normal under Kueue, so nothing counts from submission unless ``queue_timeout`` is set.
+
+    :param queue_timeout: seconds a wait for admission may last this time (since submission, or since the
+        last admission was lost); waiting for admission checks counts. None waits as long as it takes.
+    :param run_timeout: a RayJob's seconds since its last admission (``Admitted=True``); None for no limit.
+    :param ready_timeout: a RayService's seconds from its cluster's admission until it serves; None for no
+        limit.
+    :param fail_on_inadmissible: stop when Kueue keeps saying it cannot admit the Workload...
+    :param inadmissible_grace: ...for this many seconds.
+    :param max_preemptions: stop after more preemptions than this; None for no limit.
+    :param max_pods_ready_evictions: stop after more evictions for pods not ready within Kueue's
+        waitForPodsReady timeout than this (Kueue itself requeues such a Workload forever); None for no
+        limit.
+    :param poll_interval: seconds between reads when waiting in a worker.
+    :param resync_interval: the longest a missed watch event may go unnoticed in the triggerer, seconds:
+        the watch hub relists a namespace at the shortest interval of its triggers.
+    """
+
+    queue_timeout: float | None = None
+    run_timeout: float | None = None
+    ready_timeout: float | None = None
+    fail_on_inadmissible: bool = True
+    inadmissible_grace: float = 60.0
+    max_preemptions: int | None = None
+    max_pods_ready_evictions: int | None = 1
+    poll_interval: float = 5.0
+    resync_interval: float = DEFAULT_RESYNC_SECONDS
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values, for the trigger's kwargs."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> WaitPolicy:
+        """The policy from ``to_dict``'s output or any mapping holding some of its fields (the rest keep their
+        defaults); numbers may be text, as templates render them."""
+        data = {f.name: data[f.name] for f in fields(cls) if f.name in (data or {})}
+        for name in ("queue_timeout", "run_timeout", "ready_timeout"):
+            if name in data:
+                data[name] = _seconds(data[name])
+        for name in ("max_preemptions", "max_pods_ready_evictions"):
+            if name in data:
+                data[name] = _count(data[name])
+        for name in ("inadmissible_grace", "poll_interval", "resync_interval"):
+            if name in data:
+                data[name] = float(data[name])
+        if "fail_on_inadmissible" in data:
+            data["fail_on_inadmissible"] = bool(data["fail_on_inadmissible"])
+        return cls(**data)
+
+    @classmethod
+    def of(cls, task: Any) -> WaitPolicy:
+        """The policy an operator or sensor was given: its attributes named like the fields (rendered, when
+        they are template fields)."""
+        return cls.from_dict({f.name: getattr(task, f.name) for f in fields(cls) if hasattr(task, f.name)})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why waiting is over. ``status`` is one of ``kueue_ray.verdicts``."""
+
+    status: str
+    reason: str
+    message: str
+
+
+def condition(obj: dict | None, type_: str) -> dict:
+    """The condition of ``type_`` in ``obj``'s status; {} when there is none."""
+    for found in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if found.get("type") == type_:
+            return found
+    return {}
+
+
+@dataclass
+class Watchdog:
+    """When to stop waiting for a RayJob: pure rules shared by the trigger, the operator's worker wait and
+    the sensor. ``ServiceWatchdog`` judges a RayService by the same rules and its own phases.
+
+    Each clock measures what its name in ``WaitPolicy`` says, preferring the Workload's condition timestamps
+    so that a triggerer restart does not reset it.
+    """
+
+    policy: WaitPolicy
+    submitted_at: datetime
+    inadmissible_since: datetime | None = None
+    waiting_since: datetime | None = None
+    admitted_since: datetime | None = None
+    pods_ready_timeout: float | None = None
+    """Kueue's waitForPodsReady timeout as last seen on the Workload (for the give-up message)."""
+
+    waiting_phases: ClassVar[frozenset] = WAITING_PHASES
+    """The queue clock runs in these."""
+    admitted_phases: ClassVar[frozenset] = ADMITTED_PHASES
+    """The clock of ``admitted_limit`` runs in these."""
+    inadmissible_phase: ClassVar[Any] = Phase.INADMISSIBLE
+    admitted_limit: ClassVar[str] = "run_timeout"
+    """The ``WaitPolicy`` field limiting the time since admission."""
+
+    def check(self, observation: Any, workload: dict | None, now: datetime) -> Verdict | None:
+        """A Verdict when waiting is over, None to keep waiting."""
+        lost_quota_at, admitted_at = self.admission_times(observation, workload, now)
+        self._track(observation, now, lost_quota_at, admitted_at)
+        policy, phase = self.policy, observation.phase
+        if observation.terminal:
+            return Verdict(
+                SUCCESS if self.succeeded(observation) else FAILED, observation.reason, observation.message
+            )
+        if policy.max_preemptions is not None and observation.preemptions > policy.max_preemptions:
+            return Verdict(
+                TOO_MANY_PREEMPTIONS,
+                "MaxPreemptionsExceeded",
+                f"preempted {observation.preemptions} times, more than "
+                f"max_preemptions={policy.max_preemptions}; Kueue says: {observation.describe()}",
+            )
+        limit = policy.max_pods_ready_evictions
+        if limit is not None and observation.pods_ready_evictions > limit:
+            return Verdict(
+                PODS_NOT_READY,
+                "PodsReadyTimeout",
+                f"{pods_not_ready_hint(self.pods_ready_timeout)}. Kueue evicted it "
+                f"{observation.pods_ready_evictions} times because its pods did not all become ready "
+                f"(PodsReadyTimeout), more than max_pods_ready_evictions={limit}; Kueue says: "
+                f"{observation.describe()}",
+            )
+        if phase is self.inadmissible_phase and policy.fail_on_inadmissible:
+            waited = (now - self.inadmissible_since).total_seconds()
+            if waited >= policy.inadmissible_grace:
+                return Verdict(
+                    INADMISSIBLE,
+                    observation.reason,
+                    f"Kueue cannot admit it: {observation.message} (unchanged for {waited:.0f}s, "
+                    f"inadmissible_grace={policy.inadmissible_grace:g}s)",
+                )
+        if phase in self.waiting_phases and policy.queue_timeout is not None:
+            waited = (now - self.waiting_since).total_seconds()
+            if waited >= policy.queue_timeout:
+                return Verdict(
+                    QUEUE_TIMEOUT,
+                    "QueueTimeout",
+                    f"not admitted within queue_timeout={policy.queue_timeout:g}s (waiting since "
+                    f"{self.waiting_since.isoformat()}); Kueue says: {observation.describe()}",
+                )
+        limit = getattr(policy, self.admitted_limit)
+        if phase in self.admitted_phases and limit is not None:
+            elapsed = (now - self.admitted_since).total_seconds()
+            if elapsed >= limit:
+                return self.overdue(observation, elapsed)
+        return None
+
+    def admission_times(
+        self, observation: Any, workload: dict | None, now: datetime
+    ) -> tuple[datetime | None, datetime | None]:
+        """When the Workload lost (or never got) its quota, and when it was admitted, from its conditions."""
+        quota = condition(workload, "QuotaReserved")
+        lost_quota_at = parse_time(quota.get("lastTransitionTime")) if quota.get("status") != "True" else None
+        admitted = condition(workload, "Admitted")
+        admitted_at = (
+            parse_time(admitted.get("lastTransitionTime")) if admitted.get("status") == "True" else None
+        )
+        return lost_quota_at, admitted_at
+
+    def succeeded(self, observation: Any) -> bool:
+        """Whether a terminal observation is what the task waited for."""
+        return observation.phase is Phase.SUCCEEDED
+
+    def overdue(self, observation: Any, elapsed: float) -> Verdict:
+        """The verdict when the time since admission exceeds ``admitted_limit``."""
+        return Verdict(
+            RUN_TIMEOUT,
+            "RunTimeout",
+            f"still {observation.phase.value} {elapsed:.0f}s after its last admission at "
+            f"{self.admitted_since.isoformat()} (run_timeout={self.policy.run_timeout:g}s)",
+        )
+
+    def seconds_until_next_deadline(self, now: datetime) -> float | None:
+        """How long one may wait for the next change before a deadline needs checking."""
+        policy = self.policy
+        admitted_limit = getattr(policy, self.admitted_limit)
+        deadlines = []
+        if self.inadmissible_since is not None and policy.fail_on_inadmissible:
+            deadlines.append(self.inadmissible_since.timestamp() + policy.inadmissible_grace)
+        if self.waiting_since is not None and policy.queue_timeout is not None:
+            deadlines.append(self.waiting_since.timestamp() + policy.queue_timeout)
+        if self.admitted_since is not None and admitted_limit is not None:
+            deadlines.append(self.admitted_since.timestamp() + admitted_limit)
+        return max(0.0, min(deadlines) - now.timestamp()) if deadlines else None
+
+    def _track(
+        self, observation: Any, now: datetime, lost_quota_at: datetime | None, admitted_at: datetime | None
+    ) -> None:
+        phase = observation.phase
+        if observation.pods_ready_timeout:
+            self.pods_ready_timeout = observation.pods_ready_timeout
+        if phase in self.waiting_phases:
+            self.admitted_since = None
+            if self.waiting_since is None:
+                self.waiting_since = max(self.submitted_at, lost_quota_at or self.submitted_at)
+        elif phase in self.admitted_phases:
+            self.waiting_since = None
+            if self.admitted_since is None:
+                self.admitted_since = admitted_at or now
+        else:  # evicted (quota being released) or terminal: neither clock runs
+            self.waiting_since = None
+            self.admitted_since = None
+        if phase is not self.inadmissible_phase:
+            self.inadmissible_since = None
+        elif self.inadmissible_since is None:
+            self.inadmissible_since = now
+
+
+def event_payload(
+    verdict: Verdict,
+    observation: Observation | None,
+    timeline: Timeline,
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The TriggerEvent payload (also what the worker-side wait and the sensor produce): JSON only.
+
+    ``extra`` carries context the resumed task wants back (e.g. queue and priority).
+    """
+    payload: dict[str, Any] = {
+        "status": verdict.status,
+        "reason": verdict.reason,
+        "message": verdict.message,
+        "name": name,
+        "namespace": namespace,
+        "uid": uid,
+        "phase": observation.phase.value if observation else None,
+        "timeline": timeline.to_dict(),
+        **extra,
+    }
+    if observation is not None:
+        payload.update(
+            cluster_queue=observation.cluster_queue,
+            workload_name=observation.workload_name,
+            job_id=observation.job_id,
+            ray_cluster=observation.ray_cluster,
+            dashboard_url=observation.dashboard_url,
+            preemptions=observation.preemptions,
+            pods_ready_evictions=observation.pods_ready_evictions,
+            failed_attempts=observation.failed_attempts,
+        )
+    return payload
+
+
+def deleted_verdict(kind: str, namespace: str, name: str, uid: str, what: str) -> Verdict:
+    """The verdict for an object deleted under a waiting task (``what``: when, e.g. "before it finished")."""
+    return Verdict(DELETED, f"{kind}Deleted", f"{kind} {namespace}/{name} (uid {uid}) was deleted {what}")
+
+
+def describe_flavors(flavors: Mapping[str, Mapping[str, str]]) -> str:
+    """``head=['on-demand'], workers=['spot']``: the flavors Kueue assigned, per pod set."""
+    return ", ".join(f"{pod_set}={sorted(set(assigned.values()))}" for pod_set, assigned in flavors.items())
+
+
+def describe_transition(
+    namespace: str, name: str, observation: Observation, position: str | None, preemptor: dict | None = None
+) -> str:
+    """One task-log line for a transition, quoting Kueue / KubeRay: memory in readable units, and the
+    preemptor RayJob (when known) named next to the UIDs Kueue gives (``kueue_ray.narration``)."""
+    told = readable_quantities(name_preemptor(observation.describe(), preemptor))
+    line = f"RayJob {namespace}/{name}: {told}"
+    if observation.phase is Phase.ADMITTED and observation.flavors:
+        line += (
+            f" [ClusterQueue {observation.cluster_queue}; flavors {describe_flavors(observation.flavors)}]"
+        )
+    if observation.phase is Phase.RUNNING and observation.job_id:
+        line += f" [Ray job {observation.job_id} on RayCluster {observation.ray_cluster}]"
+    if observation.preemptions:
+        line += f" [preempted {observation.preemptions}x so far]"
+    if position:
+        line += f" — {position}"
+    return line
+
+
+def transient(exc: BaseException) -> bool:
+    """An API failure that says nothing about the RayJob (overload, a control plane in trouble, a dropped
+    connection); a refusal (401, 403) or a bad request is not one."""
+    status = getattr(exc, "status", None)
+    if status is not None:
+        return status in TRANSIENT_STATUSES
+    from urllib3.exceptions import HTTPError
+
+    return isinstance(exc, HTTPError | OSError)
+
+
+def find_rayjob(hook: RayJobHook, namespace: str, uid: str) -> dict | None:
+    """This project's RayJob with ``uid`` in ``namespace`` (e.g. a preemptor), for naming it in the log;
+    None when there is none or the list fails (a name in a log line is not worth failing a task)."""
+    try:
+        rayjobs = hook.list_managed_rayjobs(namespace)
+    except Exception:  # noqa: BLE001 - the log line falls back to Kueue's UIDs
+        return None
+    return next((r for r in rayjobs if (r.get("metadata") or {}).get("uid") == uid), None)
+
+
+@dataclass(frozen=True)
+class WaitTarget:
+    """The RayJob a task waits for, and what its event payload carries back to the task."""
+
+    name: str
+    namespace: str
+    uid: str
+    queue: str | None = None
+    priority: str | None = None
+    submitted_at: str | None = None
+    """ISO time of submission (the queue clock's start); None: now."""
+
+    def payload(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> dict:
+        return event_payload(
+            verdict,
+            observation,
+            timeline,
+            name=self.name,
+            namespace=self.namespace,
+            uid=self.uid,
+            queue=self.queue,
+            priority=self.priority,
+        )
+
+    def watchdog(self, policy: WaitPolicy) -> Watchdog:
+        return Watchdog(policy, parse_time(self.submitted_at) or utcnow())
+
+
+class WorkerWait:
+    """The trigger's rules, one synchronous read at a time: ``deferrable=False`` and the sensor's poke mode.
+
+    Same observe() / Watchdog / Timeline / Story as the trigger, so a task tells the same story whether it
+    waited in the triggerer or in a worker slot.
+    """
+
+    def __init__(self, target: WaitTarget, policy: WaitPolicy, log: Any) -> None:
+        self.target = target
+        self.policy = policy
+        self.log = log
+        self.timeline = Timeline()
+        self.watchdog = target.watchdog(policy)
+        self.story = Story()
+
+    def step(self, hook: RayJobHook) -> dict[str, Any] | None:
+        """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
+        target = self.target
+        now = utcnow()
+        try:
+            rayjob, workload = hook.read_state(target.name, target.namespace, target.uid)
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            from kueue_ray.api_errors import describe_error
+
+            # The hook already retried it for a while: the API server is having a bad minute. Waiting goes
+            # on (as in the triggerer); the next read decides.
+            self.log.warning(
+                "Reading RayJob %s/%s failed (%s); reading it again at the next poll",
+                target.namespace,
+                target.name,
+                describe_error(exc),
+            )
+            return None
+        if rayjob is None:
+            verdict = deleted_verdict(
+                "RayJob", target.namespace, target.name, target.uid, "before it finished"
+            )
+            return target.payload(verdict, None, self.timeline)
+        observation = observe(rayjob, workload)
+        self.timeline.record(observation, now)
+        self.tell(hook, rayjob, observation)
+        verdict = self.watchdog.check(observation, workload, now)
+        if verdict is None:
+            return None
+        return target.payload(verdict, observation, self.timeline)
+
+    def wait(self, hook: RayJobHook) -> dict[str, Any]:
+        """Hold the worker slot and read every ``poll_interval`` seconds until waiting is over."""
+        while (event := self.step(hook)) is None:
+            time.sleep(self.policy.poll_interval)
+        return event
+
+    def tell(self, hook: RayJobHook, rayjob: dict, observation: Observation) -> None:
+        """Log what is new, as the trigger does: a transition (queue position, preemptor named) or, while
+        waiting, a position that moved since the last line."""
+        target, story, now = self.target, self.story, time.monotonic()
+        if story.news(observation):
+            position = self.position(hook, rayjob, observation)
+            uid = preemptor_job_uid(observation.message)
+            preemptor = find_rayjob(hook, target.namespace, uid) if uid else None
+            self.log.info(
+                describe_transition(target.namespace, target.name, observation, position, preemptor)
+            )
+            story.told_position(position, now)
+            return
+        check = story.position_check_in(observation, now)
+        if check is not None and check <= 0:
+            position = self.position(hook, rayjob, observation)
+            line = story.position_line(target.namespace, target.name, observation.phase, position, now)
+            if line:
+                self.log.info(line)
+
+    def position(self, hook: RayJobHook, rayjob: dict, observation: Observation) -> str | None:
+        queue = self.target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
+        if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
+            return None
+        found = hook.queue_position(self.target.namespace, queue, observation.workload_name)
+        return found.describe() if found else None

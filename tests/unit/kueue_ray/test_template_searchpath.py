@@ -1,0 +1,91 @@
+"""Finding templates by name: a user's own folders first (the operator's or the DAG's
+``template_searchpath``), then the templates shipped in ``include/manifests/rayjobs``."""
+
+import re
+from pathlib import Path
+
+import pytest
+from airflow.sdk import DAG
+from kueue_ray.errors import ManifestError
+from kueue_ray.manifests import TEMPLATES_DIR, build_rayjob, resolve_template
+from kueue_ray.naming import AirflowIdentity
+from kueue_ray.operators import SubmitRayJobOperator, template_searchpath
+
+IDENTITY = AirflowIdentity("pipe", "train", "manual__1", -1, 1)
+
+
+def own_template(folder: Path, name: str, entrypoint: str) -> Path:
+    """A copy of the shipped llm-train template under ``name`` in ``folder``, with its own entrypoint."""
+    body = (TEMPLATES_DIR / "llm-train.yaml.j2").read_text()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml.j2"
+    path.write_text(re.sub(r"entrypoint: .*", f"entrypoint: {entrypoint}", body, count=1))
+    return path
+
+
+def build(template: str, searchpath) -> dict:
+    return build_rayjob(
+        template,
+        name="pipe-train",
+        namespace="ml",
+        queue="team-a",
+        priority="prod-priority",
+        identity=IDENTITY,
+        template_searchpath=searchpath,
+    ).body
+
+
+def test_a_name_is_found_in_the_users_folder_before_the_shipped_one(tmp_path):
+    own_template(tmp_path / "mine", "llm-train", "python mine.py")
+    assert resolve_template("llm-train", [tmp_path / "mine"]) == tmp_path / "mine" / "llm-train.yaml.j2"
+    assert resolve_template("llm-train.yaml.j2", str(tmp_path / "mine")).parent == tmp_path / "mine"
+    assert build("llm-train", [tmp_path / "mine"])["spec"]["entrypoint"] == "python mine.py"
+
+
+def test_folders_are_searched_in_order_and_the_shipped_templates_last(tmp_path):
+    own_template(tmp_path / "first", "train", "python first.py")
+    own_template(tmp_path / "second", "train", "python second.py")
+    own_template(tmp_path / "second", "other", "python other.py")
+    folders = [tmp_path / "first", tmp_path / "second"]
+    assert resolve_template("train", folders).parent == tmp_path / "first"
+    assert resolve_template("other", folders).parent == tmp_path / "second"
+    assert resolve_template("text-classifier", folders) == TEMPLATES_DIR / "text-classifier.yaml.j2"
+    assert resolve_template("text-classifier") == TEMPLATES_DIR / "text-classifier.yaml.j2"
+
+
+def test_a_missing_template_names_itself_the_folders_searched_and_the_fix(tmp_path):
+    own_template(tmp_path / "mine", "train", "python mine.py")
+    with pytest.raises(ManifestError) as error:
+        resolve_template("trian", [tmp_path / "mine"])
+    message = str(error.value)
+    assert "trian" in message
+    assert str(tmp_path / "mine") in message and str(TEMPLATES_DIR) in message
+    assert "train.yaml.j2" in message and "llm-train.yaml.j2" in message  # what there is to choose from
+    assert "template_searchpath" in message and "trian.yaml.j2" in message
+
+
+def test_the_operator_searches_its_own_folders_else_its_dags(tmp_path):
+    with DAG("pipe", schedule=None, template_searchpath=[str(tmp_path / "dag")]):
+        inherits = SubmitRayJobOperator(task_id="a", template="t", queue="q", priority="p")
+        overrides = SubmitRayJobOperator(
+            task_id="b", template="t", queue="q", priority="p", template_searchpath=str(tmp_path / "op")
+        )
+    alone = SubmitRayJobOperator(task_id="c", template="t", queue="q", priority="p")
+    assert list(template_searchpath(inherits, inherits.template_searchpath)) == [str(tmp_path / "dag")]
+    assert template_searchpath(overrides, overrides.template_searchpath) == str(tmp_path / "op")
+    assert template_searchpath(alone, alone.template_searchpath) is None
+
+
+def test_a_users_template_renders_with_values(tmp_path):
+    own_template(tmp_path / "mine", "echo", "{{ cmd }}")
+    body = build_rayjob(
+        "echo",
+        name="pipe-train",
+        namespace="ml",
+        queue="team-a",
+        priority="prod-priority",
+        identity=IDENTITY,
+        values={"cmd": "python echo.py"},
+        template_searchpath=tmp_path / "mine",
+    ).body
+    assert body["spec"]["entrypoint"] == "python echo.py"
