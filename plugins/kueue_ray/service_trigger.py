@@ -37,6 +37,7 @@ from kueue_ray.service_waiting import (
     ServiceTimeline,
     ServiceWatchdog,
     describe_service_transition,
+    describe_unseen_preemptions,
     said,
 )
 from kueue_ray.timeline import to_epoch
@@ -173,7 +174,12 @@ class RayServiceTrigger(WaitTrigger):
                     self.log.error(verdict.message)
                     return self.fire(target.payload(verdict, None, timeline))
                 observation = target.observe(service, workloads)
+                counted = timeline.preemption_count
                 timeline.record(observation, now)
+                for line in describe_unseen_preemptions(
+                    self.namespace, self.name, observation, timeline.preemption_count - counted
+                ):
+                    self.log.info(line)
                 if said(observation) != progress.last_said:
                     progress.last_said = said(observation)
                     position = await self._position(observation, subscription)

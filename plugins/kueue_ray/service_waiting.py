@@ -159,6 +159,27 @@ class ServiceTimeline:
         )
 
 
+def describe_unseen_preemptions(
+    namespace: str, name: str, observation: ServiceObservation, newly_counted: int
+) -> list[str]:
+    """Task-log lines for preemptions Kueue counted but the wait never saw as PREEMPTED: the eviction and
+    the requeue came between two looks (a burst of changes, or before the first look), so the current
+    phase is already QUEUED or ADMITTED again. The task log then still says, as it does for a RayJob,
+    that Kueue took the cluster's quota away, and why, before the line of the current state."""
+    if newly_counted <= 0 or observation.phase is ServicePhase.PREEMPTED:
+        return []
+    said = observation.last_preemption or {}
+    cluster = f"{observation.target_role} RayCluster {observation.target_cluster}".strip()
+    message = said.get("message") or "Kueue evicted its Workload to make room"
+    serving = (
+        f"; RayCluster {observation.active_cluster} keeps serving"
+        if observation.active_cluster and observation.active_cluster != observation.target_cluster
+        else ""
+    )
+    line = f"RayService {namespace}/{name}: PREEMPTED ({said.get('reason') or 'Preempted'}): {cluster}: {message}"
+    return [f"{line}{serving}"] * newly_counted
+
+
 def describe_service_transition(
     namespace: str, name: str, observation: ServiceObservation, position: str | None
 ) -> str:
@@ -261,7 +282,12 @@ class ServiceWorkerWait:
                 return target.payload(target.deleted(), None, timeline)
             now = utcnow()
             observation = target.observe(service, workloads)
+            counted = timeline.preemption_count
             timeline.record(observation, now)
+            for line in describe_unseen_preemptions(
+                target.namespace, target.name, observation, timeline.preemption_count - counted
+            ):
+                self.log.info(line)
             if said(observation) != last:
                 last = said(observation)
                 position = None

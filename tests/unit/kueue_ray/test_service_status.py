@@ -1,5 +1,7 @@
 """The RayService status model on objects shaped like KubeRay v1.7 / Kueue v0.19 write them."""
 
+from datetime import UTC, datetime
+
 from kueue_ray.service_status import ServicePhase, observe_service, related_workload
 
 SERVE_CONFIG = "applications:\n  - name: forecast\n    deployments:\n      - name: Model\n"
@@ -287,3 +289,44 @@ def test_related_workloads_are_the_services_and_its_current_clusters():
     assert related_workload(svc, workload("RayCluster", "serve-new", "x"))
     assert not related_workload(svc, workload("RayCluster", "serve-older", "x"))
     assert not related_workload(svc, workload("RayJob", "serve", "svc-uid"))
+
+
+def test_a_preemption_seen_only_after_the_requeue_still_gets_its_preempted_line():
+    from kueue_ray.service_waiting import ServiceTimeline, describe_unseen_preemptions
+
+    requeued = observe_service(
+        service(active=role("serve-old"), pending=role("serve-new", state="suspended")),
+        [
+            workload(
+                "RayCluster",
+                "serve-new",
+                "new-uid",
+                cond("QuotaReserved", "False", "Pending", "1 more needed"),
+                cond("Preempted", "False", "QuotaReserved", f"Previously: {PREEMPTED_MSG}"),
+                admission=False,
+                schedulingStats={"evictions": [{"reason": "Preempted", "count": 1}]},
+            )
+        ],
+    )
+    timeline = ServiceTimeline()
+    timeline.record(requeued, datetime(2026, 1, 1, tzinfo=UTC))
+    assert describe_unseen_preemptions("ray", "serve", requeued, timeline.preemption_count) == [
+        f"RayService ray/serve: PREEMPTED (Preempted): pending RayCluster serve-new: {PREEMPTED_MSG}; "
+        "RayCluster serve-old keeps serving"
+    ]
+    # Nothing newly counted, or the PREEMPTED moment itself observed: its own line says it already.
+    assert describe_unseen_preemptions("ray", "serve", requeued, 0) == []
+    preempted = observe_service(
+        service(active=role("serve-old"), pending=role("serve-new", state="")),
+        [
+            workload(
+                "RayCluster",
+                "serve-new",
+                "new-uid",
+                *ADMITTED,
+                cond("Evicted", "True", "Preempted", PREEMPTED_MSG),
+                cond("Preempted", "True", "InClusterQueue", PREEMPTED_MSG),
+            )
+        ],
+    )
+    assert describe_unseen_preemptions("ray", "serve", preempted, 1) == []
