@@ -253,8 +253,11 @@ class Watcher(Subscription):
         if not self._queue.empty():  # the common case under load: no task, no timer
             item = self._queue.get_nowait()
             return None if item is _CLOSED else self._event(item)
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation that arrives as
+        # the item does, and the watch stream serving this subscription then outlives its client.
         try:
-            item = await asyncio.wait_for(self._queue.get(), timeout)
+            async with asyncio.timeout(timeout):
+                item = await self._queue.get()
         except TimeoutError:
             return None
         return None if item is _CLOSED else self._event(item)
