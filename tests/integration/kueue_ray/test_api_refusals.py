@@ -404,11 +404,19 @@ def test_a_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_api_server_f
         conditions = ((queues.workload(trigger.uid) or {}).get("status") or {}).get("conditions") or ()
         return next((c for c in conditions if c["type"] == kind), {})
 
+    captured: list[str] = []
+
+    def trigger_lines() -> str:
+        return "\n".join(
+            line for line in "".join(captured).splitlines() if "kueue_ray.trigger.RayJobTrigger" in line
+        )
+
     async def scenario():
         await until(lambda: (queues.rayjobs()[0].get("status") or {}).get("jobDeploymentStatus") == "Running")
         admitted_at = to_epoch(workload_condition("Admitted")["lastTransitionTime"])
         waiting = asyncio.create_task(first_event(trigger))  # its first list: RUNNING
-        await until(lambda: "RUNNING" in "".join(trigger_log(capfd)))
+        # Captured output read so far, kept whole: a line may be half written when it is read.
+        await until(lambda: captured.append(capfd.readouterr().out) or "RUNNING" in trigger_lines())
         urgent_context = task_context("urgent")
         urgent = submit(
             queues,
@@ -430,7 +438,8 @@ def test_a_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_api_server_f
 
     fired = asyncio.run(scenario())
     assert fired == [], f"gave up on the cache's word that it still runs: {fired}"
-    story = "\n".join(trigger_log(capfd))
+    captured.append(capfd.readouterr().out)
+    story = trigger_lines()
     assert ": PREEMPTED " in story or ": QUEUED " in story, story
 
 
