@@ -69,7 +69,8 @@ from kueue_ray.hub.subscriptions import (
     Subscription,
     Update,
 )
-from kueue_ray.listwatch import ListWatchSettings, RefusalMemory, SharedApiClient, resource_version_newer
+from kueue_ray.listwatch import ListWatchSettings, RefusalMemory, resource_version_newer
+from kueue_ray.shared_client import SharedApiClient, provider_connection
 from kueue_ray.waiting import DEFAULT_RESYNC_SECONDS
 
 log = logging.getLogger(__name__)
@@ -104,16 +105,6 @@ class HubSettings(ListWatchSettings):
     """How long one visibility read of a LocalQueue answers every trigger asking for a queue position."""
     gauge_interval: float = 10.0
     """Seconds between two reports of the ``kueue_ray.tasks_waiting`` gauge (StatsD's usual flush)."""
-
-
-@contextlib.asynccontextmanager
-async def provider_connection(conn_id: str) -> AsyncIterator[Any]:
-    """An ApiClient configured from the Airflow ``kubernetes`` connection, exactly as the cncf provider's
-    AsyncKubernetesHook configures it (kubeconfig path/content, in-cluster, context)."""
-    from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
-
-    async with AsyncKubernetesHook(conn_id=conn_id).get_conn() as api_client:
-        yield api_client
 
 
 class WatchHub:

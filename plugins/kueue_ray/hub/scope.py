@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from kueue_ray.hub.resources import RAYJOB, RAYSERVICE, WORKLOAD, WatchedResource
 from kueue_ray.hub.subscriptions import ServiceSubscription, Subscription
-from kueue_ray.listwatch import ListWatchLoop, SharedApiClient, Target
+from kueue_ray.listwatch import ListWatchLoop, Target
+from kueue_ray.shared_client import SharedApiClient
 from kueue_ray.waiting import DEFAULT_RESYNC_SECONDS
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kueue_ray.api_errors import can_i, describe_error, retry_after_seconds
 from kueue_ray.hub.resources import RAYJOB, RAYJOBS, RAYSERVICE, RAYSERVICES, WORKLOAD
-from kueue_ray.listwatch import Backoff
+from kueue_ray.refusals import Backoff
 
 if TYPE_CHECKING:
     from kueue_ray.hub import WatchHub
