@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kueue_ray import api
+from kueue_ray.essential import essential_rayjob, essential_workload
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from kueue_ray.status import essential_rayjob, essential_workload
 
 RAYJOB = "rayjob"
 RAYSERVICE = "rayservice"

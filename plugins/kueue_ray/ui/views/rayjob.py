@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from kueue_ray.naming import JOB_UID_LABEL, QUEUE_LABEL
-from kueue_ray.status import TERMINAL_PHASES, Observation, observe
+from kueue_ray.phases import TERMINAL_PHASES
+from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
 from kueue_ray.ui.cache import PendingRead, Snapshot
