@@ -26,7 +26,9 @@ What the loop does with each answer (``ListWatchLoop._stream``):
 * Anything else (5xx, other 403s, dropped connections, cut-off JSON, timeouts): back off with jitter.
 
 A watch is opened with ``_preload_content=False``, and in that mode kubernetes_asyncio hands over any
-answer, 200 or not, as a stream: the loop reads the status itself (``Refused``).
+answer, 200 or not, as a stream: the loop reads the status itself (``Refused``, in ``kueue_ray.refusals``
+with the ``Backoff`` every retry uses). The ApiClient a loop lists and watches with is lent to it by a
+``kueue_ray.shared_client.SharedApiClient``.
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kueue_ray.api_errors import api_error, can_i, describe_error, retry_after_seconds
+from kueue_ray.api_errors import can_i, describe_error
+from kueue_ray.refusals import Backoff, Refused, WatchGone
+from kueue_ray.shared_client import SharedApiClient
 
 log = logging.getLogger(__name__)
 
@@ -110,38 +113,6 @@ class Target:
         )
 
 
-class WatchGone(Exception):
-    """The watch's resourceVersion is older than the server's history (410): relist."""
-
-
-class Refused(Exception):
-    """The API server answered a list or watch with an error status (HTTP, a watch's ERROR event, or a
-    Status line where an event belongs).
-
-    Kept apart from the client's ApiException because a watch's answer is read as a stream, whatever its
-    status, and because the loop needs to know which verb was refused to say what to grant.
-    """
-
-    def __init__(
-        self, verb: str, status: int | None, reason: str, message: str, retry_after: float | None = None
-    ) -> None:
-        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
-        self.verb = verb
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-
-    @classmethod
-    def from_api_exception(cls, verb: str, exc: Any) -> Refused:
-        status, reason, message = api_error(exc)
-        return cls(verb, status, reason, message, retry_after_seconds(exc))
-
-    @classmethod
-    def from_status(cls, verb: str, status: dict) -> Refused:
-        return cls(verb, status.get("code"), status.get("reason") or "", status.get("message") or "")
-
-
 def resource_version_newer(candidate: dict, current: dict | None) -> bool:
     """True when ``candidate`` should replace ``current`` in a cache.
 
@@ -156,77 +127,6 @@ def resource_version_newer(candidate: dict, current: dict | None) -> bool:
         return int(new_rv) > int(old_rv)
     except (TypeError, ValueError):
         return new_rv != old_rv
-
-
-class Backoff:
-    """Exponential backoff with 'equal jitter', so many processes do not reconnect in lockstep."""
-
-    def __init__(self, initial: float, maximum: float) -> None:
-        self.initial = initial
-        self.maximum = maximum
-        self.attempts = 0
-
-    def next_delay(self) -> float:
-        ceiling = min(self.maximum, self.initial * (2**self.attempts))
-        self.attempts += 1
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
-
-    def reset(self) -> None:
-        self.attempts = 0
-
-
-@dataclass
-class _OpenClient:
-    client: Any
-    exit_stack: contextlib.AsyncExitStack
-    users: int = 0
-    retired: bool = False
-
-
-class SharedApiClient:
-    """One ApiClient of a connection, owned here and only lent out.
-
-    Every loop and one-off read that shares it ``lease``\\ s it, so there is one connection pool and no TLS
-    setup per request. It is closed only when it is retired (credentials refused, or its user stopped)
-    *and* its last lease is returned: closing a client under a running request is what turned a reconnect
-    into "Session is closed" for the readers sharing it. A lease taken after retirement opens a fresh client.
-    """
-
-    def __init__(self, factory: Callable[[str], contextlib.AbstractAsyncContextManager[Any]], conn_id: str):
-        self._factory = factory
-        self._conn_id = conn_id
-        self._current: _OpenClient | None = None
-        self._opening = asyncio.Lock()
-
-    @contextlib.asynccontextmanager
-    async def lease(self) -> AsyncIterator[Any]:
-        opened = await self._open()
-        opened.users += 1
-        try:
-            yield opened.client
-        finally:
-            opened.users -= 1
-            if opened.retired and opened.users == 0:
-                await opened.exit_stack.aclose()
-
-    async def _open(self) -> _OpenClient:
-        async with self._opening:
-            if self._current is None:
-                exit_stack = contextlib.AsyncExitStack()
-                client = await exit_stack.enter_async_context(self._factory(self._conn_id))
-                self._current = _OpenClient(client, exit_stack)
-            return self._current
-
-    async def retire(self, client: Any = None) -> None:
-        """Stop lending ``client`` (the current one when None): the next lease opens a new client, and this
-        one closes as soon as its last user returns it."""
-        opened = self._current
-        if opened is None or (client is not None and opened.client is not client):
-            return
-        self._current = None
-        opened.retired = True
-        if opened.users == 0:
-            await opened.exit_stack.aclose()
 
 
 async def _as_api_exception(response: Any) -> Any:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from kueue_ray.naming import AirflowIdentity
-from kueue_ray.status import POSITION_PHASES, Observation, Phase
+from kueue_ray.phases import POSITION_PHASES, Phase
+from kueue_ray.status import Observation
 
 POSITION_RELOG_SECONDS = 30.0
 """The shortest interval between two queue-position lines of one task."""

@@ -2,8 +2,8 @@
 
 KubeRay and Kueue each tell half of the story: the RayJob's ``jobDeploymentStatus`` says what KubeRay is
 doing, the Workload's conditions say why Kueue holds it back. ``observe`` combines both into a
-:class:`Phase`, keeping the controllers' own reason and message so that logs quote Kueue and KubeRay
-verbatim instead of paraphrasing them.
+:class:`~kueue_ray.phases.Phase`, keeping the controllers' own reason and message so that logs quote
+Kueue and KubeRay verbatim instead of paraphrasing them.
 
 The order of the checks matters and follows the behaviour of Kueue v0.19 / KubeRay v1.7:
 
@@ -29,57 +29,16 @@ are understood.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from kueue_ray.api import parse_time
+from kueue_ray.phases import (
+    TERMINAL_PHASES,
+    Phase,
+)
 from kueue_ray.quantity import add_resources, format_resources, parse_resources
 
-
-class Phase(StrEnum):
-    SUBMITTED = "SUBMITTED"
-    """The RayJob exists; Kueue has not created its Workload yet."""
-    QUEUED = "QUEUED"
-    """Suspended and waiting for quota (also after a preemption or a PodsReady-timeout backoff)."""
-    INADMISSIBLE = "INADMISSIBLE"
-    """Waiting cannot help: queue missing or stopped, or the request exceeds the maximum capacity."""
-    AWAITING_CHECKS = "AWAITING_CHECKS"
-    """Quota reserved, but Kueue waits for the ClusterQueue's admission checks before it admits; the RayJob
-    stays suspended meanwhile (no run time counts)."""
-    ADMITTED = "ADMITTED"
-    """Admitted (``Admitted=True``); KubeRay is starting the Ray cluster."""
-    RUNNING = "RUNNING"
-    RETRYING = "RETRYING"
-    """An attempt failed and KubeRay starts another one (within ``spec.backoffLimit``)."""
-    PREEMPTED = "PREEMPTED"
-    """Preempted by Kueue; KubeRay is still tearing the Ray cluster down. Requeued afterwards."""
-    PODS_NOT_READY = "PODS_NOT_READY"
-    """Evicted because its pods were not all ready within Kueue's waitForPodsReady timeout (taints,
-    tolerations, image pulls); KubeRay tears the cluster down, Kueue requeues it after a backoff."""
-    EVICTED = "EVICTED"
-    """Evicted for another reason than preemption or pods (an admission check asking for a retry, a stopped
-    queue, failed nodes); KubeRay tears the cluster down, then it queues again."""
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    STOPPED = "STOPPED"
-    """The Ray job was stopped (Complete with jobStatus STOPPED): finished, but not a success."""
-    DEACTIVATED = "DEACTIVATED"
-    """Kueue deactivated the Workload; it will not run again unless reactivated."""
-
-
-TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED, Phase.DEACTIVATED})
-EVICTION_PHASES = frozenset({Phase.PREEMPTED, Phase.PODS_NOT_READY, Phase.EVICTED})
-"""Kueue took the quota away and KubeRay is tearing the Ray cluster down."""
-WAITING_PHASES = frozenset({Phase.SUBMITTED, Phase.QUEUED, Phase.INADMISSIBLE, Phase.AWAITING_CHECKS})
-"""Not admitted yet: the queue clock runs (waiting for admission checks is waiting for admission too)."""
-ADMITTED_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RETRYING})
-"""Admitted and not evicted: the run clock runs."""
-HOLDING_QUOTA_PHASES = frozenset({*ADMITTED_PHASES, *EVICTION_PHASES})
-"""The Workload holds quota: admitted, or evicted while KubeRay tears the Ray cluster down."""
-POSITION_PHASES = frozenset({Phase.QUEUED, Phase.INADMISSIBLE})
-"""Pending in a LocalQueue, so it has a queue position worth telling."""
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
 PODS_NOT_READY_HINT = "check taints, tolerations, image pulls"
 MSG_ADMITTED = "The workload is admitted"
@@ -307,94 +266,6 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
             detail = f"Backing off until {requeue_at} after: {detail}"
         return result(Phase.QUEUED, reason or evicted.get("reason") or "Requeued", message or detail)
     return result(Phase.QUEUED, reason or "Pending", message or "Waiting for the Kueue scheduler.")
-
-
-RAYJOB_STATUS_FIELDS = (
-    "jobDeploymentStatus",
-    "jobStatus",
-    "reason",
-    "message",
-    "failed",
-    "succeeded",
-    "jobId",
-    "rayClusterName",
-    "dashboardURL",
-    "rayJobInfo",
-    "startTime",
-    "endTime",
-)
-"""What of a RayJob's status ``observe`` and the task's XComs read (not ``rayClusterStatus``)."""
-_KEPT_METADATA = (
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "ownerReferences",  # which RayService or RayCluster a Workload belongs to (service_status)
-)
-_DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
-
-
-def _essential_metadata(metadata: dict) -> dict:
-    kept = {key: metadata[key] for key in _KEPT_METADATA if key in metadata}
-    if metadata.get("labels"):
-        kept["labels"] = metadata["labels"]
-    annotations = metadata.get("annotations")
-    if annotations:
-        kept["annotations"] = {k: v for k, v in annotations.items() if k not in _DROPPED_ANNOTATIONS}
-    return kept
-
-
-def _shared(value: Any) -> Any:
-    """One string object for values that thousands of objects repeat (reasons, Kueue's messages)."""
-    return sys.intern(value) if isinstance(value, str) else value
-
-
-def essential_rayjob(rayjob: dict) -> dict:
-    """The part of a RayJob that ``observe`` and the waiting task read: what a watch cache keeps of it.
-
-    A RayJob's spec (the Ray cluster's pod templates) is most of its size and none of its meaning for a
-    waiter, who needs only ``spec.suspend``; ``observe(essential_rayjob(r), w) == observe(r, w)``.
-    """
-    spec = rayjob.get("spec") or {}
-    status = rayjob.get("status") or {}
-    slim: dict[str, Any] = {"metadata": _essential_metadata(rayjob.get("metadata") or {})}
-    if "suspend" in spec:
-        slim["spec"] = {"suspend": spec["suspend"]}
-    if status:
-        slim["status"] = {key: _shared(status[key]) for key in RAYJOB_STATUS_FIELDS if key in status}
-    return slim
-
-
-def essential_workload(workload: dict) -> dict:
-    """The part of a Kueue Workload that ``observe`` reads: conditions, the admission's ClusterQueue,
-    flavors and resource usage, scheduling and requeue stats, admission checks, ``spec.active``; not the
-    pod sets (a copy of every pod template) nor the resource requests.
-    ``observe(r, essential_workload(w)) == observe(r, w)``."""
-    spec = workload.get("spec") or {}
-    status = workload.get("status") or {}
-    slim: dict[str, Any] = {"metadata": _essential_metadata(workload.get("metadata") or {})}
-    if "active" in spec:
-        slim["spec"] = {"active": spec["active"]}
-    kept: dict[str, Any] = {}
-    if status.get("conditions"):
-        kept["conditions"] = [{k: _shared(v) for k, v in c.items()} for c in status["conditions"]]
-    admission = status.get("admission")
-    if admission:
-        kept["admission"] = {
-            "clusterQueue": _shared(admission.get("clusterQueue")),
-            "podSetAssignments": [
-                {key: a[key] for key in ("name", "flavors", "resourceUsage") if key in a}
-                for a in admission.get("podSetAssignments") or ()
-            ],
-        }
-    for key in ("schedulingStats", "requeueState", "admissionChecks"):
-        if status.get(key):
-            kept[key] = status[key]
-    if kept:
-        slim["status"] = kept
-    return slim
 
 
 def is_inadmissible(reason: str, message: str) -> bool:

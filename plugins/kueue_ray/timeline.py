@@ -22,16 +22,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kueue_ray.api import parse_time
-from kueue_ray.quantity import parse_quantity
-from kueue_ray.status import (
+from kueue_ray.phases import (
     ADMITTED_PHASES,
     EVICTION_PHASES,
     HOLDING_QUOTA_PHASES,
     TERMINAL_PHASES,
     WAITING_PHASES,
-    Observation,
     Phase,
 )
+from kueue_ray.quantity import parse_quantity
+from kueue_ray.status import Observation
 
 Timestamp = datetime | float | int | str
 

@@ -50,8 +50,9 @@ from kueue_ray.hub import ADMITTED, NOTICE, QUEUED
 from kueue_ray.metrics import WaitMetrics
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.narration import Story, preemptor_job_uid
+from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
-from kueue_ray.status import POSITION_PHASES, WAITING_PHASES, Observation, observe
+from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.trigger_base import WaitTrigger
 from kueue_ray.verdicts import INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS

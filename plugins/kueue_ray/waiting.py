@@ -20,15 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kueue_ray.api import parse_time, utcnow
 from kueue_ray.naming import QUEUE_LABEL
 from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
-from kueue_ray.status import (
-    ADMITTED_PHASES,
-    POSITION_PHASES,
-    WAITING_PHASES,
-    Observation,
-    Phase,
-    observe,
-    pods_not_ready_hint,
-)
+from kueue_ray.phases import ADMITTED_PHASES, POSITION_PHASES, WAITING_PHASES, Phase
+from kueue_ray.status import Observation, observe, pods_not_ready_hint
 from kueue_ray.timeline import Timeline
 from kueue_ray.verdicts import (
     DELETED,

@@ -40,16 +40,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kueue_ray import api
-from kueue_ray.hub import provider_connection
 from kueue_ray.listwatch import (
     ListWatchLoop,
     ListWatchSettings,
     RefusalMemory,
-    SharedApiClient,
     Target,
     resource_version_newer,
 )
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, AirflowIdentity
+from kueue_ray.shared_client import SharedApiClient, provider_connection
 from kueue_ray.status import observe
 from kueue_ray.timeline import Timeline, to_epoch
 

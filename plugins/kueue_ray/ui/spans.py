@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kueue_ray.status import TERMINAL_PHASES, Phase
+from kueue_ray.phases import TERMINAL_PHASES, Phase
 from kueue_ray.timeline import to_epoch, to_iso
 
 _KIND = {

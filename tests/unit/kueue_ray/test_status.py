@@ -1,13 +1,12 @@
 """The status model on RayJob + Workload objects shaped like KubeRay v1.7 / Kueue v0.19 write them."""
 
 import pytest
+from kueue_ray.essential import essential_rayjob, essential_workload
 from kueue_ray.quantity import parse_quantity
 from kueue_ray.status import (
     Phase,
     count_pods_ready_evictions,
     count_preemptions,
-    essential_rayjob,
-    essential_workload,
     format_duration,
     is_never_fits,
     observe,

@@ -32,6 +32,11 @@ last, so an idle triggerer holds no connection open.
 
 Module-level ``HUB`` is the process-wide instance: every trigger of a triggerer runs in the same process
 and event loop, so they share module state. It is a cache only: the truth stays in the API server.
+
+The package, by layer: ``resources`` says what is watched (API coordinates, selectors, keys),
+``subscriptions`` is what a trigger holds (its ``Subscription`` and ``Mailbox``), ``scope`` is the state
+kept per (connection, namespace) with its watch loops, and this module is the ``WatchHub`` that ties
+them together: it caches what the loops offer and delivers it to subscribers.
 """
 
 from __future__ import annotations
@@ -40,110 +45,55 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from kueue_ray import api, metrics
-from kueue_ray.api_errors import can_i, describe_error, retry_after_seconds
-from kueue_ray.listwatch import (
-    Backoff,
-    ListWatchLoop,
-    ListWatchSettings,
-    RefusalMemory,
-    SharedApiClient,
-    Target,
-    resource_version_newer,
+from kueue_ray import metrics
+from kueue_ray.hub.resources import (
+    RAYJOB,
+    RAYJOBS,
+    RAYSERVICE,
+    RAYSERVICES,
+    WORKLOAD,
+    WORKLOADS,
+    WatchedResource,
 )
-from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from kueue_ray.status import essential_rayjob, essential_workload
+from kueue_ray.hub.scope import _PendingRead, _Scope, _WatchLoop
+from kueue_ray.hub.subscriptions import (
+    ADMITTED,
+    NOTICE,
+    QUEUED,
+    ServiceSubscription,
+    Subscription,
+    Update,
+)
+from kueue_ray.listwatch import ListWatchSettings, RefusalMemory, resource_version_newer
+from kueue_ray.shared_client import SharedApiClient, provider_connection
 from kueue_ray.waiting import DEFAULT_RESYNC_SECONDS
 
 log = logging.getLogger(__name__)
 
-RAYJOB = "rayjob"
-RAYSERVICE = "rayservice"
-WORKLOAD = "workload"
-NOTICE = "notice"
-"""An ``Update`` that is news about waiting itself (the API server refuses to watch), for the task log."""
-
-
-def _labels(obj: dict) -> dict:
-    return (obj.get("metadata") or {}).get("labels") or {}
-
-
-@dataclass(frozen=True)
-class WatchedResource:
-    """What one watch loop lists and watches, and how it keys the objects it caches.
-
-    ``selects`` mirrors ``label_selector`` on the client side: a relist may only conclude that a cached
-    object was deleted if the list would have returned it (a RayJob read by GET may lack our label).
-    """
-
-    kind: str
-    group: str
-    version: str
-    plural: str
-    label_selector: str
-    key_of: Callable[[dict], str | None]
-    selects: Callable[[dict], bool]
-    essential: Callable[[dict], dict]
-    """What the cache keeps of an object: the fields waiting reads (``kueue_ray.status.essential_*``)."""
-
-    @property
-    def qualified(self) -> str:
-        """``plural.group``, as RBAC and ``kubectl auth can-i`` name it."""
-        return f"{self.plural}.{self.group}"
-
-
-RAYJOBS = WatchedResource(
-    kind=RAYJOB,
-    group=api.RAYJOB.group,
-    version=api.RAYJOB.version,
-    plural=api.RAYJOB.plural,
-    label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
-    key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
-    selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
-    essential=essential_rayjob,
-)
-RAYSERVICES = WatchedResource(
-    kind=RAYSERVICE,
-    group=api.RAYSERVICE.group,
-    version=api.RAYSERVICE.version,
-    plural=api.RAYSERVICE.plural,
-    label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
-    key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
-    selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
-    # Whole: the RayService status model reads spec and status alike, and a namespace holds few services.
-    essential=lambda obj: obj,
-)
-"""The deploy operator's RayServices. Their Workloads are in the same Workload watch: the RayService's own
-(keyed by its uid) or, when Kueue admits it through its RayClusters, each cluster's."""
-# Kueue copies no labels of ours onto Workloads, only the owner's uid: select on that label existing and
-# key the Workloads by it.
-WORKLOADS = WatchedResource(
-    kind=WORKLOAD,
-    group=api.WORKLOAD.group,
-    version=api.WORKLOAD.version,
-    plural=api.WORKLOAD.plural,
-    label_selector=JOB_UID_LABEL,
-    key_of=lambda obj: _labels(obj).get(JOB_UID_LABEL),
-    selects=lambda obj: JOB_UID_LABEL in _labels(obj),
-    essential=essential_workload,
-)
-
-
-@dataclass(frozen=True)
-class Update:
-    """A change of one subscribed object. ``object`` None means it no longer exists (for this uid).
-
-    ``kind`` NOTICE carries no object but a ``message`` for the task log (how waiting works right now)."""
-
-    kind: str
-    object: dict | None
-    message: str = ""
+__all__ = [
+    "ADMITTED",
+    "HUB",
+    "NOTICE",
+    "QUEUED",
+    "RAYJOB",
+    "RAYJOBS",
+    "RAYSERVICE",
+    "RAYSERVICES",
+    "WORKLOAD",
+    "WORKLOADS",
+    "HubSettings",
+    "ServiceSubscription",
+    "Subscription",
+    "Update",
+    "WatchHub",
+    "WatchedResource",
+    "provider_connection",
+]
 
 
 @dataclass
@@ -155,363 +105,6 @@ class HubSettings(ListWatchSettings):
     """How long one visibility read of a LocalQueue answers every trigger asking for a queue position."""
     gauge_interval: float = 10.0
     """Seconds between two reports of the ``kueue_ray.tasks_waiting`` gauge (StatsD's usual flush)."""
-
-
-class Mailbox:
-    """A subscriber's undelivered updates: what an ``asyncio.Queue`` does here, in a fraction of its
-    memory (a Queue holds four deques of 64 slots each; a triggerer holds thousands of these)."""
-
-    __slots__ = ("_items", "_waiter")
-
-    def __init__(self) -> None:
-        self._items: list[Update] | None = None
-        self._waiter: asyncio.Future | None = None
-
-    def put_nowait(self, item: Update) -> None:
-        if self._items is None:
-            self._items = [item]
-        else:
-            self._items.append(item)
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def empty(self) -> bool:
-        return not self._items
-
-    def get_nowait(self) -> Update:
-        if not self._items:
-            raise asyncio.QueueEmpty
-        item = self._items.pop(0)
-        if not self._items:
-            self._items = None
-        return item
-
-    async def get(self, timeout: float | None) -> Update:
-        """The next update; TimeoutError when ``timeout`` seconds pass without one (None: no limit)."""
-        if self._items is None:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await asyncio.wait_for(self._waiter, timeout)
-            finally:
-                self._waiter = None
-        return self.get_nowait()
-
-
-QUEUED, ADMITTED = "queued", "admitted"
-"""A subscriber's ``stage`` for the ``kueue_ray.tasks_waiting`` gauge: waiting for admission, or not."""
-
-
-class Subscription:
-    """One trigger's interest in one RayJob (name + uid) and its Workload.
-
-    ``queue`` and ``stage`` are what the trigger last told about it (LocalQueue, ``QUEUED`` / ``ADMITTED``),
-    counted by the hub's ``kueue_ray.tasks_waiting`` gauge. Slotted: a triggerer holds thousands.
-    """
-
-    __slots__ = ("hub", "conn_id", "namespace", "name", "uid", "resync_interval", "updates", "queue", "stage")
-
-    noun = "RayJob"
-    resource = RAYJOBS
-
-    def __init__(
-        self, hub: WatchHub, conn_id: str, namespace: str, name: str, uid: str, resync_interval: float
-    ) -> None:
-        self.hub = hub
-        self.conn_id = conn_id
-        self.namespace = namespace
-        self.name = name
-        self.uid = uid
-        self.resync_interval = resync_interval
-        self.updates = Mailbox()
-        self.queue: str | None = None
-        self.stage = QUEUED
-
-    @property
-    def scope(self) -> tuple[str, str]:
-        return (self.conn_id, self.namespace)
-
-    async def next_update(self, timeout: float | None) -> Update | None:
-        """The next change, or None when ``timeout`` seconds pass without one (None waits for ever)."""
-        try:
-            return await self.updates.get(timeout)
-        except TimeoutError:
-            return None
-
-    def api_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        """The scope's shared ApiClient for a one-off read (e.g. the driver log at the end)."""
-        return self.hub._lease(self)
-
-    async def current(
-        self, *, reread_rayjob: bool = False, reread_workload: bool = False
-    ) -> tuple[dict | None, dict | None]:
-        """(RayJob, Workload) as known now: from the hub's cache, or read from the API server.
-
-        A read that fails (API errors, dropped connections, timeouts, beyond what the hook's own retries
-        absorb) is retried with backoff until it succeeds: a trigger waits through an unhealthy API server
-        instead of dying with it.
-        """
-        settings = self.hub.settings
-        backoff = Backoff(settings.backoff_initial, settings.backoff_max)
-        while True:
-            try:
-                return await self._read_current(reread_rayjob, reread_workload)
-            except Exception as exc:  # noqa: BLE001 - whatever the API did, waiting goes on
-                delay = max(backoff.next_delay(), retry_after_seconds(exc) or 0.0)
-                hint = ""
-                if getattr(exc, "status", None) == 403:
-                    hint = f" (check: {can_i('get', self.resource.qualified, self.namespace)})"
-                log.warning(
-                    "Reading %s %s/%s failed (%s)%s; retrying in %.1fs",
-                    self.noun,
-                    self.namespace,
-                    self.name,
-                    describe_error(exc),
-                    hint,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-
-    async def _read_current(
-        self, reread_rayjob: bool, reread_workload: bool
-    ) -> tuple[dict | None, dict | None]:
-        """One attempt of ``current``.
-
-        A subscription waits for its loops' first list (a burst of triggers starting together costs one
-        LIST per resource, not a GET each). After that the cache is authoritative up to the watch's
-        position: a missing Workload simply does not exist yet (its ADDED event will come), and only a
-        missing RayJob is read (just created, or outside the watch's label selector). ``reread_rayjob``
-        reads the RayJob anyway, for a RayJob the watch does not cover; with ``reread_workload`` too, both
-        are what the API server says now (the cache may be an event, or a polling interval, behind).
-        Whatever is read goes through the hub, so every subscriber of it benefits.
-        """
-        listed = {kind: await self._wait_for_list(kind) for kind in (RAYJOB, WORKLOAD)}
-        rayjob = self.hub.cached(self, RAYJOB)
-        workload = self.hub.cached(self, WORKLOAD)
-        read_rayjob = reread_rayjob or rayjob is None
-        read_workload = reread_workload or (workload is None and not listed[WORKLOAD])
-        if read_rayjob or read_workload:
-            await self.hub.read_through(self, rayjob=read_rayjob, workload=read_workload)
-            rayjob = self.hub.cached(self, RAYJOB)
-            workload = self.hub.cached(self, WORKLOAD)
-        return rayjob, workload
-
-    def rayjob_by_uid(self, uid: str) -> dict | None:
-        """A RayJob of this namespace the hub's watch holds, found by uid (e.g. the preemptor that Kueue's
-        eviction message names only by its JobUID); None when the watch does not have it."""
-        loop = self.hub.loop_of(self, RAYJOB)
-        objects = loop.objects.values() if loop is not None else ()
-        return next((obj for obj in objects if (obj.get("metadata") or {}).get("uid") == uid), None)
-
-    async def pending_positions(self, queue: str) -> dict[str, Any] | None:
-        """The positions of LocalQueue ``queue``'s pending Workloads by name (``kueue_ray.hook.QueuePosition``,
-        shared, a few seconds old at most); None when the visibility API is not served, not allowed or
-        failing."""
-        return await self.hub.pending_positions(self, queue)
-
-    def workloads_version(self) -> int:
-        """How many Workload changes of this namespace the hub has seen; a queue position (in a LocalQueue,
-        hence in this namespace) can only move when this moves, so an unchanged number needs no new read."""
-        scope = self.hub._scopes.get(self.scope)
-        return scope.workload_changes if scope is not None else 0
-
-    async def _wait_for_list(self, kind: str) -> bool:
-        """True once the loop's first list is in the cache (waiting for it a bounded time)."""
-        loop = self.hub.loop_of(self, kind)
-        if loop is None:
-            return False
-        if not loop.listed.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(loop.listed.wait(), self.hub.settings.connect_wait_seconds)
-        return loop.listed.is_set()
-
-
-class ServiceSubscription(Subscription):
-    """One trigger's interest in one RayService (name + uid) and the Workloads that admit it.
-
-    Every change of the RayService or of one of its Workloads is an ``Update`` that only says "look again";
-    ``snapshot`` then reads the current pair from the cache, so the order in which the two watches deliver
-    does not matter.
-    """
-
-    noun = "RayService"
-    resource = RAYSERVICES
-
-    async def current(  # type: ignore[override]
-        self, *, reread_rayjob: bool = False, reread_workload: bool = False
-    ) -> tuple[dict | None, list[dict]]:
-        """(RayService, its Workloads) as known now; reads what the cache cannot answer (retrying), or
-        with ``reread_rayjob`` / ``reread_workload`` the RayService / its Workloads anyway."""
-        return await super().current(reread_rayjob=reread_rayjob, reread_workload=reread_workload)
-
-    async def _read_current(  # type: ignore[override]
-        self, reread_rayjob: bool, reread_workload: bool
-    ) -> tuple[dict | None, list[dict]]:
-        listed = {kind: await self._wait_for_list(kind) for kind in (RAYSERVICE, WORKLOAD)}
-        service, _ = self.snapshot()
-        read_workloads = reread_workload or not listed[WORKLOAD]
-        if service is None or reread_rayjob or read_workloads:
-            await self.hub.read_service_through(self, workloads=read_workloads)
-        return self.snapshot()
-
-    def snapshot(self) -> tuple[dict | None, list[dict]]:
-        """(RayService, its Workloads) from the cache alone."""
-        from kueue_ray.service_status import related_workload
-
-        service = self.hub.cached(self, RAYSERVICE)
-        if service is None:
-            return None, []
-        loop = self.hub.loop_of(self, WORKLOAD)
-        workloads = list(loop.objects.values()) if loop is not None else []
-        return service, [w for w in workloads if related_workload(service, w)]
-
-    def cares_about(self, workload: dict) -> bool:
-        """Whether a Workload change may concern this RayService: its own, or a RayCluster's named after it
-        (KubeRay names a RayService's clusters ``<service>-<5 random>``)."""
-        for ref in (workload.get("metadata") or {}).get("ownerReferences") or ():
-            if ref.get("kind") == "RayService" and ref.get("uid") == self.uid:
-                return True
-            if ref.get("kind") == "RayCluster" and str(ref.get("name", "")).startswith(f"{self.name}-"):
-                return True
-        return False
-
-
-class _WatchLoop(ListWatchLoop):
-    """The list+watch of one resource (RayJobs, RayServices or Workloads) in one namespace of one connection, serving
-    every subscription of that scope: objects are cached by ``resource.key_of`` and offered to the hub,
-    which hands newer versions to their subscribers. While the watch is refused, every subscriber is told
-    in its task log how waiting works instead (``polling_notice``)."""
-
-    def __init__(self, hub: WatchHub, scope: _Scope, resource: WatchedResource) -> None:
-        self.hub = hub
-        self.scope = scope
-        self.conn_id, self.namespace = scope.key
-        self.resource = resource
-        super().__init__(
-            Target(
-                self.conn_id,
-                resource.group,
-                resource.version,
-                resource.plural,
-                self.namespace,
-                resource.label_selector,
-            ),
-            scope.client,
-            hub.settings,
-            hub.watch_refusals,
-        )
-
-    def resync_interval(self) -> float:
-        return self.scope.resync_interval()
-
-    def apply_list(self, items: list[dict]) -> None:
-        """Deliver what changed, and what disappeared since the last list."""
-        seen: set[str] = set()
-        for obj in items:
-            key = self.resource.key_of(obj)
-            if key is not None:
-                seen.add(key)
-                self.hub.offer(self, key, obj)
-        # A cached object the list would have returned but did not was deleted while we were not watching.
-        gone = [k for k, obj in self.objects.items() if k not in seen and self.resource.selects(obj)]
-        for key in gone:
-            self.hub.offer_deleted(self, key)
-
-    def apply_event(self, kind: str, obj: dict) -> None:
-        key = self.resource.key_of(obj)
-        if key is None:
-            return
-        if kind == "DELETED":
-            self.hub.offer_deleted(self, key, obj)
-        else:
-            self.hub.offer(self, key, obj)
-
-    def polling_started(self) -> None:
-        self.hub.notify(self.scope, self.polling_notice())
-
-    def watching_again(self) -> None:
-        self.hub.notify(
-            self.scope,
-            f"The API server lets connection {self.conn_id} watch {self.resource.plural} in namespace "
-            f"{self.namespace} again: changes reach this task as they happen",
-        )
-
-
-@dataclass
-class _PendingRead:
-    """One shared visibility read of a LocalQueue: in flight, or done and fresh until ``fresh_until``."""
-
-    task: asyncio.Task
-    fresh_until: float = math.inf
-
-
-@dataclass
-class _Scope:
-    """Everything the hub keeps for one (connection, namespace): subscribers indexed by what events are
-    keyed on, the shared ApiClient, the two watch loops, and the shared visibility reads."""
-
-    key: tuple[str, str]
-    client: SharedApiClient
-    by_name: dict[str, list[Subscription]] = field(default_factory=dict)
-    by_uid: dict[str, list[Subscription]] = field(default_factory=dict)
-    services: dict[str, list[ServiceSubscription]] = field(default_factory=dict)
-    """RayService subscriptions by name (a RayJob and a RayService may share a name)."""
-    loops: dict[str, _WatchLoop] = field(default_factory=dict)
-    pending_reads: dict[str, _PendingRead] = field(default_factory=dict)
-    workload_changes: int = 0
-    """Workload changes cached so far (``Subscription.workloads_version``)."""
-
-    def _indexes(self, subscription: Subscription) -> tuple[tuple[dict, str], ...]:
-        by_name = self.services if isinstance(subscription, ServiceSubscription) else self.by_name
-        return ((by_name, subscription.name), (self.by_uid, subscription.uid))
-
-    def add(self, subscription: Subscription) -> None:
-        for index, key in self._indexes(subscription):
-            index.setdefault(key, []).append(subscription)
-
-    def remove(self, subscription: Subscription) -> None:
-        for index, key in self._indexes(subscription):
-            index[key].remove(subscription)
-            if not index[key]:
-                del index[key]
-
-    def empty(self) -> bool:
-        return not self.by_name and not self.services
-
-    def needed_kinds(self) -> set[str]:
-        """The watch loops the current subscribers need."""
-        kinds = set()
-        if self.by_name:
-            kinds |= {RAYJOB, WORKLOAD}
-        if self.services:
-            kinds |= {RAYSERVICE, WORKLOAD}
-        return kinds
-
-    def subscribers_of(self, kind: str, key: str) -> list[Subscription]:
-        index = {RAYJOB: self.by_name, RAYSERVICE: self.services}.get(kind, self.by_uid)
-        return index.get(key, [])
-
-    def workload_watchers(self, workload: dict | None) -> list[ServiceSubscription]:
-        """The RayService subscribers a Workload change may concern beyond its job-uid key (their
-        clusters' Workloads)."""
-        if workload is None:
-            return []
-        return [s for group in self.services.values() for s in group if s.cares_about(workload)]
-
-    def resync_interval(self) -> float:
-        """The shortest safety-net interval any subscriber asked for."""
-        groups = [*self.by_name.values(), *self.services.values()]
-        intervals = [s.resync_interval for group in groups for s in group]
-        return min(intervals, default=DEFAULT_RESYNC_SECONDS)
-
-
-@contextlib.asynccontextmanager
-async def provider_connection(conn_id: str) -> AsyncIterator[Any]:
-    """An ApiClient configured from the Airflow ``kubernetes`` connection, exactly as the cncf provider's
-    AsyncKubernetesHook configures it (kubeconfig path/content, in-cluster, context)."""
-    from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
-
-    async with AsyncKubernetesHook(conn_id=conn_id).get_conn() as api_client:
-        yield api_client
 
 
 class WatchHub:

@@ -1,0 +1,151 @@
+"""What the hub keeps per (connection, namespace): the ``_Scope`` with its subscribers, shared ApiClient
+and shared visibility reads, and the ``_WatchLoop`` of each resource it watches there.
+
+Apart from ``kueue_ray.hub.WatchHub`` because these are the per-namespace state the hub creates with a
+scope's first subscriber and drops with its last; the hub itself decides what to cache and whom to tell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kueue_ray.hub.resources import RAYJOB, RAYSERVICE, WORKLOAD, WatchedResource
+from kueue_ray.hub.subscriptions import ServiceSubscription, Subscription
+from kueue_ray.listwatch import ListWatchLoop, Target
+from kueue_ray.shared_client import SharedApiClient
+from kueue_ray.waiting import DEFAULT_RESYNC_SECONDS
+
+if TYPE_CHECKING:
+    from kueue_ray.hub import WatchHub
+
+
+class _WatchLoop(ListWatchLoop):
+    """The list+watch of one resource (RayJobs, RayServices or Workloads) in one namespace of one connection, serving
+    every subscription of that scope: objects are cached by ``resource.key_of`` and offered to the hub,
+    which hands newer versions to their subscribers. While the watch is refused, every subscriber is told
+    in its task log how waiting works instead (``polling_notice``)."""
+
+    def __init__(self, hub: WatchHub, scope: _Scope, resource: WatchedResource) -> None:
+        self.hub = hub
+        self.scope = scope
+        self.conn_id, self.namespace = scope.key
+        self.resource = resource
+        super().__init__(
+            Target(
+                self.conn_id,
+                resource.group,
+                resource.version,
+                resource.plural,
+                self.namespace,
+                resource.label_selector,
+            ),
+            scope.client,
+            hub.settings,
+            hub.watch_refusals,
+        )
+
+    def resync_interval(self) -> float:
+        return self.scope.resync_interval()
+
+    def apply_list(self, items: list[dict]) -> None:
+        """Deliver what changed, and what disappeared since the last list."""
+        seen: set[str] = set()
+        for obj in items:
+            key = self.resource.key_of(obj)
+            if key is not None:
+                seen.add(key)
+                self.hub.offer(self, key, obj)
+        # A cached object the list would have returned but did not was deleted while we were not watching.
+        gone = [k for k, obj in self.objects.items() if k not in seen and self.resource.selects(obj)]
+        for key in gone:
+            self.hub.offer_deleted(self, key)
+
+    def apply_event(self, kind: str, obj: dict) -> None:
+        key = self.resource.key_of(obj)
+        if key is None:
+            return
+        if kind == "DELETED":
+            self.hub.offer_deleted(self, key, obj)
+        else:
+            self.hub.offer(self, key, obj)
+
+    def polling_started(self) -> None:
+        self.hub.notify(self.scope, self.polling_notice())
+
+    def watching_again(self) -> None:
+        self.hub.notify(
+            self.scope,
+            f"The API server lets connection {self.conn_id} watch {self.resource.plural} in namespace "
+            f"{self.namespace} again: changes reach this task as they happen",
+        )
+
+
+@dataclass
+class _PendingRead:
+    """One shared visibility read of a LocalQueue: in flight, or done and fresh until ``fresh_until``."""
+
+    task: asyncio.Task
+    fresh_until: float = math.inf
+
+
+@dataclass
+class _Scope:
+    """Everything the hub keeps for one (connection, namespace): subscribers indexed by what events are
+    keyed on, the shared ApiClient, the two watch loops, and the shared visibility reads."""
+
+    key: tuple[str, str]
+    client: SharedApiClient
+    by_name: dict[str, list[Subscription]] = field(default_factory=dict)
+    by_uid: dict[str, list[Subscription]] = field(default_factory=dict)
+    services: dict[str, list[ServiceSubscription]] = field(default_factory=dict)
+    """RayService subscriptions by name (a RayJob and a RayService may share a name)."""
+    loops: dict[str, _WatchLoop] = field(default_factory=dict)
+    pending_reads: dict[str, _PendingRead] = field(default_factory=dict)
+    workload_changes: int = 0
+    """Workload changes cached so far (``Subscription.workloads_version``)."""
+
+    def _indexes(self, subscription: Subscription) -> tuple[tuple[dict, str], ...]:
+        by_name = self.services if isinstance(subscription, ServiceSubscription) else self.by_name
+        return ((by_name, subscription.name), (self.by_uid, subscription.uid))
+
+    def add(self, subscription: Subscription) -> None:
+        for index, key in self._indexes(subscription):
+            index.setdefault(key, []).append(subscription)
+
+    def remove(self, subscription: Subscription) -> None:
+        for index, key in self._indexes(subscription):
+            index[key].remove(subscription)
+            if not index[key]:
+                del index[key]
+
+    def empty(self) -> bool:
+        return not self.by_name and not self.services
+
+    def needed_kinds(self) -> set[str]:
+        """The watch loops the current subscribers need."""
+        kinds = set()
+        if self.by_name:
+            kinds |= {RAYJOB, WORKLOAD}
+        if self.services:
+            kinds |= {RAYSERVICE, WORKLOAD}
+        return kinds
+
+    def subscribers_of(self, kind: str, key: str) -> list[Subscription]:
+        index = {RAYJOB: self.by_name, RAYSERVICE: self.services}.get(kind, self.by_uid)
+        return index.get(key, [])
+
+    def workload_watchers(self, workload: dict | None) -> list[ServiceSubscription]:
+        """The RayService subscribers a Workload change may concern beyond its job-uid key (their
+        clusters' Workloads)."""
+        if workload is None:
+            return []
+        return [s for group in self.services.values() for s in group if s.cares_about(workload)]
+
+    def resync_interval(self) -> float:
+        """The shortest safety-net interval any subscriber asked for."""
+        groups = [*self.by_name.values(), *self.services.values()]
+        intervals = [s.resync_interval for group in groups for s in group]
+        return min(intervals, default=DEFAULT_RESYNC_SECONDS)

@@ -1,0 +1,257 @@
+"""A trigger's side of the hub: its ``Subscription`` (one RayJob) or ``ServiceSubscription`` (one
+RayService), the ``Mailbox`` the hub drops ``Update``s into, and the reads a trigger makes through the
+hub's cache.
+
+Apart from ``kueue_ray.hub.WatchHub`` because this is what a trigger holds and calls
+(``kueue_ray.trigger``, ``kueue_ray.service_trigger``), while the hub's registry, cache and deliveries
+are what every subscription shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kueue_ray.api_errors import can_i, describe_error, retry_after_seconds
+from kueue_ray.hub.resources import RAYJOB, RAYJOBS, RAYSERVICE, RAYSERVICES, WORKLOAD
+from kueue_ray.refusals import Backoff
+
+if TYPE_CHECKING:
+    from kueue_ray.hub import WatchHub
+
+log = logging.getLogger(__name__)
+
+NOTICE = "notice"
+"""An ``Update`` that is news about waiting itself (the API server refuses to watch), for the task log."""
+
+
+@dataclass(frozen=True)
+class Update:
+    """A change of one subscribed object. ``object`` None means it no longer exists (for this uid).
+
+    ``kind`` NOTICE carries no object but a ``message`` for the task log (how waiting works right now)."""
+
+    kind: str
+    object: dict | None
+    message: str = ""
+
+
+class Mailbox:
+    """A subscriber's undelivered updates: what an ``asyncio.Queue`` does here, in a fraction of its
+    memory (a Queue holds four deques of 64 slots each; a triggerer holds thousands of these)."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: list[Update] | None = None
+        self._waiter: asyncio.Future | None = None
+
+    def put_nowait(self, item: Update) -> None:
+        if self._items is None:
+            self._items = [item]
+        else:
+            self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def get_nowait(self) -> Update:
+        if not self._items:
+            raise asyncio.QueueEmpty
+        item = self._items.pop(0)
+        if not self._items:
+            self._items = None
+        return item
+
+    async def get(self, timeout: float | None) -> Update:
+        """The next update; TimeoutError when ``timeout`` seconds pass without one (None: no limit)."""
+        if self._items is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(self._waiter, timeout)
+            finally:
+                self._waiter = None
+        return self.get_nowait()
+
+
+QUEUED, ADMITTED = "queued", "admitted"
+"""A subscriber's ``stage`` for the ``kueue_ray.tasks_waiting`` gauge: waiting for admission, or not."""
+
+
+class Subscription:
+    """One trigger's interest in one RayJob (name + uid) and its Workload.
+
+    ``queue`` and ``stage`` are what the trigger last told about it (LocalQueue, ``QUEUED`` / ``ADMITTED``),
+    counted by the hub's ``kueue_ray.tasks_waiting`` gauge. Slotted: a triggerer holds thousands.
+    """
+
+    __slots__ = ("hub", "conn_id", "namespace", "name", "uid", "resync_interval", "updates", "queue", "stage")
+
+    noun = "RayJob"
+    resource = RAYJOBS
+
+    def __init__(
+        self, hub: WatchHub, conn_id: str, namespace: str, name: str, uid: str, resync_interval: float
+    ) -> None:
+        self.hub = hub
+        self.conn_id = conn_id
+        self.namespace = namespace
+        self.name = name
+        self.uid = uid
+        self.resync_interval = resync_interval
+        self.updates = Mailbox()
+        self.queue: str | None = None
+        self.stage = QUEUED
+
+    @property
+    def scope(self) -> tuple[str, str]:
+        return (self.conn_id, self.namespace)
+
+    async def next_update(self, timeout: float | None) -> Update | None:
+        """The next change, or None when ``timeout`` seconds pass without one (None waits for ever)."""
+        try:
+            return await self.updates.get(timeout)
+        except TimeoutError:
+            return None
+
+    def api_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The scope's shared ApiClient for a one-off read (e.g. the driver log at the end)."""
+        return self.hub._lease(self)
+
+    async def current(
+        self, *, reread_rayjob: bool = False, reread_workload: bool = False
+    ) -> tuple[dict | None, dict | None]:
+        """(RayJob, Workload) as known now: from the hub's cache, or read from the API server.
+
+        A read that fails (API errors, dropped connections, timeouts, beyond what the hook's own retries
+        absorb) is retried with backoff until it succeeds: a trigger waits through an unhealthy API server
+        instead of dying with it.
+        """
+        settings = self.hub.settings
+        backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+        while True:
+            try:
+                return await self._read_current(reread_rayjob, reread_workload)
+            except Exception as exc:  # noqa: BLE001 - whatever the API did, waiting goes on
+                delay = max(backoff.next_delay(), retry_after_seconds(exc) or 0.0)
+                hint = ""
+                if getattr(exc, "status", None) == 403:
+                    hint = f" (check: {can_i('get', self.resource.qualified, self.namespace)})"
+                log.warning(
+                    "Reading %s %s/%s failed (%s)%s; retrying in %.1fs",
+                    self.noun,
+                    self.namespace,
+                    self.name,
+                    describe_error(exc),
+                    hint,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+
+    async def _read_current(
+        self, reread_rayjob: bool, reread_workload: bool
+    ) -> tuple[dict | None, dict | None]:
+        """One attempt of ``current``.
+
+        A subscription waits for its loops' first list (a burst of triggers starting together costs one
+        LIST per resource, not a GET each). After that the cache is authoritative up to the watch's
+        position: a missing Workload simply does not exist yet (its ADDED event will come), and only a
+        missing RayJob is read (just created, or outside the watch's label selector). ``reread_rayjob``
+        reads the RayJob anyway, for a RayJob the watch does not cover; with ``reread_workload`` too, both
+        are what the API server says now (the cache may be an event, or a polling interval, behind).
+        Whatever is read goes through the hub, so every subscriber of it benefits.
+        """
+        listed = {kind: await self._wait_for_list(kind) for kind in (RAYJOB, WORKLOAD)}
+        rayjob = self.hub.cached(self, RAYJOB)
+        workload = self.hub.cached(self, WORKLOAD)
+        read_rayjob = reread_rayjob or rayjob is None
+        read_workload = reread_workload or (workload is None and not listed[WORKLOAD])
+        if read_rayjob or read_workload:
+            await self.hub.read_through(self, rayjob=read_rayjob, workload=read_workload)
+            rayjob = self.hub.cached(self, RAYJOB)
+            workload = self.hub.cached(self, WORKLOAD)
+        return rayjob, workload
+
+    def rayjob_by_uid(self, uid: str) -> dict | None:
+        """A RayJob of this namespace the hub's watch holds, found by uid (e.g. the preemptor that Kueue's
+        eviction message names only by its JobUID); None when the watch does not have it."""
+        loop = self.hub.loop_of(self, RAYJOB)
+        objects = loop.objects.values() if loop is not None else ()
+        return next((obj for obj in objects if (obj.get("metadata") or {}).get("uid") == uid), None)
+
+    async def pending_positions(self, queue: str) -> dict[str, Any] | None:
+        """The positions of LocalQueue ``queue``'s pending Workloads by name (``kueue_ray.hook.QueuePosition``,
+        shared, a few seconds old at most); None when the visibility API is not served, not allowed or
+        failing."""
+        return await self.hub.pending_positions(self, queue)
+
+    def workloads_version(self) -> int:
+        """How many Workload changes of this namespace the hub has seen; a queue position (in a LocalQueue,
+        hence in this namespace) can only move when this moves, so an unchanged number needs no new read."""
+        scope = self.hub._scopes.get(self.scope)
+        return scope.workload_changes if scope is not None else 0
+
+    async def _wait_for_list(self, kind: str) -> bool:
+        """True once the loop's first list is in the cache (waiting for it a bounded time)."""
+        loop = self.hub.loop_of(self, kind)
+        if loop is None:
+            return False
+        if not loop.listed.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(loop.listed.wait(), self.hub.settings.connect_wait_seconds)
+        return loop.listed.is_set()
+
+
+class ServiceSubscription(Subscription):
+    """One trigger's interest in one RayService (name + uid) and the Workloads that admit it.
+
+    Every change of the RayService or of one of its Workloads is an ``Update`` that only says "look again";
+    ``snapshot`` then reads the current pair from the cache, so the order in which the two watches deliver
+    does not matter.
+    """
+
+    noun = "RayService"
+    resource = RAYSERVICES
+
+    async def current(  # type: ignore[override]
+        self, *, reread_rayjob: bool = False, reread_workload: bool = False
+    ) -> tuple[dict | None, list[dict]]:
+        """(RayService, its Workloads) as known now; reads what the cache cannot answer (retrying), or
+        with ``reread_rayjob`` / ``reread_workload`` the RayService / its Workloads anyway."""
+        return await super().current(reread_rayjob=reread_rayjob, reread_workload=reread_workload)
+
+    async def _read_current(  # type: ignore[override]
+        self, reread_rayjob: bool, reread_workload: bool
+    ) -> tuple[dict | None, list[dict]]:
+        listed = {kind: await self._wait_for_list(kind) for kind in (RAYSERVICE, WORKLOAD)}
+        service, _ = self.snapshot()
+        read_workloads = reread_workload or not listed[WORKLOAD]
+        if service is None or reread_rayjob or read_workloads:
+            await self.hub.read_service_through(self, workloads=read_workloads)
+        return self.snapshot()
+
+    def snapshot(self) -> tuple[dict | None, list[dict]]:
+        """(RayService, its Workloads) from the cache alone."""
+        from kueue_ray.service_status import related_workload
+
+        service = self.hub.cached(self, RAYSERVICE)
+        if service is None:
+            return None, []
+        loop = self.hub.loop_of(self, WORKLOAD)
+        workloads = list(loop.objects.values()) if loop is not None else []
+        return service, [w for w in workloads if related_workload(service, w)]
+
+    def cares_about(self, workload: dict) -> bool:
+        """Whether a Workload change may concern this RayService: its own, or a RayCluster's named after it
+        (KubeRay names a RayService's clusters ``<service>-<5 random>``)."""
+        for ref in (workload.get("metadata") or {}).get("ownerReferences") or ():
+            if ref.get("kind") == "RayService" and ref.get("uid") == self.uid:
+                return True
+            if ref.get("kind") == "RayCluster" and str(ref.get("name", "")).startswith(f"{self.name}-"):
+                return True
+        return False
