@@ -26,6 +26,10 @@ RUNTIME_ONLY = (
     "kueue_ray.service_hook",
     "kueue_ray.service_status",
     "kueue_ray.service_trigger",
+    "kueue_ray.essential",
+    "kueue_ray.refusals",
+    "kueue_ray.shared_client",
+    "kueue_ray.trigger_base",
 )
 """Plugin modules only a worker or the triggerer needs; a parse must not pay for importing them."""
 
