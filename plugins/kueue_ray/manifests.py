@@ -27,6 +27,7 @@ from typing import Any
 import jinja2
 import yaml
 
+from kueue_ray.capacity import Shortfall, explain_capacity_shortfall
 from kueue_ray.errors import ManifestError
 from kueue_ray.naming import (
     CLUSTER_CONFIG_ANNOTATION,
@@ -42,7 +43,6 @@ from kueue_ray.quantity import (
     QuantityError,
     add_resources,
     format_resources,
-    human_quantity,
     max_resources,
     parse_quantity,
     parse_resources,
@@ -52,6 +52,7 @@ from kueue_ray.quantity import (
 __all__ = [
     "AirflowIdentity",
     "BuiltRayJob",
+    "Shortfall",
     "TEMPLATES_DIR",
     "build_rayjob",
     "build_rayservice",
@@ -778,37 +779,3 @@ def _container_requests(resources: Mapping | None) -> dict[str, Decimal]:
     merged = dict(resources.get("limits") or {})
     merged.update(resources.get("requests") or {})
     return parse_resources(merged)
-
-
-def explain_capacity_shortfall(
-    pod_sets: list[dict], resource: str, capacity: str | int | Decimal, cluster_queue: str
-) -> str:
-    """Say why a request can never fit, e.g. "RayJob needs 2.5 CPU (head 2 + submitter 0.5) but
-    ClusterQueue cluster-queue provides at most 2; raise nominalQuota or use submissionMode HTTPMode".
-
-    The problem and the fix are separated by the only "; " in the text, so callers may split them.
-    """
-    cap = parse_quantity(capacity)
-    parts = []
-    total = Decimal(0)
-    submitter = Decimal(0)
-    for pod_set in pod_sets:
-        per_pod = parse_quantity(pod_set["requests"].get(resource, 0))
-        amount = per_pod * pod_set["count"]
-        if not amount:
-            continue
-        total += amount
-        if pod_set["name"] == "submitter":
-            submitter = amount
-        detail = f" ({pod_set['count']} x {human_quantity(per_pod)})" if pod_set["count"] > 1 else ""
-        parts.append(f"{pod_set['name']} {human_quantity(amount)}{detail}")
-    label = "CPU" if resource == "cpu" else resource
-    fixes = "raise nominalQuota"
-    if submitter and total - submitter <= cap:
-        fixes += " or use submissionMode HTTPMode"
-    else:
-        fixes += f" or request less {label}"
-    return (
-        f"RayJob needs {human_quantity(total)} {label} ({' + '.join(parts)}) but ClusterQueue "
-        f"{cluster_queue} provides at most {human_quantity(cap)}; {fixes}"
-    )

@@ -13,7 +13,7 @@ def operator(queues, body, **kwargs):
     defaults = dict(
         task_id="train",
         template=body,
-        queue=queues.local_queue,
+        local_queue=queues.local_queue,
         priority=queues.low,
         namespace=queues.namespace,
         deferrable=False,
