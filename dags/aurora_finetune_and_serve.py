@@ -121,7 +121,7 @@ with DAG(
         task_id="finetune",
         template="aurora-finetune",
         namespace=NAMESPACE,
-        queue="{{ params.queue }}",
+        local_queue="{{ params.queue }}",
         priority="dev-priority",
         priority_policy={"allowed": PRIORITY_CLASSES},
         values={
@@ -147,7 +147,7 @@ with DAG(
         task_id="deploy_serve",
         template="aurora-serve",
         namespace=NAMESPACE,
-        queue="{{ params.queue }}",
+        local_queue="{{ params.queue }}",
         priority="{{ params.serve_priority }}",
         mode="{{ params.serve_mode }}",
         values={

@@ -97,7 +97,7 @@ with DAG(
         task_id="train",
         template="llm-train",
         namespace=NAMESPACE,
-        queue="{{ params.queue }}",
+        local_queue="{{ params.queue }}",
         priority="dev-priority",
         priority_policy={"allowed": PRIORITY_CLASSES},
         values={
@@ -141,7 +141,7 @@ with DAG(
         task_id="batch_inference",
         template="batch-inference",
         namespace=NAMESPACE,
-        queue="{{ params.queue }}",
+        local_queue="{{ params.queue }}",
         priority="dev-priority",
         priority_policy={"allowed": PRIORITY_CLASSES},
         values={

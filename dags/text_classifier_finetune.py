@@ -82,7 +82,7 @@ with DAG(
         task_id="submit",
         template="text-classifier",
         namespace=NAMESPACE,
-        queue="{{ params.queue }}",
+        local_queue="{{ params.queue }}",
         priority="dev-priority",
         priority_policy={"allowed": PRIORITY_CLASSES},
         values={"num_workers": "{{ params.num_workers }}", "num_epochs": "{{ params.epochs }}"},

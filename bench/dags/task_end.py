@@ -21,7 +21,7 @@ def submit_then_wait(*, end_in_triggerer: bool) -> None:
         task_id="submit",
         template="text-classifier",
         namespace=NAMESPACE,
-        queue="user-queue",
+        local_queue="user-queue",
         priority="dev-priority",
         entrypoint="sleep 5",
         wait_for_completion=False,

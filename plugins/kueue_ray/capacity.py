@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from kueue_ray.quantity import parse_quantity
+from kueue_ray.quantity import human_quantity, parse_quantity
 
 FlavorResource = tuple[str, str]
 
@@ -97,6 +97,18 @@ def total_capacity(capacity: Mapping[str, Mapping[str, Decimal]], resource: str)
     """The sum over flavors of ``resource``: a bound for the whole Workload when pod sets spread out."""
     amounts = [per_resource[resource] for per_resource in capacity.values() if resource in per_resource]
     return sum(amounts, Decimal(0)) if amounts else None
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """Why a Workload can never be admitted through its ClusterQueue, and what to change: kept apart so
+    that the preflight error can carry them in its own message and ``fix`` fields."""
+
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.problem}; {self.fix}"
 
 
 def _optional_quantity(value: object) -> Decimal | None:
@@ -187,3 +199,36 @@ def find_shortfall(
         if amount > available:
             return resource, available
     return None
+
+
+def explain_capacity_shortfall(
+    pod_sets: Iterable[Mapping], resource: str, capacity: str | int | Decimal, cluster_queue: str
+) -> Shortfall:
+    """Say why a request can never fit: the problem, e.g. "RayJob needs 2.5 CPU (head 2 + submitter 0.5)
+    but ClusterQueue cluster-queue provides at most 2", and the fix, e.g. "raise nominalQuota or use
+    submissionMode HTTPMode" (only when the job would fit without its submitter pod)."""
+    cap = parse_quantity(capacity)
+    parts = []
+    total = Decimal(0)
+    submitter = Decimal(0)
+    for pod_set in pod_sets:
+        per_pod = parse_quantity(pod_set["requests"].get(resource, 0))
+        amount = per_pod * pod_set["count"]
+        if not amount:
+            continue
+        total += amount
+        if pod_set["name"] == "submitter":
+            submitter = amount
+        detail = f" ({pod_set['count']} x {human_quantity(per_pod)})" if pod_set["count"] > 1 else ""
+        parts.append(f"{pod_set['name']} {human_quantity(amount)}{detail}")
+    label = "CPU" if resource == "cpu" else resource
+    fixes = "raise nominalQuota"
+    if submitter and total - submitter <= cap:
+        fixes += " or use submissionMode HTTPMode"
+    else:
+        fixes += f" or request less {label}"
+    return Shortfall(
+        problem=f"RayJob needs {human_quantity(total)} {label} ({' + '.join(parts)}) but ClusterQueue "
+        f"{cluster_queue} provides at most {human_quantity(cap)}",
+        fix=fixes,
+    )

@@ -1,4 +1,5 @@
-"""Talking to the cluster: RayJobs, their Kueue Workloads, queues, positions and submitter logs.
+"""Talking to the cluster from a worker: RayJobs, their Kueue Workloads, queues, positions and submitter
+logs. The triggerer's asynchronous counterpart is ``kueue_ray.async_hook`` (importable from here too).
 
 Built on the cncf provider's ``KubernetesHook`` / ``AsyncKubernetesHook`` so that the one ``kubernetes``
 Airflow connection (kubeconfig path or content, in-cluster, context, SSL options) configures everything;
@@ -13,7 +14,7 @@ means something here, so those are answered inside the retried function and neve
   deletion was decided on". ``delete_rayjob`` reads it again: if it is gone, or the name now belongs to
   another uid, or it is already being deleted, the deletion is done (which is also what a retry after a
   lost answer finds: the first attempt did delete it, which changed its version); otherwise it answers
-  CONFLICT and the caller decides again on what it reads now.
+  CONFLICT and the caller decides again on what it reads now (the rules are ``kueue_ray.deletion``'s).
 
 A queue position is a nicety: whatever the visibility API answers, or if it cannot be reached, the caller
 gets None and carries on (``queue_position``, ``pending_workloads``).
@@ -23,16 +24,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
-from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
 from kubernetes.client.exceptions import ApiException
-from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
 from kueue_ray.api import (
     CLUSTER_QUEUE,
@@ -46,43 +44,58 @@ from kueue_ray.api import (
     WORKLOAD_PRIORITY_CLASS,
 )
 from kueue_ray.api_errors import describe_error
-from kueue_ray.capacity import find_shortfall, max_capacity
+from kueue_ray.async_hook import AsyncRayJobHook
+from kueue_ray.capacity import explain_capacity_shortfall, find_shortfall, max_capacity
+from kueue_ray.deletion import (
+    DELETE_DECISIONS,
+    DeleteOutcome,
+    DeleteResult,
+    DeleteRule,
+    after_conflict,
+    delete_options,
+    foreign_run,
+    not_waiting_reason,
+    while_owned,
+)
 from kueue_ray.errors import KueueRayError
-from kueue_ray.manifests import BuiltRayJob, explain_capacity_shortfall
+from kueue_ray.hook_common import (
+    SUBMITTER_CONTAINER,
+    SUBMITTER_JOB_LABEL,
+    VISIBILITY_LIMIT,
+    VISIBILITY_PATH,
+    VISIBILITY_TIMEOUT_S,
+    QueuePosition,
+    newest,
+    position_from_summary,
+    positions_from_summary,
+)
+from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
+
+__all__ = [
+    "CONFLICT",
+    "DELETED",
+    "GONE",
+    "AsyncRayJobHook",
+    "DeleteOutcome",
+    "DeleteResult",
+    "PreflightError",
+    "QueueCapacity",
+    "QueuePosition",
+    "RayJobHook",
+    "foreign_run",
+    "not_waiting_reason",
+    "position_from_summary",
+    "positions_from_summary",
+]
 
 log = logging.getLogger(__name__)
 
-VISIBILITY_PATH = (
-    "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{name}/pendingworkloads"
-)
-VISIBILITY_LIMIT = 100000
-"""Kueue's cap for ``limit`` (default 1000): a deep queue's positions and pending count stay exact."""
-VISIBILITY_TIMEOUT_S = 10
-"""How long a queue position may hold up the log line it decorates."""
-SUBMITTER_CONTAINER = "ray-job-submitter"
-SUBMITTER_JOB_LABEL = "batch.kubernetes.io/job-name"
-
-DELETED, GONE, CONFLICT = "deleted", "gone", "conflict"
+DELETED, GONE, CONFLICT = DeleteResult.DELETED, DeleteResult.GONE, DeleteResult.CONFLICT
 
 
 class PreflightError(KueueRayError):
     """The cluster cannot run this RayJob as configured; raised before anything is created."""
-
-
-@dataclass(frozen=True)
-class QueuePosition:
-    """Where a pending Workload stands (0-based, as Kueue's visibility API reports it)."""
-
-    in_local_queue: int
-    in_cluster_queue: int
-    pending_in_local_queue: int
-
-    def describe(self) -> str:
-        return (
-            f"position {self.in_local_queue + 1} of {self.pending_in_local_queue} pending in its LocalQueue "
-            f"({self.in_cluster_queue + 1} in the ClusterQueue)"
-        )
 
 
 @dataclass(frozen=True)
@@ -91,81 +104,6 @@ class QueueCapacity:
 
     cluster_queue: str
     capacity: dict[str, dict[str, Decimal]]
-
-
-def positions_from_summary(summary: dict) -> dict[str, QueuePosition]:
-    """Every pending Workload's position in a visibility ``PendingWorkloadsSummary``, by Workload name.
-
-    One pass over the list: the triggerer shares one summary among all the tasks queued in a LocalQueue,
-    and thousands of them looking their own Workload up in it must not each scan it."""
-    items = summary.get("items") or []
-    positions: dict[str, QueuePosition] = {}
-    for item in items:
-        name = (item.get("metadata") or {}).get("name")
-        if name and name not in positions:
-            positions[name] = QueuePosition(
-                in_local_queue=int(item.get("positionInLocalQueue", 0)),
-                in_cluster_queue=int(item.get("positionInClusterQueue", 0)),
-                pending_in_local_queue=len(items),
-            )
-    return positions
-
-
-def position_from_summary(summary: dict, workload_name: str) -> QueuePosition | None:
-    """Find ``workload_name`` in a visibility ``PendingWorkloadsSummary``; None when it is not pending."""
-    return positions_from_summary(summary).get(workload_name)
-
-
-def _delete_options(uid: str, resource_version: str | None) -> dict:
-    preconditions = {"uid": uid}
-    if resource_version is not None:
-        preconditions["resourceVersion"] = resource_version
-    return {"preconditions": preconditions, "propagationPolicy": "Background"}
-
-
-def foreign_run(rayjob: dict, waiter: AirflowIdentity) -> str | None:
-    """Why the sensor try ``waiter`` must never delete ``rayjob`` (another DAG run, or not created by
-    Airflow at all); None when it belongs to the sensor's own DAG run and map index."""
-    submitter = AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations"))
-    if submitter is None:
-        return "it was not created by an Airflow task"
-    if (submitter.dag_id, submitter.run_id, submitter.map_index) != (
-        waiter.dag_id,
-        waiter.run_id,
-        waiter.map_index,
-    ):
-        return (
-            f"it belongs to DAG {submitter.dag_id} run {submitter.run_id} (map index {submitter.map_index})"
-        )
-    return None
-
-
-def not_waiting_reason(rayjob: dict, waiter: AirflowIdentity) -> str | None:
-    """Why a killed sensor try leaves ``rayjob`` alone; None when it may delete it: same DAG run, and the
-    RayJob still names this very try as its waiter (a Clear's newer try re-registers before the old try's
-    on_kill runs)."""
-    foreign = foreign_run(rayjob, waiter)
-    if foreign is not None:
-        return foreign
-    registered, this_try = Waiter.from_annotations(rayjob["metadata"].get("annotations")), Waiter.of(waiter)
-    if registered != this_try:
-        return f"its waiter is now {registered.stamp() if registered else 'nobody'}, not {this_try.stamp()}"
-    return None
-
-
-def _after_conflict(current: dict | None, uid: str) -> str:
-    """What a deletion answered 409 (its preconditions no longer hold) comes to, from the RayJob as it is
-    now: GONE when it no longer exists or the name is another object's, DELETED when it is already being
-    deleted (by us: a retry after a lost answer, or by someone else), CONFLICT when it only changed."""
-    if current is None or current["metadata"].get("uid") != uid:
-        return GONE
-    if current["metadata"].get("deletionTimestamp"):
-        return DELETED
-    return CONFLICT
-
-
-def _newest(items: list[dict]) -> dict | None:
-    return max(items, key=lambda o: o["metadata"].get("creationTimestamp") or "", default=None)
 
 
 class RayJobHook(KubernetesHook):
@@ -262,7 +200,9 @@ class RayJobHook(KubernetesHook):
         hands or disappeared meanwhile."""
         return self._annotate(rayjob, {WAITER_ANNOTATION: Waiter.of(waiter).stamp()})
 
-    def delete_rayjob(self, name: str, namespace: str, uid: str, resource_version: str | None = None) -> str:
+    def delete_rayjob(
+        self, name: str, namespace: str, uid: str, resource_version: str | None = None
+    ) -> DeleteResult:
         """Delete exactly this RayJob (its RayCluster and submitter follow by garbage collection).
 
         Preconditions make it safe against a new try that replaced or re-claimed the name meanwhile:
@@ -271,31 +211,26 @@ class RayJobHook(KubernetesHook):
         is gone) or CONFLICT (it changed since the caller read it: read it and decide again).
         """
         result = self._delete(name, namespace, uid, resource_version)
-        if result != CONFLICT:
+        if result is not DeleteResult.CONFLICT:
             return result
-        return _after_conflict(self.get_rayjob(name, namespace), uid)
+        return after_conflict(self.get_rayjob(name, namespace), uid)
 
     @generic_api_retry
     def _delete(
         self, name: str, namespace: str, uid: str, resource_version: str | None, plural: str = RAYJOB.plural
-    ) -> str:
+    ) -> DeleteResult:
         """Delete exactly this object (uid, and version when given, as preconditions) of a ray.io
         ``plural``; DELETED, GONE (404) or CONFLICT (409)."""
         try:
             self.custom_object_client.delete_namespaced_custom_object(
-                RAY_GROUP,
-                RAY_VERSION,
-                namespace,
-                plural,
-                name,
-                body=_delete_options(uid, resource_version),
+                RAY_GROUP, RAY_VERSION, namespace, plural, name, body=delete_options(uid, resource_version)
             )
-            return DELETED
+            return DeleteResult.DELETED
         except ApiException as exc:
             if exc.status == 404:
-                return GONE
+                return DeleteResult.GONE
             if exc.status == 409:
-                return CONFLICT
+                return DeleteResult.CONFLICT
             raise
 
     def wait_until_gone(self, name: str, namespace: str, uid: str, timeout: float = 120.0) -> None:
@@ -313,34 +248,34 @@ class RayJobHook(KubernetesHook):
             fix="check KubeRay's finalizer on the RayJob (kubectl describe rayjob) and retry the task",
         )
 
-    def delete_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> str:
-        """Delete the RayJob only while ``owner`` (one task try) still owns it; DELETED, GONE or CONFLICT.
+    def delete_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> DeleteOutcome:
+        """Delete the RayJob only while ``owner`` (one task try) still owns it; deleted, gone or conflict.
 
         Reads and deletes with the read version as precondition, so a new try re-annotating the RayJob in
         between turns the delete into a no-op instead of killing the job that try adopted.
         """
-        return self._delete_while_owned(self.get_rayjob, self.delete_rayjob, name, namespace, uid, owner)
+        return self._delete_by_rule(
+            self.get_rayjob, self.delete_rayjob, name, namespace, uid, while_owned(owner)
+        )
 
     @staticmethod
-    def _delete_while_owned(
+    def _delete_by_rule(
         get: Callable[[str, str], dict | None],
-        delete: Callable[[str, str, str, str | None], str],
+        delete: Callable[[str, str, str, str | None], DeleteResult],
         name: str,
         namespace: str,
         uid: str,
-        owner: AirflowIdentity,
-    ) -> str:
-        """Read, check the owner, delete with the read version as precondition; again on a conflict."""
-        for _ in range(5):
-            obj = get(name, namespace)
-            if obj is None or obj["metadata"].get("uid") != uid:
-                return GONE
-            if AirflowIdentity.from_annotations(obj["metadata"].get("annotations")) != owner:
-                return CONFLICT
-            result = delete(name, namespace, uid, obj["metadata"].get("resourceVersion"))
-            if result != CONFLICT:
-                return result
-        return CONFLICT
+        rule: DeleteRule,
+    ) -> DeleteOutcome:
+        """Read, decide by ``rule``, delete with the read version as precondition; again on a conflict."""
+        for _ in range(DELETE_DECISIONS):
+            decision = rule.decide(get(name, namespace), uid)
+            outcome = decision.outcome or rule.settled(
+                delete(name, namespace, uid, decision.resource_version)
+            )
+            if outcome is not None:
+                return outcome
+        return rule.exhausted
 
     def read_state(self, name: str, namespace: str, uid: str) -> tuple[dict | None, dict | None]:
         """(RayJob, Workload) now; the RayJob is None once it is gone or replaced by another uid."""
@@ -373,7 +308,7 @@ class RayJobHook(KubernetesHook):
         result = self.custom_object_client.list_namespaced_custom_object(
             KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD.plural, label_selector=f"{JOB_UID_LABEL}={uid}"
         )
-        return _newest(result.get("items") or [])
+        return newest(result.get("items") or [])
 
     @generic_api_retry
     def _get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
@@ -451,14 +386,14 @@ class RayJobHook(KubernetesHook):
         shortfall = find_shortfall(built.pod_sets, queue_capacity.capacity)
         if shortfall is not None:
             resource, available = shortfall
-            problem, _, fix = explain_capacity_shortfall(
+            why = explain_capacity_shortfall(
                 built.pod_sets, resource, available, queue_capacity.cluster_queue
-            ).partition("; ")
+            )
             raise PreflightError(
-                f"{problem}, counting what its cohort can lend",
+                f"{why.problem}, counting what its cohort can lend",
                 field=f"resources[{resource}]",
                 value=built.total_request.get(resource),
-                fix=fix,
+                fix=why.fix,
             )
         return queue_capacity
 
@@ -510,185 +445,3 @@ class RayJobHook(KubernetesHook):
             if exc.status in (400, 403, 404):
                 return None
             raise
-
-
-class AsyncRayJobHook(AsyncKubernetesHook):
-    """The few one-off async calls of the triggerer (the watch hub does the streaming)."""
-
-    @generic_api_retry
-    async def get_rayjob(self, name: str, namespace: str, api_client: Any = None) -> dict | None:
-        async with self._client(api_client) as client:
-            try:
-                return await AsyncCustomObjectsApi(client).get_namespaced_custom_object(
-                    RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, name
-                )
-            except AsyncApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-
-    @generic_api_retry
-    async def find_workload(self, uid: str, namespace: str, api_client: Any = None) -> dict | None:
-        async with self._client(api_client) as client:
-            result = await AsyncCustomObjectsApi(client).list_namespaced_custom_object(
-                KUEUE_GROUP,
-                KUEUE_VERSION,
-                namespace,
-                WORKLOAD.plural,
-                label_selector=f"{JOB_UID_LABEL}={uid}",
-            )
-        return _newest(result.get("items") or [])
-
-    async def delete_rayjob(
-        self, name: str, namespace: str, uid: str, resource_version: str | None = None
-    ) -> str:
-        """As RayJobHook.delete_rayjob: DELETED, GONE or CONFLICT."""
-        result = await self._delete(name, namespace, uid, resource_version)
-        if result != CONFLICT:
-            return result
-        return _after_conflict(await self.get_rayjob(name, namespace), uid)
-
-    @generic_api_retry
-    async def _delete(
-        self, name: str, namespace: str, uid: str, resource_version: str | None, plural: str = RAYJOB.plural
-    ) -> str:
-        """As RayJobHook._delete."""
-        async with self.get_conn() as client:
-            try:
-                await AsyncCustomObjectsApi(client).delete_namespaced_custom_object(
-                    RAY_GROUP,
-                    RAY_VERSION,
-                    namespace,
-                    plural,
-                    name,
-                    body=_delete_options(uid, resource_version),
-                )
-                return DELETED
-            except AsyncApiException as exc:
-                if exc.status == 404:
-                    return GONE
-                if exc.status == 409:
-                    return CONFLICT
-                raise
-
-    async def delete_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> str:
-        """As RayJobHook.delete_if_owned: only while ``owner`` still owns it; DELETED, GONE or CONFLICT."""
-        return await self._delete_while_owned(
-            self.get_rayjob, self.delete_rayjob, name, namespace, uid, owner
-        )
-
-    @staticmethod
-    async def _delete_while_owned(
-        get: Callable[[str, str], Awaitable[dict | None]],
-        delete: Callable[[str, str, str, str | None], Awaitable[str]],
-        name: str,
-        namespace: str,
-        uid: str,
-        owner: AirflowIdentity,
-    ) -> str:
-        """As RayJobHook._delete_while_owned."""
-        for _ in range(5):
-            obj = await get(name, namespace)
-            if obj is None or obj["metadata"].get("uid") != uid:
-                return GONE
-            if AirflowIdentity.from_annotations(obj["metadata"].get("annotations")) != owner:
-                return CONFLICT
-            result = await delete(name, namespace, uid, obj["metadata"].get("resourceVersion"))
-            if result != CONFLICT:
-                return result
-        return CONFLICT
-
-    async def delete_if_waiting(self, name: str, namespace: str, uid: str, waiter: AirflowIdentity) -> str:
-        """Delete the RayJob for a killed sensor try, only while it is that try's to delete (see
-        ``not_waiting_reason``): DELETED, GONE, or "not deleted: <why>".
-
-        The delete carries the uid and the version the decision was made on, so a newer try registering
-        as waiter in between turns it into a conflict, and the decision is made again.
-        """
-        for _ in range(5):
-            rayjob = await self.get_rayjob(name, namespace)
-            if rayjob is None or rayjob["metadata"].get("uid") != uid:
-                return GONE
-            reason = not_waiting_reason(rayjob, waiter)
-            if reason is not None:
-                return f"not deleted: {reason}"
-            result = await self.delete_rayjob(name, namespace, uid, rayjob["metadata"].get("resourceVersion"))
-            if result != CONFLICT:
-                return result
-        return "not deleted: it kept changing while deciding"
-
-    async def pending_workloads(self, namespace: str, queue: str, api_client: Any = None) -> dict | None:
-        """The LocalQueue's ``PendingWorkloadsSummary`` from Kueue's visibility API, for every trigger
-        waiting in it at once (see ``positions_from_summary``); None when the API is not served, not
-        allowed, failing or unreachable (as ``RayJobHook.queue_position``)."""
-        try:
-            async with self._client(api_client) as client:
-                summary = await client.call_api(
-                    VISIBILITY_PATH.format(namespace=namespace, name=queue),
-                    "GET",
-                    query_params=[("limit", VISIBILITY_LIMIT)],
-                    response_types_map={200: "object"},
-                    auth_settings=["BearerToken"],
-                    _return_http_data_only=True,
-                    _request_timeout=VISIBILITY_TIMEOUT_S,
-                )
-        except Exception as exc:  # noqa: BLE001 - any answer or none: only the position is lost
-            log.info(
-                "Queue position in LocalQueue %s/%s unavailable: %s", namespace, queue, describe_error(exc)
-            )
-            return None
-        return summary or {}
-
-    async def submitter_log_tail(
-        self, rayjob_name: str, namespace: str, tail_lines: int = 50, api_client: Any = None
-    ) -> str | None:
-        """``RayJobHook.submitter_log_tail`` for the triggerer, where a successful task ends: the last
-        lines of the submitter pod's log; None when there is no such pod (HTTPMode, or deleted) or the
-        log may not be read."""
-        from kubernetes_asyncio.client import CoreV1Api
-
-        async with self._client(api_client) as client:
-            core = CoreV1Api(client)
-            try:
-                pods = (
-                    await core.list_namespaced_pod(
-                        namespace, label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}"
-                    )
-                ).items
-                if not pods:
-                    return None
-                newest = max(pods, key=lambda p: p.metadata.creation_timestamp or 0)
-                response = await core.read_namespaced_pod_log(
-                    newest.metadata.name,
-                    namespace,
-                    container=SUBMITTER_CONTAINER,
-                    tail_lines=tail_lines,
-                    _preload_content=False,  # the raw text, not the client's decoding of it
-                )
-                try:
-                    return (await response.read()).decode("utf-8", errors="replace")
-                finally:
-                    response.release()
-            except AsyncApiException as exc:
-                if exc.status in (400, 403, 404):
-                    return None
-                raise
-
-    def _client(self, api_client: Any):
-        """Use the caller's long-lived ApiClient (the hub's) when given, else a fresh one from the connection."""
-        if api_client is not None:
-            return _Borrowed(api_client)
-        return self.get_conn()
-
-
-class _Borrowed:
-    """An async context manager lending an ApiClient someone else owns and closes."""
-
-    def __init__(self, api_client: Any) -> None:
-        self.api_client = api_client
-
-    async def __aenter__(self) -> Any:
-        return self.api_client
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None

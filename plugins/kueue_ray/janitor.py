@@ -19,8 +19,12 @@ from kueue_ray.orphans import needs_decision, orphan_reason
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from kueue_ray.deletion import DeleteOutcome
+
 DECISIONS = 5
 """How often one orphan is judged again when it changes between the judgement and the deletion."""
+DRY_RUN = "not deleted (dry run)"
+"""The result a dry run reports for an orphan it would delete."""
 
 
 class DeleteOrphanedRayJobsOperator(BaseOperator):
@@ -81,21 +85,23 @@ class DeleteOrphanedRayJobsOperator(BaseOperator):
         """Delete one orphan with the uid and version it was judged on. When it changed since (409), it
         is read again and judged again, with Airflow asked again too: a retry that adopted it meanwhile
         re-annotated it, and its task is running again."""
-        from kueue_ray.hook import CONFLICT, GONE
+        from kueue_ray.deletion import KEPT_CHANGING, DeleteOutcome, DeleteResult
 
         metadata = rayjob["metadata"]
         name, namespace = metadata["name"], metadata["namespace"]
         if self.dry_run:
-            return self._report(name, namespace, reason, "not deleted (dry run)")
+            return self._report(name, namespace, reason, DRY_RUN)
         for _ in range(DECISIONS):
             result = hook.delete_rayjob(name, namespace, metadata["uid"], metadata.get("resourceVersion"))
-            if result != CONFLICT:
-                return self._report(name, namespace, reason, result)
+            if result is not DeleteResult.CONFLICT:
+                return self._report(name, namespace, reason, DeleteOutcome(result))
             current = hook.get_rayjob(name, namespace)
             if current is None or current["metadata"].get("uid") != metadata["uid"]:
-                return self._report(name, namespace, reason, GONE)
+                return self._report(name, namespace, reason, DeleteOutcome(DeleteResult.GONE))
             if not needs_decision(current):
-                return self._report(name, namespace, reason, "not deleted: it finished since it was read")
+                return self._report(
+                    name, namespace, reason, DeleteOutcome.not_deleted("it finished since it was read")
+                )
             identity = AirflowIdentity.from_annotations(current["metadata"].get("annotations"))
             run_exists, states = _airflow_view(ti, identity.dag_id, identity.run_id)
             again = orphan_reason(current, run_exists=run_exists, task_states=states)
@@ -104,17 +110,19 @@ class DeleteOrphanedRayJobsOperator(BaseOperator):
                     name,
                     namespace,
                     reason,
-                    "not deleted: it changed since it was read and a task may wait for it now",
+                    DeleteOutcome.not_deleted("it changed since it was read and a task may wait for it now"),
                 )
             self.log.info(
                 "RayJob %s/%s changed since it was read and is still an orphan: %s", namespace, name, again
             )
             reason, metadata = again, current["metadata"]
-        return self._report(name, namespace, reason, "not deleted: it kept changing while deciding")
+        return self._report(name, namespace, reason, KEPT_CHANGING)
 
-    def _report(self, name: str, namespace: str, reason: str, result: str) -> dict[str, str]:
-        self.log.info("Orphaned RayJob %s/%s: %s; %s", namespace, name, reason, result)
-        return {"name": name, "namespace": namespace, "reason": reason, "result": result}
+    def _report(self, name: str, namespace: str, reason: str, outcome: DeleteOutcome | str) -> dict[str, str]:
+        """One XCom record; ``result`` is the outcome's text ("deleted", "not deleted: <why>"), a plain
+        string so that the record reads the same in JSON as in the log."""
+        self.log.info("Orphaned RayJob %s/%s: %s; %s", namespace, name, reason, outcome)
+        return {"name": name, "namespace": namespace, "reason": reason, "result": str(outcome)}
 
 
 def _by_dag_run(rayjobs: list[dict]) -> dict[tuple[str, str], list[dict]]:

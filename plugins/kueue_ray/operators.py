@@ -10,7 +10,8 @@ the triggerer, where their cost is paid once per task, not once per parse.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,8 @@ from kueue_ray.verdicts import GAVE_UP
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from kueue_ray.hook import RayJobHook
+    from kueue_ray.hook import QueueCapacity, RayJobHook
+    from kueue_ray.manifests import BuiltRayJob
 
 SUBMIT_DECISIONS = 3
 """How often ``submit`` decides again when the RayJob it found changes under it before it acts."""
@@ -87,6 +89,62 @@ def template_searchpath(task: BaseOperator, given: str | Sequence[str] | None) -
     if given:
         return given
     return getattr(task.dag, "template_searchpath", None) if task.has_dag() else None
+
+
+def take_local_queue(operator: str, local_queue: str | None, kwargs: dict[str, Any]) -> str:
+    """The Kueue LocalQueue an operator was given: ``local_queue=``, or the deprecated ``queue=`` (taken
+    out of ``kwargs``, with a DeprecationWarning). ``queue`` is ``BaseOperator``'s executor queue, so it
+    never reaches ``BaseOperator`` from here: the executor queue is ``executor_queue=`` or the DAG's
+    ``default_args["queue"]``, which only ``BaseOperator`` reads."""
+    legacy = kwargs.pop("queue", None)
+    if legacy is not None and local_queue is not None:
+        raise TypeError(
+            f"{operator} got both local_queue={local_queue!r} and queue={legacy!r}; queue= is the "
+            f"deprecated name of local_queue=: pass only local_queue= (and executor_queue= for Airflow's "
+            f"executor queue)"
+        )
+    if legacy is not None:
+        warnings.warn(
+            f"{operator}(queue=...) is deprecated: use local_queue= for the Kueue LocalQueue "
+            f"(queue is BaseOperator's executor queue; set that one with executor_queue=)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return legacy
+    if local_queue is None:
+        raise TypeError(f"{operator} needs local_queue=: the Kueue LocalQueue to submit to, e.g. 'team-a'")
+    return local_queue
+
+
+def build_and_preflight(
+    task: Any,
+    build: Callable[..., BuiltRayJob],
+    *,
+    name: str,
+    priority: str,
+    identity: AirflowIdentity,
+    **extra: Any,
+) -> tuple[BuiltRayJob, QueueCapacity]:
+    """Render ``task``'s template into a validated body with ``build`` (``manifests.build_rayjob`` or
+    ``build_rayservice``) from the arguments both operators share, then check it against the cluster's
+    queues (``RayJobHook.preflight``). Raises ``KueueRayError`` before anything is created."""
+    built = build(
+        task.template,
+        name=name,
+        namespace=task.namespace,
+        queue=task.local_queue,
+        priority=priority,
+        identity=identity,
+        values=task.values,
+        image=task.image,
+        runtime_env=task.runtime_env,
+        worker_replicas=task.worker_replicas,
+        resources=task.ray_resources,
+        annotations=task.annotations,
+        template_searchpath=template_searchpath(task, task.template_searchpath),
+        **extra,
+    )
+    return built, task.hook.preflight(built, task.namespace, task.local_queue, priority)
 
 
 OWN_LINKS = (RayDashboardLink, KueueTabLink)
@@ -175,7 +233,7 @@ class SubmitRayJobOperator(BaseOperator):
             task_id="train",
             template="llm-train",
             values={"epochs": "{{ params.epochs }}"},
-            queue="team-a",
+            local_queue="team-a",
             priority="prod-priority",
             priority_policy={"allowed": ["dev-priority", "prod-priority"]},
             run_timeout=6 * 3600,
@@ -185,8 +243,9 @@ class SubmitRayJobOperator(BaseOperator):
         and then in the shipped ``include/manifests/rayjobs``, a file path, or a RayJob dict.
     :param template_searchpath: folder(s) holding your own templates; default: the DAG's
         ``template_searchpath``.
-    :param queue: Kueue LocalQueue in ``namespace`` (templated; kept as ``local_queue``, because
-        ``BaseOperator.queue`` is the Airflow executor queue — set that one with ``executor_queue``).
+    :param local_queue: Kueue LocalQueue in ``namespace`` (templated). Not ``queue``: that is
+        ``BaseOperator``'s executor queue, set with ``executor_queue`` or the DAG's ``default_args``;
+        ``queue=`` is still read as the LocalQueue, with a DeprecationWarning.
     :param priority: WorkloadPriorityClass; with ``priority_policy`` it is the DAG's default priority.
     :param namespace: namespace of the RayJob.
     :param values: template variables.
@@ -247,7 +306,7 @@ class SubmitRayJobOperator(BaseOperator):
         self,
         *,
         template: str | Mapping[str, Any],
-        queue: str,
+        local_queue: str | None = None,
         priority: str,
         namespace: str = "default",
         values: Mapping[str, Any] | None = None,
@@ -276,12 +335,13 @@ class SubmitRayJobOperator(BaseOperator):
         executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
+        local_queue = take_local_queue(type(self).__name__, local_queue, kwargs)
         if executor_queue is not None:
             kwargs["queue"] = executor_queue
         super().__init__(**kwargs)
         self.template = template
         self.template_searchpath = template_searchpath
-        self.local_queue = queue
+        self.local_queue = local_queue
         self.priority = priority
         self.namespace = namespace
         self.values = values
@@ -334,24 +394,14 @@ class SubmitRayJobOperator(BaseOperator):
         identity = task_identity(context)
         try:
             priority = self.resolve_priority(context)
-            built = build_rayjob(
-                self.template,
+            built, queue_capacity = build_and_preflight(
+                self,
+                build_rayjob,
                 name=identity.rayjob_name(),
-                namespace=self.namespace,
-                queue=self.local_queue,
                 priority=priority,
                 identity=identity,
-                values=self.values,
                 entrypoint=self.entrypoint,
-                image=self.image,
-                runtime_env=self.runtime_env,
-                worker_replicas=self.worker_replicas,
-                resources=self.ray_resources,
-                annotations=self.annotations,
-                template_searchpath=template_searchpath(self, self.template_searchpath),
             )
-            hook = self.hook
-            queue_capacity = hook.preflight(built, self.namespace, self.local_queue, priority)
         except KueueRayError as error:
             # The DAG or the cluster's queues need fixing: retrying the same inputs cannot help.
             raise AirflowFailException(str(error)) from error
@@ -361,6 +411,7 @@ class SubmitRayJobOperator(BaseOperator):
             queue_capacity.cluster_queue,
             built.total_request,
         )
+        hook = self.hook
         rayjob = self.submit(hook, built.body, identity)
         metadata = rayjob["metadata"]
         self._owned = (metadata["name"], self.namespace, metadata["uid"], identity)
@@ -407,7 +458,7 @@ class SubmitRayJobOperator(BaseOperator):
         The deletion carries the uid and version the decision was made on; if the RayJob changed
         meanwhile (409), it is read again and the decision made again.
         """
-        from kueue_ray.hook import CONFLICT
+        from kueue_ray.deletion import DeleteResult
         from kueue_ray.status import Phase, observe
 
         name = body["metadata"]["name"]
@@ -450,7 +501,7 @@ class SubmitRayJobOperator(BaseOperator):
             deleted = hook.delete_rayjob(
                 name, self.namespace, metadata["uid"], metadata.get("resourceVersion")
             )
-            if deleted == CONFLICT:
+            if deleted is DeleteResult.CONFLICT:
                 self.log.info("RayJob %s/%s changed while replacing it; deciding again", self.namespace, name)
                 continue
             hook.wait_until_gone(name, self.namespace, metadata["uid"])

@@ -69,7 +69,9 @@ def format_quantity(value: Decimal | int, *, binary: bool | None = None) -> str:
 
     Integers use the largest suffix that keeps them exact (8000000000 -> "8G", 209715200 -> "200Mi");
     fractions become milli/micro/nano units ("2500m"), rounded up to a nanounit as the API server does.
-    ``binary=None`` picks the shorter of the decimal and binary spellings.
+    ``binary=None`` picks the shorter of the decimal and binary spellings. ``binary=True`` (the format of a
+    quantity written with Ki, Mi, ...) prints an integer below 1024 with decimal suffixes ("1000" -> "1k"),
+    because no binary suffix fits it and the API server prints it that way.
     """
     value = Decimal(value)
     if value == value.to_integral_value():
@@ -77,7 +79,9 @@ def format_quantity(value: Decimal | int, *, binary: bool | None = None) -> str:
         candidates = []
         if binary in (None, False):
             candidates.append(_integer_with_suffix(integer, _DECIMAL_UP))
-        if binary in (None, True):
+        if binary is True and abs(integer) < 1024:
+            candidates.append(_integer_with_suffix(integer, _DECIMAL_UP))
+        elif binary in (None, True):
             candidates.append(_integer_with_suffix(integer, _BINARY_UP))
         return min(candidates, key=len)
     for suffix, scale in (("m", Decimal("1e3")), ("u", Decimal("1e6"))):

@@ -22,7 +22,9 @@ from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
 from kueue_ray.api import KUEUE_GROUP, KUEUE_VERSION, RAY_GROUP, RAY_VERSION, RAYSERVICE, WORKLOAD
-from kueue_ray.hook import AsyncRayJobHook, PreflightError, RayJobHook
+from kueue_ray.async_hook import AsyncRayJobHook
+from kueue_ray.deletion import DeleteOutcome, DeleteResult, while_owned
+from kueue_ray.hook import PreflightError, RayJobHook
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 from kueue_ray.service_status import related_workload
 
@@ -93,14 +95,16 @@ class RayServiceHook(RayJobHook):
 
     def delete_rayservice(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
-    ) -> str:
+    ) -> DeleteResult:
         """Delete exactly this RayService (its clusters follow); DELETED, GONE (404) or CONFLICT (409)."""
         return self._delete(name, namespace, uid, resource_version, plural=RAYSERVICE.plural)
 
-    def delete_rayservice_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> str:
-        """Delete the RayService only while ``owner`` (one task try) still owns it; DELETED, GONE or CONFLICT."""
-        return self._delete_while_owned(
-            self.get_rayservice, self.delete_rayservice, name, namespace, uid, owner
+    def delete_rayservice_if_owned(
+        self, name: str, namespace: str, uid: str, owner: AirflowIdentity
+    ) -> DeleteOutcome:
+        """Delete the RayService only while ``owner`` (one task try) still owns it; deleted, gone or conflict."""
+        return self._delete_by_rule(
+            self.get_rayservice, self.delete_rayservice, name, namespace, uid, while_owned(owner)
         )
 
     @generic_api_retry
@@ -146,14 +150,14 @@ class AsyncRayServiceHook(AsyncRayJobHook):
 
     async def delete_rayservice(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
-    ) -> str:
+    ) -> DeleteResult:
         """As ``RayServiceHook.delete_rayservice``."""
         return await self._delete(name, namespace, uid, resource_version, plural=RAYSERVICE.plural)
 
     async def delete_rayservice_if_owned(
         self, name: str, namespace: str, uid: str, owner: AirflowIdentity
-    ) -> str:
+    ) -> DeleteOutcome:
         """As ``RayServiceHook.delete_rayservice_if_owned``."""
-        return await self._delete_while_owned(
-            self.get_rayservice, self.delete_rayservice, name, namespace, uid, owner
+        return await self._delete_by_rule(
+            self.get_rayservice, self.delete_rayservice, name, namespace, uid, while_owned(owner)
         )

@@ -26,7 +26,7 @@ from kueue_ray.naming import (
     label_value,
     service_name,
 )
-from kueue_ray.operators import run_priority, task_identity, template_searchpath
+from kueue_ray.operators import build_and_preflight, run_priority, take_local_queue, task_identity
 from kueue_ray.results import RAYSERVICE_XCOM_KEY
 from kueue_ray.verdicts import SUCCESS
 
@@ -122,7 +122,7 @@ class DeployRayServiceOperator(BaseOperator):
             task_id="serve",
             template="aurora-serve",
             values={"model_path": "{{ ti.xcom_pull(task_ids='publish')['path'] }}"},
-            queue="team-a",
+            local_queue="team-a",
             priority="prod-priority",
             service_name="aurora-forecast",
             smoke_url="http://{serve_service}.{namespace}.svc:8000/healthz",
@@ -134,7 +134,8 @@ class DeployRayServiceOperator(BaseOperator):
     :param template_searchpath: folder(s) holding your own templates; default: the DAG's
         ``template_searchpath``.
     :param values: template variables.
-    :param queue: Kueue LocalQueue in ``namespace`` (templated; kept as ``local_queue``).
+    :param local_queue: Kueue LocalQueue in ``namespace`` (templated); ``queue=`` is its deprecated
+        name (``queue`` is ``BaseOperator``'s executor queue: set that with ``executor_queue``).
     :param priority: WorkloadPriorityClass; with ``priority_policy`` the DAG's default priority.
     :param priority_policy: run-type-aware priorities, as for ``SubmitRayJobOperator``.
     :param namespace: namespace of the RayService.
@@ -184,7 +185,7 @@ class DeployRayServiceOperator(BaseOperator):
         self,
         *,
         template: str | Mapping[str, Any],
-        queue: str,
+        local_queue: str | None = None,
         priority: str,
         namespace: str = "default",
         values: Mapping[str, Any] | None = None,
@@ -213,12 +214,13 @@ class DeployRayServiceOperator(BaseOperator):
         executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
+        local_queue = take_local_queue(type(self).__name__, local_queue, kwargs)
         if executor_queue is not None:
             kwargs["queue"] = executor_queue
         super().__init__(**kwargs)
         self.template = template
         self.template_searchpath = template_searchpath
-        self.local_queue = queue
+        self.local_queue = local_queue
         self.priority = priority
         self.namespace = namespace
         self.values = values
@@ -284,23 +286,9 @@ class DeployRayServiceOperator(BaseOperator):
         try:
             priority = run_priority(self.log, context, self.priority, self.priority_policy)
             name = self.target_name(identity)
-            built = build_rayservice(
-                self.template,
-                name=name,
-                namespace=self.namespace,
-                queue=self.local_queue,
-                priority=priority,
-                identity=identity,
-                values=self.values,
-                image=self.image,
-                runtime_env=self.runtime_env,
-                worker_replicas=self.worker_replicas,
-                resources=self.ray_resources,
-                annotations=self.annotations,
-                template_searchpath=template_searchpath(self, self.template_searchpath),
+            built, capacity = build_and_preflight(
+                self, build_rayservice, name=name, priority=priority, identity=identity
             )
-            hook = self.hook
-            capacity = hook.preflight(built, self.namespace, self.local_queue, priority)
             self.log.info(
                 "Preflight ok: LocalQueue %s -> ClusterQueue %s; one Ray cluster of RayService %s requests %s",
                 self.local_queue,
@@ -308,7 +296,7 @@ class DeployRayServiceOperator(BaseOperator):
                 name,
                 built.total_request,
             )
-            deployment = self.deploy(hook, built.body, identity)
+            deployment = self.deploy(self.hook, built.body, identity)
         except KueueRayError as error:
             raise AirflowFailException(str(error)) from error
         service = deployment.service
@@ -328,7 +316,7 @@ class DeployRayServiceOperator(BaseOperator):
             )
             self.defer(trigger=trigger, method_name="execute_complete")
         self.log.info("Waiting in the worker for RayService %s/%s", self.namespace, metadata["name"])
-        return self.execute_complete(context, ServiceWorkerWait(target, policy, self.log).wait(hook))
+        return self.execute_complete(context, ServiceWorkerWait(target, policy, self.log).wait(self.hook))
 
     def deploy(self, hook: RayServiceHook, body: dict, identity: AirflowIdentity) -> Deployment:
         """Create the RayService, adopt the one an earlier try of this run deployed, or update the one an

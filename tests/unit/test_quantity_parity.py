@@ -65,11 +65,6 @@ def test_both_parse_and_print_a_quantity_alike(written: str, binary: bool, canon
     assert plugin_quantity.format_quantity(exact, binary=binary) == canonical
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the plugin prints a BinarySI quantity below 1024 with no suffix ('1000'); apimachinery, and "
-    "kubesim with it, falls back to DecimalSI there ('1k')",
-)
 def test_a_binary_quantity_below_1024_falls_back_to_decimal_suffixes() -> None:
     assert kubesim_quantity.format_quantity(Decimal(1000), True) == "1k"
     assert plugin_quantity.format_quantity(Decimal(1000), binary=True) == "1k"

@@ -24,7 +24,7 @@ with DAG(
         task_id="submit",
         template="text-classifier",
         namespace="ray",
-        queue="team-b",
+        local_queue="team-b",
         priority="dev-priority",
         values={"sim_duration": "30"},
         deferrable=False,

@@ -26,7 +26,7 @@ def conf_driven_submit(
         task_id=task_id,
         template="{{ params.template }}",
         namespace=NAMESPACE,
-        queue="{{ params.queue }}",
+        local_queue="{{ params.queue }}",
         priority="{{ params.priority }}",
         values="{{ params['values'] }}",
         entrypoint="{{ params.entrypoint }}",

@@ -285,7 +285,7 @@ def queued(queues, rayjob_body, task_context, eventually):
     SubmitRayJobOperator(
         task_id="blocker",
         template=rayjob_body(duration="60"),
-        queue=queues.local_queue,
+        local_queue=queues.local_queue,
         priority=queues.low,
         namespace=queues.namespace,
         wait_for_completion=False,
@@ -304,7 +304,7 @@ def test_a_failing_visibility_api_only_loses_the_position_of_a_worker_wait(
     op = SubmitRayJobOperator(
         task_id="train",
         template=rayjob_body(duration="2"),
-        queue=queued.local_queue,
+        local_queue=queued.local_queue,
         priority=queued.low,
         namespace=queued.namespace,
         deferrable=False,
@@ -329,7 +329,7 @@ def test_a_timing_out_visibility_api_only_loses_the_position_of_a_poking_sensor(
     SubmitRayJobOperator(
         task_id="train",
         template=rayjob_body(duration="2"),
-        queue=queued.local_queue,
+        local_queue=queued.local_queue,
         priority=queued.low,
         namespace=queued.namespace,
         wait_for_completion=False,
@@ -466,7 +466,7 @@ def test_a_rayservice_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_a
     holder = SubmitRayJobOperator(
         task_id="blocker",
         template=rayjob_body(duration="inf"),
-        queue=queues.local_queue,
+        local_queue=queues.local_queue,
         priority=queues.low,
         namespace=queues.namespace,
         wait_for_completion=False,

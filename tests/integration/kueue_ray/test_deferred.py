@@ -18,7 +18,7 @@ def submit(queues, body, context, *, priority=None, task_id="train", **kwargs) -
     return SubmitRayJobOperator(
         task_id=task_id,
         template=body,
-        queue=queues.local_queue,
+        local_queue=queues.local_queue,
         priority=priority or queues.low,
         namespace=queues.namespace,
         log_tail_lines=0,

@@ -22,7 +22,7 @@ def operator(queues, body, **kwargs) -> SubmitRayJobOperator:
     return SubmitRayJobOperator(
         task_id="train",
         template=body,
-        queue=queues.local_queue,
+        local_queue=queues.local_queue,
         priority=queues.low,
         namespace=queues.namespace,
         **kwargs,

@@ -32,7 +32,7 @@ def submit_many(
         reference = SubmitRayJobOperator(
             task_id=f"{prefix}-{index}",
             template=rayjob_body(duration=duration, **size),
-            queue=queues.local_queue,
+            local_queue=queues.local_queue,
             priority=queues.low,
             namespace=queues.namespace,
             wait_for_completion=False,

@@ -18,7 +18,7 @@ def submit(queues, body, context) -> dict:
     return SubmitRayJobOperator(
         task_id="train",
         template=body,
-        queue=queues.local_queue,
+        local_queue=queues.local_queue,
         priority=queues.low,
         namespace=queues.namespace,
         wait_for_completion=False,

@@ -18,7 +18,7 @@ def submit(queues, body, context, task_id: str) -> dict:
     return SubmitRayJobOperator(
         task_id=task_id,
         template=body,
-        queue=queues.local_queue,
+        local_queue=queues.local_queue,
         priority=queues.low,
         namespace=queues.namespace,
         wait_for_completion=False,

@@ -58,7 +58,7 @@ def test_a_new_service_is_queued_admitted_and_serves_then_the_smoke_request_reac
     holder = SubmitRayJobOperator(
         task_id="blocker",
         template=rayjob_body(duration="inf"),
-        queue=queues.local_queue,
+        local_queue=queues.local_queue,
         priority=queues.low,
         namespace=queues.namespace,
         wait_for_completion=False,
@@ -168,7 +168,7 @@ def test_deferred_waits_make_no_requests_while_nothing_changes(kubesim, queues, 
     SubmitRayJobOperator(
         task_id="blocker",
         template=rayjob_body(duration="inf"),
-        queue=queues.local_queue,
+        local_queue=queues.local_queue,
         priority=queues.high,
         namespace=queues.namespace,
         wait_for_completion=False,

@@ -120,7 +120,7 @@ def test_a_preempted_pending_cluster_is_reported_and_the_upgrade_completes_once_
         SubmitRayJobOperator(
             task_id="urgent",
             template=rayjob_body(cpu="1", memory="2G", gpu="0", duration="4"),
-            queue=queues.local_queue,
+            local_queue=queues.local_queue,
             priority=queues.high,
             namespace=queues.namespace,
             wait_for_completion=False,

@@ -13,7 +13,7 @@ def operator(queues, body, **kwargs):
     defaults = dict(
         task_id="train",
         template=body,
-        queue=queues.local_queue,
+        local_queue=queues.local_queue,
         priority=queues.low,
         namespace=queues.namespace,
         deferrable=False,
@@ -42,7 +42,7 @@ def test_submit_and_wait_in_worker_until_succeeded(queues, rayjob_body, task_con
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"queue": "no-such-queue"}, "queue: LocalQueue 'no-such-queue' does not exist in namespace"),
+        ({"local_queue": "no-such-queue"}, "queue: LocalQueue 'no-such-queue' does not exist in namespace"),
         (
             {"priority": "no-such-priority"},
             "priority: WorkloadPriorityClass 'no-such-priority' does not exist",

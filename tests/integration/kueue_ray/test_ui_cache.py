@@ -24,7 +24,7 @@ def submit(queues, rayjob_body, task_context, name: str, duration: str, priority
     return SubmitRayJobOperator(
         task_id=name,
         template=rayjob_body(duration=duration),
-        queue=queues.local_queue,
+        local_queue=queues.local_queue,
         priority=priority or queues.low,
         namespace=queues.namespace,
         wait_for_completion=False,

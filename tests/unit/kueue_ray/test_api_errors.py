@@ -6,7 +6,8 @@ import json
 from types import SimpleNamespace
 
 from kueue_ray.api_errors import api_error, can_i, describe_error, retry_after_seconds
-from kueue_ray.hook import CONFLICT, DELETED, GONE, _after_conflict
+from kueue_ray.deletion import after_conflict
+from kueue_ray.hook import CONFLICT, DELETED, GONE
 
 
 def answer(status: int, body, headers=None) -> SimpleNamespace:
@@ -49,7 +50,7 @@ def rayjob(uid: str, *, deleting: bool = False) -> dict:
 
 
 def test_a_deletion_refused_by_its_preconditions_is_done_when_the_rayjob_is_gone_or_going():
-    assert _after_conflict(None, "u1") == GONE
-    assert _after_conflict(rayjob("u2"), "u1") == GONE, "the name is another object's: ours is gone"
-    assert _after_conflict(rayjob("u1", deleting=True), "u1") == DELETED, "a retry after a lost answer"
-    assert _after_conflict(rayjob("u1"), "u1") == CONFLICT, "it only changed: decide again"
+    assert after_conflict(None, "u1") == GONE
+    assert after_conflict(rayjob("u2"), "u1") == GONE, "the name is another object's: ours is gone"
+    assert after_conflict(rayjob("u1", deleting=True), "u1") == DELETED, "a retry after a lost answer"
+    assert after_conflict(rayjob("u1"), "u1") == CONFLICT, "it only changed: decide again"

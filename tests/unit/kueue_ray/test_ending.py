@@ -75,7 +75,9 @@ class TI:
 
 
 def operator(**kwargs) -> SubmitRayJobOperator:
-    defaults = dict(task_id="train", template="text-classifier", queue="team-a", priority="prod-priority")
+    defaults = dict(
+        task_id="train", template="text-classifier", local_queue="team-a", priority="prod-priority"
+    )
     return SubmitRayJobOperator(**{**defaults, **kwargs})
 
 

@@ -516,20 +516,21 @@ def test_autoscaler_and_sidecar_submitter_are_counted_in_the_head():
 
 def test_explain_capacity_shortfall_points_at_the_submitter():
     sets = pod_sets(head_only(**SEED_HEAD))
-    message = explain_capacity_shortfall(sets, "cpu", "2", "cluster-queue")
-    assert message == (
-        "RayJob needs 2.5 CPU (head 2 + submitter 0.5) but ClusterQueue cluster-queue provides at most 2; "
-        "raise nominalQuota or use submissionMode HTTPMode"
+    shortfall = explain_capacity_shortfall(sets, "cpu", "2", "cluster-queue")
+    assert shortfall.problem == (
+        "RayJob needs 2.5 CPU (head 2 + submitter 0.5) but ClusterQueue cluster-queue provides at most 2"
     )
+    assert shortfall.fix == "raise nominalQuota or use submissionMode HTTPMode"
+    assert str(shortfall) == f"{shortfall.problem}; {shortfall.fix}"
 
 
 def test_explain_capacity_shortfall_for_workers():
     sets = build("llm-train").pod_sets
-    message = explain_capacity_shortfall(sets, "nvidia.com/gpu", 4, "team-a-cq")
-    assert message.startswith(
-        "RayJob needs 8 nvidia.com/gpu (gpu-workers 8 (2 x 4)) but ClusterQueue team-a-cq"
+    shortfall = explain_capacity_shortfall(sets, "nvidia.com/gpu", 4, "team-a-cq")
+    assert shortfall.problem == (
+        "RayJob needs 8 nvidia.com/gpu (gpu-workers 8 (2 x 4)) but ClusterQueue team-a-cq provides at most 4"
     )
-    assert message.endswith("raise nominalQuota or request less nvidia.com/gpu")
+    assert shortfall.fix == "raise nominalQuota or request less nvidia.com/gpu"
 
 
 # ------------------------------------------------------------------------------------- against the CRDs
@@ -560,10 +561,9 @@ def test_every_template_is_valid_against_the_real_crds():
 
 def test_explain_capacity_shortfall_for_memory_reads_naturally():
     sets = pod_sets(head_only(**SEED_HEAD))
-    message = explain_capacity_shortfall(sets, "memory", "8G", "cluster-queue")
-    problem, _, fix = message.partition("; ")
+    shortfall = explain_capacity_shortfall(sets, "memory", "8G", "cluster-queue")
     assert (
-        problem
+        shortfall.problem
         == "RayJob needs ~8.21G memory (head 8G + submitter 200Mi) but ClusterQueue cluster-queue provides at most 8G"
     )
-    assert fix == "raise nominalQuota or use submissionMode HTTPMode"
+    assert shortfall.fix == "raise nominalQuota or use submissionMode HTTPMode"

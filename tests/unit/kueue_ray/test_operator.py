@@ -86,7 +86,7 @@ def cluster(monkeypatch):
 
 def operator(**kwargs):
     defaults = dict(
-        task_id="train", template=TEMPLATE, queue="team-a", priority="prod-priority", namespace="ml"
+        task_id="train", template=TEMPLATE, local_queue="team-a", priority="prod-priority", namespace="ml"
     )
     defaults.update(kwargs)
     return SubmitRayJobOperator(**defaults)
@@ -238,6 +238,64 @@ def test_the_kueue_queue_does_not_replace_the_airflow_executor_queue():
     assert operator().queue != "team-a"
 
 
+OPERATORS = ["kueue_ray.operators.SubmitRayJobOperator", "kueue_ray.serving.DeployRayServiceOperator"]
+
+
+def operator_class(path: str) -> type:
+    import importlib
+
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("path", OPERATORS)
+def test_local_queue_names_the_kueue_queue_and_is_templated(path):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        op = operator_class(path)(task_id="t", template=TEMPLATE, local_queue="{{ params.q }}", priority="p")
+    assert op.local_queue == "{{ params.q }}" and "local_queue" in op.template_fields
+    assert "queue" not in op.template_fields
+
+
+@pytest.mark.parametrize("path", OPERATORS)
+def test_queue_is_the_deprecated_name_of_local_queue(path):
+    cls = operator_class(path)
+    with pytest.warns(DeprecationWarning, match=r"use local_queue="):
+        op = cls(task_id="t", template=TEMPLATE, queue="team-a", priority="p")
+    assert op.local_queue == "team-a"
+    assert op.queue == cls(task_id="u", template=TEMPLATE, local_queue="x", priority="p").queue, (
+        "the LocalQueue never becomes the executor queue"
+    )
+    assert op.queue != "team-a"
+
+
+@pytest.mark.parametrize("path", OPERATORS)
+def test_local_queue_and_queue_together_is_an_error_naming_both_and_the_fix(path):
+    with pytest.raises(TypeError) as error:
+        operator_class(path)(task_id="t", template=TEMPLATE, local_queue="a", queue="b", priority="p")
+    message = str(error.value)
+    assert "local_queue='a'" in message and "queue='b'" in message and "pass only local_queue=" in message
+
+
+@pytest.mark.parametrize("path", OPERATORS)
+def test_a_missing_local_queue_is_an_error_naming_it(path):
+    with pytest.raises(TypeError, match="needs local_queue="):
+        operator_class(path)(task_id="t", template=TEMPLATE, priority="p")
+
+
+@pytest.mark.parametrize("path", OPERATORS)
+def test_the_dag_default_executor_queue_stays_airflows(path):
+    """``default_args["queue"]`` is the executor queue of every task in the DAG: it must reach
+    ``BaseOperator.queue`` and never be taken for the Kueue LocalQueue."""
+    from airflow.sdk import DAG
+
+    with DAG("d", schedule=None, default_args={"queue": "gpu-workers"}):
+        op = operator_class(path)(task_id="t", template=TEMPLATE, local_queue="team-a", priority="p")
+    assert (op.local_queue, op.queue) == ("team-a", "gpu-workers")
+
+
 def deferred_trigger(op) -> RayJobTrigger:
     with pytest.raises(TaskDeferred) as deferred:
         op.execute({"ti": TI(), "dag_run": DagRun("manual"), "params": {}})
@@ -268,7 +326,10 @@ class KeepsItsOwnEnd(SubmitRayJobOperator):
         (lambda: operator(end_in_triggerer=False), None),
         (lambda: operator(on_success_callback=lambda context: None), "on_success_callback"),
         (lambda: operator(outlets=[Asset("s3://models/x")]), "outlets"),
-        (lambda: KeepsItsOwnEnd(task_id="t", template=TEMPLATE, queue="q", priority="p"), "execute_complete"),
+        (
+            lambda: KeepsItsOwnEnd(task_id="t", template=TEMPLATE, local_queue="q", priority="p"),
+            "execute_complete",
+        ),
     ],
 )
 def test_a_success_resumes_on_a_worker_when_the_switch_is_off_or_user_code_runs_at_the_end(

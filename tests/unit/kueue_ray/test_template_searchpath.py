@@ -66,11 +66,11 @@ def test_a_missing_template_names_itself_the_folders_searched_and_the_fix(tmp_pa
 
 def test_the_operator_searches_its_own_folders_else_its_dags(tmp_path):
     with DAG("pipe", schedule=None, template_searchpath=[str(tmp_path / "dag")]):
-        inherits = SubmitRayJobOperator(task_id="a", template="t", queue="q", priority="p")
+        inherits = SubmitRayJobOperator(task_id="a", template="t", local_queue="q", priority="p")
         overrides = SubmitRayJobOperator(
-            task_id="b", template="t", queue="q", priority="p", template_searchpath=str(tmp_path / "op")
+            task_id="b", template="t", local_queue="q", priority="p", template_searchpath=str(tmp_path / "op")
         )
-    alone = SubmitRayJobOperator(task_id="c", template="t", queue="q", priority="p")
+    alone = SubmitRayJobOperator(task_id="c", template="t", local_queue="q", priority="p")
     assert list(template_searchpath(inherits, inherits.template_searchpath)) == [str(tmp_path / "dag")]
     assert template_searchpath(overrides, overrides.template_searchpath) == str(tmp_path / "op")
     assert template_searchpath(alone, alone.template_searchpath) is None

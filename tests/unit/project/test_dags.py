@@ -18,7 +18,10 @@ DAG_IDS = {"text_classifier_finetune", "aurora_finetune_and_serve", "llm_train_a
 JANITOR = "kueue_ray_janitor"
 RUNTIME_ONLY = (
     "kueue_ray.hook",
+    "kueue_ray.async_hook",
     "kueue_ray.manifests",
+    "kueue_ray.templates",
+    "kueue_ray.validation",
     "kueue_ray.trigger",
     "kueue_ray.hub",
     "kueue_ray.listwatch",

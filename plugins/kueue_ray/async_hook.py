@@ -1,0 +1,220 @@
+"""The triggerer's one-off calls to the cluster: read a RayJob, find its Workload, delete it when a
+task is killed, the LocalQueue's pending Workloads and the submitter's log.
+
+Apart from ``kueue_ray.hook`` because it runs in the triggerer's event loop on ``kubernetes_asyncio``,
+while the synchronous hook runs in workers on ``kubernetes``; the decisions both make (what a deletion
+may do, what an answer means) are shared from ``kueue_ray.deletion`` and ``kueue_ray.hook_common``. The
+watch hub does the streaming; this is for single requests, on the hub's long-lived ApiClient when given.
+Retries follow the provider's ``generic_api_retry``, as in the synchronous hook.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
+from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
+from kueue_ray.api import KUEUE_GROUP, KUEUE_VERSION, RAY_GROUP, RAY_VERSION, RAYJOB, WORKLOAD
+from kueue_ray.api_errors import describe_error
+from kueue_ray.deletion import (
+    DELETE_DECISIONS,
+    DeleteOutcome,
+    DeleteResult,
+    DeleteRule,
+    after_conflict,
+    delete_options,
+    while_owned,
+    while_waiting,
+)
+from kueue_ray.hook_common import (
+    SUBMITTER_CONTAINER,
+    SUBMITTER_JOB_LABEL,
+    VISIBILITY_LIMIT,
+    VISIBILITY_PATH,
+    VISIBILITY_TIMEOUT_S,
+    newest,
+)
+from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
+
+log = logging.getLogger(__name__)
+
+
+class AsyncRayJobHook(AsyncKubernetesHook):
+    """The few one-off async calls of the triggerer (the watch hub does the streaming)."""
+
+    @generic_api_retry
+    async def get_rayjob(self, name: str, namespace: str, api_client: Any = None) -> dict | None:
+        async with self._client(api_client) as client:
+            try:
+                return await AsyncCustomObjectsApi(client).get_namespaced_custom_object(
+                    RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, name
+                )
+            except AsyncApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+    @generic_api_retry
+    async def find_workload(self, uid: str, namespace: str, api_client: Any = None) -> dict | None:
+        async with self._client(api_client) as client:
+            result = await AsyncCustomObjectsApi(client).list_namespaced_custom_object(
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                namespace,
+                WORKLOAD.plural,
+                label_selector=f"{JOB_UID_LABEL}={uid}",
+            )
+        return newest(result.get("items") or [])
+
+    async def delete_rayjob(
+        self, name: str, namespace: str, uid: str, resource_version: str | None = None
+    ) -> DeleteResult:
+        """As ``RayJobHook.delete_rayjob``: DELETED, GONE or CONFLICT."""
+        result = await self._delete(name, namespace, uid, resource_version)
+        if result is not DeleteResult.CONFLICT:
+            return result
+        return after_conflict(await self.get_rayjob(name, namespace), uid)
+
+    @generic_api_retry
+    async def _delete(
+        self, name: str, namespace: str, uid: str, resource_version: str | None, plural: str = RAYJOB.plural
+    ) -> DeleteResult:
+        """As ``RayJobHook._delete``."""
+        async with self.get_conn() as client:
+            try:
+                await AsyncCustomObjectsApi(client).delete_namespaced_custom_object(
+                    RAY_GROUP,
+                    RAY_VERSION,
+                    namespace,
+                    plural,
+                    name,
+                    body=delete_options(uid, resource_version),
+                )
+                return DeleteResult.DELETED
+            except AsyncApiException as exc:
+                if exc.status == 404:
+                    return DeleteResult.GONE
+                if exc.status == 409:
+                    return DeleteResult.CONFLICT
+                raise
+
+    async def delete_if_owned(
+        self, name: str, namespace: str, uid: str, owner: AirflowIdentity
+    ) -> DeleteOutcome:
+        """As ``RayJobHook.delete_if_owned``: only while ``owner`` still owns it; deleted, gone or conflict."""
+        return await self._delete_by_rule(
+            self.get_rayjob, self.delete_rayjob, name, namespace, uid, while_owned(owner)
+        )
+
+    async def delete_if_waiting(
+        self, name: str, namespace: str, uid: str, waiter: AirflowIdentity
+    ) -> DeleteOutcome:
+        """Delete the RayJob for a killed sensor try, only while it is that try's to delete (see
+        ``not_waiting_reason``): deleted, gone, or "not deleted: <why>".
+
+        The delete carries the uid and the version the decision was made on, so a newer try registering
+        as waiter in between turns it into a conflict, and the decision is made again.
+        """
+        return await self._delete_by_rule(
+            self.get_rayjob, self.delete_rayjob, name, namespace, uid, while_waiting(waiter)
+        )
+
+    @staticmethod
+    async def _delete_by_rule(
+        get: Callable[[str, str], Awaitable[dict | None]],
+        delete: Callable[[str, str, str, str | None], Awaitable[DeleteResult]],
+        name: str,
+        namespace: str,
+        uid: str,
+        rule: DeleteRule,
+    ) -> DeleteOutcome:
+        """As ``RayJobHook._delete_by_rule``."""
+        for _ in range(DELETE_DECISIONS):
+            decision = rule.decide(await get(name, namespace), uid)
+            outcome = decision.outcome or rule.settled(
+                await delete(name, namespace, uid, decision.resource_version)
+            )
+            if outcome is not None:
+                return outcome
+        return rule.exhausted
+
+    async def pending_workloads(self, namespace: str, queue: str, api_client: Any = None) -> dict | None:
+        """The LocalQueue's ``PendingWorkloadsSummary`` from Kueue's visibility API, for every trigger
+        waiting in it at once (see ``positions_from_summary``); None when the API is not served, not
+        allowed, failing or unreachable (as ``RayJobHook.queue_position``)."""
+        try:
+            async with self._client(api_client) as client:
+                summary = await client.call_api(
+                    VISIBILITY_PATH.format(namespace=namespace, name=queue),
+                    "GET",
+                    query_params=[("limit", VISIBILITY_LIMIT)],
+                    response_types_map={200: "object"},
+                    auth_settings=["BearerToken"],
+                    _return_http_data_only=True,
+                    _request_timeout=VISIBILITY_TIMEOUT_S,
+                )
+        except Exception as exc:  # noqa: BLE001 - any answer or none: only the position is lost
+            log.info(
+                "Queue position in LocalQueue %s/%s unavailable: %s", namespace, queue, describe_error(exc)
+            )
+            return None
+        return summary or {}
+
+    async def submitter_log_tail(
+        self, rayjob_name: str, namespace: str, tail_lines: int = 50, api_client: Any = None
+    ) -> str | None:
+        """``RayJobHook.submitter_log_tail`` for the triggerer, where a successful task ends: the last
+        lines of the submitter pod's log; None when there is no such pod (HTTPMode, or deleted) or the
+        log may not be read."""
+        from kubernetes_asyncio.client import CoreV1Api
+
+        async with self._client(api_client) as client:
+            core = CoreV1Api(client)
+            try:
+                pods = (
+                    await core.list_namespaced_pod(
+                        namespace, label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}"
+                    )
+                ).items
+                if not pods:
+                    return None
+                newest = max(pods, key=lambda p: p.metadata.creation_timestamp or 0)
+                response = await core.read_namespaced_pod_log(
+                    newest.metadata.name,
+                    namespace,
+                    container=SUBMITTER_CONTAINER,
+                    tail_lines=tail_lines,
+                    _preload_content=False,  # the raw text, not the client's decoding of it
+                )
+                try:
+                    return (await response.read()).decode("utf-8", errors="replace")
+                finally:
+                    response.release()
+            except AsyncApiException as exc:
+                if exc.status in (400, 403, 404):
+                    return None
+                raise
+
+    def _client(self, api_client: Any):
+        """Use the caller's long-lived ApiClient (the hub's) when given, else a fresh one from the connection."""
+        if api_client is not None:
+            return _Borrowed(api_client)
+        return self.get_conn()
+
+
+class _Borrowed:
+    """An async context manager lending an ApiClient someone else owns and closes."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api_client = api_client
+
+    async def __aenter__(self) -> Any:
+        return self.api_client
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None

@@ -1,0 +1,64 @@
+"""What the synchronous and the asynchronous hook share: where Kueue's visibility API and a RayJob's
+submitter pod are found, and the pure readings of what the cluster answers.
+
+Apart from ``kueue_ray.hook`` (worker side, ``kubernetes``) and ``kueue_ray.async_hook`` (triggerer,
+``kubernetes_asyncio``) so that the two clients' code stays thin and neither hook depends on the other.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+VISIBILITY_PATH = (
+    "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{name}/pendingworkloads"
+)
+VISIBILITY_LIMIT = 100000
+"""Kueue's cap for ``limit`` (default 1000): a deep queue's positions and pending count stay exact."""
+VISIBILITY_TIMEOUT_S = 10
+"""How long a queue position may hold up the log line it decorates."""
+SUBMITTER_CONTAINER = "ray-job-submitter"
+SUBMITTER_JOB_LABEL = "batch.kubernetes.io/job-name"
+
+
+@dataclass(frozen=True)
+class QueuePosition:
+    """Where a pending Workload stands (0-based, as Kueue's visibility API reports it)."""
+
+    in_local_queue: int
+    in_cluster_queue: int
+    pending_in_local_queue: int
+
+    def describe(self) -> str:
+        return (
+            f"position {self.in_local_queue + 1} of {self.pending_in_local_queue} pending in its LocalQueue "
+            f"({self.in_cluster_queue + 1} in the ClusterQueue)"
+        )
+
+
+def positions_from_summary(summary: dict) -> dict[str, QueuePosition]:
+    """Every pending Workload's position in a visibility ``PendingWorkloadsSummary``, by Workload name.
+
+    One pass over the list: the triggerer shares one summary among all the tasks queued in a LocalQueue,
+    and thousands of them looking their own Workload up in it must not each scan it."""
+    items = summary.get("items") or []
+    positions: dict[str, QueuePosition] = {}
+    for item in items:
+        name = (item.get("metadata") or {}).get("name")
+        if name and name not in positions:
+            positions[name] = QueuePosition(
+                in_local_queue=int(item.get("positionInLocalQueue", 0)),
+                in_cluster_queue=int(item.get("positionInClusterQueue", 0)),
+                pending_in_local_queue=len(items),
+            )
+    return positions
+
+
+def position_from_summary(summary: dict, workload_name: str) -> QueuePosition | None:
+    """Find ``workload_name`` in a visibility ``PendingWorkloadsSummary``; None when it is not pending."""
+    return positions_from_summary(summary).get(workload_name)
+
+
+def newest(items: list[dict]) -> dict | None:
+    """The most recently created object of ``items`` (Kueue may briefly keep an old Workload)."""
+    return max(items, key=lambda o: o["metadata"].get("creationTimestamp") or "", default=None)
