@@ -9,7 +9,6 @@ importing ``kueue_ray.operators``: the hook, manifests, status model and trigger
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,6 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from kueue_ray.naming import (
-    CLUSTER_CONFIG_ANNOTATION,
     DAG_ID_LABEL,
     MANAGED_BY_SELECTOR,
     TASK_ID_LABEL,
@@ -33,52 +31,18 @@ from kueue_ray.verdicts import SUCCESS
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from kueue_ray.rollout import Deployment
     from kueue_ray.service_hook import RayServiceHook
     from kueue_ray.service_waiting import ServiceTarget
 
 UPGRADE = "upgrade"
 NEW_SERVICE = "new_service"
 MODES = (UPGRADE, NEW_SERVICE)
-REPLACES_ANNOTATION = "kueue-ray.airflow.apache.org/replaces"
-"""On a RayService the deploy operator updated: the active RayCluster the update replaces ("" when KubeRay
-keeps its cluster). A retry of the same deploy reads it back to wait for the same switch."""
-SERVICE_WORKLOAD_BLOCKS = (
-    "Kueue admits this RayService as one Workload (the shipped integrations.frameworks include "
-    "ray.io/rayservice): for a new cluster config it would delete that Workload and create none while "
-    "the current cluster serves, so KubeRay's new cluster would never start"
-)
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """What the operator did to the cluster, and so what to wait for."""
-
-    service: dict
-    created: bool
-    switch_from: str | None
-    """The active cluster an upgrade replaces (KubeRay switches traffic away from it), or None."""
-    action: str
 
 
 def serve_service(name: str) -> str:
     """The Kubernetes Service KubeRay points at the serving cluster: ``<name>-serve-svc``, port 8000."""
     return f"{name}-serve-svc"
-
-
-def _serve_config(spec: Mapping[str, Any]) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(spec.get("serveConfigV2") or "")
-    except yaml.YAMLError:
-        return spec.get("serveConfigV2")
-
-
-def _is_ready(service: dict) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (service.get("status") or {}).get("conditions") or ()
-    )
 
 
 class DeployRayServiceOperator(BaseOperator):
@@ -320,127 +284,10 @@ class DeployRayServiceOperator(BaseOperator):
 
     def deploy(self, hook: RayServiceHook, body: dict, identity: AirflowIdentity) -> Deployment:
         """Create the RayService, adopt the one an earlier try of this run deployed, or update the one an
-        earlier run deployed (``upgrade``): whatever brings the cluster to ``body``."""
-        name = body["metadata"]["name"]
-        service, created = hook.create_or_get_rayservice(body, self.namespace)
-        if created:
-            self.log.info(
-                "Created RayService %s/%s (uid %s)", self.namespace, name, service["metadata"]["uid"]
-            )
-            return Deployment(service, created=True, switch_from=None, action="created")
-        holder = AirflowIdentity.from_annotations(service["metadata"].get("annotations"))
-        if holder is None or (holder.dag_id, holder.task_id, holder.map_index) != (
-            identity.dag_id,
-            identity.task_id,
-            identity.map_index,
-        ):
-            raise AirflowException(
-                f"RayService {self.namespace}/{name} already exists and belongs to {holder or 'something else'}, "
-                f"not to {identity.dag_id}.{identity.task_id}; delete it or choose another service_name"
-            )
-        for _ in range(10):
-            deployment = self._update(hook, service, body, identity, holder)
-            if deployment is not None:
-                return deployment
-            service = hook.get_rayservice(name, self.namespace)
-            if service is None:
-                return self.deploy(hook, body, identity)
-        raise AirflowException(
-            f"RayService {self.namespace}/{name} kept changing while updating it; retry the task"
-        )
+        earlier run deployed (``upgrade``): ``kueue_ray.rollout``."""
+        from kueue_ray.rollout import Rollout
 
-    def _update(
-        self,
-        hook: RayServiceHook,
-        current: dict,
-        body: dict,
-        identity: AirflowIdentity,
-        holder: AirflowIdentity,
-    ) -> Deployment | None:
-        """One optimistic update of ``current`` towards ``body``; None when someone wrote in between."""
-        from kueue_ray.manifests import cluster_config_digest
-
-        name = current["metadata"]["name"]
-        annotations = current["metadata"].get("annotations") or {}
-        spec = current.get("spec") or {}
-        cluster_before = annotations.get(CLUSTER_CONFIG_ANNOTATION) or cluster_config_digest(
-            spec.get("rayClusterConfig")
-        )
-        cluster_changed = cluster_before != body["metadata"]["annotations"][CLUSTER_CONFIG_ANNOTATION]
-        serve_changed = _serve_config(spec) != _serve_config(body["spec"])
-        same_run = holder.run_id == identity.run_id
-        active = ((current.get("status") or {}).get("activeServiceStatus") or {}).get("rayClusterName")
-        admitted_whole = False
-        if same_run and not cluster_changed and not serve_changed:
-            replaces = annotations.get(REPLACES_ANNOTATION)
-            action = f"adopted from try {holder.try_number}"
-            created = replaces is None
-            switch_from = replaces or None
-        else:
-            admitted_whole = cluster_changed and self._admitted_as_one_workload(hook, current)
-            if admitted_whole and _is_ready(current):
-                raise AirflowFailException(
-                    f"cannot upgrade RayService {self.namespace}/{name} to a new cluster config: "
-                    f"{SERVICE_WORKLOAD_BLOCKS}. Nothing was changed; RayCluster {active} keeps serving. Use "
-                    f"mode='new_service', change only serveConfigV2, or let Kueue admit RayServices through "
-                    f"their RayClusters (drop ray.io/rayservice from integrations.frameworks)"
-                )
-            switch_from = active if cluster_changed and active else None
-            replaces = switch_from or ""
-            created = False
-            action = "upgraded: new cluster config" if cluster_changed else (
-                "updated: new Serve config" if serve_changed else "unchanged"
-            )  # fmt: skip
-        updated = dict(current)
-        metadata = dict(current["metadata"])
-        metadata["labels"] = {**(metadata.get("labels") or {}), **body["metadata"]["labels"]}
-        metadata["annotations"] = {
-            **annotations,
-            **body["metadata"]["annotations"],
-            REPLACES_ANNOTATION: replaces,
-        }
-        if created:
-            metadata["annotations"].pop(REPLACES_ANNOTATION)
-        updated["metadata"] = metadata
-        new_spec = dict(spec)
-        new_spec["serveConfigV2"] = body["spec"].get("serveConfigV2")
-        for key, value in body["spec"].items():
-            if key not in ("rayClusterConfig", "serveConfigV2"):
-                new_spec[key] = value
-        if cluster_changed:
-            config = dict(body["spec"]["rayClusterConfig"])
-            if admitted_whole:
-                config["suspend"] = (
-                    True  # as Kueue's webhook would: no cluster before the new Workload's admission
-                )
-            new_spec["rayClusterConfig"] = config
-        updated["spec"] = new_spec
-        updated.pop("status", None)
-        written = hook.replace_rayservice(updated)
-        if written is None:
-            return None
-        self.log.info(
-            "RayService %s/%s (uid %s, generation %s) %s%s",
-            self.namespace,
-            name,
-            written["metadata"]["uid"],
-            written["metadata"].get("generation"),
-            action,
-            f"; KubeRay brings up a new cluster and switches traffic from RayCluster {switch_from}"
-            if switch_from
-            else "",
-        )
-        return Deployment(written, created=created, switch_from=switch_from, action=action)
-
-    def _admitted_as_one_workload(self, hook: RayServiceHook, service: dict) -> bool:
-        """Whether Kueue admits this RayService as one Workload (the shipped configuration) rather than
-        through its RayClusters: its Workload exists, or Kueue's webhook suspended it."""
-        from kueue_ray.service_status import service_workload
-
-        config = (service.get("spec") or {}).get("rayClusterConfig") or {}
-        if config.get("suspend") is not None:
-            return True
-        return service_workload(service, hook.list_job_workloads(self.namespace)) is not None
+        return Rollout(self.namespace, self.log).deploy(hook, body, identity)
 
     def wait_target(self, deployment: Deployment, priority: str) -> ServiceTarget:
         """What to wait for after ``deployment``."""

@@ -14,9 +14,6 @@ import pytest
 PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
 PACKAGE = PLUGINS / "kueue_ray"
 MAX_LINES = 550
-OVER_THE_LIMIT_FOR_NOW = {"kueue_ray.hook", "kueue_ray.manifests", "kueue_ray.serving"}
-"""hook.py, manifests.py and serving.py are being split by concern on another branch; once that is
-merged, this set is empty and goes."""
 
 
 def _module_name(path: Path) -> str:
@@ -131,12 +128,4 @@ def test_the_plugin_imports_nothing_from_kubesim() -> None:
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_no_module_is_longer_than_a_reader_takes_in(name: str) -> None:
     lines = len(MODULES[name].read_text().splitlines())
-    if name in OVER_THE_LIMIT_FOR_NOW:
-        pytest.skip(f"{MODULES[name].name} ({lines} lines) is being split on another branch")
     assert lines <= MAX_LINES, f"{MODULES[name]} has {lines} lines: split it by concern"
-
-
-def test_the_modules_over_the_limit_for_now_are_still_over_it() -> None:
-    """An exception that no longer applies is removed, so it cannot hide a module growing back."""
-    for name in OVER_THE_LIMIT_FOR_NOW:
-        assert len(MODULES[name].read_text().splitlines()) > MAX_LINES, f"drop {name} from the exceptions"

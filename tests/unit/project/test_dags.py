@@ -33,6 +33,7 @@ RUNTIME_ONLY = (
     "kueue_ray.refusals",
     "kueue_ray.shared_client",
     "kueue_ray.trigger_base",
+    "kueue_ray.rollout",
 )
 """Plugin modules only a worker or the triggerer needs; a parse must not pay for importing them."""
 
