@@ -82,6 +82,8 @@ class ServiceTimeline:
         now = to_epoch(at)
         if self.submitted_at is None:
             self.submitted_at = now
+        if self.phase is None:
+            self._catch_up(observation, now)
         if self.phase is not None and self.last_observed_at is not None:
             spent = max(0.0, now - self.last_observed_at)
             previous = ServicePhase(self.phase)
@@ -119,6 +121,24 @@ class ServiceTimeline:
             self.final_phase = phase.value
         self.phase = phase.value
         self.last_observed_at = now
+
+    def _catch_up(self, observation: ServiceObservation, now: float) -> None:
+        """The first look came after the deploy (the task deferred, the triggerer picked the wait up):
+        the time before it is split at the Workload's admission, as Kueue recorded it, into queued and
+        starting, rather than lost. Starting then runs until this look, an upper bound when the service
+        already serves."""
+        if self.submitted_at is None or now <= self.submitted_at:
+            return
+        if observation.phase in WAITING_SERVICE_PHASES:
+            self.queued_seconds += now - self.submitted_at
+            return
+        admitted = to_epoch(observation.admitted_at) if observation.admitted_at else None
+        if admitted is None:
+            return
+        admitted = min(max(admitted, self.submitted_at), now)
+        self.queued_seconds += admitted - self.submitted_at
+        if observation.phase in STARTING_SERVICE_PHASES or observation.phase is ServicePhase.SERVING:
+            self.starting_seconds += now - admitted
 
     def to_dict(self) -> dict[str, Any]:
         return {

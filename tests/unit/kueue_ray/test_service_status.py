@@ -330,3 +330,39 @@ def test_a_preemption_seen_only_after_the_requeue_still_gets_its_preempted_line(
         ],
     )
     assert describe_unseen_preemptions("ray", "serve", preempted, 1) == []
+
+
+def test_a_first_look_after_the_deploy_splits_the_time_before_it_at_the_admission():
+    """The triggerer picked the wait up 5 s after the deploy and the service already served: the Kueue tab
+    and the task log must not say "0s queued, 0s starting"."""
+    from kueue_ray.service_waiting import ServiceTimeline
+
+    admitted = {"lastTransitionTime": "2026-01-01T00:00:02Z"}
+    serving = observe_service(
+        service(active=role("serve-a", applications=apps())),
+        [
+            workload(
+                "RayService",
+                "serve",
+                "svc-uid",
+                cond("QuotaReserved", "True", "QuotaReserved") | admitted,
+                cond("Admitted", "True", "Admitted") | admitted,
+            )
+        ],
+    )
+    assert serving.phase is ServicePhase.SERVING and serving.admitted_at
+    timeline = ServiceTimeline(submitted_at=datetime(2026, 1, 1, tzinfo=UTC).timestamp())
+    timeline.record(serving, datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC))
+    assert (timeline.queued_seconds, timeline.starting_seconds) == (2.0, 3.0)
+
+    queued = observe_service(
+        service(active=None, ready="False", ready_reason="Pending"),
+        [
+            workload(
+                "RayService", "serve", "svc-uid", cond("QuotaReserved", "False", "Pending"), admission=False
+            )
+        ],
+    )
+    waiting = ServiceTimeline(submitted_at=datetime(2026, 1, 1, tzinfo=UTC).timestamp())
+    waiting.record(queued, datetime(2026, 1, 1, 0, 0, 4, tzinfo=UTC))
+    assert (queued.phase, waiting.queued_seconds, waiting.starting_seconds) == (ServicePhase.QUEUED, 4.0, 0.0)
