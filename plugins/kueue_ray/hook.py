@@ -345,7 +345,7 @@ class RayJobHook(KubernetesHook):
             )
             raise PreflightError(
                 f"LocalQueue {queue!r} does not exist in namespace {namespace!r}",
-                field="queue",
+                field="local_queue",
                 value=queue,
                 fix=f"use one of {names}" if names else f"create a LocalQueue in namespace {namespace!r}",
             )
@@ -364,7 +364,7 @@ class RayJobHook(KubernetesHook):
         if cluster_queue is None:
             raise PreflightError(
                 f"LocalQueue {queue!r} points to ClusterQueue {cq_name!r}, which does not exist",
-                field="queue",
+                field="local_queue",
                 value=queue,
                 fix=f"create ClusterQueue {cq_name!r} or point the LocalQueue at an existing one",
             )
