@@ -42,7 +42,10 @@ def test_submit_and_wait_in_worker_until_succeeded(queues, rayjob_body, task_con
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"local_queue": "no-such-queue"}, "local_queue: LocalQueue 'no-such-queue' does not exist in namespace"),
+        (
+            {"local_queue": "no-such-queue"},
+            "local_queue: LocalQueue 'no-such-queue' does not exist in namespace",
+        ),
         (
             {"priority": "no-such-priority"},
             "priority: WorkloadPriorityClass 'no-such-priority' does not exist",
