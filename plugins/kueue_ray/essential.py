@@ -39,32 +39,18 @@ _DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configurat
 
 
 def _essential_metadata(metadata: dict) -> dict:
-    kept = {key: _shared_strings(metadata[key]) for key in _KEPT_METADATA if key in metadata}
+    kept = {key: metadata[key] for key in _KEPT_METADATA if key in metadata}
     if metadata.get("labels"):
-        kept["labels"] = {sys.intern(k): _shared(v) for k, v in metadata["labels"].items()}
+        kept["labels"] = metadata["labels"]
     annotations = metadata.get("annotations")
     if annotations:
-        kept["annotations"] = {
-            sys.intern(k): _shared(v) for k, v in annotations.items() if k not in _DROPPED_ANNOTATIONS
-        }
+        kept["annotations"] = {k: v for k, v in annotations.items() if k not in _DROPPED_ANNOTATIONS}
     return kept
 
 
 def _shared(value: Any) -> Any:
     """One string object for values that thousands of objects repeat (reasons, Kueue's messages)."""
     return sys.intern(value) if isinstance(value, str) else value
-
-
-def _shared_strings(value: Any) -> Any:
-    """``value`` with one string object per distinct string across every cached object. JSON decoding
-    makes new strings for each document, keys ("lastTransitionTime", "airflow.apache.org/run-id", ...) and
-    values alike ("ray.io/v1", "default-flavor", a DAG id), and in a cache of thousands of small objects
-    those copies are a large part of its memory."""
-    if isinstance(value, dict):
-        return {sys.intern(k): _shared_strings(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shared_strings(v) for v in value]
-    return _shared(value)
 
 
 def essential_rayjob(rayjob: dict) -> dict:
@@ -79,7 +65,7 @@ def essential_rayjob(rayjob: dict) -> dict:
     if "suspend" in spec:
         slim["spec"] = {"suspend": spec["suspend"]}
     if status:
-        slim["status"] = {key: _shared_strings(status[key]) for key in RAYJOB_STATUS_FIELDS if key in status}
+        slim["status"] = {key: _shared(status[key]) for key in RAYJOB_STATUS_FIELDS if key in status}
     return slim
 
 
@@ -95,19 +81,19 @@ def essential_workload(workload: dict) -> dict:
         slim["spec"] = {"active": spec["active"]}
     kept: dict[str, Any] = {}
     if status.get("conditions"):
-        kept["conditions"] = [{sys.intern(k): _shared(v) for k, v in c.items()} for c in status["conditions"]]
+        kept["conditions"] = [{k: _shared(v) for k, v in c.items()} for c in status["conditions"]]
     admission = status.get("admission")
     if admission:
         kept["admission"] = {
             "clusterQueue": _shared(admission.get("clusterQueue")),
             "podSetAssignments": [
-                {key: _shared_strings(a[key]) for key in ("name", "flavors", "resourceUsage") if key in a}
+                {key: a[key] for key in ("name", "flavors", "resourceUsage") if key in a}
                 for a in admission.get("podSetAssignments") or ()
             ],
         }
     for key in ("schedulingStats", "requeueState", "admissionChecks"):
         if status.get(key):
-            kept[key] = _shared_strings(status[key])
+            kept[key] = status[key]
     if kept:
         slim["status"] = kept
     return slim
