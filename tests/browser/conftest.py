@@ -82,9 +82,17 @@ def ui_kubesim(tmp_path_factory, request):
 
 
 def keep_request_log(config: pytest.Config, sim) -> None:
-    """Hand kubesim's request log to the RBAC test (tests/e2e/test_08_security.py) before it goes."""
+    """Hand kubesim's request log to the RBAC test (tests/e2e/test_08_security.py) before it goes.
+
+    kubesim logs a request when its answer ends, and a watch ends only when a side closes it: the Kueue
+    pages' watches (ClusterQueues change rarely) may still be open. Ending every open watch once first, as
+    an API server restart would, puts them in the log; the clients open them again, and are logged too."""
+    import time
+
     import httpx
 
+    httpx.post(f"{sim.url}/kubesim/faults", json={"drop_watches": True}, timeout=30).raise_for_status()
+    time.sleep(1.0)
     log = httpx.get(f"{sim.url}/kubesim/requests", timeout=30).json()
     httpx.delete(f"{sim.url}/kubesim/requests", timeout=30).raise_for_status()
     config.stash.setdefault(CLUSTER_REQUEST_LOGS, []).extend(log)
