@@ -270,12 +270,7 @@ class WatchHub:
     ) -> None:
         if rayjob:
             obj = await hook.get_rayjob(subscription.name, subscription.namespace, api_client=client)
-            loop = self.loop_of(subscription, RAYJOB)
-            if loop is not None:
-                if obj is None:
-                    self.offer_deleted(loop, subscription.name)
-                else:
-                    self.offer(loop, subscription.name, obj)
+            self.offer_read(self.loop_of(subscription, RAYJOB), subscription.name, obj)
         if workload:
             obj = await hook.find_workload(subscription.uid, subscription.namespace, api_client=client)
             loop = self.loop_of(subscription, WORKLOAD)
@@ -299,12 +294,7 @@ class WatchHub:
         self, hook: Any, subscription: ServiceSubscription, client: Any, *, workloads: bool
     ) -> None:
         obj = await hook.get_rayservice(subscription.name, subscription.namespace, api_client=client)
-        loop = self.loop_of(subscription, RAYSERVICE)
-        if loop is not None:
-            if obj is None:
-                self.offer_deleted(loop, subscription.name)
-            else:
-                self.offer(loop, subscription.name, obj)
+        self.offer_read(self.loop_of(subscription, RAYSERVICE), subscription.name, obj)
         if workloads:
             items = await hook.list_job_workloads(subscription.namespace, api_client=client)
             loop = self.loop_of(subscription, WORKLOAD)
@@ -369,6 +359,15 @@ class WatchHub:
         obj = loop.objects[key] = loop.resource.essential(obj)
         self._count_change(loop)
         self._deliver(loop, key, obj)
+
+    def offer_read(self, loop: _WatchLoop | None, key: str, obj: dict | None) -> None:
+        """What a GET of ``key`` answered: the object, or None when it is gone. No loop, no cache."""
+        if loop is None:
+            return
+        if obj is None:
+            self.offer_deleted(loop, key)
+        else:
+            self.offer(loop, key, obj)
 
     def offer_deleted(self, loop: _WatchLoop, key: str, obj: dict | None = None) -> None:
         """``key`` is gone: ``obj`` is its last state from a DELETED event, None when a GET or relist found
