@@ -38,6 +38,7 @@ hook is imported inside the methods that call the API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -220,6 +221,8 @@ class RayJobTrigger(WaitTrigger):
             self.queue,
             self.priority,
         )
+        if self.end_in_triggerer and self.task_instance is not None:
+            warm_xcom_channel(self.task_instance)
         return _Progress(timeline, self.target.watchdog(self.policy), wait_metrics)
 
     async def wait_once(self, progress: _Progress) -> TriggerEvent:
@@ -321,17 +324,19 @@ class RayJobTrigger(WaitTrigger):
         payload = self._payload(verdict, observation, timeline)
         for line in summary_lines(payload, subscription.rayjob_by_uid):
             self.log.info(line)
-        if ending.log_tail_lines > 0:
-            tail = await self._log_tail(subscription, ending.log_tail_lines)
-            if tail:
-                self.log.info(LOG_TAIL_HEADER, ending.log_tail_lines, tail)
-        xcoms = ending.xcoms(payload, dashboard_url)
+        # The driver log is read while the XComs are stored: both wait on someone else (the API server,
+        # the triggerer's supervisor), and the task's success waits on both.
+        tail, _ = await asyncio.gather(
+            self._log_tail(subscription, ending.log_tail_lines) if ending.log_tail_lines > 0 else _none(),
+            self._push(ending.xcoms(payload, dashboard_url)),
+        )
+        if tail:
+            self.log.info(LOG_TAIL_HEADER, ending.log_tail_lines, tail)
         self.log.info(
             "RayJob %s/%s succeeded: the task ends here in the triggerer, no worker needed",
             self.namespace,
             self.name,
         )
-        await self._push(xcoms)
         self._fired = True
         return TaskSuccessEvent()
 
@@ -342,20 +347,16 @@ class RayJobTrigger(WaitTrigger):
         Not as ``TaskSuccessEvent(xcoms=...)``: Airflow 3.3.2 stores those JSON-encoded once more than a
         worker's (``TaskInstance.xcom_push`` serializes, the column serializes again), so a downstream
         task would pull a string where it pulled a dict before.
+
+        All are sent at once: the channel carries concurrent requests, so the success waits for about one
+        round trip to the supervisor rather than one per XCom.
         """
         from airflow.sdk.execution_time.xcom import XCom
 
         ti = self.task_instance
-        map_index = getattr(ti, "map_index", -1)
-        for key, value in xcoms.items():
-            await XCom.aset(
-                key,
-                value,
-                dag_id=ti.dag_id,
-                task_id=ti.task_id,
-                run_id=ti.run_id,
-                map_index=-1 if map_index is None else map_index,
-            )
+        await asyncio.gather(
+            *(XCom.aset(key, value, **_xcom_coordinates(ti)) for key, value in xcoms.items())
+        )
 
     async def _log_tail(self, subscription: Any, lines: int) -> str | None:
         """The driver (submitter) log's last lines, through the namespace's shared client; None, with a
@@ -424,3 +425,49 @@ class RayJobTrigger(WaitTrigger):
             self.log.info("Not deleting RayJob %s/%s: this task only watches it", self.namespace, self.name)
             return
         self.log.info("Task killed: RayJob %s/%s (uid %s): %s", self.namespace, self.name, self.uid, result)
+
+
+async def _none() -> None:
+    return None
+
+
+def _xcom_coordinates(ti: Any) -> dict[str, Any]:
+    map_index = getattr(ti, "map_index", -1)
+    return {
+        "dag_id": ti.dag_id,
+        "task_id": ti.task_id,
+        "run_id": ti.run_id,
+        "map_index": -1 if map_index is None else map_index,
+    }
+
+
+_warming: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
+"""The warm-up read of ``warm_xcom_channel``, per event loop (one per triggerer process)."""
+
+
+def warm_xcom_channel(ti: Any) -> None:
+    """Make the triggerer ready to store XComs before the first success needs it, once per process.
+
+    Airflow's triggerer supervisor builds its in-process Execution API client (the one XComs are stored
+    through) on the first request that needs it. That takes 2-4 s of its loop, which serves no trigger
+    meanwhile. When connections come from the environment or a secrets backend, nothing asks for it
+    before the first task ends here, and that task's success would wait for it. A wait that may end here
+    starts one XCom read in the background, so the client is built while tasks are still waiting. A
+    failed read is harmless: the pushes at the end ask again.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not in a triggerer's loop: nothing to warm
+        return
+    if loop in _warming:
+        return
+    for stale in [other for other in _warming if other.is_closed()]:
+        del _warming[stale]
+    _warming[loop] = loop.create_task(_read_one_xcom(ti))
+
+
+async def _read_one_xcom(ti: Any) -> None:
+    from airflow.sdk.execution_time.xcom import XCom
+
+    with contextlib.suppress(Exception):  # only a warm-up
+        await XCom.aget_one(key="return_value", **_xcom_coordinates(ti))

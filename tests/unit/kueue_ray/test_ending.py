@@ -207,3 +207,73 @@ def test_in_a_triggerer_the_xcoms_go_the_way_a_workers_xcom_push_goes(monkeypatc
     )
     assert pushed["return_value"].value == {"name": EVENT["name"], "namespace": "ml", "uid": "uid-1"}
     assert pushed["timeline"].value["final_phase"] == "SUCCEEDED"
+
+
+class SlowSupervisor:
+    """A triggerer supervisor that answers only once three XComs are waiting for it: the XComs of a success
+    must be in flight together, not one round trip after another."""
+
+    def __init__(self):
+        self.sent = []
+        self.three_waiting = asyncio.Event()
+
+    async def asend(self, message):
+        self.sent.append(message)
+        if len(self.sent) >= 3:
+            self.three_waiting.set()
+        await self.three_waiting.wait()
+
+
+def test_the_xcoms_of_a_success_are_stored_together_not_one_round_trip_after_another(monkeypatch):
+    supervisor = SlowSupervisor()
+    monkeypatch.setattr("airflow.sdk.execution_time.task_runner.SUPERVISOR_COMMS", supervisor, raising=False)
+    trigger = RayJobTrigger(
+        name=EVENT["name"], namespace="ml", uid="uid-1", end_in_triggerer=TriggerEnding().to_dict()
+    )
+    trigger.task_instance = TI()
+    observation = Observation(phase=Phase.SUCCEEDED, terminal=True, reason="Succeeded", message="")
+
+    async def end():
+        return await asyncio.wait_for(
+            trigger._end_here(
+                Verdict(SUCCESS, "Succeeded", ""),
+                observation,
+                Timeline.from_dict(EVENT["timeline"]),
+                Subscription(),
+            ),
+            timeout=5,
+        )
+
+    trigger._log_tail = lambda subscription, lines: asyncio.sleep(0, "the driver said hello")
+    assert isinstance(asyncio.run(end()), TaskSuccessEvent)
+    assert {message.key for message in supervisor.sent} == {"timeline", "rayjob", "return_value"}
+
+
+def test_a_wait_that_may_end_in_the_triggerer_readies_the_xcom_channel_once_per_process(monkeypatch):
+    """Airflow's triggerer builds what stores XComs on the first request needing it (seconds of its loop):
+    the first wait that may end there asks early, so the first success does not wait for it."""
+    from airflow.sdk.execution_time.comms import GetXCom
+
+    comms = Comms()
+    monkeypatch.setattr("airflow.sdk.execution_time.task_runner.SUPERVISOR_COMMS", comms, raising=False)
+
+    def trigger(end_in_triggerer):
+        made = RayJobTrigger(
+            name=EVENT["name"],
+            namespace="ml",
+            uid="uid-1",
+            end_in_triggerer=TriggerEnding().to_dict() if end_in_triggerer else None,
+        )
+        made.task_instance = TI()
+        return made
+
+    async def start(*triggers):
+        for each in triggers:
+            each.start()
+        await asyncio.sleep(0.05)
+        return [message for message in comms.sent if isinstance(message, GetXCom)]
+
+    assert asyncio.run(start(trigger(False))) == []
+    reads = asyncio.run(start(trigger(True), trigger(True)))
+    assert len(reads) == 1
+    assert (reads[0].dag_id, reads[0].task_id, reads[0].run_id) == ("pipe", "train", "manual__1")
