@@ -195,11 +195,11 @@ def task_instances(airflow, task_id: str, run_id_prefix: str, **filters) -> list
             return found
 
 
-def log_entries(airflow, run_id: str, task_id: str, try_number: int) -> list[dict]:
+def log_entries(airflow, run_id: str, task_id: str, try_number: int, dag_id: str = DAG_ID) -> list[dict]:
     """The structured entries of one try's log (what the UI renders), trigger lines included."""
     response = airflow.api(
         "GET",
-        f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+        f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
         params={"full_content": "true"},
         headers={"Accept": "application/json"},
     )

@@ -12,6 +12,10 @@ so both paths see the same load (4 active runs per DAG, one RayJob admitted at a
   sees ``jobDeploymentStatus`` Complete → the ``wait`` task instance's ``end_date``. On the triggerer
   path the triggerer sets it when it handles the trigger's ``TaskSuccessEvent``; on the worker path the
   scheduler queues the resumed task and a worker runs ``execute_complete``.
+  Split where the trigger yields its event (the runner's ``Trigger fired event`` line in the task's log):
+  Complete → event is the trigger's part (detection, the driver log tail, the XComs); event → success is
+  Airflow's (its trigger runner hands events to its supervisor once per pass of a loop that sleeps up to
+  1 s, then the supervisor writes the success, or the scheduler resumes the task on a worker).
 * **Worker slots per successful wait**: Airflow's task runner sends the StatsD counter ``ti.start``
   (tags ``dag_id``, ``task_id``) each time a worker runs a task: once for the ``execute`` that defers,
   once more for each resume. Per path: (``ti.start`` of ``wait`` − successful waits) ÷ successful waits.
@@ -21,6 +25,7 @@ Result::
     {"runs", "airflow_startup_s", "phase_s", "metadata_database",
      "paths": {dag_id: {"end_in_triggerer", "finished", "states", "complete_to_success": summary_ms,
                         "complete_to_success_ms": every sample, sorted,
+                        "complete_to_event", "event_to_success": summary_ms,
                         "worker_starts", "worker_slots_per_success"}}}
 """
 
@@ -34,7 +39,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.airflow_e2e import TERMINAL_TI_STATES, ClusterWatch, epoch
+from bench.airflow_e2e import TERMINAL_TI_STATES, ClusterWatch, epoch, log_entries
 from bench.stats import summary_ms
 
 BENCH_DAGS = Path(__file__).resolve().parent / "dags"
@@ -66,6 +71,18 @@ def wait_tis(airflow, dag_id: str, prefix: str) -> dict[str, dict]:
     return {ti["dag_run_id"]: ti for ti in response.json()["task_instances"]}
 
 
+FIRED = "Trigger fired event"
+"""What Airflow's trigger runner logs, into the task's log, the moment a trigger yields its event."""
+
+
+def fired_at(airflow, dag_id: str, ti: dict) -> float | None:
+    """When the wait's trigger yielded its event: the timestamp of the runner's last ``FIRED`` line in
+    the try's log. None if the log has none (a wait that never deferred)."""
+    entries = log_entries(airflow, ti["dag_run_id"], "wait", ti["try_number"], dag_id=dag_id)
+    stamps = [epoch(e["timestamp"]) for e in entries if e.get("event") == FIRED and e.get("timestamp")]
+    return stamps[-1] if stamps else None
+
+
 def measure_paths(airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: float) -> dict:
     started = time.monotonic()
     prefix = f"bench_{uuid.uuid4().hex[:6]}__"
@@ -89,11 +106,15 @@ def measure_paths(airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: fl
     paths = {}
     for dag_id, end_in_triggerer in PATHS.items():
         states: dict[str, int] = {}
-        latencies = []
+        latencies, to_event, event_to_success = [], [], []
         for run_id, ti in done[dag_id].items():
             states[ti["state"]] = states.get(ti["state"], 0) + 1
             if ti["state"] == "success" and ti.get("end_date") and run_id in watch.finished:
-                latencies.append(epoch(ti["end_date"]) - watch.finished[run_id])
+                ended = epoch(ti["end_date"])
+                latencies.append(ended - watch.finished[run_id])
+                if (fired := fired_at(airflow, dag_id, ti)) is not None:
+                    to_event.append(fired - watch.finished[run_id])
+                    event_to_success.append(ended - fired)
         successes = states.get("success", 0)
         starts = len(statsd.named("ti.start", dag_id=dag_id, task_id="wait"))
         paths[dag_id] = {
@@ -102,6 +123,8 @@ def measure_paths(airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: fl
             "states": states,
             "complete_to_success": summary_ms(latencies),
             "complete_to_success_ms": sorted(round(latency * 1000, 1) for latency in latencies),
+            "complete_to_event": summary_ms(to_event),
+            "event_to_success": summary_ms(event_to_success),
             "worker_starts": starts,
             "worker_slots_per_success": round((starts - successes) / successes, 2) if successes else None,
         }
@@ -147,14 +170,19 @@ def measure(runs: int, workdir: Path, timeout_s: float) -> dict:
     return {**result, "airflow_startup_s": startup_s, "metadata_database": database.version}
 
 
+def stage(summary: dict) -> str:
+    return f"{summary['p50_ms']} / {summary['p99_ms']} / {summary['max_ms']}"
+
+
 def render(result: dict) -> str:
     lines = [
         f"{result['runs']} runs of each DAG triggered at once, alternating (4 active per DAG, one RayJob "
         f"admitted at a time); Airflow up in {result['airflow_startup_s']} s; the phase took "
         f"{result['phase_s']} s.",
         "",
-        "| path | finished (states) | Complete → task success p50 / p99 / max (ms) | worker slots per successful wait |",
-        "|---|---|---|---|",
+        "| path | finished (states) | Complete → task success p50 / p99 / max (ms) | of which Complete → "
+        "trigger event (ours) | trigger event → task success (Airflow's) | worker slots per successful wait |",
+        "|---|---|---|---|---|---|",
     ]
     for dag_id, path in result["paths"].items():
         name = "ends in the triggerer (default)" if path["end_in_triggerer"] else "resumes on a worker"
@@ -162,6 +190,7 @@ def render(result: dict) -> str:
         lines.append(
             f"| {name} (`{dag_id}`) | {path['finished']} ({path['states']}) | {latency['p50_ms']} / "
             f"{latency['p99_ms']} / {latency['max_ms']} ({latency['count']} samples) | "
+            f"{stage(path['complete_to_event'])} | {stage(path['event_to_success'])} | "
             f"{path['worker_slots_per_success']} ({path['worker_starts']} `ti.start`) |"
         )
     return "\n".join(lines)
