@@ -7,6 +7,7 @@ import asyncio
 import importlib
 import json
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 from airflow.sdk.serde import deserialize, serialize
 from kueue_ray.hub import RAYJOBS, Subscription, WatchHub, _Scope, _WatchLoop
@@ -189,14 +190,29 @@ def rayjob_object(name: str, uid: str, version: int, *, managed: bool = True) ->
     return {"metadata": {"name": name, "uid": uid, "resourceVersion": str(version), "labels": labels}}
 
 
+class ListAnswer:
+    """A LIST answer as kubernetes_asyncio hands it over unread (``_preload_content=False``)."""
+
+    def __init__(self, result: dict) -> None:
+        self.status = 200
+        self.content = SimpleNamespace(read=self.read)
+        self.body = json.dumps(result).encode()
+
+    async def read(self) -> bytes:
+        return self.body
+
+    def release(self) -> None:
+        pass
+
+
 class ListingApi:
     """Answers the hub's LIST with fixed items, as the API server would at resourceVersion ``version``."""
 
     def __init__(self, items: list[dict], version: int) -> None:
         self.result = {"metadata": {"resourceVersion": str(version)}, "items": items}
 
-    async def list_namespaced_custom_object(self, *args, **kwargs) -> dict:
-        return self.result
+    async def list_namespaced_custom_object(self, *args, _preload_content=True, **kwargs):
+        return self.result if _preload_content else ListAnswer(self.result)
 
 
 def relist(cached: list[dict], listed: list[dict], subscribed: list[tuple[str, str]]) -> dict[str, list]:
