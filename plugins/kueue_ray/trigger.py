@@ -38,8 +38,9 @@ hook is imported inside the methods that call the API.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,7 @@ from kueue_ray.api import utcnow
 from kueue_ray.hub import ADMITTED, NOTICE, QUEUED
 from kueue_ray.metrics import WaitMetrics
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
-from kueue_ray.narration import Story, preemptor_job_uid
+from kueue_ray.narration import POSITION_RELOG_SECONDS, Story, preemptor_job_uid
 from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
 from kueue_ray.status import Observation, observe
@@ -83,7 +84,7 @@ class _Progress:
     timeline: Timeline
     watchdog: Watchdog
     metrics: WaitMetrics
-    story: Story = field(default_factory=Story)
+    story: Story
 
 
 def _watched(rayjob: dict) -> bool:
@@ -220,7 +221,8 @@ class RayJobTrigger(WaitTrigger):
             self.queue,
             self.priority,
         )
-        return _Progress(timeline, self.target.watchdog(self.policy), wait_metrics)
+        story = Story(spread=random.uniform(0.0, POSITION_RELOG_SECONDS))
+        return _Progress(timeline, self.target.watchdog(self.policy), wait_metrics, story)
 
     async def wait_once(self, progress: _Progress) -> TriggerEvent:
         """Follow the RayJob through the hub until the Watchdog says waiting is over; the event to fire.
