@@ -16,7 +16,7 @@ with time:
   the namespace's subscribers, jittered), not a re-read per trigger: the relist refreshes the cache for
   every subscriber at once, and anything that changed or vanished is delivered.
 * Queue positions come from one visibility read per LocalQueue, shared by every trigger that asks within
-  a few seconds (``Subscription.pending_workloads``), so a thousand queued triggers cost one request.
+  a few seconds (``Subscription.pending_positions``), so a thousand queued triggers cost one request.
 
 Robustness: each loop is a ``kueue_ray.listwatch.ListWatchLoop`` (the one the Kueue UI's cache runs too):
 watches resume from the last resourceVersion, relist on 410 Gone, back off with jitter, and read a watch
@@ -331,7 +331,7 @@ class WatchHub:
 
     async def pending_positions(self, subscription: Subscription, queue: str) -> dict[str, Any] | None:
         """One visibility read of LocalQueue ``queue`` shared by every subscriber of the namespace, indexed
-        by Workload name once (``kueue_ray.hook.positions_from_summary``).
+        by Workload name once as it is decoded (``AsyncRayJobHook.pending_positions``).
 
         Concurrent callers await the same request; its answer (or its failure, as None) serves everyone
         for ``pending_workloads_ttl_seconds`` after it completes, so a burst of queued triggers logging
@@ -351,14 +351,13 @@ class WatchHub:
         read.fresh_until = time.monotonic() + self.settings.pending_workloads_ttl_seconds
 
     async def _read_pending(self, subscription: Subscription, queue: str) -> dict[str, Any] | None:
-        from kueue_ray.hook import AsyncRayJobHook, positions_from_summary
+        from kueue_ray.hook import AsyncRayJobHook
 
         try:
             async with self._lease(subscription) as client:
-                summary = await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_workloads(
+                return await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_positions(
                     subscription.namespace, queue, api_client=client
                 )
-            return positions_from_summary(summary) if summary is not None else None
         except Exception as exc:  # noqa: BLE001 - a position is a nicety; never fail a wait for it
             log.debug(
                 "Pending workloads of LocalQueue %s/%s unavailable: %s", subscription.namespace, queue, exc

@@ -280,3 +280,23 @@ def test_one_pass_indexes_every_pending_workloads_position_by_name():
     }
     assert position_from_summary(summary, "wl-1") == positions["wl-1"]
     assert position_from_summary(summary, "gone") is None and positions_from_summary({}) == {}
+
+
+def test_positions_read_from_the_summary_decoded_one_workload_at_a_time_are_the_same():
+    """The triggerer decodes a deep queue's visibility summary item by item; what it indexes is what the
+    whole summary says, the pending count included."""
+    from kueue_ray.hook import positions_from_summary
+    from kueue_ray.hook_common import positions_from_items
+    from kueue_ray.listbody import ListBody
+
+    summary = {
+        "kind": "PendingWorkloadsSummary",
+        "items": [
+            {"metadata": {"name": f"wl-{i}"}, "positionInLocalQueue": i, "positionInClusterQueue": i + 2}
+            for i in range(5)
+        ],
+        "metadata": {},
+    }
+    streamed = positions_from_items(ListBody(json.dumps(summary)).items())
+    assert streamed == positions_from_summary(summary)
+    assert streamed["wl-4"].describe() == "position 5 of 5 pending in its LocalQueue (7 in the ClusterQueue)"
