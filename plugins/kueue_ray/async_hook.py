@@ -10,6 +10,7 @@ Retries follow the provider's ``generic_api_retry``, as in the synchronous hook.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -171,7 +172,9 @@ class AsyncRayJobHook(AsyncKubernetesHook):
                     body = ListBody((await response.content.read()).decode())
                 finally:
                     response.release()
-            return positions_from_items(body.items())
+            # Decoding thousands of items takes a while: in a thread, so the event loop (other triggers'
+            # events) gets its turns meanwhile.
+            return await asyncio.to_thread(positions_from_items, body.items())
         except Exception as exc:  # noqa: BLE001 - any answer or none: only the position is lost
             log.info(
                 "Queue position in LocalQueue %s/%s unavailable: %s", namespace, queue, describe_error(exc)

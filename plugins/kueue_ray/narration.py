@@ -10,8 +10,8 @@ it waits; ``kueue_ray.trigger.describe_transition`` writes the lines. Pure: the 
   the same thing again.
 * While the job waits, the position is checked again every ``POSITION_RELOG_SECONDS`` and logged when it
   moved, so a long wait shows its progress: at most one position line per task per that interval (the
-  first check after a transition line waits up to one interval more, so that tasks queued together do
-  not all check in the same instant: ``Story.spread``). The trigger reads it again only when a Workload
+  first check after a transition line waits a few seconds more, so that tasks queued together do not
+  all check in the same instant: ``Story.spread``). The trigger reads it again only when a Workload
   of the namespace changed since its last read (a position in a LocalQueue can move for no other
   reason), so a quiet queue costs no request.
 * Kueue names a preemptor only by UIDs ("Preempted to accommodate a workload (UID: ..., JobUID: ...)";
@@ -107,8 +107,8 @@ class Story:
     """Seconds added to the first position check after a transition line. Thousands of tasks queued
     together write their transition lines together; with their checks due at the same instant every
     interval, each would write its moved position in the same pass of the triggerer's event loop, holding
-    up every other trigger. A per-task ``spread`` in [0, ``POSITION_RELOG_SECONDS``) staggers them once;
-    from then on each task keeps its own rhythm."""
+    up every other trigger. A per-task ``spread`` (a few seconds, at most ``POSITION_RELOG_SECONDS``)
+    staggers them once; from then on each task keeps its own rhythm."""
     _extra: float = field(default=0.0, init=False, repr=False)
     """``spread`` while the next check is the first after a transition line, else 0."""
 

@@ -50,7 +50,7 @@ from kueue_ray.api import utcnow
 from kueue_ray.hub import ADMITTED, NOTICE, QUEUED
 from kueue_ray.metrics import WaitMetrics
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
-from kueue_ray.narration import POSITION_RELOG_SECONDS, Story, preemptor_job_uid
+from kueue_ray.narration import Story, preemptor_job_uid
 from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
 from kueue_ray.status import Observation, observe
@@ -75,6 +75,11 @@ UNWATCHED_POLL_SECONDS = 15.0
 """Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""
 LOG_TAIL_TIMEOUT_SECONDS = 15.0
 """How long reading the driver log may hold up a success that ends in the triggerer."""
+POSITION_SPREAD_SECONDS = 5.0
+"""The window over which the position checks of tasks queued together are spread (``Story.spread``): as
+long as one shared visibility read stays fresh (``HubSettings.pending_workloads_ttl_seconds``), so the
+spread checks still share one read per interval, while no pass of the event loop writes thousands of
+lines."""
 
 
 @dataclass
@@ -221,7 +226,7 @@ class RayJobTrigger(WaitTrigger):
             self.queue,
             self.priority,
         )
-        story = Story(spread=random.uniform(0.0, POSITION_RELOG_SECONDS))
+        story = Story(spread=random.uniform(0.0, POSITION_SPREAD_SECONDS))
         return _Progress(timeline, self.target.watchdog(self.policy), wait_metrics, story)
 
     async def wait_once(self, progress: _Progress) -> TriggerEvent:

@@ -175,12 +175,14 @@ def test_a_spread_delays_only_the_first_position_check_after_a_transition_line()
 
 def test_queued_triggers_check_their_positions_spread_over_the_interval():
     """Each trigger draws its own spread, so 1,000 triggers that started together do not all log their
-    positions in the same instant of the event loop."""
-    from kueue_ray.trigger import RayJobTrigger
+    positions in the same instant of the event loop, yet within one shared visibility read's freshness."""
+    from kueue_ray.hub import HubSettings
+    from kueue_ray.trigger import POSITION_SPREAD_SECONDS, RayJobTrigger
 
+    assert HubSettings().pending_workloads_ttl_seconds == POSITION_SPREAD_SECONDS
     spreads = [
         RayJobTrigger(name=f"j{i}", namespace="ray", uid=f"u{i}").start().story.spread for i in range(1000)
     ]
-    assert all(0.0 <= s < POSITION_RELOG_SECONDS for s in spreads)
-    busiest_second = max(sum(1 for s in spreads if int(s) == second) for second in range(30))
-    assert busiest_second < 100, "about 1,000 / 30 a second, not all at once"
+    assert all(0.0 <= s < POSITION_SPREAD_SECONDS for s in spreads)
+    tenths = [sum(1 for s in spreads if int(s * 10) == tenth) for tenth in range(50)]
+    assert max(tenths) < 100, "about 1,000 / 50 per tenth of a second, not all at once"
