@@ -75,11 +75,6 @@ UNWATCHED_POLL_SECONDS = 15.0
 """Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""
 LOG_TAIL_TIMEOUT_SECONDS = 15.0
 """How long reading the driver log may hold up a success that ends in the triggerer."""
-POSITION_SPREAD_SECONDS = 5.0
-"""The window over which the position checks of tasks queued together are spread (``Story.spread``): as
-long as one shared visibility read stays fresh (``HubSettings.pending_workloads_ttl_seconds``), so the
-spread checks still share one read per interval, while no pass of the event loop writes thousands of
-lines."""
 
 
 @dataclass
@@ -226,7 +221,11 @@ class RayJobTrigger(WaitTrigger):
             self.queue,
             self.priority,
         )
-        story = Story(spread=random.uniform(0.0, POSITION_SPREAD_SECONDS))
+        from kueue_ray.hub import HUB
+
+        # Spread over one shared visibility read's freshness: the checks of tasks queued together still
+        # share one read per interval, and no pass of the event loop writes thousands of lines.
+        story = Story(spread=random.uniform(0.0, HUB.settings.pending_workloads_ttl_seconds))
         return _Progress(timeline, self.target.watchdog(self.policy), wait_metrics, story)
 
     async def wait_once(self, progress: _Progress) -> TriggerEvent:
