@@ -164,6 +164,20 @@ def make_triggers(spec: dict) -> list:
     return [RayJobTrigger(name=job["name"], uid=job["uid"], **common) for job in spec["jobs"]]
 
 
+RSS_TRACE_ENV = "BENCH_RSS_TRACE"
+"""Set (to anything) to sample the RSS every 50 ms after the imports into ``LOG.rss`` (seconds since the
+imports, MiB): when the peak happens. A thread of the worker's, so only for finding out, not for figures."""
+
+
+def trace_rss(path: str) -> None:
+    with open(path, "w") as out:
+        started = time.monotonic()
+        while True:
+            out.write(f"{time.monotonic() - started:.2f} {usage()['rss_mib']}\n")
+            out.flush()
+            time.sleep(0.05)
+
+
 async def main(spec_path: str, log_path: str) -> None:
     from kueue_ray.hook import AsyncRayJobHook  # noqa: F401 - the hub's first request imports it anyway
     from kueue_ray.service_trigger import RayServiceTrigger  # noqa: F401 - imported before measuring
@@ -171,6 +185,8 @@ async def main(spec_path: str, log_path: str) -> None:
 
     # What the imports cost (Airflow, the provider, both Kubernetes clients) before any trigger exists.
     imported = usage()
+    if os.environ.get(RSS_TRACE_ENV):
+        threading.Thread(target=trace_rss, args=(f"{log_path}.rss",), daemon=True).start()
     if os.environ.get(TRACEMALLOC_ENV):
         tracemalloc.start()
     take_stdout(log_path)

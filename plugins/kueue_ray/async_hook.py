@@ -10,6 +10,7 @@ Retries follow the provider's ``generic_api_retry``, as in the synchronous hook.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,8 +38,11 @@ from kueue_ray.hook_common import (
     VISIBILITY_LIMIT,
     VISIBILITY_PATH,
     VISIBILITY_TIMEOUT_S,
+    QueuePosition,
     newest,
+    positions_from_items,
 )
+from kueue_ray.listbody import ListBody
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 
 log = logging.getLogger(__name__)
@@ -143,27 +147,39 @@ class AsyncRayJobHook(AsyncKubernetesHook):
                 return outcome
         return rule.exhausted
 
-    async def pending_workloads(self, namespace: str, queue: str, api_client: Any = None) -> dict | None:
-        """The LocalQueue's ``PendingWorkloadsSummary`` from Kueue's visibility API, for every trigger
-        waiting in it at once (see ``positions_from_summary``); None when the API is not served, not
-        allowed, failing or unreachable (as ``RayJobHook.queue_position``)."""
+    async def pending_positions(
+        self, namespace: str, queue: str, api_client: Any = None
+    ) -> dict[str, QueuePosition] | None:
+        """The positions of the LocalQueue's pending Workloads by name, from Kueue's visibility API, for
+        every trigger waiting in it at once (``positions_from_items``); None when the API is not served,
+        not allowed, failing or unreachable (as ``RayJobHook.queue_position``).
+
+        The answer is decoded one Workload at a time (``kueue_ray.listbody``): a deep queue's summary,
+        read again every few seconds while thousands of tasks wait in it, is never held whole."""
         try:
             async with self._client(api_client) as client:
-                summary = await client.call_api(
+                response = await client.call_api(
                     VISIBILITY_PATH.format(namespace=namespace, name=queue),
                     "GET",
                     query_params=[("limit", VISIBILITY_LIMIT)],
-                    response_types_map={200: "object"},
                     auth_settings=["BearerToken"],
-                    _return_http_data_only=True,
+                    _preload_content=False,
                     _request_timeout=VISIBILITY_TIMEOUT_S,
                 )
+                try:
+                    if response.status != 200:
+                        raise AsyncApiException(status=response.status, reason=response.reason)
+                    body = ListBody((await response.content.read()).decode())
+                finally:
+                    response.release()
+            # Decoding thousands of items takes a while: in a thread, so the event loop (other triggers'
+            # events) gets its turns meanwhile.
+            return await asyncio.to_thread(positions_from_items, body.items())
         except Exception as exc:  # noqa: BLE001 - any answer or none: only the position is lost
             log.info(
                 "Queue position in LocalQueue %s/%s unavailable: %s", namespace, queue, describe_error(exc)
             )
             return None
-        return summary or {}
 
     async def submitter_log_tail(
         self, rayjob_name: str, namespace: str, tail_lines: int = 50, api_client: Any = None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from kueue_ray.naming import MANAGED_BY_LABEL
+
 RAYJOB_STATUS_FIELDS = (
     "jobDeploymentStatus",
     "jobStatus",
@@ -26,26 +28,45 @@ RAYJOB_STATUS_FIELDS = (
     "endTime",
 )
 """What of a RayJob's status ``observe`` and the task's XComs read (not ``rayClusterStatus``)."""
-_KEPT_METADATA = (
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "ownerReferences",  # which RayService or RayCluster a Workload belongs to (service_status)
+_CONDITION_KEYS = ("type", "status", "reason", "message", "lastTransitionTime")
+"""What of a Workload condition ``observe`` and the wait's clocks read (not ``observedGeneration``)."""
+_KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+_KEPT_WORKLOAD_METADATA = (
+    *_KEPT_METADATA,
+    "creationTimestamp",  # the newest of a RayService's Workloads (service_status)
 )
-_DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
+KEPT_KEY_PREFIXES = ("kueue.x-k8s.io/", "airflow.apache.org/", "kueue-ray.airflow.apache.org/")
+"""The labels and annotations a waiting task reads: Kueue's (queue name, the Workload's job uid), the Airflow
+identity this project stamps (naming a preemptor's DAG run) and the project's own; with ``MANAGED_BY_LABEL``
+(what the hub's watch selects). Any other label or annotation (another tool's, kubectl's
+last-applied-configuration) is not cached."""
+_OWNER_KEYS = ("kind", "name", "uid", "controller")
+"""What a Workload's controller reference says that ``service_status`` reads."""
 
 
-def _essential_metadata(metadata: dict) -> dict:
-    kept = {key: metadata[key] for key in _KEPT_METADATA if key in metadata}
-    if metadata.get("labels"):
-        kept["labels"] = metadata["labels"]
-    annotations = metadata.get("annotations")
-    if annotations:
-        kept["annotations"] = {k: v for k, v in annotations.items() if k not in _DROPPED_ANNOTATIONS}
+def _kept(pairs: dict | None) -> dict | None:
+    kept = {
+        k: v for k, v in (pairs or {}).items() if k == MANAGED_BY_LABEL or k.startswith(KEPT_KEY_PREFIXES)
+    }
+    return kept or None
+
+
+def _essential_metadata(metadata: dict, fields: tuple[str, ...] = _KEPT_METADATA) -> dict:
+    kept = {key: metadata[key] for key in fields if key in metadata}
+    for key in ("labels", "annotations"):
+        pairs = _kept(metadata.get(key))
+        if pairs:
+            kept[key] = pairs
     return kept
+
+
+def _controller(references: list[dict] | None) -> list[dict]:
+    """A Workload's controller reference (its job, RayService or RayCluster), with what is read of it."""
+    return [
+        {key: ref[key] for key in _OWNER_KEYS if key in ref}
+        for ref in references or ()
+        if ref.get("controller")
+    ]
 
 
 def _shared(value: Any) -> Any:
@@ -76,12 +97,18 @@ def essential_workload(workload: dict) -> dict:
     ``observe(r, essential_workload(w)) == observe(r, w)``."""
     spec = workload.get("spec") or {}
     status = workload.get("status") or {}
-    slim: dict[str, Any] = {"metadata": _essential_metadata(workload.get("metadata") or {})}
+    metadata = workload.get("metadata") or {}
+    slim: dict[str, Any] = {"metadata": _essential_metadata(metadata, _KEPT_WORKLOAD_METADATA)}
+    owners = _controller(metadata.get("ownerReferences"))
+    if owners:
+        slim["metadata"]["ownerReferences"] = owners
     if "active" in spec:
         slim["spec"] = {"active": spec["active"]}
     kept: dict[str, Any] = {}
     if status.get("conditions"):
-        kept["conditions"] = [{k: _shared(v) for k, v in c.items()} for c in status["conditions"]]
+        kept["conditions"] = [
+            {k: _shared(c[k]) for k in _CONDITION_KEYS if k in c} for c in status["conditions"]
+        ]
     admission = status.get("admission")
     if admission:
         kept["admission"] = {

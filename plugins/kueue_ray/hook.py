@@ -17,7 +17,7 @@ means something here, so those are answered inside the retried function and neve
   CONFLICT and the caller decides again on what it reads now (the rules are ``kueue_ray.deletion``'s).
 
 A queue position is a nicety: whatever the visibility API answers, or if it cannot be reached, the caller
-gets None and carries on (``queue_position``, ``pending_workloads``).
+gets None and carries on (``queue_position``, ``pending_positions``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 VISIBILITY_PATH = (
@@ -21,7 +22,7 @@ SUBMITTER_CONTAINER = "ray-job-submitter"
 SUBMITTER_JOB_LABEL = "batch.kubernetes.io/job-name"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # the triggerer indexes one per pending Workload
 class QueuePosition:
     """Where a pending Workload stands (0-based, as Kueue's visibility API reports it)."""
 
@@ -36,22 +37,29 @@ class QueuePosition:
         )
 
 
-def positions_from_summary(summary: dict) -> dict[str, QueuePosition]:
-    """Every pending Workload's position in a visibility ``PendingWorkloadsSummary``, by Workload name.
+def positions_from_items(items: Iterable[dict]) -> dict[str, QueuePosition]:
+    """Every pending Workload's position, by Workload name, from the items of a visibility
+    ``PendingWorkloadsSummary`` (a list, or the items of a ``kueue_ray.listbody.ListBody`` decoded one at
+    a time, so that thousands of them are never all held at once).
 
     One pass over the list: the triggerer shares one summary among all the tasks queued in a LocalQueue,
     and thousands of them looking their own Workload up in it must not each scan it."""
-    items = summary.get("items") or []
-    positions: dict[str, QueuePosition] = {}
+    listed: list[tuple[str, int, int]] = []
     for item in items:
-        name = (item.get("metadata") or {}).get("name")
+        name = (item.get("metadata") or {}).get("name") or ""
+        listed.append(
+            (name, int(item.get("positionInLocalQueue", 0)), int(item.get("positionInClusterQueue", 0)))
+        )
+    positions: dict[str, QueuePosition] = {}
+    for name, in_local_queue, in_cluster_queue in listed:
         if name and name not in positions:
-            positions[name] = QueuePosition(
-                in_local_queue=int(item.get("positionInLocalQueue", 0)),
-                in_cluster_queue=int(item.get("positionInClusterQueue", 0)),
-                pending_in_local_queue=len(items),
-            )
+            positions[name] = QueuePosition(in_local_queue, in_cluster_queue, len(listed))
     return positions
+
+
+def positions_from_summary(summary: dict) -> dict[str, QueuePosition]:
+    """``positions_from_items`` of a decoded ``PendingWorkloadsSummary``."""
+    return positions_from_items(summary.get("items") or [])
 
 
 def position_from_summary(summary: dict, workload_name: str) -> QueuePosition | None:

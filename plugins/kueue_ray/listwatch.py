@@ -41,10 +41,12 @@ import logging
 import math
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from kueue_ray.api_errors import can_i, describe_error
+from kueue_ray.listbody import ListBody
 from kueue_ray.refusals import Backoff, Refused, WatchGone
 from kueue_ray.shared_client import SharedApiClient
 
@@ -187,8 +189,10 @@ class ListWatchLoop:
         """Seconds between safety-net relists."""
         raise NotImplementedError
 
-    def apply_list(self, items: list[dict]) -> None:
-        """A fresh list: everything the target holds now (what is cached but missing was deleted)."""
+    def apply_list(self, items: Iterable[dict]) -> None:
+        """A fresh list: everything the target holds now (what is cached but missing was deleted).
+
+        ``items`` is decoded as it is iterated, once: keep what is needed of each item, not the item."""
         raise NotImplementedError
 
     def apply_event(self, kind: str, obj: dict) -> None:
@@ -433,12 +437,22 @@ class ListWatchLoop:
         from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
-            result = await self.target.request(api)
+            # Not preloaded: the client would decode every full object at once (``kueue_ray.listbody``).
+            response = await self.target.request(api, _preload_content=False)
         except ApiException as exc:
             raise Refused.from_api_exception("list", exc) from exc
+        try:
+            if response.status != 200:
+                raise Refused.from_api_exception("list", await _as_api_exception(response))
+            body = ListBody((await response.content.read()).decode())
+        finally:
+            response.release()
         self._succeeded()
-        self.apply_list(list(result.get("items") or ()))
-        self.resource_version = (result.get("metadata") or {}).get("resourceVersion")
+        items = body.items()
+        self.apply_list(items)
+        for _ in items:  # what apply_list left unread: the list's resourceVersion may follow the items
+            pass
+        self.resource_version = body.resource_version
         # Jitter, so that a fleet of processes does not relist in lockstep.
         self.next_relist = time.monotonic() + self.resync_interval() * random.uniform(0.9, 1.0)
         self.listed.set()

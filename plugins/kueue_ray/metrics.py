@@ -123,7 +123,10 @@ def _seconds_between(start: Any, end: Any) -> float | None:
 
 
 class WaitMetrics:
-    """One trigger's counting of its RayJob's queue events (see the module docstring)."""
+    """One trigger's counting of its RayJob's queue events (see the module docstring). Slotted: a triggerer
+    holds one per waiting task."""
+
+    __slots__ = ("uid", "base", "ledger", "sink", "count_past", "_seen", "_ended")
 
     def __init__(
         self,

@@ -9,9 +9,11 @@ it waits; ``kueue_ray.trigger.describe_transition`` writes the lines. Pure: the 
   keeps the eviction message on a just-preempted Workload, so the QUEUED line after PREEMPTED would say
   the same thing again.
 * While the job waits, the position is checked again every ``POSITION_RELOG_SECONDS`` and logged when it
-  moved, so a long wait shows its progress: at most one position line per task per that interval. The
-  trigger reads it again only when a Workload of the namespace changed since its last read (a position
-  in a LocalQueue can move for no other reason), so a quiet queue costs no request.
+  moved, so a long wait shows its progress: at most one position line per task per that interval (the
+  first check after a transition line waits a few seconds more, so that tasks queued together do not
+  all check in the same instant: ``Story.spread``). The trigger reads it again only when a Workload
+  of the namespace changed since its last read (a position in a LocalQueue can move for no other
+  reason), so a quiet queue costs no request.
 * Kueue names a preemptor only by UIDs ("Preempted to accommodate a workload (UID: ..., JobUID: ...)";
   the JobUID is the preemptor RayJob's uid). When that RayJob is known, the line names it, with the DAG
   and run its annotations record.
@@ -22,7 +24,7 @@ it waits; ``kueue_ray.trigger.describe_transition`` writes the lines. Pure: the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from kueue_ray.naming import AirflowIdentity
@@ -88,7 +90,7 @@ def name_preemptor(message: str, preemptor: dict | None) -> str:
     return message[: match.start()] + named + message[match.end() :]
 
 
-@dataclass
+@dataclass(slots=True)
 class Story:
     """What one task's log has said about its RayJob, so it says each thing once."""
 
@@ -101,6 +103,14 @@ class Story:
     """Monotonic time the position was last logged (or checked unchanged)."""
     position_version: int | None = None
     """The queue's version (``Subscription.workloads_version``) when the position was last read."""
+    spread: float = 0.0
+    """Seconds added to the first position check after a transition line. Thousands of tasks queued
+    together write their transition lines together; with their checks due at the same instant every
+    interval, each would write its moved position in the same pass of the triggerer's event loop, holding
+    up every other trigger. A per-task ``spread`` (a few seconds, at most ``POSITION_RELOG_SECONDS``)
+    staggers them once; from then on each task keeps its own rhythm."""
+    _extra: float = field(default=0.0, init=False, repr=False)
+    """``spread`` while the next check is the first after a transition line, else 0."""
 
     def news(self, observation: Observation) -> bool:
         """Whether ``observation`` says something new; call once per observation."""
@@ -119,20 +129,21 @@ class Story:
     def told_position(self, position: str | None, now: float, version: int | None = None) -> None:
         """The line just written carried ``position`` (None: none known), read at queue ``version``."""
         self.position, self.position_told_at, self.position_version = position, now, version
+        self._extra = self.spread
 
     def position_current(self, version: int | None, now: float) -> bool:
         """Whether the position told is still the queue's: nothing changed since it was read. Then the next
         check waits another interval, and no read is made."""
         if version is None or version != self.position_version:
             return False
-        self.position_told_at = now
+        self.position_told_at, self._extra = now, 0.0
         return True
 
     def position_check_in(self, observation: Observation, now: float) -> float | None:
         """Seconds until the position should be checked again; None when it is not waiting in a queue."""
         if observation.phase not in POSITION_PHASES or self.position_told_at is None:
             return None
-        return max(0.0, self.position_told_at + POSITION_RELOG_SECONDS - now)
+        return max(0.0, self.position_told_at + POSITION_RELOG_SECONDS + self._extra - now)
 
     def position_line(
         self,
@@ -146,7 +157,7 @@ class Story:
         """After a check: the line to write when the position moved, else None (and the next check waits
         another interval either way)."""
         moved = position is not None and position != self.position
-        self.position_told_at, self.position_version = now, version
+        self.position_told_at, self.position_version, self._extra = now, version, 0.0
         if not moved:
             return None
         self.position = position

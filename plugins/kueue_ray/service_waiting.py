@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from kueue_ray.service_hook import RayServiceHook
 
 
-@dataclass
+@dataclass(slots=True)
 class ServiceWatchdog(Watchdog):
     """``Watchdog``'s rules for a RayService: the queue clock runs until its target cluster is admitted, and
     ``ready_timeout`` from that admission until it serves. Its observation carries the times the rules need

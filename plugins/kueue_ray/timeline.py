@@ -49,7 +49,7 @@ def to_iso(epoch: float | None) -> str | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
-@dataclass
+@dataclass(slots=True)  # a triggerer holds one per waiting task
 class Timeline:
     submitted_at: float | None = None
     admissions: list[dict] = field(default_factory=list)

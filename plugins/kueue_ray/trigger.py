@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -84,7 +85,7 @@ class _Progress:
     timeline: Timeline
     watchdog: Watchdog
     metrics: WaitMetrics
-    story: Story = field(default_factory=Story)
+    story: Story
 
 
 def _watched(rayjob: dict) -> bool:
@@ -223,7 +224,12 @@ class RayJobTrigger(WaitTrigger):
         )
         if self.end_in_triggerer and self.task_instance is not None:
             warm_xcom_channel(self.task_instance)
-        return _Progress(timeline, self.target.watchdog(self.policy), wait_metrics)
+        from kueue_ray.hub import HUB
+
+        # Spread over one shared visibility read's freshness: the checks of tasks queued together still
+        # share one read per interval, and no pass of the event loop writes thousands of lines.
+        story = Story(spread=random.uniform(0.0, HUB.settings.pending_workloads_ttl_seconds))
+        return _Progress(timeline, self.target.watchdog(self.policy), wait_metrics, story)
 
     async def wait_once(self, progress: _Progress) -> TriggerEvent:
         """Follow the RayJob through the hub until the Watchdog says waiting is over; the event to fire.

@@ -129,7 +129,7 @@ def condition(obj: dict | None, type_: str) -> dict:
     return {}
 
 
-@dataclass
+@dataclass(slots=True)  # a triggerer holds one per waiting task
 class Watchdog:
     """When to stop waiting for a RayJob: pure rules shared by the trigger, the operator's worker wait and
     the sensor. ``ServiceWatchdog`` judges a RayService by the same rules and its own phases.

@@ -16,7 +16,7 @@ with time:
   the namespace's subscribers, jittered), not a re-read per trigger: the relist refreshes the cache for
   every subscriber at once, and anything that changed or vanished is delivered.
 * Queue positions come from one visibility read per LocalQueue, shared by every trigger that asks within
-  a few seconds (``Subscription.pending_workloads``), so a thousand queued triggers cost one request.
+  a few seconds (``Subscription.pending_positions``), so a thousand queued triggers cost one request.
 
 Robustness: each loop is a ``kueue_ray.listwatch.ListWatchLoop`` (the one the Kueue UI's cache runs too):
 watches resume from the last resourceVersion, relist on 410 Gone, back off with jitter, and read a watch
@@ -46,7 +46,7 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +107,32 @@ class HubSettings(ListWatchSettings):
     """Seconds between two reports of the ``kueue_ray.tasks_waiting`` gauge (StatsD's usual flush)."""
 
 
+class Subscribed:
+    """``async with hub.subscribe(...) as subscription``: joins the hub on entering, leaves on exit.
+
+    A slotted class rather than a ``contextlib.asynccontextmanager`` generator: a triggerer holds one per
+    waiting task for the whole wait, and a suspended generator frame (two, nested) costs several times
+    this object's memory."""
+
+    __slots__ = ("hub", "subscription", "resources", "scope")
+
+    def __init__(
+        self, hub: WatchHub, subscription: Subscription, resources: tuple[WatchedResource, ...]
+    ) -> None:
+        self.hub = hub
+        self.subscription = subscription
+        self.resources = resources
+        self.scope: _Scope | None = None
+
+    async def __aenter__(self) -> Any:
+        self.scope = self.hub._join(self.subscription, self.resources)
+        return self.subscription
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self.scope is not None:
+            await self.hub._leave(self.subscription, self.scope)
+
+
 class WatchHub:
     """Process-wide registry of subscriptions and the watch loops that serve them."""
 
@@ -125,47 +151,39 @@ class WatchHub:
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._gauges: asyncio.Task | None = None
 
-    @contextlib.asynccontextmanager
-    async def subscribe(
+    def subscribe(
         self,
         conn_id: str,
         namespace: str,
         name: str,
         uid: str,
         resync_interval: float = DEFAULT_RESYNC_SECONDS,
-    ) -> AsyncIterator[Subscription]:
-        """Register interest in one RayJob for the duration of the ``async with`` block.
+    ) -> Subscribed:
+        """Register interest in one RayJob for the duration of the ``async with`` block (which gives the
+        ``Subscription``).
 
         ``resync_interval`` bounds how long a missed event can go unnoticed: the namespace's loops relist
         at the shortest interval of their subscribers (a shorter one takes effect from the next relist).
         """
-        self._adopt_event_loop()
         subscription = Subscription(self, conn_id, namespace, name, uid, resync_interval)
-        async with self._subscribed(subscription, (RAYJOBS, WORKLOADS)):
-            yield subscription
+        return Subscribed(self, subscription, (RAYJOBS, WORKLOADS))
 
-    @contextlib.asynccontextmanager
-    async def subscribe_service(
+    def subscribe_service(
         self,
         conn_id: str,
         namespace: str,
         name: str,
         uid: str,
         resync_interval: float = DEFAULT_RESYNC_SECONDS,
-    ) -> AsyncIterator[ServiceSubscription]:
+    ) -> Subscribed:
         """Register interest in one RayService (and the Workloads admitting it) for the ``async with``
         block: the namespace's RayService watch and its Workload watch, shared like the RayJob ones."""
-        self._adopt_event_loop()
         subscription = ServiceSubscription(self, conn_id, namespace, name, uid, resync_interval)
-        async with self._subscribed(subscription, (RAYSERVICES, WORKLOADS)):
-            yield subscription
+        return Subscribed(self, subscription, (RAYSERVICES, WORKLOADS))
 
-    @contextlib.asynccontextmanager
-    async def _subscribed(
-        self, subscription: Subscription, resources: tuple[WatchedResource, ...]
-    ) -> AsyncIterator[None]:
-        """Add ``subscription`` to its scope with the watch loops it needs; on leaving, stop the loops
-        nobody needs any more and close the scope with its last subscriber."""
+    def _join(self, subscription: Subscription, resources: tuple[WatchedResource, ...]) -> _Scope:
+        """Add ``subscription`` to its scope with the watch loops it needs; the scope joined."""
+        self._adopt_event_loop()
         scope = self._scopes.get(subscription.scope)
         if scope is None:
             scope = self._scopes[subscription.scope] = _Scope(
@@ -183,22 +201,24 @@ class WatchHub:
         for loop in scope.loops.values():
             if loop.polling_because is not None:
                 subscription.updates.put_nowait(Update(NOTICE, None, loop.polling_notice()))
-        try:
-            yield
-        finally:
-            scope.remove(subscription)
-            if not scope.empty():
-                if not isinstance(subscription, ServiceSubscription):
-                    self._forget_unwatched(scope, subscription.name)
-                for kind in set(scope.loops) - scope.needed_kinds():
-                    await scope.loops.pop(kind).stop()
-            elif self._scopes.get(subscription.scope) is scope:
-                del self._scopes[subscription.scope]
-                for read in scope.pending_reads.values():
-                    read.task.cancel()
-                for loop in scope.loops.values():
-                    await loop.stop()
-                await scope.client.retire()
+        return scope
+
+    async def _leave(self, subscription: Subscription, scope: _Scope) -> None:
+        """Remove ``subscription`` from the ``scope`` it joined; stop the loops nobody needs any more and
+        close the scope with its last subscriber."""
+        scope.remove(subscription)
+        if not scope.empty():
+            if not isinstance(subscription, ServiceSubscription):
+                self._forget_unwatched(scope, subscription.name)
+            for kind in set(scope.loops) - scope.needed_kinds():
+                await scope.loops.pop(kind).stop()
+        elif self._scopes.get(subscription.scope) is scope:
+            del self._scopes[subscription.scope]
+            for read in scope.pending_reads.values():
+                read.task.cancel()
+            for loop in scope.loops.values():
+                await loop.stop()
+            await scope.client.retire()
 
     def waiting(self) -> dict[tuple[str, str | None, str], int]:
         """Subscribers per (namespace, LocalQueue, stage): the tasks this triggerer waits for."""
@@ -311,7 +331,7 @@ class WatchHub:
 
     async def pending_positions(self, subscription: Subscription, queue: str) -> dict[str, Any] | None:
         """One visibility read of LocalQueue ``queue`` shared by every subscriber of the namespace, indexed
-        by Workload name once (``kueue_ray.hook.positions_from_summary``).
+        by Workload name once as it is decoded (``AsyncRayJobHook.pending_positions``).
 
         Concurrent callers await the same request; its answer (or its failure, as None) serves everyone
         for ``pending_workloads_ttl_seconds`` after it completes, so a burst of queued triggers logging
@@ -331,14 +351,13 @@ class WatchHub:
         read.fresh_until = time.monotonic() + self.settings.pending_workloads_ttl_seconds
 
     async def _read_pending(self, subscription: Subscription, queue: str) -> dict[str, Any] | None:
-        from kueue_ray.hook import AsyncRayJobHook, positions_from_summary
+        from kueue_ray.hook import AsyncRayJobHook
 
         try:
             async with self._lease(subscription) as client:
-                summary = await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_workloads(
+                return await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_positions(
                     subscription.namespace, queue, api_client=client
                 )
-            return positions_from_summary(summary) if summary is not None else None
         except Exception as exc:  # noqa: BLE001 - a position is a nicety; never fail a wait for it
             log.debug(
                 "Pending workloads of LocalQueue %s/%s unavailable: %s", subscription.namespace, queue, exc

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,15 +69,30 @@ class Mailbox:
             self._items = None
         return item
 
-    async def get(self, timeout: float | None) -> Update:
-        """The next update; TimeoutError when ``timeout`` seconds pass without one (None: no limit)."""
+    async def get(self, timeout: float | None) -> Update | None:
+        """The next update; None when ``timeout`` seconds pass without one (None: no limit).
+
+        One future and one timer per wait, not ``asyncio.wait_for`` (its coroutine, a second future and a
+        callback): thousands of queued triggers wait here at once, each with a timeout."""
         if self._items is None:
-            self._waiter = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(timeout, _wake, waiter) if timeout is not None else None
             try:
-                await asyncio.wait_for(self._waiter, timeout)
+                await waiter
             finally:
                 self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+            if self._items is None:
+                return None
         return self.get_nowait()
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    """A mailbox wait's timeout: end the wait (the mailbox then reads as empty)."""
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 QUEUED, ADMITTED = "queued", "admitted"
@@ -112,12 +128,11 @@ class Subscription:
     def scope(self) -> tuple[str, str]:
         return (self.conn_id, self.namespace)
 
-    async def next_update(self, timeout: float | None) -> Update | None:
-        """The next change, or None when ``timeout`` seconds pass without one (None waits for ever)."""
-        try:
-            return await self.updates.get(timeout)
-        except TimeoutError:
-            return None
+    def next_update(self, timeout: float | None) -> Coroutine[Any, Any, Update | None]:
+        """The next change, or None when ``timeout`` seconds pass without one (None waits for ever).
+
+        The mailbox's own coroutine, not one wrapping it: one frame less for each waiting trigger."""
+        return self.updates.get(timeout)
 
     def api_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """The scope's shared ApiClient for a one-off read (e.g. the driver log at the end)."""

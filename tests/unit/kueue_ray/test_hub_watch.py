@@ -46,3 +46,24 @@ def test_a_watch_outlives_the_providers_60_second_client_timeout():
         "ours ends the stream, not the client"
     )
     assert api.stream.released
+
+
+def test_a_mailbox_wait_ends_with_none_when_its_timeout_passes_and_with_the_update_before():
+    """A queued trigger waits for its next update with a timeout (its next position check): the wait ends
+    quietly when nothing came, and leaves no timer behind when something did."""
+    from kueue_ray.hub import NOTICE, Update
+    from kueue_ray.hub.subscriptions import Mailbox
+
+    async def scenario():
+        mailbox = Mailbox()
+        loop = asyncio.get_running_loop()
+        timed_out = await mailbox.get(0.01)
+        loop.call_later(0.01, mailbox.put_nowait, Update(NOTICE, None, "hello"))
+        update = await mailbox.get(60.0)
+        pending_timers = [h for h in loop._scheduled if not h.cancelled()]
+        return timed_out, update, pending_timers
+
+    timed_out, update, pending_timers = asyncio.run(scenario())
+    assert timed_out is None
+    assert update.message == "hello"
+    assert pending_timers == [], "the 60 s timer was cancelled when the update came"

@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import json
 import time
 from types import SimpleNamespace
 
@@ -31,6 +32,21 @@ class Stream:
         pass
 
 
+class Listed:
+    """A LIST answer as kubernetes_asyncio hands it over unread (``_preload_content=False``)."""
+
+    def __init__(self, result: dict):
+        self.status = 200
+        self.content = SimpleNamespace(read=self.read)
+        self.body = json.dumps(result).encode()
+
+    async def read(self):
+        return self.body
+
+    def release(self):
+        pass
+
+
 class Api:
     """Records each request as "list" or "watch"; watches are answered ``watch_status``."""
 
@@ -38,11 +54,12 @@ class Api:
         self.requests: list[str] = []
         self.watch_status = watch_status
 
-    async def list_namespaced_custom_object(self, *args, watch=False, **kwargs):
+    async def list_namespaced_custom_object(self, *args, watch=False, _preload_content=True, **kwargs):
         self.requests.append("watch" if watch else "list")
         if watch:
             return Stream(self.watch_status)
-        return {"items": [], "metadata": {"resourceVersion": str(len(self.requests))}}
+        result = {"items": [], "metadata": {"resourceVersion": str(len(self.requests))}}
+        return result if _preload_content else Listed(result)
 
 
 class Loop(ListWatchLoop):

@@ -150,3 +150,39 @@ def test_a_position_is_read_again_only_after_the_queue_changed():
     assert story.position_check_in(obs(Phase.QUEUED, "Pending", NO_FIT), now=40.0) == POSITION_RELOG_SECONDS
     assert not story.position_current(8, now=80.0)  # a Workload changed: read it
     assert not story.position_current(None, now=80.0)  # no version known: read it
+
+
+def test_a_spread_delays_only_the_first_position_check_after_a_transition_line():
+    """Tasks queued together tell their transition together; each one's spread staggers their position
+    checks once, after which every task checks (and logs a moved position) once per interval again."""
+    story = Story(spread=12.5)
+    queued = obs(Phase.QUEUED, "Pending", NO_FIT)
+    assert story.news(queued)
+    story.told_position("position 3 of 3 pending in its LocalQueue", now=100.0)
+    assert story.position_check_in(queued, now=100.0) == POSITION_RELOG_SECONDS + 12.5
+    now = 100.0 + POSITION_RELOG_SECONDS + 12.5
+    line = story.position_line("ray", "job", Phase.QUEUED, "position 2 of 3 pending in its LocalQueue", now)
+    assert line == "RayJob ray/job: still QUEUED — position 2 of 3 pending in its LocalQueue"
+    assert story.position_check_in(queued, now=now) == POSITION_RELOG_SECONDS
+    assert story.position_current(None, now=now + 30) is False
+    story.told_position("position 1 of 1 pending in its LocalQueue", now=200.0)  # a new transition line
+    assert story.position_check_in(queued, now=200.0) == POSITION_RELOG_SECONDS + 12.5
+    assert story.position_current(4, now=200.0) is False
+    story.told_position("position 1 of 1 pending in its LocalQueue", now=200.0, version=4)
+    assert story.position_current(4, now=250.0)
+    assert story.position_check_in(queued, now=250.0) == POSITION_RELOG_SECONDS
+
+
+def test_queued_triggers_check_their_positions_spread_within_one_shared_reads_freshness():
+    """Each trigger draws its own spread, so 1,000 triggers that started together do not all log their
+    positions in the same instant of the event loop, yet within one shared visibility read's freshness."""
+    from kueue_ray.hub import HUB
+    from kueue_ray.trigger import RayJobTrigger
+
+    freshness = HUB.settings.pending_workloads_ttl_seconds
+    spreads = [
+        RayJobTrigger(name=f"j{i}", namespace="ray", uid=f"u{i}").start().story.spread for i in range(1000)
+    ]
+    assert all(0.0 <= s < freshness for s in spreads)
+    tenths = [sum(1 for s in spreads if int(s / freshness * 50) == tenth) for tenth in range(50)]
+    assert max(tenths) < 100, "about 1,000 / 50 in each fiftieth of the window, not all at once"

@@ -522,3 +522,111 @@ def test_what_a_watch_cache_keeps_of_the_objects_means_the_same(job, wl):
     )
     if wl is not None:
         assert "podSets" not in str(kept_wl)
+
+
+def _submitted_rayjob() -> dict:
+    """A RayJob as the operator submits it (labels and annotations of ``AirflowIdentity``), as another
+    tool and kubectl would have touched it too."""
+    from kueue_ray.naming import QUEUE_LABEL, WAITER_ANNOTATION, AirflowIdentity
+
+    identity = AirflowIdentity("etl", "train", "manual__1", map_index=2, try_number=1)
+    job = rayjob("Suspended")
+    job["metadata"] = {
+        **job["metadata"],
+        "namespace": "ml",
+        "uid": "u-1",
+        "creationTimestamp": "2026-12-02T10:00:00Z",
+        "labels": {
+            **identity.labels(),
+            QUEUE_LABEL: "team-a",
+            "kueue.x-k8s.io/priority-class": "high",
+            "ray.io/originated-from-crd": "RayJob",
+            "team": "a",
+        },
+        "annotations": {
+            **identity.annotations(),
+            WAITER_ANNOTATION: "etl/manual__1/wait/-1/1",
+            "kubectl.kubernetes.io/last-applied-configuration": "{" + '"x": 1, ' * 500 + "}",
+            "monitoring.example.com/scrape": "true",
+        },
+    }
+    return job
+
+
+def test_the_cached_rayjob_keeps_every_label_and_annotation_the_wait_reads():
+    """What the hub's watch selects and keys on, the trigger's queue and watched checks, and the preemptor
+    named with its DAG run (``describe_rayjob``) read the same from the cached RayJob."""
+    from kueue_ray.hub.resources import RAYJOBS
+    from kueue_ray.naming import QUEUE_LABEL
+    from kueue_ray.narration import describe_rayjob
+    from kueue_ray.trigger import _watched
+
+    job = _submitted_rayjob()
+    kept = essential_rayjob(job)
+
+    assert RAYJOBS.selects(kept) and RAYJOBS.key_of(kept) == RAYJOBS.key_of(job)
+    assert _watched(kept)
+    assert kept["metadata"]["labels"][QUEUE_LABEL] == "team-a"
+    name = job["metadata"]["name"]
+    assert (
+        describe_rayjob(kept)
+        == describe_rayjob(job)
+        == f"RayJob ml/{name} (DAG etl, run manual__1, task train)"
+    )
+    identity = ("name", "namespace", "uid", "resourceVersion")
+    assert {k: v for k, v in kept["metadata"].items() if k in identity} == {
+        k: v for k, v in job["metadata"].items() if k in identity
+    }
+
+
+def test_the_cached_rayjob_drops_labels_and_annotations_nothing_reads():
+    """Another tool's labels, kubectl's last-applied-configuration (a copy of the whole object) and the
+    like are not kept for thousands of waiting tasks."""
+    kept = essential_rayjob(_submitted_rayjob())["metadata"]
+    assert "team" not in kept["labels"] and "ray.io/originated-from-crd" not in kept["labels"]
+    assert set(kept["annotations"]) == {
+        k for k in _submitted_rayjob()["metadata"]["annotations"] if "airflow.apache.org/" in k
+    }
+    assert "creationTimestamp" not in kept
+
+
+def test_the_cached_workload_keeps_what_the_hub_and_the_rayservice_wait_read():
+    """The job-uid label (the hub's key), the controller reference and creation time (which of a
+    RayService's Workloads is its own, and the newest), the conditions' clocks; not the rest."""
+    from kueue_ray.hub.resources import WORKLOADS
+    from kueue_ray.service_status import cluster_workload, service_workload
+
+    wl = workload(cond("QuotaReserved", "False", "Pending", MORE_NEEDED))
+    wl["status"]["conditions"][0]["observedGeneration"] = 3
+    wl["metadata"] = {
+        **wl["metadata"],
+        "uid": "w-1",
+        "creationTimestamp": "2026-12-02T10:00:01Z",
+        "labels": {"kueue.x-k8s.io/job-uid": "svc-uid", "other": "x"},
+        "annotations": {"example.com/note": "y"},
+        "ownerReferences": [
+            {
+                "apiVersion": "ray.io/v1",
+                "kind": "RayService",
+                "name": "svc",
+                "uid": "svc-uid",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            },
+        ],
+    }
+    kept = essential_workload(wl)
+    service = {"metadata": {"name": "svc", "uid": "svc-uid"}}
+
+    assert WORKLOADS.selects(kept) and WORKLOADS.key_of(kept) == "svc-uid"
+    assert service_workload(service, [kept]) is kept
+    assert cluster_workload("svc-abcde", [kept]) is None
+    assert kept["metadata"]["creationTimestamp"] == "2026-12-02T10:00:01Z"
+    assert kept["metadata"]["labels"] == {"kueue.x-k8s.io/job-uid": "svc-uid"}
+    assert "annotations" not in kept["metadata"]
+    assert kept["metadata"]["ownerReferences"] == [
+        {"kind": "RayService", "name": "svc", "uid": "svc-uid", "controller": True}
+    ]
+    assert kept["status"]["conditions"] == [
+        {k: v for k, v in wl["status"]["conditions"][0].items() if k != "observedGeneration"}
+    ]

@@ -7,6 +7,7 @@ import asyncio
 import importlib
 import json
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 from airflow.sdk.serde import deserialize, serialize
 from kueue_ray.hub import RAYJOBS, Subscription, WatchHub, _Scope, _WatchLoop
@@ -189,14 +190,29 @@ def rayjob_object(name: str, uid: str, version: int, *, managed: bool = True) ->
     return {"metadata": {"name": name, "uid": uid, "resourceVersion": str(version), "labels": labels}}
 
 
+class ListAnswer:
+    """A LIST answer as kubernetes_asyncio hands it over unread (``_preload_content=False``)."""
+
+    def __init__(self, result: dict) -> None:
+        self.status = 200
+        self.content = SimpleNamespace(read=self.read)
+        self.body = json.dumps(result).encode()
+
+    async def read(self) -> bytes:
+        return self.body
+
+    def release(self) -> None:
+        pass
+
+
 class ListingApi:
     """Answers the hub's LIST with fixed items, as the API server would at resourceVersion ``version``."""
 
     def __init__(self, items: list[dict], version: int) -> None:
         self.result = {"metadata": {"resourceVersion": str(version)}, "items": items}
 
-    async def list_namespaced_custom_object(self, *args, **kwargs) -> dict:
-        return self.result
+    async def list_namespaced_custom_object(self, *args, _preload_content=True, **kwargs):
+        return self.result if _preload_content else ListAnswer(self.result)
 
 
 def relist(cached: list[dict], listed: list[dict], subscribed: list[tuple[str, str]]) -> dict[str, list]:
@@ -264,3 +280,23 @@ def test_one_pass_indexes_every_pending_workloads_position_by_name():
     }
     assert position_from_summary(summary, "wl-1") == positions["wl-1"]
     assert position_from_summary(summary, "gone") is None and positions_from_summary({}) == {}
+
+
+def test_positions_read_from_the_summary_decoded_one_workload_at_a_time_are_the_same():
+    """The triggerer decodes a deep queue's visibility summary item by item; what it indexes is what the
+    whole summary says, the pending count included."""
+    from kueue_ray.hook import positions_from_summary
+    from kueue_ray.hook_common import positions_from_items
+    from kueue_ray.listbody import ListBody
+
+    summary = {
+        "kind": "PendingWorkloadsSummary",
+        "items": [
+            {"metadata": {"name": f"wl-{i}"}, "positionInLocalQueue": i, "positionInClusterQueue": i + 2}
+            for i in range(5)
+        ],
+        "metadata": {},
+    }
+    streamed = positions_from_items(ListBody(json.dumps(summary)).items())
+    assert streamed == positions_from_summary(summary)
+    assert streamed["wl-4"].describe() == "position 5 of 5 pending in its LocalQueue (7 in the ClusterQueue)"
