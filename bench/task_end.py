@@ -1,5 +1,6 @@
-"""RayJob ``Complete`` → task success, ending in the triggerer vs resuming on a worker; worker slots per
-successful wait. ``python -m bench.task_end --runs 50 --out bench/results/task_end.json``.
+"""RayJob ``Complete`` → task success, ending in the triggerer vs resuming on a worker, beside the
+cncf-kubernetes provider's own Kueue job operator; worker slots per successful wait.
+``python -m bench.task_end --runs 50 --out bench/results/task_end.json``.
 
 One ``airflow standalone`` (devtools.airflow: scheduler, dag-processor, triggerer, api-server,
 LocalExecutor, parallelism 16) on a throwaway PostgreSQL (devtools.postgres) against kubesim with the
@@ -8,20 +9,29 @@ metrics to. The two DAGs of ``bench/dags/task_end.py`` are the pipelines' submit
 but for the sensor's ``end_in_triggerer``; ``runs`` manual runs of each are triggered at once, alternating,
 so both paths see the same load (4 active runs per DAG, one RayJob admitted at a time).
 
+The peer, ``bench_provider_kueue_job`` (``bench/dags/task_end_peer.py``), is triggered in the same
+alternation: the provider's ``KubernetesStartKueueJobOperator`` (deferrable, default poll interval)
+submitting a batch Job of the same size and duration to the same LocalQueue, so its Jobs and the RayJobs
+take turns at the queue's single GPU. Its one task submits and waits; its "Complete" is the Job's
+``Complete`` condition as a raw watch of the namespace's Jobs sees it (``bench.job_watch.JobWatch``), and
+its failed runs are reported with the error their task log ends with.
+
 * **Complete → task success**: a raw watch of the project's RayJobs (``bench.airflow_e2e.ClusterWatch``)
   sees ``jobDeploymentStatus`` Complete → the ``wait`` task instance's ``end_date``. On the triggerer
   path the triggerer sets it when it handles the trigger's ``TaskSuccessEvent``; on the worker path the
   scheduler queues the resumed task and a worker runs ``execute_complete``.
 * **Worker slots per successful wait**: Airflow's task runner sends the StatsD counter ``ti.start``
   (tags ``dag_id``, ``task_id``) each time a worker runs a task: once for the ``execute`` that defers,
-  once more for each resume. Per path: (``ti.start`` of ``wait`` − successful waits) ÷ successful waits.
+  once more for each resume. Per path: (``ti.start`` of the waiting task − finished task instances) ÷
+  successful waits, i.e. the resumes a success cost (a run that failed in ``execute`` started once).
 
 Result::
 
     {"runs", "airflow_startup_s", "phase_s", "metadata_database",
      "paths": {dag_id: {"end_in_triggerer", "finished", "states", "complete_to_success": summary_ms,
                         "complete_to_success_ms": every sample, sorted,
-                        "worker_starts", "worker_slots_per_success"}}}
+                        "worker_starts", "worker_slots_per_success", "task_id",
+                        "failures": {error message: count}}}}
 """
 
 from __future__ import annotations
@@ -35,11 +45,15 @@ import uuid
 from pathlib import Path
 
 from bench.airflow_e2e import TERMINAL_TI_STATES, ClusterWatch, epoch
+from bench.job_watch import JobWatch
 from bench.stats import summary_ms
 
 BENCH_DAGS = Path(__file__).resolve().parent / "dags"
-PATHS = {"bench_end_in_triggerer": True, "bench_end_on_worker": False}
-"""DAG id → its sensor's ``end_in_triggerer``."""
+PEER = "bench_provider_kueue_job"
+PEER_TASK = "kueue_job"
+"""The peer's one task: it submits its Job and waits for it."""
+PATHS = {"bench_end_in_triggerer": True, "bench_end_on_worker": False, PEER: None}
+"""DAG id → its sensor's ``end_in_triggerer``; None: the peer, which has no sensor."""
 TIME_SCALE = 10.0
 
 
@@ -55,18 +69,46 @@ def dag_bundles() -> str:
     )
 
 
+def waiting_task(dag_id: str) -> str:
+    """The task whose end is measured: the sensor ``wait``, or the peer's operator."""
+    return PEER_TASK if dag_id == PEER else "wait"
+
+
 def wait_tis(airflow, dag_id: str, prefix: str) -> dict[str, dict]:
-    """The ``wait`` task instances of this benchmark's runs of ``dag_id``, by run id."""
+    """The waiting task instances of this benchmark's runs of ``dag_id``, by run id."""
     response = airflow.api(
         "GET",
         f"/dags/{dag_id}/dagRuns/~/taskInstances",
-        params={"task_id": "wait", "run_id_prefix_pattern": prefix, "limit": 1000},
+        params={"task_id": waiting_task(dag_id), "run_id_prefix_pattern": prefix, "limit": 1000},
     )
     response.raise_for_status()
     return {ti["dag_run_id"]: ti for ti in response.json()["task_instances"]}
 
 
-def measure_paths(airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: float) -> dict:
+def failure(airflow, dag_id: str, ti: dict) -> str:
+    """The last error a failed task instance's log shows (its exception), or its state if none."""
+    response = airflow.api(
+        "GET",
+        f"/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}/logs/{ti['try_number']}",
+        params={"full_content": "true"},
+        headers={"Accept": "application/json"},
+    )
+    if response.status_code != 200:
+        return f"{ti['state']} (log: HTTP {response.status_code})"
+    entries = [e for e in response.json().get("content") or () if isinstance(e, dict)]
+    errors = [e for e in entries if str(e.get("level", "")).lower() in ("error", "critical")]
+    if not errors:
+        return ti["state"]
+    last = errors[-1]
+    detail = last.get("error_detail") or []
+    if detail and isinstance(detail, list) and isinstance(detail[0], dict):
+        return f"{detail[0].get('exc_type')}: {detail[0].get('exc_value')}"[:300]
+    return str(last.get("event", ""))[:300]
+
+
+def measure_paths(
+    airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: float, job_watch: ClusterWatch | None = None
+) -> dict:
     started = time.monotonic()
     prefix = f"bench_{uuid.uuid4().hex[:6]}__"
     for index in range(runs):
@@ -90,12 +132,17 @@ def measure_paths(airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: fl
     for dag_id, end_in_triggerer in PATHS.items():
         states: dict[str, int] = {}
         latencies = []
+        failures: dict[str, int] = {}
+        finished = (job_watch.finished if job_watch else {}) if dag_id == PEER else watch.finished
         for run_id, ti in done[dag_id].items():
             states[ti["state"]] = states.get(ti["state"], 0) + 1
-            if ti["state"] == "success" and ti.get("end_date") and run_id in watch.finished:
-                latencies.append(epoch(ti["end_date"]) - watch.finished[run_id])
+            if ti["state"] == "success" and ti.get("end_date") and run_id in finished:
+                latencies.append(epoch(ti["end_date"]) - finished[run_id])
+            elif ti["state"] != "success":
+                message = failure(airflow, dag_id, ti)
+                failures[message] = failures.get(message, 0) + 1
         successes = states.get("success", 0)
-        starts = len(statsd.named("ti.start", dag_id=dag_id, task_id="wait"))
+        starts = len(statsd.named("ti.start", dag_id=dag_id, task_id=waiting_task(dag_id)))
         paths[dag_id] = {
             "end_in_triggerer": end_in_triggerer,
             "finished": len(done[dag_id]),
@@ -103,7 +150,11 @@ def measure_paths(airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: fl
             "complete_to_success": summary_ms(latencies),
             "complete_to_success_ms": sorted(round(latency * 1000, 1) for latency in latencies),
             "worker_starts": starts,
-            "worker_slots_per_success": round((starts - successes) / successes, 2) if successes else None,
+            "worker_slots_per_success": (
+                round((starts - len(done[dag_id])) / successes, 2) if successes else None
+            ),
+            "task_id": waiting_task(dag_id),
+            "failures": failures,
         }
     return {"runs": runs, "paths": paths, "phase_s": round(time.monotonic() - started, 1)}
 
@@ -133,11 +184,14 @@ def measure(runs: int, workdir: Path, timeout_s: float) -> dict:
             airflow.wait_for_dags(list(PATHS), timeout=300)
             startup_s = round(time.monotonic() - started, 1)
             watch = ClusterWatch(sim.url, sim.headers)
+            job_watch = JobWatch(sim.url, sim.headers)
             watch.start()
+            job_watch.start()
             for dag_id in PATHS:
                 airflow.set_paused(dag_id, False)
-            result = measure_paths(airflow, watch, statsd, runs, timeout_s)
+            result = measure_paths(airflow, watch, statsd, runs, timeout_s, job_watch)
             watch.stop()
+            job_watch.stop()
         finally:
             airflow.stop()
     finally:
@@ -156,14 +210,19 @@ def render(result: dict) -> str:
         "| path | finished (states) | Complete → task success p50 / p99 / max (ms) | worker slots per successful wait |",
         "|---|---|---|---|",
     ]
+    names = {True: "ends in the triggerer (default)", False: "resumes on a worker"}
+    names[None] = "peer: the provider's `KubernetesStartKueueJobOperator`, deferrable"
     for dag_id, path in result["paths"].items():
-        name = "ends in the triggerer (default)" if path["end_in_triggerer"] else "resumes on a worker"
+        name = names[path["end_in_triggerer"]]
         latency = path["complete_to_success"]
         lines.append(
             f"| {name} (`{dag_id}`) | {path['finished']} ({path['states']}) | {latency['p50_ms']} / "
             f"{latency['p99_ms']} / {latency['max_ms']} ({latency['count']} samples) | "
             f"{path['worker_slots_per_success']} ({path['worker_starts']} `ti.start`) |"
         )
+    for dag_id, path in result["paths"].items():
+        for message, count in sorted((path.get("failures") or {}).items(), key=lambda item: -item[1]):
+            lines.append(f"\n`{dag_id}`: {count} × {message}")
     return "\n".join(lines)
 
 
