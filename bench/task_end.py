@@ -139,7 +139,7 @@ def measure_paths(
             if ti["state"] == "success" and ti.get("end_date") and run_id in finished:
                 latencies.append(epoch(ti["end_date"]) - finished[run_id])
             elif ti["state"] != "success":
-                message = failure(airflow, dag_id, ti)
+                message = failure(airflow, dag_id, ti).replace(run_id, "<run_id>")
                 failures[message] = failures.get(message, 0) + 1
         successes = states.get("success", 0)
         starts = len(statsd.named("ti.start", dag_id=dag_id, task_id=waiting_task(dag_id)))
