@@ -279,9 +279,9 @@ def label_for_default_queue(obj: dict, default_queue_exists: bool) -> bool:
     """LocalQueueDefaulting for a Pod or batch Job: an object without an owner and without a queue label,
     in a namespace with a LocalQueue named ``default``, gets ``kueue.x-k8s.io/queue-name: default``.
 
-    Only the label: kubesim does not gate such Pods or suspend such Jobs (it runs no generic workloads,
-    only KubeRay's, whose pods and submitter Jobs have owners), so it is the label that tells a user the
-    object now waits for that queue on a real cluster. True when it labelled the object."""
+    A labelled Job is then suspended and queued by the batch/job integration; a Pod only gets the label
+    (kubesim does not gate Pods: its only pods are Jobs' and KubeRay's, which have owners). True when it
+    labelled the object."""
     metadata = obj.setdefault("metadata", {})
     if not default_queue_exists or metadata.get("ownerReferences"):
         return False
