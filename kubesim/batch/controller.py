@@ -28,8 +28,8 @@ import logging
 from collections.abc import Callable
 
 from kubesim.batch.container import STARTUP, container_run
-from kubesim.clock import parse_time
 from kubesim.batch.strategy import CONTROLLER_UID, JOBS
+from kubesim.clock import parse_time
 from kubesim.errors import ApiError
 from kubesim.kuberay.kubelet import pending_pod_status, running_pod_status, schedule_pod
 
