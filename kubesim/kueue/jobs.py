@@ -3,14 +3,14 @@
 Kueue v0.19 treats a RayJob, a RayCluster or a RayService as a "generic job": it builds PodSets from the
 Ray cluster spec, names and owns a Workload for it, and on admission flips ``suspend`` off and injects the
 assigned ResourceFlavors into the pod templates (restoring them on eviction). A batch/v1 Job is the same
-with one pod set, ``main`` (``kubesim.kueue.batch_job``). Everything here is decision
-logic without I/O so that the controller stays a thin loop and the rules can be unit tested with dicts.
+with one pod set, ``main`` (``kubesim.kueue.batch_job``). Everything here is decision logic without I/O
+so that the controller stays a thin loop and the rules can be unit tested with dicts.
 
 Which kinds Kueue manages is its configuration's ``integrations.frameworks`` (``KueueConfig.frameworks``;
-the shipped config enables all three and ``batch/job``). A RayCluster that a RayJob or RayService owns is that parent's
-business while the parent's integration is enabled; with ``ray.io/rayservice`` left out, Kueue manages a
-RayService through the RayClusters KubeRay creates for it (each queued and admitted on its own), as it
-did before v0.17.
+the shipped config enables all three and ``batch/job``). A RayCluster that a RayJob or RayService owns
+is that parent's business while the parent's integration is enabled; with ``ray.io/rayservice`` left
+out, Kueue manages a RayService through the RayClusters KubeRay creates for it (each queued and admitted
+on its own), as it did before v0.17.
 """
 
 from __future__ import annotations
@@ -112,10 +112,11 @@ def cluster_spec(kind: JobKind, job: dict) -> dict | None:
 def owned_by_managed_parent(job: dict, frameworks: frozenset[str] = ALL_FRAMEWORKS) -> bool:
     """A batch Job whose controller is a kind Kueue manages (KubeRay's submitter Job of a RayJob): Kueue
     admits the parent, never the child (``FindAncestorJobManagedByKueue``)."""
-    return any(
-        ref.get("controller") and ref.get("kind") in JOB_KINDS_BY_KIND and ref.get("kind") != "Job"
-        for ref in job.get("metadata", {}).get("ownerReferences") or []
-    ) or owned_by_ray_controller(job, frameworks)
+    for ref in job.get("metadata", {}).get("ownerReferences") or []:
+        parent = JOB_KINDS_BY_KIND.get(ref.get("kind", ""))
+        if ref.get("controller") and parent not in (None, BATCH_JOB) and parent.framework in frameworks:
+            return True
+    return False
 
 
 def owned_by_ray_controller(job: dict, frameworks: frozenset[str] = ALL_FRAMEWORKS) -> bool:

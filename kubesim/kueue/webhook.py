@@ -1,5 +1,5 @@
-"""Kueue's admission webhooks for RayJob / RayCluster / RayService / batch Job (mutating ``m*.kb.io``, validating
-``v*.kb.io``), run as a store admission hook: the same place the API server calls real webhooks.
+"""Kueue's admission webhooks for RayJob / RayCluster / RayService / batch Job (mutating ``m*.kb.io``,
+validating ``v*.kb.io``), run as a store admission hook: the same place the API server calls real webhooks.
 
 Mutation (create only): default the queue label to ``default`` when a LocalQueue named ``default`` exists
 in the namespace, and default managed jobs to suspended so that nothing runs before Kueue admits it.
