@@ -1,5 +1,6 @@
-"""RayJob ``Complete`` → task success, ending in the triggerer vs resuming on a worker; worker slots per
-successful wait. ``python -m bench.task_end --runs 50 --out bench/results/task_end.json``.
+"""RayJob ``Complete`` → task success, ending in the triggerer vs resuming on a worker, beside the
+cncf-kubernetes provider's own Kueue job operator; worker slots per successful wait.
+``python -m bench.task_end --runs 50 --out bench/results/task_end.json``.
 
 One ``airflow standalone`` (devtools.airflow: scheduler, dag-processor, triggerer, api-server,
 LocalExecutor, parallelism 16) on a throwaway PostgreSQL (devtools.postgres) against kubesim with the
@@ -7,6 +8,13 @@ single-queue setup at time-scale 10, and a StatsD listener (devtools.statsd) tha
 metrics to. The two DAGs of ``bench/dags/task_end.py`` are the pipelines' submit → wait shape, identical
 but for the sensor's ``end_in_triggerer``; ``runs`` manual runs of each are triggered at once, alternating,
 so both paths see the same load (4 active runs per DAG, one RayJob admitted at a time).
+
+The peer, ``bench_provider_kueue_job`` (``bench/dags/task_end_peer.py``), is triggered in the same
+alternation: the provider's ``KubernetesStartKueueJobOperator`` (deferrable, default poll interval)
+submitting a batch Job of the same size and duration to the same LocalQueue, so its Jobs and the RayJobs
+take turns at the queue's single GPU. Its one task submits and waits; its "Complete" is the Job's
+``Complete`` condition as a raw watch of the namespace's Jobs sees it (``bench.job_watch.JobWatch``), and
+its failed runs are reported with the error their task log ends with.
 
 * **Complete → task success**: a raw watch of the project's RayJobs (``bench.airflow_e2e.ClusterWatch``)
   sees ``jobDeploymentStatus`` Complete → the ``wait`` task instance's ``end_date``. On the triggerer
@@ -18,7 +26,8 @@ so both paths see the same load (4 active runs per DAG, one RayJob admitted at a
   1 s, then the supervisor writes the success, or the scheduler resumes the task on a worker).
 * **Worker slots per successful wait**: Airflow's task runner sends the StatsD counter ``ti.start``
   (tags ``dag_id``, ``task_id``) each time a worker runs a task: once for the ``execute`` that defers,
-  once more for each resume. Per path: (``ti.start`` of ``wait`` − successful waits) ÷ successful waits.
+  once more for each resume. Per path: (``ti.start`` of the waiting task − finished task instances) ÷
+  successful waits, i.e. the resumes a success cost (a run that failed in ``execute`` started once).
 
 Result::
 
@@ -26,7 +35,8 @@ Result::
      "paths": {dag_id: {"end_in_triggerer", "finished", "states", "complete_to_success": summary_ms,
                         "complete_to_success_ms": every sample, sorted,
                         "complete_to_event", "event_to_success": summary_ms,
-                        "worker_starts", "worker_slots_per_success"}}}
+                        "worker_starts", "worker_slots_per_success", "task_id",
+                        "failures": {error message: count}}}}
 """
 
 from __future__ import annotations
@@ -39,12 +49,18 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
+
 from bench.airflow_e2e import TERMINAL_TI_STATES, ClusterWatch, epoch, log_entries
+from bench.job_watch import JobWatch
 from bench.stats import summary_ms
 
 BENCH_DAGS = Path(__file__).resolve().parent / "dags"
-PATHS = {"bench_end_in_triggerer": True, "bench_end_on_worker": False}
-"""DAG id → its sensor's ``end_in_triggerer``."""
+PEER = "bench_provider_kueue_job"
+PEER_TASK = "kueue_job"
+"""The peer's one task: it submits its Job and waits for it."""
+PATHS = {"bench_end_in_triggerer": True, "bench_end_on_worker": False, PEER: None}
+"""DAG id → its sensor's ``end_in_triggerer``; None: the peer, which has no sensor."""
 TIME_SCALE = 10.0
 
 
@@ -60,12 +76,17 @@ def dag_bundles() -> str:
     )
 
 
+def waiting_task(dag_id: str) -> str:
+    """The task whose end is measured: the sensor ``wait``, or the peer's operator."""
+    return PEER_TASK if dag_id == PEER else "wait"
+
+
 def wait_tis(airflow, dag_id: str, prefix: str) -> dict[str, dict]:
-    """The ``wait`` task instances of this benchmark's runs of ``dag_id``, by run id."""
+    """The waiting task instances of this benchmark's runs of ``dag_id``, by run id."""
     response = airflow.api(
         "GET",
         f"/dags/{dag_id}/dagRuns/~/taskInstances",
-        params={"task_id": "wait", "run_id_prefix_pattern": prefix, "limit": 1000},
+        params={"task_id": waiting_task(dag_id), "run_id_prefix_pattern": prefix, "limit": 1000},
     )
     response.raise_for_status()
     return {ti["dag_run_id"]: ti for ti in response.json()["task_instances"]}
@@ -78,12 +99,30 @@ FIRED = "Trigger fired event"
 def fired_at(airflow, dag_id: str, ti: dict) -> float | None:
     """When the wait's trigger yielded its event: the timestamp of the runner's last ``FIRED`` line in
     the try's log. None if the log has none (a wait that never deferred)."""
-    entries = log_entries(airflow, ti["dag_run_id"], "wait", ti["try_number"], dag_id=dag_id)
+    entries = log_entries(airflow, ti["dag_run_id"], waiting_task(dag_id), ti["try_number"], dag_id=dag_id)
     stamps = [epoch(e["timestamp"]) for e in entries if e.get("event") == FIRED and e.get("timestamp")]
     return stamps[-1] if stamps else None
 
 
-def measure_paths(airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: float) -> dict:
+def failure(airflow, dag_id: str, ti: dict) -> str:
+    """The last error a failed task instance's log shows (its exception), or its state if none."""
+    try:
+        entries = log_entries(airflow, ti["dag_run_id"], ti["task_id"], ti["try_number"], dag_id=dag_id)
+    except httpx.HTTPStatusError as exc:
+        return f"{ti['state']} (log: HTTP {exc.response.status_code})"
+    errors = [e for e in entries if str(e.get("level", "")).lower() in ("error", "critical")]
+    if not errors:
+        return ti["state"]
+    last = errors[-1]
+    detail = last.get("error_detail") or []
+    if detail and isinstance(detail, list) and isinstance(detail[0], dict):
+        return f"{detail[0].get('exc_type')}: {detail[0].get('exc_value')}"[:300]
+    return str(last.get("event", ""))[:300]
+
+
+def measure_paths(
+    airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: float, job_watch: ClusterWatch | None = None
+) -> dict:
     started = time.monotonic()
     prefix = f"bench_{uuid.uuid4().hex[:6]}__"
     for index in range(runs):
@@ -107,16 +146,21 @@ def measure_paths(airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: fl
     for dag_id, end_in_triggerer in PATHS.items():
         states: dict[str, int] = {}
         latencies, to_event, event_to_success = [], [], []
+        failures: dict[str, int] = {}
+        finished = (job_watch.finished if job_watch else {}) if dag_id == PEER else watch.finished
         for run_id, ti in done[dag_id].items():
             states[ti["state"]] = states.get(ti["state"], 0) + 1
-            if ti["state"] == "success" and ti.get("end_date") and run_id in watch.finished:
+            if ti["state"] == "success" and ti.get("end_date") and run_id in finished:
                 ended = epoch(ti["end_date"])
-                latencies.append(ended - watch.finished[run_id])
+                latencies.append(ended - finished[run_id])
                 if (fired := fired_at(airflow, dag_id, ti)) is not None:
-                    to_event.append(fired - watch.finished[run_id])
+                    to_event.append(fired - finished[run_id])
                     event_to_success.append(ended - fired)
+            elif ti["state"] != "success":
+                message = failure(airflow, dag_id, ti).replace(run_id, "<run_id>")
+                failures[message] = failures.get(message, 0) + 1
         successes = states.get("success", 0)
-        starts = len(statsd.named("ti.start", dag_id=dag_id, task_id="wait"))
+        starts = len(statsd.named("ti.start", dag_id=dag_id, task_id=waiting_task(dag_id)))
         paths[dag_id] = {
             "end_in_triggerer": end_in_triggerer,
             "finished": len(done[dag_id]),
@@ -126,7 +170,11 @@ def measure_paths(airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: fl
             "complete_to_event": summary_ms(to_event),
             "event_to_success": summary_ms(event_to_success),
             "worker_starts": starts,
-            "worker_slots_per_success": round((starts - successes) / successes, 2) if successes else None,
+            "worker_slots_per_success": (
+                round((starts - len(done[dag_id])) / successes, 2) if successes else None
+            ),
+            "task_id": waiting_task(dag_id),
+            "failures": failures,
         }
     return {"runs": runs, "paths": paths, "phase_s": round(time.monotonic() - started, 1)}
 
@@ -156,11 +204,14 @@ def measure(runs: int, workdir: Path, timeout_s: float) -> dict:
             airflow.wait_for_dags(list(PATHS), timeout=300)
             startup_s = round(time.monotonic() - started, 1)
             watch = ClusterWatch(sim.url, sim.headers)
+            job_watch = JobWatch(sim.url, sim.headers)
             watch.start()
+            job_watch.start()
             for dag_id in PATHS:
                 airflow.set_paused(dag_id, False)
-            result = measure_paths(airflow, watch, statsd, runs, timeout_s)
+            result = measure_paths(airflow, watch, statsd, runs, timeout_s, job_watch)
             watch.stop()
+            job_watch.stop()
         finally:
             airflow.stop()
     finally:
@@ -184,8 +235,10 @@ def render(result: dict) -> str:
         "trigger event (ours) | trigger event → task success (Airflow's) | worker slots per successful wait |",
         "|---|---|---|---|---|---|",
     ]
+    names = {True: "ends in the triggerer (default)", False: "resumes on a worker"}
+    names[None] = "peer: the provider's `KubernetesStartKueueJobOperator`, deferrable"
     for dag_id, path in result["paths"].items():
-        name = "ends in the triggerer (default)" if path["end_in_triggerer"] else "resumes on a worker"
+        name = names[path["end_in_triggerer"]]
         latency = path["complete_to_success"]
         lines.append(
             f"| {name} (`{dag_id}`) | {path['finished']} ({path['states']}) | {latency['p50_ms']} / "
@@ -193,6 +246,9 @@ def render(result: dict) -> str:
             f"{stage(path['complete_to_event'])} | {stage(path['event_to_success'])} | "
             f"{path['worker_slots_per_success']} ({path['worker_starts']} `ti.start`) |"
         )
+    for dag_id, path in result["paths"].items():
+        for message, count in sorted((path.get("failures") or {}).items(), key=lambda item: -item[1]):
+            lines.append(f"\n`{dag_id}`: {count} × {message}")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from kubesim.batch.strategy import admission_hook as job_strategy
 from kubesim.clock import Clock
 from kubesim.errors import ApiError
 from kubesim.podlogs import PodLogs
@@ -27,7 +28,7 @@ from kubesim.store import Store
 
 log = logging.getLogger(__name__)
 
-CONTROLLERS = ("kubesim.kuberay", "kubesim.kueue")
+CONTROLLERS = ("kubesim.batch", "kubesim.kuberay", "kubesim.kueue")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -59,6 +60,9 @@ class Cluster:
         self.kueue_config = kueue_config
         self.registry = Registry(crds_dir)
         self.store = Store(self.registry, self.clock)
+        # The API server's own strategy for batch/v1 Jobs (defaulting, selector, validation): built in, so
+        # it runs before any controller's admission hook and even without controllers.
+        self.store.add_admission_hook(job_strategy)
         self.logs = PodLogs()
         self.aggregated_apis: dict[tuple[str, str], AggregatedApi] = {}
         self.controllers = tuple(controllers)

@@ -1,4 +1,4 @@
-"""The part of Kueue's manager configuration kubesim honours: ``waitForPodsReady`` and which Ray kinds
+"""The part of Kueue's manager configuration kubesim honours: ``waitForPodsReady`` and which job kinds
 ``integrations.frameworks`` enables.
 
 Kueue v0.19 reads a ``Configuration`` (``config.kueue.x-k8s.io/v1beta2``, the ``controller_manager_config.yaml``
@@ -7,7 +7,7 @@ ready within ``timeout`` (30 min) is evicted (``PodsReadyTimeout``) and requeued
 ``backoffBaseSeconds * 2^(n-1)`` (60 s, 120 s, ...) capped at ``backoffMaxSeconds`` (3600 s), without limit
 unless ``backoffLimitCount`` is set (then it is deactivated). ``integrations.frameworks`` lists the job
 kinds Kueue manages; the shipped config lists ``ray.io/rayjob``, ``ray.io/raycluster`` and
-``ray.io/rayservice`` among others, and so does kubesim when the field is absent. ``kubesim serve
+``ray.io/rayservice`` and ``batch/job`` among others, and so does kubesim when the field is absent. ``kubesim serve
 --kueue-config FILE`` takes the same YAML; only these fields are read, every duration is simulated time.
 """
 
@@ -22,8 +22,8 @@ import yaml
 DEFAULT_TIMEOUT = 30 * 60.0
 DEFAULT_BACKOFF_BASE = 60.0
 DEFAULT_BACKOFF_MAX = 3600.0
-SHIPPED_FRAMEWORKS = frozenset({"ray.io/rayjob", "ray.io/raycluster", "ray.io/rayservice"})
-"""The Ray integrations in Kueue v0.19.2's shipped ``controller_manager_config.yaml``."""
+SHIPPED_FRAMEWORKS = frozenset({"ray.io/rayjob", "ray.io/raycluster", "ray.io/rayservice", "batch/job"})
+"""The integrations in Kueue v0.19.2's shipped ``controller_manager_config.yaml`` that kubesim serves."""
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 

@@ -21,7 +21,7 @@ from kubesim.kueue.conditions import (
     set_condition,
     workload_priority_class_ref,
 )
-from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY, JobKind
+from kubesim.kueue.jobs import BATCH_JOB, JOB_KINDS, WORKLOAD_KEY, JobKind
 
 
 class JobSync:
@@ -241,6 +241,9 @@ class JobSync:
 
     def _stop_job(self, kind: JobKind, job: dict, wl: dict | None, message: str) -> None:
         original = ((wl or {}).get("spec") or {}).get("podSets") or []
+        if kind is BATCH_JOB and wl is not None:
+            self._stop_batch_job(job, original, message)
+            return
 
         def change(obj: dict) -> None:
             if wl is None:
@@ -250,6 +253,33 @@ class JobSync:
 
         if self._mutate(kind.key, job, change, status=False) is not None:
             self._event(job, "Normal", "Stopped", message, JOB_COMPONENT)
+
+    def _stop_batch_job(self, job: dict, original: list[dict], message: str) -> None:
+        """A batch Job is stopped in three writes, as Kueue's Job integration does: the API server lets the
+        pod template's scheduling fields change only while the Job is suspended and has no
+        ``status.startTime``, so suspend it, clear ``startTime`` through the status subresource, then
+        restore the template as the Workload recorded it."""
+        suspended = self._mutate(
+            BATCH_JOB.key, job, lambda obj: jobs.set_suspend(BATCH_JOB, obj, True), status=False
+        )
+        if suspended is None:
+            return
+        if not jobs.is_suspended(BATCH_JOB, job):
+            self._event(job, "Normal", "Stopped", message, JOB_COMPONENT)
+        cleared = self._mutate(
+            BATCH_JOB.key,
+            suspended,
+            lambda obj: (obj.get("status") or {}).pop("startTime", None),
+            status=True,
+        )
+        if cleared is None:
+            return
+        self._mutate(
+            BATCH_JOB.key,
+            cleared,
+            lambda obj: obj.update(jobs.stop_job(BATCH_JOB, obj, original)),
+            status=False,
+        )
 
     def _finish(self, kind: JobKind, job: dict, wl: dict, reason: str, message: str) -> None:
         now = self.clock.timestamp()

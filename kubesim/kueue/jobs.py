@@ -1,15 +1,16 @@
-"""Kueue's job integration for KubeRay objects, as pure functions over plain dicts.
+"""Kueue's job integration for KubeRay objects and batch/v1 Jobs, as pure functions over plain dicts.
 
 Kueue v0.19 treats a RayJob, a RayCluster or a RayService as a "generic job": it builds PodSets from the
 Ray cluster spec, names and owns a Workload for it, and on admission flips ``suspend`` off and injects the
-assigned ResourceFlavors into the pod templates (restoring them on eviction). Everything here is decision
-logic without I/O so that the controller stays a thin loop and the rules can be unit tested with dicts.
+assigned ResourceFlavors into the pod templates (restoring them on eviction). A batch/v1 Job is the same
+with one pod set, ``main`` (``kubesim.kueue.batch_job``). Everything here is decision logic without I/O
+so that the controller stays a thin loop and the rules can be unit tested with dicts.
 
 Which kinds Kueue manages is its configuration's ``integrations.frameworks`` (``KueueConfig.frameworks``;
-the shipped config enables all three). A RayCluster that a RayJob or RayService owns is that parent's
-business while the parent's integration is enabled; with ``ray.io/rayservice`` left out, Kueue manages a
-RayService through the RayClusters KubeRay creates for it (each queued and admitted on its own), as it
-did before v0.17.
+the shipped config enables all three and ``batch/job``). A RayCluster that a RayJob or RayService owns
+is that parent's business while the parent's integration is enabled; with ``ray.io/rayservice`` left
+out, Kueue manages a RayService through the RayClusters KubeRay creates for it (each queued and admitted
+on its own), as it did before v0.17.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubesim import quantity
+from kubesim.kueue import batch_job
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
@@ -46,26 +48,29 @@ SUBMITTER_IMAGE = "rayproject/ray:2.46.0"
 
 @dataclass(frozen=True)
 class JobKind:
-    """One integration (ray.io/rayjob, ray.io/raycluster, ray.io/rayservice) and where its fields live."""
+    """One integration (ray.io/rayjob, ray.io/raycluster, ray.io/rayservice, batch/job) and where its
+    fields live."""
 
     kind: str
     key: str
-    cluster_spec_field: str | None  # None: the spec itself is the RayCluster spec
+    cluster_spec_field: str | None  # None: the spec itself is the RayCluster spec (or a Job's spec)
     framework: str
     """Its name in Kueue's ``integrations.frameworks``."""
+    group: str = "ray.io"
 
     @property
     def api_version(self) -> str:
-        return "ray.io/v1"
+        return f"{self.group}/v1"
 
 
 RAYJOB = JobKind("RayJob", "rayjobs.ray.io", "rayClusterSpec", "ray.io/rayjob")
 RAYCLUSTER = JobKind("RayCluster", "rayclusters.ray.io", None, "ray.io/raycluster")
 RAYSERVICE = JobKind("RayService", "rayservices.ray.io", "rayClusterConfig", "ray.io/rayservice")
-JOB_KINDS = {k.key: k for k in (RAYJOB, RAYCLUSTER, RAYSERVICE)}
-JOB_KINDS_BY_KIND = {k.kind: k for k in (RAYJOB, RAYCLUSTER, RAYSERVICE)}
+BATCH_JOB = JobKind("Job", "jobs.batch", None, "batch/job", group="batch")
+JOB_KINDS = {k.key: k for k in (RAYJOB, RAYCLUSTER, RAYSERVICE, BATCH_JOB)}
+JOB_KINDS_BY_KIND = {k.kind: k for k in (RAYJOB, RAYCLUSTER, RAYSERVICE, BATCH_JOB)}
 ALL_FRAMEWORKS = frozenset(k.framework for k in JOB_KINDS.values())
-"""The Ray integrations of Kueue's shipped configuration: all of them."""
+"""The integrations of Kueue's shipped configuration that kubesim serves: all of them."""
 
 
 # ----------------------------------------------------------------------------------------------- naming
@@ -83,7 +88,7 @@ def workload_name(kind: str, group: str, name: str, uid: str) -> str:
 
 def workload_name_for(kind: JobKind, job: dict) -> str:
     meta = job["metadata"]
-    return workload_name(kind.kind, "ray.io", meta["name"], meta["uid"])
+    return workload_name(kind.kind, kind.group, meta["name"], meta["uid"])
 
 
 # ----------------------------------------------------------------------------------------------- state
@@ -102,6 +107,16 @@ def cluster_spec(kind: JobKind, job: dict) -> dict | None:
     if kind.cluster_spec_field is None:
         return spec
     return spec.get(kind.cluster_spec_field)
+
+
+def owned_by_managed_parent(job: dict, frameworks: frozenset[str] = ALL_FRAMEWORKS) -> bool:
+    """A batch Job whose controller is a kind Kueue manages (KubeRay's submitter Job of a RayJob): Kueue
+    admits the parent, never the child (``FindAncestorJobManagedByKueue``)."""
+    for ref in job.get("metadata", {}).get("ownerReferences") or []:
+        parent = JOB_KINDS_BY_KIND.get(ref.get("kind", ""))
+        if ref.get("controller") and parent not in (None, BATCH_JOB) and parent.framework in frameworks:
+            return True
+    return False
 
 
 def owned_by_ray_controller(job: dict, frameworks: frozenset[str] = ALL_FRAMEWORKS) -> bool:
@@ -128,6 +143,8 @@ def is_managed(kind: JobKind, job: dict, frameworks: frozenset[str] = ALL_FRAMEW
         return bool(spec.get("rayClusterSpec")) or not spec.get("clusterSelector")
     if kind is RAYCLUSTER:
         return not owned_by_ray_controller(job, frameworks)
+    if kind is BATCH_JOB:
+        return not owned_by_managed_parent(job, frameworks)
     return True
 
 
@@ -145,6 +162,8 @@ def is_active(kind: JobKind, job: dict) -> bool:
     the job stopped being active (KubeRay finished suspending it).
     """
     status = job.get("status") or {}
+    if kind is BATCH_JOB:
+        return batch_job.is_active(job)
     if kind is RAYJOB:
         return status.get("jobDeploymentStatus", "") not in ("", "Suspended")
     if kind is RAYCLUSTER:
@@ -154,6 +173,8 @@ def is_active(kind: JobKind, job: dict) -> bool:
 
 def finished(kind: JobKind, job: dict) -> tuple[bool, str, str]:
     """(finished, Finished-condition reason, message); RayJob: Complete/Failed, success iff SUCCEEDED."""
+    if kind is BATCH_JOB:
+        return batch_job.finished(job)
     status = job.get("status") or {}
     if kind is RAYJOB:
         if status.get("jobDeploymentStatus") not in ("Complete", "Failed"):
@@ -171,6 +192,8 @@ def is_on_hold(kind: JobKind, job: dict) -> bool:
 
 
 def pods_ready(kind: JobKind, job: dict) -> bool:
+    if kind is BATCH_JOB:
+        return batch_job.pods_ready(job)
     status = job.get("status") or {}
     if kind is RAYJOB:
         return (status.get("rayClusterStatus") or {}).get("state") == "ready"
@@ -215,6 +238,9 @@ def build_pod_sets(kind: JobKind, job: dict) -> list[dict]:
     The templates are copies of the job's, so a Workload also records what the pod templates looked like
     before admission (used to restore them on eviction).
     """
+    if kind is BATCH_JOB:
+        template = copy.deepcopy(batch_job.template(job))
+        return [{"name": batch_job.MAIN_POD_SET, "count": batch_job.pod_count(job), "template": template}]
     rc_spec = cluster_spec(kind, job) or {}
     head_template = copy.deepcopy((rc_spec.get("headGroupSpec") or {}).get("template") or {})
     if rc_spec.get("enableInTreeAutoscaling"):
@@ -285,6 +311,8 @@ def _shape(pod_set_name: str, count: int, template: dict) -> tuple:
 def _job_shapes(kind: JobKind, job: dict) -> list[tuple]:
     """What ``build_pod_sets`` would record, without copying: (name, count, containers, init containers,
     tolerations) per pod set. Only the fields Kueue compares (``equality.ComparePodSets``)."""
+    if kind is BATCH_JOB:
+        return [_shape(batch_job.MAIN_POD_SET, batch_job.pod_count(job), batch_job.template(job))]
     rc_spec = cluster_spec(kind, job) or {}
     head = (rc_spec.get("headGroupSpec") or {}).get("template") or {}
     if rc_spec.get("enableInTreeAutoscaling"):  # the autoscaler container Kueue adds: compare the full build
@@ -372,6 +400,8 @@ def build_workload(kind: JobKind, job: dict, *, priority: int, priority_class: s
 
 def _pod_templates(kind: JobKind, job: dict, *, create_submitter: bool) -> list[tuple[str, dict]]:
     """(pod set name, template dict inside ``job``) in pod set order, for in-place edits."""
+    if kind is BATCH_JOB:
+        return [(batch_job.MAIN_POD_SET, job.setdefault("spec", {}).setdefault("template", {}))]
     rc_spec = cluster_spec(kind, job)
     if rc_spec is None:
         return []

@@ -1,5 +1,5 @@
-"""Kueue's admission webhooks for RayJob / RayCluster / RayService (mutating ``m*.kb.io``, validating
-``v*.kb.io``), run as a store admission hook: the same place the API server calls real webhooks.
+"""Kueue's admission webhooks for RayJob / RayCluster / RayService / batch Job (mutating ``m*.kb.io``,
+validating ``v*.kb.io``), run as a store admission hook: the same place the API server calls real webhooks.
 
 Mutation (create only): default the queue label to ``default`` when a LocalQueue named ``default`` exists
 in the namespace, and default managed jobs to suspended so that nothing runs before Kueue admits it.
@@ -23,12 +23,13 @@ from collections.abc import Callable
 from kubesim.errors import ApiError
 from kubesim.errors import invalid as invalid_object
 from kubesim.kueue import jobs
-from kubesim.kueue.jobs import RAYCLUSTER, RAYJOB, RAYSERVICE, JobKind
+from kubesim.kueue.jobs import BATCH_JOB, RAYCLUSTER, RAYJOB, RAYSERVICE, JobKind
 
 WEBHOOK_NAMES = {
     RAYJOB.key: "vrayjob.kb.io",
     RAYCLUSTER.key: "vraycluster.kb.io",
     RAYSERVICE.key: "vrayservice.kb.io",
+    BATCH_JOB.key: "vjob.kb.io",
 }
 DEFAULT_LOCAL_QUEUE = "default"
 LOCAL_QUEUE_KEY = "localqueues.kueue.x-k8s.io"
@@ -137,6 +138,8 @@ def validate_create(kind: JobKind, job: dict, frameworks: frozenset[str] = jobs.
     if kind.framework not in frameworks or not jobs.queue_name(job):
         return []
     errors: list[str] = []
+    if kind is BATCH_JOB:
+        return [] if jobs.owned_by_managed_parent(job, frameworks) else _queue_name_errors(job)
     if kind is RAYJOB:
         spec = job.get("spec") or {}
         has_selector = bool(spec.get("clusterSelector"))
@@ -254,7 +257,9 @@ def apply_defaults(
         return
     if kind is RAYCLUSTER and jobs.owned_by_ray_controller(job, frameworks):
         return
-    if not jobs.queue_name(job) and default_queue_exists:
+    if kind is BATCH_JOB:
+        label_for_default_queue(job, default_queue_exists)
+    elif not jobs.queue_name(job) and default_queue_exists:
         job.setdefault("metadata", {}).setdefault("labels", {})[jobs.QUEUE_LABEL] = DEFAULT_LOCAL_QUEUE
     if jobs.is_managed(kind, job, frameworks) and not jobs.is_suspended(kind, job):
         jobs.set_suspend(kind, job, True)
@@ -274,9 +279,9 @@ def label_for_default_queue(obj: dict, default_queue_exists: bool) -> bool:
     """LocalQueueDefaulting for a Pod or batch Job: an object without an owner and without a queue label,
     in a namespace with a LocalQueue named ``default``, gets ``kueue.x-k8s.io/queue-name: default``.
 
-    Only the label: kubesim does not gate such Pods or suspend such Jobs (it runs no generic workloads,
-    only KubeRay's, whose pods and submitter Jobs have owners), so it is the label that tells a user the
-    object now waits for that queue on a real cluster. True when it labelled the object."""
+    A labelled Job is then suspended and queued by the batch/job integration; a Pod only gets the label
+    (kubesim does not gate Pods: its only pods are Jobs' and KubeRay's, which have owners). True when it
+    labelled the object."""
     metadata = obj.setdefault("metadata", {})
     if not default_queue_exists or metadata.get("ownerReferences"):
         return False
@@ -308,7 +313,8 @@ def make_admission_hook(
             if causes:
                 raise invalid_object(rt, (obj.get("metadata") or {}).get("name", ""), causes)
             return
-        if rt.key in DEFAULTED_KINDS:
+        job_integration = rt.key == BATCH_JOB.key and BATCH_JOB.framework in frameworks
+        if rt.key in DEFAULTED_KINDS and not job_integration:
             if operation == "CREATE":
                 label_for_default_queue(obj, default_queue_exists(obj.get("metadata", {}).get("namespace")))
             return

@@ -96,9 +96,11 @@ def test_logs_of_a_job_come_from_its_pod(kubesim_api, api_client, unique_name):
             },
         },
     }
-    client.BatchV1Api(api_client).create_namespaced_job("default", job)
+    created = client.BatchV1Api(api_client).create_namespaced_job("default", job)
+    # The API server ties the Job's pods to it by uid (selector and template labels): the pod carries them
+    # as the Job controller's pods do.
     pod = {
-        "metadata": {"name": f"{unique_name}-x1", "labels": labels},
+        "metadata": {"name": f"{unique_name}-x1", "labels": created.spec.template.metadata.labels},
         "spec": job["spec"]["template"]["spec"],
     }
     client.CoreV1Api(api_client).create_namespaced_pod("default", pod)

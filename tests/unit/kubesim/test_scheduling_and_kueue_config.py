@@ -74,8 +74,13 @@ def test_kueue_configuration_document_is_read():
         parse_duration("30 minutes")
 
 
-def test_kueue_integrations_default_to_the_shipped_ray_frameworks_and_can_leave_rayservice_out():
-    assert KueueConfig().frameworks == {"ray.io/rayjob", "ray.io/raycluster", "ray.io/rayservice"}
+def test_kueue_integrations_default_to_the_shipped_frameworks_and_can_leave_rayservice_out():
+    assert KueueConfig().frameworks == {
+        "ray.io/rayjob",
+        "ray.io/raycluster",
+        "ray.io/rayservice",
+        "batch/job",
+    }
     config = KueueConfig.from_configuration(
         {"integrations": {"frameworks": ["batch/job", "ray.io/rayjob", "ray.io/raycluster"]}}
     )

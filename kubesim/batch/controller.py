@@ -1,0 +1,334 @@
+"""kube-controller-manager's Job controller for batch/v1 Jobs, with the kubelet that runs their pods.
+
+Level-triggered, like the real one: every change of a Job or of a pod it owns puts the Job on a
+de-duplicating queue, and one reconcile reads the Job and its pods and writes what follows:
+
+* ``spec.suspend`` true: no pods (active ones are deleted) and ``Suspended=True`` / ``JobSuspended``;
+  resuming sets ``Suspended=False`` / ``JobResumed`` and a fresh ``status.startTime``.
+* otherwise ``parallelism`` pods at a time (at most the completions still missing), named
+  ``<job>-<5 random>``, labelled from the template, owned by the Job; a failed pod is replaced after the
+  Job controller's backoff (10 s, doubled per failure) until ``backoffLimit`` is exceeded, then
+  ``FailureTarget`` and ``Failed`` / ``BackoffLimitExceeded``. Enough succeeded pods:
+  ``SuccessCriteriaMet`` then ``Complete`` / ``CompletionsReached`` and ``completionTime`` (Kubernetes
+  1.31 and later write both).
+* ``status.active`` / ``ready`` / ``succeeded`` / ``failed`` count the pods.
+
+Pods go Pending → Running → Succeeded/Failed through kubesim's scheduler and kubelet
+(``kubesim.kuberay.kubelet``); how long a container runs and how it ends is its command
+(``kubesim.batch.container``). KubeRay's submitter Jobs are left to ``kubesim.kuberay.submitter``, whose
+container follows the simulated Ray dashboard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+from collections.abc import Callable
+
+from kubesim.batch.container import STARTUP, container_run
+from kubesim.batch.strategy import CONTROLLER_UID, JOBS
+from kubesim.clock import parse_time
+from kubesim.errors import ApiError
+from kubesim.kuberay.kubelet import pending_pod_status, running_pod_status, schedule_pod
+
+log = logging.getLogger("kubesim.batch")
+
+PODS = "pods"
+KUBERAY_CREATED_BY = ("app.kubernetes.io/created-by", "kuberay-operator")
+BACKOFF_BASE = 10.0
+COMPONENT = "job-controller"
+Key = tuple[str, str]
+
+
+def _condition(kind: str, status: str, reason: str, message: str, now: str) -> dict:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": now,
+        "lastTransitionTime": now,
+    }
+
+
+def _set_condition(conditions: list[dict], new: dict) -> None:
+    for index, old in enumerate(conditions):
+        if old["type"] == new["type"]:
+            if old["status"] != new["status"]:
+                conditions[index] = new
+            return
+    conditions.append(new)
+
+
+def _phase(pod: dict) -> str:
+    return (pod.get("status") or {}).get("phase", "")
+
+
+def finished_condition(job: dict) -> str | None:
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition["type"] in ("Complete", "Failed") and condition["status"] == "True":
+            return condition["type"]
+    return None
+
+
+class JobController:
+    def __init__(self, cluster) -> None:
+        self.store = cluster.store
+        self.clock = cluster.clock
+        self.logs = cluster.logs
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queued: set[Key] = set()
+        self._timers: set[asyncio.TimerHandle] = set()
+
+    def install(self) -> None:
+        """The Job strategy is the API server's (``Cluster`` registers it); nothing to install."""
+
+    # -- the loop ----------------------------------------------------------------------------
+    def enqueue(self, key: Key) -> None:
+        if key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    async def run(self) -> None:
+        tasks = [
+            asyncio.create_task(self._watch(JOBS, self._on_job)),
+            asyncio.create_task(self._watch(PODS, self._on_pod)),
+            asyncio.create_task(self._work()),
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            for handle in self._timers:
+                handle.cancel()
+
+    async def _watch(self, key: str, handler: Callable[[dict], None]) -> None:
+        watcher = self.store.watch(key, copy_objects=False)
+        try:
+            async for event in watcher:
+                if event.type in ("ADDED", "MODIFIED", "DELETED"):
+                    handler(event.object)
+        finally:
+            watcher.close()
+
+    def _on_job(self, job: dict) -> None:
+        self.enqueue((job["metadata"]["namespace"], job["metadata"]["name"]))
+
+    def _on_pod(self, pod: dict) -> None:
+        for ref in pod["metadata"].get("ownerReferences") or []:
+            if ref.get("controller") and ref.get("kind") == "Job":
+                self.enqueue((pod["metadata"]["namespace"], ref["name"]))
+
+    async def _work(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            try:
+                self.reconcile(*key)
+            except ApiError as err:
+                if err.code not in (404, 409):
+                    log.exception("job %s/%s", *key)
+                self.call_after(0.1, lambda key=key: self.enqueue(key))
+            except Exception:
+                log.exception("job %s/%s", *key)
+
+    # -- what kuberay.kubelet needs --------------------------------------------------------------
+    def call_after(self, simulated_seconds: float, action: Callable[[], None]) -> None:
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            try:
+                action()
+            except Exception:  # a timer must never take the event loop down with it
+                log.exception("job controller timer failed")
+
+        handle = loop.call_later(max(0.0, self.clock.real_seconds(simulated_seconds)), fire)
+        self._timers.add(handle)
+
+    def write_status(self, key: str, obj: dict, status: dict) -> dict:
+        body = dict(obj)
+        body["status"] = status
+        return self.store.update(key, body, subresource="status")
+
+    # -- the reconcile -----------------------------------------------------------------------------
+    def reconcile(self, namespace: str, name: str) -> None:
+        try:
+            job = self.store.get(JOBS, name, namespace=namespace)
+        except ApiError as err:
+            if err.code == 404:
+                return
+            raise
+        meta = job["metadata"]
+        labels = meta.get("labels") or {}
+        if meta.get("deletionTimestamp") or labels.get(KUBERAY_CREATED_BY[0]) == KUBERAY_CREATED_BY[1]:
+            return
+        pods, _ = self.store.list(PODS, namespace=namespace, label_selector=f"{CONTROLLER_UID}={meta['uid']}")
+        pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        active = [p for p in pods if _phase(p) not in ("Succeeded", "Failed")]
+        succeeded = sum(1 for p in pods if _phase(p) == "Succeeded")
+        failed = sum(1 for p in pods if _phase(p) == "Failed")
+        spec = job["spec"]
+        old = job.get("status") or {}
+        status = copy.deepcopy(old)
+        conditions = status.setdefault("conditions", [])
+        now = self.clock.timestamp()
+        done = finished_condition(job)
+        if done or spec.get("suspend"):
+            for pod in active:
+                self._delete_pod(pod)
+            active = []
+            if not done:
+                _set_condition(
+                    conditions, _condition("Suspended", "True", "JobSuspended", "Job suspended", now)
+                )
+        else:
+            suspended = next((c for c in conditions if c["type"] == "Suspended"), None)
+            if suspended and suspended["status"] == "True":
+                _set_condition(conditions, _condition("Suspended", "False", "JobResumed", "Job resumed", now))
+                status["startTime"] = now
+            status.setdefault("startTime", now)
+            completions = spec.get("completions")
+            parallelism = int(spec.get("parallelism") or 0)
+            if (completions is not None and succeeded >= completions) or (
+                completions is None and succeeded and not active
+            ):
+                message = "Reached expected number of succeeded pods"
+                for kind in ("SuccessCriteriaMet", "Complete"):
+                    _set_condition(conditions, _condition(kind, "True", "CompletionsReached", message, now))
+                status["completionTime"] = now
+            elif failed > int(spec.get("backoffLimit", 6)):
+                message = "Job has reached the specified backoff limit"
+                for kind in ("FailureTarget", "Failed"):
+                    _set_condition(conditions, _condition(kind, "True", "BackoffLimitExceeded", message, now))
+                for pod in active:
+                    self._delete_pod(pod)
+                active = []
+            else:
+                wanted = parallelism if completions is None else min(parallelism, completions - succeeded)
+                missing = wanted - len(active)
+                wait = self._backoff(pods, failed) if missing > 0 else 0.0
+                if wait > 0:
+                    self.call_after(wait, lambda: self.enqueue((namespace, name)))
+                else:
+                    active += [self._create_pod(job) for _ in range(max(0, missing))]
+        status["active"] = len(active)
+        status["ready"] = sum(1 for p in active if _phase(p) == "Running")
+        status["succeeded"] = succeeded
+        status["failed"] = failed
+        status["terminating"] = 0
+        status.setdefault("uncountedTerminatedPods", {})
+        for counter in ("active", "succeeded", "failed"):
+            if status[counter] == 0:
+                status.pop(counter)
+        if not conditions:
+            status.pop("conditions")
+        if status != old:
+            self.write_status(JOBS, job, status)
+
+    def _backoff(self, pods: list[dict], failed: int) -> float:
+        """Simulated seconds until a failed pod may be replaced: 10 s after the last failure, doubled."""
+        if not failed:
+            return 0.0
+        finished = [
+            s["state"]["terminated"]["finishedAt"]
+            for p in pods
+            for s in (p.get("status") or {}).get("containerStatuses") or []
+            if "terminated" in (s.get("state") or {})
+        ]
+        if not finished:
+            return 0.0
+        elapsed = self.clock.simulated_since(parse_time(max(finished)))
+        return BACKOFF_BASE * 2 ** (failed - 1) - elapsed
+
+    # -- pods ----------------------------------------------------------------------------------------
+    def _create_pod(self, job: dict) -> dict:
+        template = job["spec"]["template"]
+        meta = template.get("metadata") or {}
+        namespace = job["metadata"]["namespace"]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": f"{job['metadata']['name']}-",
+                "namespace": namespace,
+                "labels": dict(meta.get("labels") or {}),
+                "annotations": dict(meta.get("annotations") or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job["metadata"]["name"],
+                        "uid": job["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": copy.deepcopy(template.get("spec") or {}),
+        }
+        created = self.store.create(PODS, pod, namespace=namespace)
+        created = self.write_status(PODS, created, pending_pod_status(created, self.clock.timestamp()))
+        name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+        schedule_pod(self, namespace, name, STARTUP, lambda: self._start(namespace, name, uid))
+        return created
+
+    def _current(self, namespace: str, name: str, uid: str, phase: str) -> dict | None:
+        try:
+            pod = self.store.get(PODS, name, namespace=namespace)
+        except ApiError as err:
+            if err.code == 404:
+                return None
+            raise
+        if pod["metadata"]["uid"] != uid or pod["metadata"].get("deletionTimestamp") or _phase(pod) != phase:
+            return None
+        return pod
+
+    def _start(self, namespace: str, name: str, uid: str) -> None:
+        pod = self._current(namespace, name, uid, "Pending")
+        if pod is None:
+            return
+        pod = self.write_status(PODS, pod, running_pod_status(pod, self.clock.timestamp()))
+        containers = pod["spec"].get("containers") or [{}]
+        run = container_run(containers[0])
+        for line in run.output:
+            self.logs.append(namespace, name, containers[0].get("name", ""), line)
+        if run.seconds != float("inf"):
+            self.call_after(run.seconds, lambda: self._terminate(namespace, name, uid, run.exit_code))
+
+    def _terminate(self, namespace: str, name: str, uid: str, exit_code: int) -> None:
+        pod = self._current(namespace, name, uid, "Running")
+        if pod is None:
+            return
+        self.logs.close(namespace, name)
+        now = self.clock.timestamp()
+        status = copy.deepcopy(pod.get("status") or {})
+        status["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+        for condition in status.get("conditions") or []:
+            if condition["type"] in ("Ready", "ContainersReady"):
+                condition.update({"status": "False", "reason": "PodCompleted", "lastTransitionTime": now})
+        for container in status.get("containerStatuses") or []:
+            started = (container.get("state") or {}).get("running", {}).get("startedAt", now)
+            container.update(ready=False, started=False)
+            container["state"] = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": "Completed" if exit_code == 0 else "Error",
+                    "startedAt": started,
+                    "finishedAt": now,
+                }
+            }
+        self.write_status(PODS, pod, status)
+
+    def _delete_pod(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        with contextlib.suppress(ApiError):
+            self.store.delete(PODS, meta["name"], namespace=meta["namespace"])
+        self.logs.close(meta["namespace"], meta["name"])

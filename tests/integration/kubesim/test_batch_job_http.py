@@ -1,0 +1,108 @@
+"""batch/v1 Jobs over HTTP with the ``kubernetes`` client: served and validated by the API server, run by
+the Job controller, queued, admitted and evicted by Kueue's batch/job integration."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+from kubesim.testing import run_kubesim
+from tests.integration.kubesim.test_kueue_http import KUEUE, condition, eventually, queues
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with run_kubesim(time_scale=200) as sim:
+        yield sim
+
+
+@pytest.fixture(scope="module")
+def api(sim):
+    return config.new_client_from_config(config_file=sim.kubeconfig)
+
+
+@pytest.fixture
+def namespace(api, request):
+    name = request.node.name.replace("_", "-")[:40].strip("-")
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+    return name
+
+
+def job(name: str, command: str, *, queue: str | None = "q", restart_policy: str | None = "Never") -> dict:
+    pod_spec = {
+        "containers": [
+            {
+                "name": "base",
+                "image": "busybox",
+                "command": ["sh", "-c", command],
+                "resources": {"requests": {"cpu": "1"}},
+            }
+        ]
+    }
+    if restart_policy:
+        pod_spec["restartPolicy"] = restart_policy
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"template": {"spec": pod_spec}}}
+
+
+def test_the_api_server_refuses_a_job_whose_pods_restart_always(api, namespace):
+    with pytest.raises(ApiException) as refused:
+        client.BatchV1Api(api).create_namespaced_job(namespace, job("pi", "sleep 1", restart_policy=None))
+    assert refused.value.status == 422
+    assert json.loads(refused.value.body)["message"] == (
+        'Job.batch "pi" is invalid: spec.template.spec.restartPolicy: Unsupported value: "Always": '
+        'supported values: "OnFailure", "Never"'
+    )
+
+
+def test_a_queued_job_is_admitted_onto_its_flavor_and_completes(api, namespace):
+    custom = client.CustomObjectsApi(api)
+    queues(custom, namespace, f"{namespace}-cq", flavor_labels={"pool": "cpu"})
+    batch = client.BatchV1Api(api)
+    created = batch.create_namespaced_job(namespace, job("pi", "echo done; sleep 5"))
+    assert created.spec.suspend is True
+
+    stream = watch.Watch()
+    seen = []
+    for event in stream.stream(batch.list_namespaced_job, namespace, timeout_seconds=20):
+        job_ = event["object"]
+        seen.append((job_.spec.suspend, [c.type for c in job_.status.conditions or [] if c.status == "True"]))
+        if "Complete" in seen[-1][1]:
+            stream.stop()
+    assert seen[0][0] is True and seen[-1] == (False, ["SuccessCriteriaMet", "Complete"])
+
+    done = batch.read_namespaced_job_status("pi", namespace)
+    assert done.spec.template.spec.node_selector == {"pool": "cpu"}
+    assert done.status.succeeded == 1 and done.status.completion_time is not None
+
+    def finished():
+        workload = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"][0]
+        return workload if condition(workload, "Finished") else False
+
+    workload = eventually(finished)
+    assert workload["metadata"]["name"].startswith("job-pi-")
+    assert condition(workload, "Finished")["reason"] == "Succeeded"
+
+
+def test_deactivating_the_workload_suspends_the_job_and_deletes_its_pods(api, namespace):
+    custom = client.CustomObjectsApi(api)
+    queues(custom, namespace, f"{namespace}-cq", flavor_labels={"pool": "cpu"})
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    batch.create_namespaced_job(namespace, job("forever", "sleep infinity"))
+    eventually(lambda: batch.read_namespaced_job_status("forever", namespace).status.ready == 1)
+    workload = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"][0]
+    custom.patch_namespaced_custom_object(
+        *KUEUE, namespace, "workloads", workload["metadata"]["name"], {"spec": {"active": False}}
+    )
+
+    def stopped():
+        current = batch.read_namespaced_job_status("forever", namespace)
+        assert current.spec.suspend is True and not core.list_namespaced_pod(namespace).items
+        return current
+
+    current = eventually(stopped)
+    assert current.spec.template.spec.node_selector is None
+    assert any(c.type == "Suspended" and c.status == "True" for c in current.status.conditions)
