@@ -6,6 +6,7 @@ awaits) returns the completed Job."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
 from kubernetes.client import models as k8s
@@ -53,9 +54,17 @@ def test_the_providers_hooks_submit_a_kueue_job_and_wait_for_it_to_complete(queu
         "SuccessCriteriaMet",
         "Complete",
     ]
-    workload = queues.workload(created.metadata.uid)
+    # Kueue marks the Workload finished once it has seen the Job complete: a moment after, not with it.
+    deadline = time.monotonic() + 10
+    while True:
+        workload = queues.workload(created.metadata.uid)
+        status = (workload or {}).get("status") or {}
+        conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        if conditions.get("Finished") == "True" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert workload["metadata"]["name"].startswith(f"job-{name}-")
-    assert {c["type"]: c["status"] for c in workload["status"]["conditions"]}["Finished"] == "True"
+    assert conditions.get("Finished") == "True", conditions
     pods = queues.core.list_namespaced_pod(queues.namespace, label_selector=f"job-name={name}").items
     assert [p.status.phase for p in pods] == ["Succeeded"]
     log = queues.core.read_namespaced_pod_log(
