@@ -38,7 +38,6 @@ hook is imported inside the methods that call the API.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from dataclasses import dataclass
@@ -222,8 +221,6 @@ class RayJobTrigger(WaitTrigger):
             self.queue,
             self.priority,
         )
-        if self.end_in_triggerer and self.task_instance is not None:
-            warm_xcom_channel(self.task_instance)
         from kueue_ray.hub import HUB
 
         # Spread over one shared visibility read's freshness: the checks of tasks queued together still
@@ -445,35 +442,3 @@ def _xcom_coordinates(ti: Any) -> dict[str, Any]:
         "run_id": ti.run_id,
         "map_index": -1 if map_index is None else map_index,
     }
-
-
-_warming: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
-"""The warm-up read of ``warm_xcom_channel``, per event loop (one per triggerer process)."""
-
-
-def warm_xcom_channel(ti: Any) -> None:
-    """Make the triggerer ready to store XComs before the first success needs it, once per process.
-
-    Airflow's triggerer supervisor builds its in-process Execution API client (the one XComs are stored
-    through) on the first request that needs it. That takes 2-4 s of its loop, which serves no trigger
-    meanwhile. When connections come from the environment or a secrets backend, nothing asks for it
-    before the first task ends here, and that task's success would wait for it. A wait that may end here
-    starts one XCom read in the background, so the client is built while tasks are still waiting. A
-    failed read is harmless: the pushes at the end ask again.
-    """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # not in a triggerer's loop: nothing to warm
-        return
-    if loop in _warming:
-        return
-    for stale in [other for other in _warming if other.is_closed()]:
-        del _warming[stale]
-    _warming[loop] = loop.create_task(_read_one_xcom(ti))
-
-
-async def _read_one_xcom(ti: Any) -> None:
-    from airflow.sdk.execution_time.xcom import XCom
-
-    with contextlib.suppress(Exception):  # only a warm-up
-        await XCom.aget_one(key="return_value", **_xcom_coordinates(ti))

@@ -247,33 +247,3 @@ def test_the_xcoms_of_a_success_are_stored_together_not_one_round_trip_after_ano
     trigger._log_tail = lambda subscription, lines: asyncio.sleep(0, "the driver said hello")
     assert isinstance(asyncio.run(end()), TaskSuccessEvent)
     assert {message.key for message in supervisor.sent} == {"timeline", "rayjob", "return_value"}
-
-
-def test_a_wait_that_may_end_in_the_triggerer_readies_the_xcom_channel_once_per_process(monkeypatch):
-    """Airflow's triggerer builds what stores XComs on the first request needing it (seconds of its loop):
-    the first wait that may end there asks early, so the first success does not wait for it."""
-    from airflow.sdk.execution_time.comms import GetXCom
-
-    comms = Comms()
-    monkeypatch.setattr("airflow.sdk.execution_time.task_runner.SUPERVISOR_COMMS", comms, raising=False)
-
-    def trigger(end_in_triggerer):
-        made = RayJobTrigger(
-            name=EVENT["name"],
-            namespace="ml",
-            uid="uid-1",
-            end_in_triggerer=TriggerEnding().to_dict() if end_in_triggerer else None,
-        )
-        made.task_instance = TI()
-        return made
-
-    async def start(*triggers):
-        for each in triggers:
-            each.start()
-        await asyncio.sleep(0.05)
-        return [message for message in comms.sent if isinstance(message, GetXCom)]
-
-    assert asyncio.run(start(trigger(False))) == []
-    reads = asyncio.run(start(trigger(True), trigger(True)))
-    assert len(reads) == 1
-    assert (reads[0].dag_id, reads[0].task_id, reads[0].run_id) == ("pipe", "train", "manual__1")
