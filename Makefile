@@ -23,11 +23,15 @@ airflow: venv
 	@$(BIN)/python -m devtools.cli $(ARGS)
 
 # Two runs: the tests without an Airflow of their own on both cores (each xdist worker starts its own
-# kubesim), then the browser and e2e sessions one at a time, each a real Airflow that needs the machine.
+# kubesim), then the browser and e2e tests in two xdist groups side by side (tests/conftest.py): the
+# browser tests and test_00's `make run` starts one after another in one worker, the e2e session's shared
+# Airflow in the other. Their Airflows mostly wait on simulated time, so two at once fit on two cores.
+E2E_PYTEST := $(BIN)/python -m pytest -n 2 --dist loadgroup tests/browser tests/e2e
+
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
-	$(BIN)/python -m pytest tests/browser tests/e2e
+	$(E2E_PYTEST)
 
 demo: venv
 	$(BIN)/python -m devtools.demo
@@ -36,7 +40,7 @@ demo: venv
 test-full: venv
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
-	E2E_FULL=1 $(BIN)/python -m pytest tests/browser tests/e2e
+	E2E_FULL=1 $(E2E_PYTEST)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -1,5 +1,6 @@
 """Test-wide setup: Airflow without its examples; mark tests by the folder they live in (unit /
-integration / browser / e2e)."""
+integration / browser / e2e), and put the browser and e2e tests in two xdist groups that can run side by
+side (`make test`: ``pytest -n 2 --dist loadgroup tests/browser tests/e2e``)."""
 
 import os
 from pathlib import Path
@@ -14,11 +15,41 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CLUSTER_REQUEST_LOGS = pytest.StashKey[list]()
 """kubesim request-log records of test packages that run a kubesim of their own (tests/browser), so the
-RBAC test (tests/e2e/test_08_security.py) judges every call the project made in the session."""
+RBAC test (tests/e2e/test_08_security.py) judges every call the project made in the session. The browser
+package writes them to ``BROWSER_REQUEST_LOG`` in ``run_directory`` when it ends: the RBAC test may run in
+another xdist worker."""
+
+BROWSER_REQUEST_LOG = "browser-cluster-requests.json"
+
+OWN_AIRFLOWS = "airflows-of-their-own"
+SHARED_AIRFLOW = "shared-e2e-airflow"
+"""The two xdist groups of the browser and e2e tests. The browser tests and test_00 (`make run`) each start
+Airflows of their own, one after another; every other e2e module shares the e2e session's Airflow. Each
+group runs in one worker, in file order, so at most two Airflows run at once. Most of an e2e test's time
+is waiting for simulated time and Airflow's loops with the CPU idle, so the two groups fit on two cores."""
 
 
+def xdist_group(parts: tuple[str, ...]) -> str | None:
+    if parts[0] == "browser" or parts[:2] == ("e2e", "test_00_make_run.py"):
+        return OWN_AIRFLOWS
+    if parts[0] == "e2e":
+        return SHARED_AIRFLOW
+    return None
+
+
+def run_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory every process of this pytest run shares: its base temp directory (an xdist worker's
+    own base temp is a subdirectory of it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker names the items by their group
 def pytest_collection_modifyitems(items):
     for item in items:
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
         if parts and parts[0] in ("unit", "integration", "browser", "e2e"):
             item.add_marker(getattr(pytest.mark, parts[0]))
+            group = xdist_group(parts)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))

@@ -12,8 +12,9 @@ its teams tell DAGs apart, by DAG bundle. So this Airflow runs in multi-team mod
 A team's deferred tasks are run by a triggerer of that team, so one ``airflow triggerer --team-name
 ml-platform`` runs beside the standalone's own.
 
-The fixtures are package-scoped and testpaths (pyproject.toml) runs this package before tests/e2e, so this
-Airflow is stopped before the e2e session starts its own: the two never run at the same time on the 2-core machine.
+The fixtures are package-scoped. `make test` runs this package and tests/e2e/test_00_make_run.py in one xdist
+worker, one after the other, beside the e2e session's shared Airflow in the other worker
+(tests/conftest.py: ``OWN_AIRFLOWS``), so at most two Airflows run at once on the 2-core machine.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from devtools.airflow import ROOT, airflow_environment, free_port, start_airflow
 from devtools.chromium import Browser, ChromiumUnavailable, ensure_chromium
 from devtools.kubesim_process import KUEUE_MANIFESTS, start_kubesim
 from devtools.postgres import metadata_database
-from tests.conftest import CLUSTER_REQUEST_LOGS
+from tests.conftest import BROWSER_REQUEST_LOG, CLUSTER_REQUEST_LOGS, run_directory
 from tests.e2e.harness import E2E
 
 BROWSER_DIR = Path(__file__).resolve().parent
@@ -65,6 +66,18 @@ def chromium_binaries():
         return ensure_chromium()
     except ChromiumUnavailable as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _hand_the_request_log_to_the_rbac_test(request, tmp_path_factory):
+    """When the package ends, write what ``keep_request_log`` kept to ``BROWSER_REQUEST_LOG`` (an empty
+    list if no kubesim ran) for tests/e2e/test_08_security.py, which may run in another xdist worker.
+    Written whole and renamed into place: the RBAC test reads it as soon as it exists."""
+    yield
+    path = run_directory(tmp_path_factory) / BROWSER_REQUEST_LOG
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(request.config.stash.get(CLUSTER_REQUEST_LOGS, [])))
+    partial.rename(path)
 
 
 @pytest.fixture(scope="package")

@@ -5,8 +5,9 @@ The first start reaches a healthy UI, every shipped DAG's first run succeeds aga
 third start in the same checkout are healthy too, over the first one's leftovers. A taken port, or
 kubesim exiting, stops `make run` within seconds with the reason and that part's log.
 
-This module runs first (test_00), before the session's shared Airflow of the other e2e tests starts, so
-the machine runs one Airflow at a time. `make run` runs with TIME_SCALE=10 here.
+This module starts no Airflow but `make run`'s; `make test` runs it after the browser tests in their xdist
+worker, beside the other e2e tests' shared Airflow (tests/conftest.py: ``OWN_AIRFLOWS``), so at most two
+Airflows run at once. `make run` runs with TIME_SCALE=10 here.
 """
 
 from __future__ import annotations

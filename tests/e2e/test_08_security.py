@@ -8,18 +8,20 @@ their own, where the Kueue pages are viewed; its request log is judged here too.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from devtools.kubesim_process import KUEUE_MANIFESTS
-from tests.conftest import CLUSTER_REQUEST_LOGS
+from tests.conftest import BROWSER_REQUEST_LOG, run_directory
+from tests.e2e.harness import wait_until
 
 CLUSTER_SCOPED = {"clusterqueues", "workloadpriorityclasses", "cohorts", "resourceflavors", "namespaces"}
 ALL_ITEMS = {path.stem[:7] for path in Path(__file__).parent.glob("test_0[1-7]_*.py")}
 """The e2e modules that run before this one and exercise the rights; `make demo`'s walkthrough runs in the
-browser tests, whose requests are counted too (``CLUSTER_REQUEST_LOGS``)."""
+browser tests, whose requests are counted too (their package writes them to ``BROWSER_REQUEST_LOG``)."""
 
 
 def granted() -> set[tuple[str, str, str]]:
@@ -49,9 +51,20 @@ def exercised(records: list[dict]) -> set[tuple[str, str, str]]:
     return rights
 
 
-def test_rbac_grants_exactly_what_the_project_used(e2e, request):
+def browser_request_log(request, tmp_path_factory) -> list[dict]:
+    """The browser tests' kubesim request log, when they are in this run. `make test` runs them in the
+    other xdist worker at the same time as this module: wait until their package has ended and written it."""
+    if not any(item.get_closest_marker("browser") for item in request.session.items):
+        return []
+    path = run_directory(tmp_path_factory) / BROWSER_REQUEST_LOG
+    wait_until(path.exists, timeout=1100, interval=2, what=f"the browser tests to end and write {path}")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.timeout(1200)  # may wait for the browser tests running beside this module
+def test_rbac_grants_exactly_what_the_project_used(e2e, request, tmp_path_factory):
     e2e.collect_requests()
-    browser_requests = request.config.stash.get(CLUSTER_REQUEST_LOGS, [])
+    browser_requests = browser_request_log(request, tmp_path_factory)
     used = exercised(e2e.requests + browser_requests)
     allowed = granted()
 
