@@ -23,18 +23,37 @@ BROWSER_REQUEST_LOG = "browser-cluster-requests.json"
 
 OWN_AIRFLOWS = "airflows-of-their-own"
 SHARED_AIRFLOW = "shared-e2e-airflow"
-"""The two xdist groups of the browser and e2e tests. The browser tests and test_00 (`make run`) each start
-Airflows of their own, one after another; every other e2e module shares the e2e session's Airflow. Each
-group runs in one worker, in file order, so at most two Airflows run at once. Most of an e2e test's time
-is waiting for simulated time and Airflow's loops with the CPU idle, so the two groups fit on two cores."""
+"""The two groups of the browser and e2e tests under `--dist loadgroup`. The browser tests and test_00
+(`make run`) each start Airflows of their own, one after another; every other e2e module shares the e2e
+session's Airflow. Each group runs in one worker, in file order, so at most two Airflows run at once. Most
+of an e2e test's time is waiting for simulated time and Airflow's loops with the CPU idle, so the two
+groups fit on two cores."""
 
 
-def xdist_group(parts: tuple[str, ...]) -> str | None:
-    if parts[0] == "browser" or parts[:2] == ("e2e", "test_00_make_run.py"):
+def xdist_group(nodeid: str) -> str | None:
+    """The group of a browser or e2e test (by its path, e.g. ``tests/e2e/test_00_make_run.py::test_x``)."""
+    parts = Path(nodeid.split("::", 1)[0]).parts
+    if parts[:2] == ("tests", "browser") or parts[:3] == ("tests", "e2e", "test_00_make_run.py"):
         return OWN_AIRFLOWS
-    if parts[0] == "e2e":
+    if parts[:2] == ("tests", "e2e"):
         return SHARED_AIRFLOW
     return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` with the groups of ``xdist_group``, given by path. (xdist 3.8 names an item by
+    its ``xdist_group`` mark through ``Node._nodeid``, which pytest 9 no longer reads: its own loadgroup
+    would scatter a group over both workers, each starting the group's Airflows.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class PathGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid) or super()._split_scope(nodeid)
+
+    return PathGroupScheduling(config, log)
 
 
 def run_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -44,12 +63,8 @@ def run_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker names the items by their group
 def pytest_collection_modifyitems(items):
     for item in items:
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
         if parts and parts[0] in ("unit", "integration", "browser", "e2e"):
             item.add_marker(getattr(pytest.mark, parts[0]))
-            group = xdist_group(parts)
-            if group is not None:
-                item.add_marker(pytest.mark.xdist_group(group))
