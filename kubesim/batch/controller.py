@@ -259,8 +259,11 @@ class JobController:
             self.logs.append(namespace, name, container.get("name", ""), line)
 
         async def container_process() -> None:
+            exit_code = 1
             try:
                 exit_code = await process(write_log)
+            except Exception:  # a crashing program is a container that exits non-zero, nothing worse
+                log.exception("the container of pod %s/%s crashed", namespace, name)
             finally:
                 self.logs.close(namespace, name)
             self._terminate(namespace, name, uid, exit_code)

@@ -339,3 +339,51 @@ def test_default_local_queue_labels_a_job_unless_its_controller_owner_is_a_kind_
     assert default_queue_label(cron) == "default"
     assert cron["spec"]["suspend"] is True
     assert default_queue_label(job()) == "default"
+
+
+def test_a_queued_job_under_a_queued_rayjob_gets_no_workload_but_under_an_unqueued_one_it_does():
+    head = {"rayStartParams": {}, "template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}}
+
+    def rayjob(name: str, queue: str | None) -> dict:
+        labels = {jobs.QUEUE_LABEL: queue} if queue else {}
+        spec = {
+            "entrypoint": "x",
+            "shutdownAfterJobFinishes": True,
+            "rayClusterSpec": {"headGroupSpec": head},
+        }
+        return {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayJob",
+            "metadata": {"name": name, "labels": labels},
+            "spec": spec,
+        }
+
+    def child_of(owner: dict) -> dict:
+        child = job(f"{owner['metadata']['name']}-child", queue="user-queue", command="sleep infinity")
+        child["metadata"]["ownerReferences"] = [
+            {
+                **{k: owner[k] for k in ("apiVersion", "kind")},
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+        return child
+
+    def workload_owners(cluster: Cluster) -> set[str]:
+        found, _ = cluster.store.list(WORKLOADS, namespace=NS)
+        return {w["metadata"]["ownerReferences"][0]["name"] for w in found}
+
+    async def body(cluster: Cluster) -> None:
+        queued = cluster.store.create("rayjobs.ray.io", rayjob("queued", "user-queue"), namespace=NS)
+        unqueued = cluster.store.create("rayjobs.ray.io", rayjob("unqueued", None), namespace=NS)
+        under_queued = cluster.store.create(JOBS, child_of(queued), namespace=NS)
+        under_unqueued = cluster.store.create(JOBS, child_of(unqueued), namespace=NS)
+        assert under_queued["spec"]["suspend"] is False  # Kueue admits its RayJob, not it
+        assert under_unqueued["spec"]["suspend"] is True
+        await until(
+            lambda: "unqueued-child" in workload_owners(cluster), "the unqueued RayJob's child queued"
+        )
+        assert workload_owners(cluster) == {"queued", "unqueued-child"}
+
+    run(body, kueue=True)
