@@ -64,6 +64,11 @@ class Cluster:
         # it runs before any controller's admission hook and even without controllers.
         self.store.add_admission_hook(job_strategy)
         self.logs = PodLogs()
+        # Programs the kubelet can run in a container besides what its command line says by itself
+        # (``kubesim.batch.container``): each takes (pod, container) and returns the container's process,
+        # an ``async (log) -> exit code``, or None when the container is not its program. Controller
+        # modules add the programs of the images they simulate (KubeRay: the ray CLI its submitter runs).
+        self.container_programs: list[Callable] = []
         self.aggregated_apis: dict[tuple[str, str], AggregatedApi] = {}
         self.controllers = tuple(controllers)
         self._tasks: list[asyncio.Task] = []

@@ -13,10 +13,11 @@ de-duplicating queue, and one reconcile reads the Job and its pods and writes wh
   1.31 and later write both).
 * ``status.active`` / ``ready`` / ``succeeded`` / ``failed`` count the pods.
 
-Pods go Pending → Running → Succeeded/Failed through kubesim's scheduler and kubelet
-(``kubesim.kuberay.kubelet``); how long a container runs and how it ends is its command
-(``kubesim.batch.container``). KubeRay's submitter Jobs are left to ``kubesim.kuberay.submitter``, whose
-container follows the simulated Ray dashboard.
+Every Job is run so, KubeRay's submitter Job of a RayJob too. Pods go Pending → Running →
+Succeeded/Failed through kubesim's scheduler and kubelet (``kubesim.kuberay.kubelet``); what the container
+does is a process: a program some controller module offers for it (``Cluster.container_programs``: the
+ray CLI of the submitter, which follows the simulated Ray dashboard), else what its command line says
+(``kubesim.batch.container``). The process dies with its pod.
 """
 
 from __future__ import annotations
@@ -25,21 +26,21 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from kubesim.batch.container import STARTUP, container_run
 from kubesim.batch.strategy import CONTROLLER_UID, JOBS
-from kubesim.clock import parse_time
 from kubesim.errors import ApiError
 from kubesim.kuberay.kubelet import pending_pod_status, running_pod_status, schedule_pod
+from kubesim.watch import WatchEvent
+from kubesim.workqueue import Moments, Timers, WorkQueue
 
 log = logging.getLogger("kubesim.batch")
 
 PODS = "pods"
-KUBERAY_CREATED_BY = ("app.kubernetes.io/created-by", "kuberay-operator")
 BACKOFF_BASE = 10.0
-COMPONENT = "job-controller"
 Key = tuple[str, str]
+Process = Callable[[Callable[[str], None]], Awaitable[int]]
 
 
 def _condition(kind: str, status: str, reason: str, message: str, now: str) -> dict:
@@ -78,80 +79,36 @@ class JobController:
         self.store = cluster.store
         self.clock = cluster.clock
         self.logs = cluster.logs
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._queued: set[Key] = set()
-        self._timers: set[asyncio.TimerHandle] = set()
+        self.programs = cluster.container_programs
+        self.timers = Timers(self.clock, log)
+        self.call_after = self.timers.call_after  # what kuberay.kubelet needs, with write_status
+        self.moments = Moments(self.clock)
+        self.queue: WorkQueue[Key] = WorkQueue(lambda key: self.reconcile(*key), self.timers, log)
+        self._processes: dict[str, asyncio.Task] = {}
 
     def install(self) -> None:
         """The Job strategy is the API server's (``Cluster`` registers it); nothing to install."""
 
-    # -- the loop ----------------------------------------------------------------------------
-    def enqueue(self, key: Key) -> None:
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
-
     async def run(self) -> None:
-        tasks = [
-            asyncio.create_task(self._watch(JOBS, self._on_job)),
-            asyncio.create_task(self._watch(PODS, self._on_pod)),
-            asyncio.create_task(self._work()),
-        ]
         try:
-            await asyncio.gather(*tasks)
+            await self.queue.run(self.store, {JOBS: self._on_job, PODS: self._on_pod})
         finally:
-            for task in tasks:
+            self.timers.close()
+            for task in list(self._processes.values()):
                 task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            for handle in self._timers:
-                handle.cancel()
 
-    async def _watch(self, key: str, handler: Callable[[dict], None]) -> None:
-        watcher = self.store.watch(key, copy_objects=False)
-        try:
-            async for event in watcher:
-                if event.type in ("ADDED", "MODIFIED", "DELETED"):
-                    handler(event.object)
-        finally:
-            watcher.close()
+    def _on_job(self, event: WatchEvent) -> None:
+        meta = event.object["metadata"]
+        self.queue.enqueue((meta["namespace"], meta["name"]))
 
-    def _on_job(self, job: dict) -> None:
-        self.enqueue((job["metadata"]["namespace"], job["metadata"]["name"]))
-
-    def _on_pod(self, pod: dict) -> None:
-        for ref in pod["metadata"].get("ownerReferences") or []:
+    def _on_pod(self, event: WatchEvent) -> None:
+        meta = event.object["metadata"]
+        for ref in meta.get("ownerReferences") or []:
             if ref.get("controller") and ref.get("kind") == "Job":
-                self.enqueue((pod["metadata"]["namespace"], ref["name"]))
-
-    async def _work(self) -> None:
-        while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            try:
-                self.reconcile(*key)
-            except ApiError as err:
-                if err.code not in (404, 409):
-                    log.exception("job %s/%s", *key)
-                self.call_after(0.1, lambda key=key: self.enqueue(key))
-            except Exception:
-                log.exception("job %s/%s", *key)
-
-    # -- what kuberay.kubelet needs --------------------------------------------------------------
-    def call_after(self, simulated_seconds: float, action: Callable[[], None]) -> None:
-        loop = asyncio.get_running_loop()
-        handle: asyncio.TimerHandle | None = None
-
-        def fire() -> None:
-            self._timers.discard(handle)
-            try:
-                action()
-            except Exception:  # a timer must never take the event loop down with it
-                log.exception("job controller timer failed")
-
-        handle = loop.call_later(max(0.0, self.clock.real_seconds(simulated_seconds)), fire)
-        self._timers.add(handle)
+                if event.type == "DELETED":  # the kubelet kills the container and its log goes with it
+                    self._kill(meta["uid"])
+                    self.logs.forget(meta["namespace"], meta["name"])
+                self.queue.enqueue((meta["namespace"], ref["name"]))
 
     def write_status(self, key: str, obj: dict, status: dict) -> dict:
         body = dict(obj)
@@ -167,8 +124,7 @@ class JobController:
                 return
             raise
         meta = job["metadata"]
-        labels = meta.get("labels") or {}
-        if meta.get("deletionTimestamp") or labels.get(KUBERAY_CREATED_BY[0]) == KUBERAY_CREATED_BY[1]:
+        if meta.get("deletionTimestamp"):
             return
         pods, _ = self.store.list(PODS, namespace=namespace, label_selector=f"{CONTROLLER_UID}={meta['uid']}")
         pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -216,7 +172,7 @@ class JobController:
                 missing = wanted - len(active)
                 wait = self._backoff(pods, failed) if missing > 0 else 0.0
                 if wait > 0:
-                    self.call_after(wait, lambda: self.enqueue((namespace, name)))
+                    self.queue.requeue_after((namespace, name), wait)
                 else:
                     active += [self._create_pod(job) for _ in range(max(0, missing))]
         status["active"] = len(active)
@@ -238,14 +194,14 @@ class JobController:
         if not failed:
             return 0.0
         finished = [
-            s["state"]["terminated"]["finishedAt"]
+            (p["metadata"]["uid"], s["state"]["terminated"]["finishedAt"])
             for p in pods
             for s in (p.get("status") or {}).get("containerStatuses") or []
             if "terminated" in (s.get("state") or {})
         ]
         if not finished:
             return 0.0
-        elapsed = self.clock.simulated_since(parse_time(max(finished)))
+        elapsed = min(self.moments.simulated_since(uid, "finishedAt", at) for uid, at in finished)
         return BACKOFF_BASE * 2 ** (failed - 1) - elapsed
 
     # -- pods ----------------------------------------------------------------------------------------
@@ -296,19 +252,52 @@ class JobController:
         if pod is None:
             return
         pod = self.write_status(PODS, pod, running_pod_status(pod, self.clock.timestamp()))
-        containers = pod["spec"].get("containers") or [{}]
-        run = container_run(containers[0])
-        for line in run.output:
-            self.logs.append(namespace, name, containers[0].get("name", ""), line)
-        if run.seconds != float("inf"):
-            self.call_after(run.seconds, lambda: self._terminate(namespace, name, uid, run.exit_code))
+        container = (pod["spec"].get("containers") or [{}])[0]
+        process = self._process(pod, container)
+
+        def write_log(line: str) -> None:
+            self.logs.append(namespace, name, container.get("name", ""), line)
+
+        async def container_process() -> None:
+            exit_code = 1
+            try:
+                exit_code = await process(write_log)
+            except Exception:  # a crashing program is a container that exits non-zero, nothing worse
+                log.exception("the container of pod %s/%s crashed", namespace, name)
+            finally:
+                self.logs.close(namespace, name)
+            self._terminate(namespace, name, uid, exit_code)
+
+        task = asyncio.get_running_loop().create_task(container_process())
+        self._processes[uid] = task
+        task.add_done_callback(lambda _: self._processes.pop(uid, None))
+
+    def _process(self, pod: dict, container: dict) -> Process:
+        """The program some controller module offers for this container, else its command line's."""
+        for program in self.programs:
+            process = program(pod, container)
+            if process is not None:
+                return process
+        run = container_run(container)
+
+        async def command(write_log: Callable[[str], None]) -> int:
+            for line in run.output:
+                write_log(line)
+            await self.clock.sleep(run.seconds)
+            return run.exit_code
+
+        return command
+
+    def _kill(self, uid: str) -> None:
+        task = self._processes.pop(uid, None)
+        if task:
+            task.cancel()
 
     def _terminate(self, namespace: str, name: str, uid: str, exit_code: int) -> None:
         pod = self._current(namespace, name, uid, "Running")
         if pod is None:
             return
-        self.logs.close(namespace, name)
-        now = self.clock.timestamp()
+        now = self.moments.stamp(uid, "finishedAt")
         status = copy.deepcopy(pod.get("status") or {})
         status["phase"] = "Succeeded" if exit_code == 0 else "Failed"
         for condition in status.get("conditions") or []:
@@ -329,6 +318,7 @@ class JobController:
 
     def _delete_pod(self, pod: dict) -> None:
         meta = pod["metadata"]
+        self._kill(meta["uid"])
         with contextlib.suppress(ApiError):
             self.store.delete(PODS, meta["name"], namespace=meta["namespace"])
         self.logs.close(meta["namespace"], meta["name"])

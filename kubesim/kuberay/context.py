@@ -2,21 +2,21 @@
 
 A reconcile is a plain synchronous function. The store never awaits, so one reconcile reads and
 writes without any other coroutine in between, which is why the reconcilers need no locks. Anything
-that takes time (pods starting, a driver running, a deadline) is a timer that puts a key back on the
-queue, never a loop polling every object.
+that takes time (pods starting, a driver running, a deadline) is a timer (``kubesim.workqueue.Timers``)
+that puts a key back on the queue, never a loop polling every object.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from datetime import datetime
 
-from kubesim.clock import Clock, format_time, parse_time
+from kubesim.clock import Clock
 from kubesim.events import record_event
 from kubesim.kuberay.dashboard import RayDashboards
+from kubesim.workqueue import Moments, Timers
 
 logger = logging.getLogger("kubesim.kuberay")
 
@@ -67,12 +67,12 @@ class Context:
         self.logs = logs
         self.enqueue = enqueue
         self.dashboards = RayDashboards(clock, self._dashboard_changed)
-        self._timers: set[asyncio.TimerHandle] = set()
-        self._processes: dict[str, asyncio.Task] = {}
+        self.timers = Timers(clock, logger)
+        self.call_after = self.timers.call_after
+        self.moments = Moments(clock)
+        self.stamp = self.moments.stamp
+        self.simulated_since = self.moments.simulated_since
         self._armed: set[tuple[Key, str]] = set()
-        # Kubernetes timestamps have whole seconds, far too coarse for simulated durations at a high
-        # --time-scale. We remember the precise moment behind each timestamp we wrote.
-        self._moments: dict[tuple[str, str], tuple[str, datetime]] = {}
         # The RayJob (namespace, name) whose current attempt runs on a cluster, for dashboard callbacks.
         self.cluster_users: dict[tuple[str, str], Key] = {}
         # What KubeRay's RayService controller keeps in memory: the Serve config it submitted to each
@@ -82,31 +82,9 @@ class Context:
         self.cluster_deletions: dict[tuple[str, str], datetime] = {}
 
     # -- time ---------------------------------------------------------------------------------
-    def stamp(self, uid: str, field: str) -> str:
-        """Now as a Kubernetes timestamp for ``field`` of object ``uid``; the precise moment is remembered."""
-        moment = self.clock.now()
-        text = format_time(moment)
-        self._moments[(uid, field)] = (text, moment)
-        return text
-
-    def simulated_since(self, uid: str, field: str, timestamp: str) -> float:
-        """Simulated seconds since ``timestamp``: precise if we wrote it, else from its whole second."""
-        remembered = self._moments.get((uid, field))
-        moment = remembered[1] if remembered and remembered[0] == timestamp else parse_time(timestamp)
-        return self.clock.simulated_since(moment)
-
     def requeue_after(self, key: Key, simulated_seconds: float) -> None:
         """Reconcile ``key`` again once ``simulated_seconds`` have passed."""
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, self.clock.real_seconds(simulated_seconds))
-        handle: asyncio.TimerHandle | None = None
-
-        def fire() -> None:
-            self._timers.discard(handle)
-            self.enqueue(key)
-
-        handle = loop.call_later(delay, fire)
-        self._timers.add(handle)
+        self.call_after(simulated_seconds, lambda: self.enqueue(key))
 
     def requeue_once(self, key: Key, tag: str, simulated_seconds: float) -> None:
         """Like :meth:`requeue_after`, but only the first request per (key, tag) arms a timer."""
@@ -115,38 +93,8 @@ class Context:
         self._armed.add((key, tag))
         self.requeue_after(key, simulated_seconds)
 
-    def call_after(self, simulated_seconds: float, action: Callable[[], None]) -> None:
-        """Run ``action`` (a synchronous store-only step) once ``simulated_seconds`` have passed."""
-        loop = asyncio.get_running_loop()
-        handle: asyncio.TimerHandle | None = None
-
-        def fire() -> None:
-            self._timers.discard(handle)
-            try:
-                action()
-            except Exception:  # a timer must never take the event loop down with it
-                logger.exception("kuberay timer failed")
-
-        handle = loop.call_later(max(0.0, self.clock.real_seconds(simulated_seconds)), fire)
-        self._timers.add(handle)
-
-    def start_process(self, pod_uid: str, process: Coroutine) -> None:
-        """Run a simulated container process; it dies with its pod (see :meth:`kill_process`)."""
-        task = asyncio.get_running_loop().create_task(process)
-        self._processes[pod_uid] = task
-        task.add_done_callback(lambda _: self._processes.pop(pod_uid, None))
-
-    def kill_process(self, pod_uid: str) -> None:
-        task = self._processes.pop(pod_uid, None)
-        if task:
-            task.cancel()
-
     def close(self) -> None:
-        for task in list(self._processes.values()):
-            task.cancel()
-        for handle in self._timers:
-            handle.cancel()
-        self._timers.clear()
+        self.timers.close()
         self.dashboards.close()
 
     # -- events -------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""The simulated kube-scheduler and kubelet for the pods KubeRay's objects own.
+"""The simulated kube-scheduler and kubelet for the pods KubeRay and the Job controller create.
 
-A real cluster places and starts the Ray pods and the submitter Job's pods itself; KubeRay only creates
-them. The RayCluster and submitter reconcilers both hand their pods to ``schedule_pod`` /
-``start_pod_later``, which place them by ``kubesim.scheduling`` and report the statuses a kubelet writes.
+A real cluster places and starts the Ray pods and every Job's pods itself; the controllers only create
+them. The RayCluster reconciler and the Job controller (``kubesim.batch.controller``) hand their pods to
+``schedule_pod`` / ``start_pod_later``, which place them by ``kubesim.scheduling`` and report the
+statuses a kubelet writes. ``ctx`` is either controller: its store, clock, ``write_status`` and
+``call_after``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import uuid
 from collections.abc import Callable
 
 from kubesim.errors import ApiError
-from kubesim.kuberay.context import PODS, Context
+from kubesim.kuberay.context import PODS
 from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
 
 SCHEDULE_RETRY = 10.0  # simulated seconds between two scheduling attempts of an unschedulable pod
@@ -89,9 +91,7 @@ def running_pod_status(pod: dict, now: str) -> dict:
     }
 
 
-def schedule_pod(
-    ctx: Context, namespace: str, pod_name: str, seconds: float, start: Callable[[], None]
-) -> None:
+def schedule_pod(ctx, namespace: str, pod_name: str, seconds: float, start: Callable[[], None]) -> None:
     """The simulated kube-scheduler, then the kubelet: place the pod on a node (``kubesim.scheduling``) and
     run ``start`` ``seconds`` later. A pod no node takes stays Pending (``PodScheduled=False`` /
     ``Unschedulable``) and is tried again every ``SCHEDULE_RETRY`` simulated seconds, as the scheduler
@@ -123,7 +123,7 @@ def schedule_pod(
     attempt()
 
 
-def start_pod_later(ctx: Context, namespace: str, pod_name: str, seconds: float) -> None:
+def start_pod_later(ctx, namespace: str, pod_name: str, seconds: float) -> None:
     """Once scheduled, the simulated kubelet: after ``seconds`` the pod is Running and Ready (unless gone)."""
 
     def start() -> None:

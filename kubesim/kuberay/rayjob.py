@@ -25,7 +25,6 @@ FINALIZER = "ray.io/rayjob-finalizer"
 OPERATOR_MANAGER = "ray.io/kuberay-operator"
 DEPLOYMENT_TERMINAL = ("Complete", "Failed")
 STATUS_CHECK_TIMEOUT = 300.0  # DEFAULT_RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS
-REQUEUE = 3.0  # RayJobDefaultRequeueDuration, for waits on children we do not watch
 
 # How Go marshals an empty RayClusterStatus (quantities print "0", the head struct is not omitted).
 ZERO_CLUSTER_STATUS = {

@@ -1,27 +1,28 @@
-"""The K8sJobMode submitter: the batch Job KubeRay creates, its pods, and what runs inside them.
+"""The K8sJobMode submitter: the batch Job KubeRay creates for a RayJob, and the ray CLI that runs in it.
 
-KubeRay only creates the Job; Kubernetes' Job controller creates pods and a kubelet runs them. kubesim
-has neither, so this module plays both for submitter Jobs (and only those): one pod at a time, a new
-pod after a failed one (backoff 10 s, 20 s, ...) until ``backoffLimit``, then the Job's
-``Complete`` / ``Failed`` conditions that KubeRay reads. The container runs ``ray job submit
---no-wait`` and ``ray job logs --follow`` against the simulated dashboard, so ``kubectl logs
-job/<rayjob>`` shows the submission lines, the driver's progress and the verdict.
+KubeRay only creates the Job (``createNewK8sJob``): owned by the RayJob, ``backoffLimit`` from
+``submitterConfig``, no Kueue queue label (Kueue admits the RayJob, never its submitter). The cluster's Job
+controller (``kubesim.batch.controller``) makes its pods, replaces failed ones after its backoff until
+``backoffLimit`` and writes the ``Complete`` / ``Failed`` conditions KubeRay reads. What its container
+runs is the Ray image's ``ray job submit --no-wait`` and ``ray job logs --follow`` against the simulated
+dashboard (``ray_job_cli``, a program the kubelet runs), so ``kubectl logs job/<rayjob>`` shows the
+submission lines, the driver's progress and the verdict.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Awaitable, Callable
 
+from kubesim.batch.container import shell_line
+from kubesim.batch.strategy import JOB_NAME
 from kubesim.errors import ApiError
-from kubesim.kuberay.context import CREATED_BY, JOBS, OPERATOR, PODS, RAYJOBS, Context, owner_reference
+from kubesim.kuberay.context import CREATED_BY, JOBS, OPERATOR, RAYJOBS, Context, owner_reference
 from kubesim.kuberay.dashboard import Behaviour
-from kubesim.kuberay.kubelet import pending_pod_status, running_pod_status, schedule_pod
 
 SUBMITTER_CONTAINER = "ray-job-submitter"
-CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
-JOB_NAME = "batch.kubernetes.io/job-name"
-POD_START = 1.0  # simulated seconds from pod creation to a running submitter container
-BACKOFF_BASE = 10.0  # the Job controller's pod failure backoff, doubled per failure
+RAY_JOB_COMMANDS = ("ray job submit", "ray job logs")
+Process = Callable[[Callable[[str], None]], Awaitable[int]]
 
 
 def submitter_labels(rayjob_name: str) -> dict[str, str]:
@@ -73,7 +74,7 @@ def submitter_template(rayjob: dict, head_image: str) -> dict:
 
 
 def create_submitter_job(ctx: Context, rayjob: dict, head_image: str) -> dict:
-    """``createNewK8sJob``, plus the selector and pod labels the API server adds to every Job."""
+    """``createNewK8sJob``; the API server adds the selector and the pod labels, as to every Job."""
     name = rayjob["metadata"]["name"]
     namespace = rayjob["metadata"]["namespace"]
     backoff_limit = ((rayjob.get("spec") or {}).get("submitterConfig") or {}).get("backoffLimit", 2)
@@ -93,143 +94,26 @@ def create_submitter_job(ctx: Context, rayjob: dict, head_image: str) -> dict:
             "template": submitter_template(rayjob, head_image),
         },
     }
-    created = ctx.store.create(JOBS, job, namespace=namespace)
-    uid = created["metadata"]["uid"]
-    created["spec"]["selector"] = {"matchLabels": {CONTROLLER_UID: uid}}
-    created["spec"]["template"]["metadata"]["labels"].update(
-        {CONTROLLER_UID: uid, JOB_NAME: name, "controller-uid": uid, "job-name": name}
-    )
-    return ctx.store.update(JOBS, created)
+    return ctx.store.create(JOBS, job, namespace=namespace)
 
 
-# -- the Job controller (for submitter Jobs) -------------------------------------------------------
-def _finished(pod: dict) -> str | None:
-    phase = (pod.get("status") or {}).get("phase")
-    return phase if phase in ("Succeeded", "Failed") else None
+# -- the ray CLI in the submitter container --------------------------------------------------------
+def ray_job_cli(ctx: Context) -> Callable[[dict, dict], Process | None]:
+    """The program of a container whose command runs ``ray job submit`` / ``ray job logs``: it talks to
+    the dashboard KubeRay names in ``RAY_DASHBOARD_ADDRESS`` about submission ``RAY_JOB_SUBMISSION_ID``
+    (the same address and id KubeRay writes into the default command)."""
 
+    def program(pod: dict, container: dict) -> Process | None:
+        line = shell_line(container)
+        if not any(command in line for command in RAY_JOB_COMMANDS):
+            return None
 
-def reconcile_submitter_job(ctx: Context, namespace: str, name: str) -> None:
-    try:
-        job = ctx.store.get(JOBS, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            return
-        raise
-    meta = job["metadata"]
-    if meta.get("deletionTimestamp") or (meta.get("labels") or {}).get(CREATED_BY) != OPERATOR:
-        return
-    uid = meta["uid"]
-    pods, _ = ctx.store.list(PODS, namespace=namespace, label_selector=f"{CONTROLLER_UID}={uid}")
-    pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    succeeded = sum(1 for p in pods if _finished(p) == "Succeeded")
-    failed = sum(1 for p in pods if _finished(p) == "Failed")
-    active = [p for p in pods if not _finished(p)]
-    old = job.get("status") or {}
-    status = copy.deepcopy(old)
-    now = ctx.clock.timestamp()
-    status.setdefault("startTime", now)
-    conditions = status.setdefault("conditions", [])
-    done = any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conditions)
-    backoff_limit = job["spec"].get("backoffLimit", 6)
-    if not done and succeeded:
-        for kind, reason, message in (
-            ("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"),
-            ("Complete", "CompletionsReached", "Reached expected number of succeeded pods"),
-        ):
-            conditions.append(_job_condition(kind, reason, message, now))
-        status["completionTime"] = now
-    elif not done and failed > backoff_limit:
-        for kind in ("FailureTarget", "Failed"):
-            conditions.append(
-                _job_condition(
-                    kind, "BackoffLimitExceeded", "Job has reached the specified backoff limit", now
-                )
-            )
-    elif not done and not active:
-        wait = _backoff_remaining(ctx, pods, failed)
-        if wait > 0:
-            ctx.requeue_after(("job", namespace, name), wait)
-        else:
-            _create_submitter_pod(ctx, job)
-            active = [None]
-    status.update(
-        {
-            "active": len(active),
-            "succeeded": succeeded,
-            "failed": failed,
-            "ready": sum(1 for p in active if p and (p.get("status") or {}).get("phase") == "Running"),
-            "terminating": 0,
-            "uncountedTerminatedPods": {},
-        }
-    )
-    for counter in ("active", "succeeded", "failed"):
-        if status[counter] == 0:
-            status.pop(counter)
-    if status != old:
-        ctx.write_status(JOBS, job, status)
+        async def process(log: Callable[[str], None]) -> int:
+            return await _run_submitter(ctx, pod, container, log)
 
+        return process
 
-def _job_condition(kind: str, reason: str, message: str, now: str) -> dict:
-    return {
-        "type": kind,
-        "status": "True",
-        "reason": reason,
-        "message": message,
-        "lastProbeTime": now,
-        "lastTransitionTime": now,
-    }
-
-
-def _backoff_remaining(ctx: Context, pods: list[dict], failed: int) -> float:
-    """Simulated seconds until the Job controller may replace the last failed pod."""
-    if not failed:
-        return 0.0
-    finished = [
-        (p["metadata"]["uid"], s["state"]["terminated"]["finishedAt"])
-        for p in pods
-        for s in (p.get("status") or {}).get("containerStatuses") or []
-        if "terminated" in (s.get("state") or {})
-    ]
-    if not finished:
-        return 0.0
-    elapsed = min(ctx.simulated_since(uid, "finishedAt", at) for uid, at in finished)
-    return BACKOFF_BASE * 2 ** (failed - 1) - elapsed
-
-
-def _create_submitter_pod(ctx: Context, job: dict) -> None:
-    template = job["spec"]["template"]
-    meta = template.get("metadata") or {}
-    namespace = job["metadata"]["namespace"]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": f"{job['metadata']['name']}-",
-            "namespace": namespace,
-            "labels": dict(meta.get("labels") or {}),
-            "annotations": dict(meta.get("annotations") or {}),
-            "ownerReferences": [owner_reference(job)],
-        },
-        "spec": copy.deepcopy(template.get("spec") or {}),
-    }
-    created = ctx.store.create(PODS, pod, namespace=namespace)
-    ctx.write_status(PODS, created, pending_pod_status(created, ctx.clock.timestamp()))
-    name = created["metadata"]["name"]
-    schedule_pod(ctx, namespace, name, POD_START, lambda: _start_container(ctx, namespace, name))
-
-
-# -- the container ---------------------------------------------------------------------------------
-def _start_container(ctx: Context, namespace: str, pod_name: str) -> None:
-    try:
-        pod = ctx.store.get(PODS, pod_name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            return
-        raise
-    if pod["metadata"].get("deletionTimestamp"):
-        return
-    pod = ctx.write_status(PODS, pod, running_pod_status(pod, ctx.clock.timestamp()))
-    ctx.start_process(pod["metadata"]["uid"], _run_submitter(ctx, pod))
+    return program
 
 
 def _env(container: dict) -> dict[str, str]:
@@ -247,69 +131,32 @@ def _rayjob_of(ctx: Context, pod: dict) -> dict | None:
         return None
 
 
-async def _run_submitter(ctx: Context, pod: dict) -> None:
-    """The submitter container's process; its exit code decides the pod's phase."""
-    namespace, pod_name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-    container = pod["spec"]["containers"][0]
-    container_name = container.get("name", SUBMITTER_CONTAINER)
+async def _run_submitter(ctx: Context, pod: dict, container: dict, log: Callable[[str], None]) -> int:
+    """Submit the Ray job (unless the dashboard knows it already), then follow its driver log: exit 0
+    once the job ended, 1 when the submission is refused or the dashboard goes away under it."""
+    namespace = pod["metadata"]["namespace"]
     env = _env(container)
     address, job_id = env.get("RAY_DASHBOARD_ADDRESS", ""), env.get("RAY_JOB_SUBMISSION_ID", "")
     cluster = address.split("-head-svc")[0]
-
-    def log(line: str) -> None:
-        ctx.logs.append(namespace, pod_name, container_name, line)
-
-    exit_code = 1
-    try:
-        rayjob = _rayjob_of(ctx, pod)
-        failed_so_far = ((rayjob or {}).get("status") or {}).get("failed", 0)
-        behaviour = Behaviour.for_attempt(rayjob, failed_so_far)
-        entrypoint = ((rayjob or {}).get("spec") or {}).get("entrypoint", "")
-        if behaviour.outcome == "SubmissionFailed":
-            for line in _submission_failure(address, job_id):
-                log(line)
-        else:
-            run = ctx.dashboards.get_job(namespace, cluster, job_id)
-            if run is None:
-                for line in _submission_lines(address, job_id):
-                    log(line)
-                run = ctx.dashboards.submit(namespace, cluster, job_id, entrypoint, behaviour)
-            async for line in run.follow():
-                log(line)
-            exit_code = 1 if run.gone else 0
-            if run.gone:
-                log(f"ConnectionError: lost the connection to the Ray dashboard at http://{address}")
-    finally:
-        ctx.logs.close(namespace, pod_name)
-    _terminate(ctx, namespace, pod_name, exit_code)
-
-
-def _terminate(ctx: Context, namespace: str, pod_name: str, exit_code: int) -> None:
-    try:
-        pod = ctx.store.get(PODS, pod_name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            return
-        raise
-    now = ctx.stamp(pod["metadata"]["uid"], "finishedAt")
-    status = copy.deepcopy(pod.get("status") or {})
-    status["phase"] = "Succeeded" if exit_code == 0 else "Failed"
-    for condition in status.get("conditions") or []:
-        if condition["type"] in ("Ready", "ContainersReady"):
-            condition.update({"status": "False", "reason": "PodCompleted", "lastTransitionTime": now})
-    for container in status.get("containerStatuses") or []:
-        started = (container.get("state") or {}).get("running", {}).get("startedAt", now)
-        container["ready"] = False
-        container["started"] = False
-        container["state"] = {
-            "terminated": {
-                "exitCode": exit_code,
-                "reason": "Completed" if exit_code == 0 else "Error",
-                "startedAt": started,
-                "finishedAt": now,
-            }
-        }
-    ctx.write_status(PODS, pod, status)
+    rayjob = _rayjob_of(ctx, pod)
+    failed_so_far = ((rayjob or {}).get("status") or {}).get("failed", 0)
+    behaviour = Behaviour.for_attempt(rayjob, failed_so_far)
+    entrypoint = ((rayjob or {}).get("spec") or {}).get("entrypoint", "")
+    if behaviour.outcome == "SubmissionFailed":
+        for line in _submission_failure(address, job_id):
+            log(line)
+        return 1
+    run = ctx.dashboards.get_job(namespace, cluster, job_id)
+    if run is None:
+        for line in _submission_lines(address, job_id):
+            log(line)
+        run = ctx.dashboards.submit(namespace, cluster, job_id, entrypoint, behaviour)
+    async for line in run.follow():
+        log(line)
+    if run.gone:
+        log(f"ConnectionError: lost the connection to the Ray dashboard at http://{address}")
+        return 1
+    return 0
 
 
 def _submission_lines(address: str, job_id: str) -> list[str]:

@@ -42,9 +42,12 @@ class JobSync:
                 )
             )
             for job in items:
-                managed = jobs.is_managed(kind, job, self.config.frameworks)
+                managed = jobs.is_managed(kind, job, self.config.frameworks, self._owner_of)
                 if managed and not job["metadata"].get("deletionTimestamp"):
                     self._reconcile_job(kind, job, index.owned_by(job["metadata"]["uid"]), world)
+
+    def _owner_of(self, kind: JobKind, namespace: str, name: str) -> dict | None:
+        return self.view.get(kind.key, namespace, name)
 
     def _reconcile_job(self, kind: JobKind, job: dict, wl: dict | None, world: World) -> None:
         done, reason, message = jobs.finished(kind, job)

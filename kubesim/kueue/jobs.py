@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,13 +110,51 @@ def cluster_spec(kind: JobKind, job: dict) -> dict | None:
     return spec.get(kind.cluster_spec_field)
 
 
-def owned_by_managed_parent(job: dict, frameworks: frozenset[str] = ALL_FRAMEWORKS) -> bool:
-    """A batch Job whose controller is a kind Kueue manages (KubeRay's submitter Job of a RayJob): Kueue
-    admits the parent, never the child (``FindAncestorJobManagedByKueue``)."""
-    for ref in job.get("metadata", {}).get("ownerReferences") or []:
-        parent = JOB_KINDS_BY_KIND.get(ref.get("kind", ""))
-        if ref.get("controller") and parent not in (None, BATCH_JOB) and parent.framework in frameworks:
+def owner_kind(ref: dict) -> JobKind | None:
+    """The integration an owner reference names, matched by apiVersion and kind as Kueue matches GVKs."""
+    kind = JOB_KINDS_BY_KIND.get(ref.get("kind", ""))
+    return kind if kind is not None and ref.get("apiVersion") == kind.api_version else None
+
+
+def controller_ref(obj: dict) -> dict | None:
+    return next(
+        (r for r in obj.get("metadata", {}).get("ownerReferences") or [] if r.get("controller")), None
+    )
+
+
+def owner_managed_by_kueue(obj: dict, frameworks: frozenset[str] = ALL_FRAMEWORKS) -> bool:
+    """``IsOwnerManagedByKueueForObject``: the controller owner is of a kind whose integration is enabled,
+    whatever its labels. LocalQueue defaulting leaves such a Job alone (KubeRay's submitter Job)."""
+    ref = controller_ref(obj)
+    kind = owner_kind(ref) if ref else None
+    return kind is not None and kind.framework in frameworks
+
+
+OwnerLookup = Callable[[JobKind, str, str], dict | None]
+"""(kind, namespace, name) -> the owner object, or None when it does not exist."""
+
+
+def has_managed_ancestor(
+    job: dict, owner_of: OwnerLookup | None, frameworks: frozenset[str] = ALL_FRAMEWORKS
+) -> bool:
+    """``FindAncestorJobManagedByKueue`` (``manageJobsWithoutQueueName`` false): walking up the controller
+    owners while their kind is one Kueue knows, is one of them of an enabled integration and queue-labelled?
+    Then Kueue admits that ancestor and never makes a Workload for this job, nor suspends it on create.
+    An owner that cannot be read stops Kueue with an error, which creates nothing either: True."""
+    namespace = job.get("metadata", {}).get("namespace", "")
+    current, seen = job, set()
+    while (ref := controller_ref(current)) is not None and (kind := owner_kind(ref)) is not None:
+        if ref.get("uid") in seen:
+            return False  # cyclic ownership: Kueue gives up on the search
+        seen.add(ref.get("uid"))
+        parent = owner_of(kind, namespace, ref["name"]) if owner_of else None
+        if parent is None:
             return True
+        if parent["metadata"].get("uid") != ref.get("uid"):
+            return False
+        if kind.framework in frameworks and queue_name(parent):
+            return True
+        current = parent
     return False
 
 
@@ -129,12 +168,18 @@ def owned_by_ray_controller(job: dict, frameworks: frozenset[str] = ALL_FRAMEWOR
     )
 
 
-def is_managed(kind: JobKind, job: dict, frameworks: frozenset[str] = ALL_FRAMEWORKS) -> bool:
-    """Whether Kueue manages this object (``manageJobsWithoutQueueName`` is false, as shipped).
+def is_managed(
+    kind: JobKind,
+    job: dict,
+    frameworks: frozenset[str] = ALL_FRAMEWORKS,
+    owner_of: OwnerLookup | None = None,
+) -> bool:
+    """Whether Kueue makes a Workload for this object (``manageJobsWithoutQueueName`` is false, as shipped).
 
     Only kinds whose integration is enabled. A RayJob that only targets an existing cluster
     (clusterSelector, no rayClusterSpec) is skipped, and so is a RayCluster that a RayJob/RayService owns
-    while that parent's integration is enabled (Kueue admits the parent instead).
+    while that parent's integration is enabled (Kueue admits the parent instead), and a batch Job with a
+    queue-labelled ancestor Kueue manages (``has_managed_ancestor``, owners read through ``owner_of``).
     """
     if kind.framework not in frameworks or not queue_name(job):
         return False
@@ -144,7 +189,7 @@ def is_managed(kind: JobKind, job: dict, frameworks: frozenset[str] = ALL_FRAMEW
     if kind is RAYCLUSTER:
         return not owned_by_ray_controller(job, frameworks)
     if kind is BATCH_JOB:
-        return not owned_by_managed_parent(job, frameworks)
+        return not has_managed_ancestor(job, owner_of, frameworks)
     return True
 
 

@@ -139,7 +139,7 @@ def validate_create(kind: JobKind, job: dict, frameworks: frozenset[str] = jobs.
         return []
     errors: list[str] = []
     if kind is BATCH_JOB:
-        return [] if jobs.owned_by_managed_parent(job, frameworks) else _queue_name_errors(job)
+        return _queue_name_errors(job)
     if kind is RAYJOB:
         spec = job.get("spec") or {}
         has_selector = bool(spec.get("clusterSelector"))
@@ -250,18 +250,27 @@ def cluster_queue_causes(cq: dict) -> list[dict]:
 
 
 def apply_defaults(
-    kind: JobKind, job: dict, default_queue_exists: bool, frameworks: frozenset[str] = jobs.ALL_FRAMEWORKS
+    kind: JobKind,
+    job: dict,
+    default_queue_exists: bool,
+    frameworks: frozenset[str] = jobs.ALL_FRAMEWORKS,
+    owner_of: jobs.OwnerLookup | None = None,
 ) -> None:
-    """Mutating webhook on create: default the queue label, then suspend a managed job."""
+    """Mutating webhook on create: default the queue label, then suspend a managed job.
+
+    A batch Job whose controller owner is of an enabled integration's kind (KubeRay's submitter Job,
+    owned by its RayJob) gets no default queue label (``ApplyDefaultLocalQueue``), and a Job with a
+    queue-labelled managed ancestor is not suspended (``WorkloadShouldBeSuspended``)."""
     if kind.framework not in frameworks:
         return
     if kind is RAYCLUSTER and jobs.owned_by_ray_controller(job, frameworks):
         return
     if kind is BATCH_JOB:
-        label_for_default_queue(job, default_queue_exists)
+        if not jobs.owner_managed_by_kueue(job, frameworks):
+            label_for_default_queue(job, default_queue_exists, owners_allowed=True)
     elif not jobs.queue_name(job) and default_queue_exists:
         job.setdefault("metadata", {}).setdefault("labels", {})[jobs.QUEUE_LABEL] = DEFAULT_LOCAL_QUEUE
-    if jobs.is_managed(kind, job, frameworks) and not jobs.is_suspended(kind, job):
+    if jobs.is_managed(kind, job, frameworks, owner_of) and not jobs.is_suspended(kind, job):
         jobs.set_suspend(kind, job, True)
 
 
@@ -275,15 +284,15 @@ UNMANAGED_NAMESPACES = ("kube-system", "kueue-system")
 """Kueue's default ``managedJobsNamespaceSelector`` leaves these namespaces alone."""
 
 
-def label_for_default_queue(obj: dict, default_queue_exists: bool) -> bool:
-    """LocalQueueDefaulting for a Pod or batch Job: an object without an owner and without a queue label,
-    in a namespace with a LocalQueue named ``default``, gets ``kueue.x-k8s.io/queue-name: default``.
-
-    A labelled Job is then suspended and queued by the batch/job integration; a Pod only gets the label
-    (kubesim does not gate Pods: its only pods are Jobs' and KubeRay's, which have owners). True when it
-    labelled the object."""
+def label_for_default_queue(obj: dict, default_queue_exists: bool, *, owners_allowed: bool = False) -> bool:
+    """LocalQueueDefaulting: an object without a queue label, in a namespace with a LocalQueue named
+    ``default``, gets ``kueue.x-k8s.io/queue-name: default``. A Pod only when it has no owner (kubesim does
+    not gate Pods: its only pods are Jobs' and KubeRay's, which have owners); a batch Job
+    (``owners_allowed``) also when an owner Kueue does not manage has it (``apply_defaults`` leaves out the
+    rest). A labelled Job is then suspended and queued by the batch/job integration. True when it labelled
+    the object."""
     metadata = obj.setdefault("metadata", {})
-    if not default_queue_exists or metadata.get("ownerReferences"):
+    if not default_queue_exists or (metadata.get("ownerReferences") and not owners_allowed):
         return False
     if metadata.get("namespace") in UNMANAGED_NAMESPACES or jobs.queue_name(obj):
         return False
@@ -307,6 +316,12 @@ def make_admission_hook(
             return False
         return True
 
+    def owner_of(kind: JobKind, namespace: str, name: str) -> dict | None:
+        try:
+            return store.get(kind.key, name, namespace=namespace)
+        except ApiError:
+            return None
+
     def hook(operation: str, rt, obj: dict, old: dict | None) -> None:
         if rt.key == CLUSTER_QUEUE_KEY:
             causes = cluster_queue_causes(obj)
@@ -326,7 +341,7 @@ def make_admission_hook(
         )
         has_default = default_queue_exists(namespace)
         if operation == "CREATE":
-            apply_defaults(kind, obj, has_default, frameworks)
+            apply_defaults(kind, obj, has_default, frameworks, owner_of)
             errors = validate_create(kind, obj, frameworks)
         else:
             errors = validate_update(kind, old or {}, obj, has_default, frameworks)

@@ -6,22 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from kubesim.testing import run_kubesim
-from tests.integration.kubesim.test_kueue_http import KUEUE, condition, eventually, queues
-
-
-@pytest.fixture(scope="module")
-def sim():
-    with run_kubesim(time_scale=200) as sim:
-        yield sim
-
-
-@pytest.fixture(scope="module")
-def api(sim):
-    return config.new_client_from_config(config_file=sim.kubeconfig)
+from tests.integration.kubesim.test_kueue_http import KUEUE, condition, eventually, queues, rayjob, submit
 
 
 @pytest.fixture
@@ -115,3 +103,51 @@ def test_deactivating_the_workload_suspends_the_job_and_deletes_its_pods(api, na
         return current
 
     eventually(stopped)
+
+
+def test_a_rayjobs_submitter_job_runs_as_a_job_without_a_workload_of_its_own_even_with_a_default_queue(
+    api, namespace
+):
+    custom = client.CustomObjectsApi(api)
+    cq = f"{namespace}-cq"
+    queues(custom, namespace, cq, cpu="4")
+    custom.create_namespaced_custom_object(
+        *KUEUE, namespace, "localqueues", {"metadata": {"name": "default"}, "spec": {"clusterQueue": cq}}
+    )
+    submitter = {"name": "ray-job-submitter", "image": "ray", "resources": {"requests": {"cpu": "500m"}}}
+    manifest = rayjob(
+        "train",
+        entrypoint="python train.py --epochs 2",
+        submissionMode="K8sJobMode",
+        submitterPodTemplate={"spec": {"restartPolicy": "Never", "containers": [submitter]}},
+    )
+    del manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    created = submit(custom, namespace, manifest)
+    assert created["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+
+    def complete():
+        status = custom.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", "train")["status"]
+        return status if status.get("jobDeploymentStatus") == "Complete" else False
+
+    assert eventually(complete, timeout=30)["jobStatus"] == "SUCCEEDED"
+
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    submitter = batch.read_namespaced_job("train", namespace)
+    assert submitter.metadata.owner_references[0].kind == "RayJob"
+    assert "kueue.x-k8s.io/queue-name" not in submitter.metadata.labels
+    assert submitter.spec.suspend is False
+    assert submitter.status.succeeded == 1
+    assert [c.type for c in submitter.status.conditions if c.status == "True"] == [
+        "SuccessCriteriaMet",
+        "Complete",
+    ]
+    uid = submitter.metadata.uid
+    pods = core.list_namespaced_pod(namespace, label_selector=f"controller-uid={uid}").items
+    assert [(p.metadata.labels["job-name"], p.status.phase) for p in pods] == [("train", "Succeeded")]
+    log = core.read_namespaced_pod_log(pods[0].metadata.name, namespace)
+    assert "submitted successfully" in log and "epoch 2/2" in log
+
+    workloads = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
+    assert [w["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] for w in workloads] == [
+        created["metadata"]["uid"]
+    ]

@@ -12,7 +12,7 @@ TIME_SCALE = 500.0  # a 10 s RayJob takes 20 ms
 
 @pytest.fixture(scope="module")
 def api():
-    with run_kubesim(time_scale=TIME_SCALE, controllers=("kubesim.kuberay",)) as sim:
+    with run_kubesim(time_scale=TIME_SCALE, controllers=("kubesim.batch", "kubesim.kuberay")) as sim:
         api_client = config.new_client_from_config(config_file=sim.kubeconfig)
         yield api_client
         api_client.close()

@@ -9,24 +9,11 @@ import urllib.error
 import urllib.request
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
-
-from kubesim.testing import run_kubesim
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
-
-
-@pytest.fixture(scope="module")
-def sim():
-    with run_kubesim(time_scale=200) as sim:
-        yield sim
-
-
-@pytest.fixture(scope="module")
-def api(sim):
-    return config.new_client_from_config(config_file=sim.kubeconfig)
 
 
 @pytest.fixture

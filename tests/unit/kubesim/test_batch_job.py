@@ -11,7 +11,7 @@ import pytest
 from kubesim.batch.container import container_run
 from kubesim.cluster import Cluster
 from kubesim.errors import ApiError
-from kubesim.kueue import jobs
+from kubesim.kueue import jobs, webhook
 from kubesim.kueue.jobs import BATCH_JOB
 
 NS = "ml"
@@ -293,13 +293,97 @@ def test_preemption_suspends_the_job_deletes_its_pods_and_restores_its_template(
     run(body, kueue=True)
 
 
-def test_a_kuberay_submitter_job_is_never_kueues_business():
-    owned = job(queue="user-queue")
-    owned["metadata"]["ownerReferences"] = [
-        {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "r", "uid": "u", "controller": True}
+def owned_by(kind: str, api_version: str, owner: dict | None, **labels: str) -> dict:
+    """A Job whose controller owner is ``kind`` ``r`` (``owner``: what reading it returns, None: missing)."""
+    child = job(queue=labels.get("queue"))
+    uid = (owner or {}).get("metadata", {}).get("uid", "u")
+    child["metadata"].update(namespace=NS, uid="child")
+    child["metadata"]["ownerReferences"] = [
+        {"apiVersion": api_version, "kind": kind, "name": "r", "uid": uid, "controller": True}
     ]
-    owned["metadata"]["namespace"] = NS
-    assert not jobs.is_managed(BATCH_JOB, owned)
-    assert jobs.is_managed(
-        BATCH_JOB, {**job(queue="user-queue"), "metadata": {"name": "x", "labels": {jobs.QUEUE_LABEL: "q"}}}
-    )
+    return child
+
+
+def rayjob_owner(queue: str | None) -> dict:
+    return {"metadata": {"name": "r", "uid": "u", "labels": {jobs.QUEUE_LABEL: queue} if queue else {}}}
+
+
+def test_kueue_makes_no_workload_for_a_job_whose_ancestor_it_admits_by_queue_label():
+    def lookup(owner: dict | None):
+        return lambda kind, namespace, name: owner if (kind.kind, name) == ("RayJob", "r") else None
+
+    queued_parent = owned_by("RayJob", "ray.io/v1", rayjob_owner("user-queue"), queue="user-queue")
+    assert not jobs.is_managed(BATCH_JOB, queued_parent, owner_of=lookup(rayjob_owner("user-queue")))
+    # The RayJob has no queue label: Kueue does not manage it, so the queue-labelled Job is its own workload.
+    unqueued_parent = owned_by("RayJob", "ray.io/v1", rayjob_owner(None), queue="user-queue")
+    assert jobs.is_managed(BATCH_JOB, unqueued_parent, owner_of=lookup(rayjob_owner(None)))
+    # An owner Kueue does not know (a CronJob) ends the search: the Job is top-level.
+    cron = owned_by("CronJob", "batch/v1", None, queue="user-queue")
+    assert jobs.is_managed(BATCH_JOB, cron, owner_of=lookup(None))
+    # The RayJob integration disabled: its RayJobs are no managed ancestors.
+    only_jobs = frozenset({BATCH_JOB.framework})
+    assert jobs.is_managed(BATCH_JOB, queued_parent, only_jobs, lookup(rayjob_owner("user-queue")))
+    # An owner that cannot be read: Kueue stops with an error and creates nothing.
+    assert not jobs.is_managed(BATCH_JOB, queued_parent, owner_of=lookup(None))
+
+
+def test_default_local_queue_labels_a_job_unless_its_controller_owner_is_a_kind_kueue_manages():
+    def default_queue_label(child: dict) -> str | None:
+        webhook.apply_defaults(BATCH_JOB, child, default_queue_exists=True, owner_of=lambda *_: None)
+        return child["metadata"]["labels"].get(jobs.QUEUE_LABEL)
+
+    # KubeRay's submitter Job: owned by its RayJob, whatever the RayJob's labels.
+    assert default_queue_label(owned_by("RayJob", "ray.io/v1", rayjob_owner(None))) is None
+    # Owned by a kind no Kueue integration handles: defaulted like an ownerless Job, then suspended.
+    cron = owned_by("CronJob", "batch/v1", None)
+    assert default_queue_label(cron) == "default"
+    assert cron["spec"]["suspend"] is True
+    assert default_queue_label(job()) == "default"
+
+
+def test_a_queued_job_under_a_queued_rayjob_gets_no_workload_but_under_an_unqueued_one_it_does():
+    head = {"rayStartParams": {}, "template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}}
+
+    def rayjob(name: str, queue: str | None) -> dict:
+        labels = {jobs.QUEUE_LABEL: queue} if queue else {}
+        spec = {
+            "entrypoint": "x",
+            "shutdownAfterJobFinishes": True,
+            "rayClusterSpec": {"headGroupSpec": head},
+        }
+        return {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayJob",
+            "metadata": {"name": name, "labels": labels},
+            "spec": spec,
+        }
+
+    def child_of(owner: dict) -> dict:
+        child = job(f"{owner['metadata']['name']}-child", queue="user-queue", command="sleep infinity")
+        child["metadata"]["ownerReferences"] = [
+            {
+                **{k: owner[k] for k in ("apiVersion", "kind")},
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+        return child
+
+    def workload_owners(cluster: Cluster) -> set[str]:
+        found, _ = cluster.store.list(WORKLOADS, namespace=NS)
+        return {w["metadata"]["ownerReferences"][0]["name"] for w in found}
+
+    async def body(cluster: Cluster) -> None:
+        queued = cluster.store.create("rayjobs.ray.io", rayjob("queued", "user-queue"), namespace=NS)
+        unqueued = cluster.store.create("rayjobs.ray.io", rayjob("unqueued", None), namespace=NS)
+        under_queued = cluster.store.create(JOBS, child_of(queued), namespace=NS)
+        under_unqueued = cluster.store.create(JOBS, child_of(unqueued), namespace=NS)
+        assert under_queued["spec"]["suspend"] is False  # Kueue admits its RayJob, not it
+        assert under_unqueued["spec"]["suspend"] is True
+        await until(
+            lambda: "unqueued-child" in workload_owners(cluster), "the unqueued RayJob's child queued"
+        )
+        assert workload_owners(cluster) == {"queued", "unqueued-child"}
+
+    run(body, kueue=True)

@@ -1,4 +1,5 @@
-"""The KubeRay controller in-process: a Cluster running only kubesim.kuberay, driven through the store."""
+"""The KubeRay controller in-process: a Cluster running kubesim.kuberay and the Job controller that runs its
+submitter Jobs (kubesim.batch), as a real cluster's kube-controller-manager does, driven through the store."""
 
 from __future__ import annotations
 
@@ -64,8 +65,8 @@ def rayjob(name: str = "train", annotations: dict | None = None, **spec) -> dict
     }
 
 
-async def started() -> Cluster:
-    cluster = Cluster(time_scale=TIME_SCALE, controllers=("kubesim.kuberay",))
+async def started(controllers: tuple[str, ...] = ("kubesim.batch", "kubesim.kuberay")) -> Cluster:
+    cluster = Cluster(time_scale=TIME_SCALE, controllers=controllers)
     await cluster.start()
     with contextlib.suppress(ApiError):  # the store may create "default" itself
         cluster.store.create("namespaces", {"metadata": {"name": NS}})
@@ -108,9 +109,9 @@ def events(cluster: Cluster) -> list[tuple[str, str]]:
     return [(e["reason"], e["message"]) for e in items]
 
 
-def scenario(body: Callable[[Cluster], object]) -> None:
+def scenario(body: Callable[[Cluster], object], controllers: tuple[str, ...] | None = None) -> None:
     async def main() -> None:
-        cluster = await started()
+        cluster = await started(*([controllers] if controllers else []))
         try:
             await body(cluster)
         finally:
@@ -270,10 +271,45 @@ def test_submission_failure_exhausts_the_submitter_job():
         assert done["message"] == (
             "Job submission has failed. Reason: BackoffLimitExceeded. Message: Job has reached the specified backoff limit"
         )
+        job = cluster.store.get("jobs.batch", "train", namespace=NS)
+        uid = job["metadata"]["uid"]
         pods, _ = cluster.store.list("pods", namespace=NS, label_selector="job-name=train")
         assert sorted(p["status"]["phase"] for p in pods) == ["Failed"] * 3  # submitter backoffLimit 2
+        for pod in pods:  # made by the Job controller from the template the API server labelled
+            assert pod["metadata"]["labels"]["controller-uid"] == uid
+            assert pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] == "train"
+            assert pod["metadata"]["ownerReferences"][0]["uid"] == uid
+        assert job["status"]["failed"] == 3
+        assert "active" not in job["status"]
 
     scenario(body)
+
+
+def test_kuberay_only_creates_the_submitter_job_its_pods_are_the_job_controllers():
+    """Without kube-controller-manager's Job controller the submitter Job gets no pod, so nothing submits
+    the Ray job: KubeRay itself never makes the submitter's pods."""
+
+    async def body(cluster: Cluster) -> None:
+        cluster.store.create(RAYJOBS, rayjob())
+        await until(deployment_is(cluster, "Running"), "Running")
+        job = await until(
+            lambda: (
+                exists(cluster, "jobs.batch", "train")
+                and cluster.store.get("jobs.batch", "train", namespace=NS)
+            ),
+            "the submitter Job",
+        )
+        assert job["metadata"]["ownerReferences"][0]["kind"] == "RayJob"
+        assert job["metadata"]["labels"]["app.kubernetes.io/created-by"] == "kuberay-operator"
+        assert "kueue.x-k8s.io/queue-name" not in job["metadata"]["labels"]
+        assert job["spec"]["backoffLimit"] == 2
+        await asyncio.sleep(60 / TIME_SCALE)  # a minute: long past any pod start
+        pods, _ = cluster.store.list("pods", namespace=NS, label_selector="job-name=train")
+        assert pods == []
+        assert cluster.store.get("jobs.batch", "train", namespace=NS).get("status") in (None, {})
+        assert (status_of(cluster)["jobDeploymentStatus"], status_of(cluster)["jobStatus"]) == ("Running", "")
+
+    scenario(body, controllers=("kubesim.kuberay",))
 
 
 def test_active_deadline_fails_without_retry():
