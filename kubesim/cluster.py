@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from kubesim.batch.container import ContainerProgram
 from kubesim.batch.strategy import admission_hook as job_strategy
 from kubesim.clock import Clock
 from kubesim.errors import ApiError
@@ -65,10 +66,9 @@ class Cluster:
         self.store.add_admission_hook(job_strategy)
         self.logs = PodLogs()
         # Programs the kubelet can run in a container besides what its command line says by itself
-        # (``kubesim.batch.container``): each takes (pod, container) and returns the container's process,
-        # an ``async (log) -> exit code``, or None when the container is not its program. Controller
-        # modules add the programs of the images they simulate (KubeRay: the ray CLI its submitter runs).
-        self.container_programs: list[Callable] = []
+        # (``kubesim.batch.container``). Controller modules add the programs of the images they simulate
+        # (KubeRay: the ray CLI its submitter runs).
+        self.container_programs: list[ContainerProgram] = []
         self.aggregated_apis: dict[tuple[str, str], AggregatedApi] = {}
         self.controllers = tuple(controllers)
         self._tasks: list[asyncio.Task] = []

@@ -26,9 +26,9 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from kubesim.batch.container import STARTUP, container_run
+from kubesim.batch.container import STARTUP, Process, container_run
 from kubesim.batch.strategy import CONTROLLER_UID, JOBS
 from kubesim.errors import ApiError
 from kubesim.kuberay.kubelet import pending_pod_status, running_pod_status, schedule_pod
@@ -40,7 +40,6 @@ log = logging.getLogger("kubesim.batch")
 PODS = "pods"
 BACKOFF_BASE = 10.0
 Key = tuple[str, str]
-Process = Callable[[Callable[[str], None]], Awaitable[int]]
 
 
 def _condition(kind: str, status: str, reason: str, message: str, now: str) -> dict:

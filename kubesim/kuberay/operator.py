@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kubesim.batch.container import ContainerProgram
 from kubesim.kuberay.context import (
     CREATED_BY,
     JOBS,
@@ -41,7 +42,7 @@ _OWNER_KINDS = {"RayJob": "rayjob", "RayService": "rayservice"}
 
 
 class KubeRay:
-    def __init__(self, store, clock, logs, container_programs: list | None = None) -> None:
+    def __init__(self, store, clock, logs, container_programs: list[ContainerProgram] | None = None) -> None:
         """``container_programs`` is the cluster's list of programs its kubelet can run in a container
         (``Cluster.container_programs``); ``install`` adds the ray CLI the submitter runs."""
         self.ctx = Context(store, clock, logs, self._enqueue)

@@ -12,9 +12,9 @@ submission lines, the driver's progress and the verdict.
 from __future__ import annotations
 
 import copy
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from kubesim.batch.container import shell_line
+from kubesim.batch.container import ContainerProgram, Process, shell_line
 from kubesim.batch.strategy import JOB_NAME
 from kubesim.errors import ApiError
 from kubesim.kuberay.context import CREATED_BY, JOBS, OPERATOR, RAYJOBS, Context, owner_reference
@@ -22,7 +22,6 @@ from kubesim.kuberay.dashboard import Behaviour
 
 SUBMITTER_CONTAINER = "ray-job-submitter"
 RAY_JOB_COMMANDS = ("ray job submit", "ray job logs")
-Process = Callable[[Callable[[str], None]], Awaitable[int]]
 
 
 def submitter_labels(rayjob_name: str) -> dict[str, str]:
@@ -98,7 +97,7 @@ def create_submitter_job(ctx: Context, rayjob: dict, head_image: str) -> dict:
 
 
 # -- the ray CLI in the submitter container --------------------------------------------------------
-def ray_job_cli(ctx: Context) -> Callable[[dict, dict], Process | None]:
+def ray_job_cli(ctx: Context) -> ContainerProgram:
     """The program of a container whose command runs ``ray job submit`` / ``ray job logs``: it talks to
     the dashboard KubeRay names in ``RAY_DASHBOARD_ADDRESS`` about submission ``RAY_JOB_SUBMISSION_ID``
     (the same address and id KubeRay writes into the default command)."""
