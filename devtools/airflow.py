@@ -111,6 +111,9 @@ def airflow_environment(
     """Environment for every Airflow component: our dags/ and plugins/, loopback only, fast parsing, and
     ``database_url`` (e.g. devtools.postgres) or, by default, SQLite in ``home`` with a long lock wait."""
     env = dict(os.environ)
+    # Each Airflow is a deployment of its own, identified in its own metadata database unless ``extra``
+    # names it (kueue_ray.deployment): never the test process's.
+    env.pop("AIRFLOW__KUEUE_RAY__DEPLOYMENT", None)
     env.update(
         {
             "AIRFLOW_HOME": str(home),

@@ -10,6 +10,10 @@ import pytest
 # As the project's Airflow runs (devtools.airflow): without Airflow's example DAGs and example plugins.
 # The example plugins install a listener, and a listener makes every task resume on a worker.
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+# Operators run in-process by the unit and integration tests belong to this deployment (no Variable
+# store without an Airflow). Every Airflow a test starts (devtools.airflow) drops it and keeps the
+# default: a deployment identity generated in its own metadata database.
+os.environ.setdefault("AIRFLOW__KUEUE_RAY__DEPLOYMENT", "tests")
 
 ROOT = Path(__file__).resolve().parent.parent
 

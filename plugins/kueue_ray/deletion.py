@@ -80,6 +80,8 @@ def foreign_run(rayjob: dict, waiter: AirflowIdentity) -> str | None:
     submitter = AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations"))
     if submitter is None:
         return "it was not created by an Airflow task"
+    if submitter.deployment != waiter.deployment and submitter.deployment:
+        return f"it belongs to another Airflow deployment, {submitter.deployment}"
     if (submitter.dag_id, submitter.run_id, submitter.map_index) != (
         waiter.dag_id,
         waiter.run_id,
@@ -154,3 +156,24 @@ def while_waiting(waiter: AirflowIdentity) -> DeleteRule:
         return None if reason is None else DeleteOutcome.not_deleted(reason)
 
     return DeleteRule(refuse, exhausted=KEPT_CHANGING)
+
+
+DEFERRED = "deferred"
+
+
+def still_deferred(task_state: str | None) -> str | None:
+    """Why a trigger told it was cancelled by a user action must still not delete; None when its task has
+    let go (failed, success, cleared to a new try that is not deferred, gone).
+
+    Airflow 3.3's triggerer cancels, with that same "user action" message, every trigger the database no
+    longer assigns to it. A triggerer that stalled past ``[triggerer] triggerer_health_check_threshold``
+    and recovered therefore "kills" the triggers another triggerer has meanwhile taken over: their task
+    instances are still deferred, and a healthy triggerer waits for their RayJobs.
+    """
+    if task_state == DEFERRED:
+        return (
+            "its task instance is still deferred, so another triggerer now waits for it (this triggerer "
+            "lost the trigger after missing its heartbeat); a user's kill, mark-failed or clear ends the "
+            "deferral first"
+        )
+    return None

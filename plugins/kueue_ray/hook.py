@@ -23,7 +23,6 @@ gets None and carries on (``queue_position``, ``pending_positions``).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -156,10 +155,11 @@ class RayJobHook(KubernetesHook):
             raise
 
     @generic_api_retry
-    def list_managed_rayjobs(self, namespace: str) -> list[dict]:
-        """Every RayJob this integration created in ``namespace`` (the managed-by label), for the janitor."""
+    def list_managed_rayjobs(self, namespace: str, label_selector: str = MANAGED_BY_SELECTOR) -> list[dict]:
+        """The RayJobs this integration created in ``namespace`` (the managed-by label, or a narrower
+        ``label_selector``: one deployment's, one task instance's), for the janitor and for a later try."""
         return self.custom_object_client.list_namespaced_custom_object(
-            RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, label_selector=MANAGED_BY_SELECTOR
+            RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, label_selector=label_selector
         )["items"]
 
     @generic_api_retry
@@ -174,9 +174,11 @@ class RayJobHook(KubernetesHook):
                 return None
             raise
 
-    def _annotate(self, rayjob: dict, annotations: dict[str, str]) -> dict | None:
-        """Set ``annotations`` on exactly this RayJob (same uid); the patched object, or None when it changed
-        hands or disappeared meanwhile.
+    def _annotate(
+        self, rayjob: dict, annotations: dict[str, str], labels: dict[str, str] | None = None
+    ) -> dict | None:
+        """Set ``annotations`` (and ``labels``) on exactly this RayJob (same uid); the patched object, or None
+        when it changed hands or disappeared meanwhile.
 
         The patch carries the version it was decided on (optimistic lock); controllers update status all
         the time, so a conflict re-reads and tries again while the object is still the same uid.
@@ -185,6 +187,8 @@ class RayJobHook(KubernetesHook):
         name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
         for _ in range(10):
             patch = {"metadata": {"resourceVersion": metadata["resourceVersion"], "annotations": annotations}}
+            if labels:
+                patch["metadata"]["labels"] = labels
             patched = self._patch_rayjob(name, namespace, patch)
             if patched is not None:
                 return patched
@@ -233,21 +237,6 @@ class RayJobHook(KubernetesHook):
                 return DeleteResult.CONFLICT
             raise
 
-    def wait_until_gone(self, name: str, namespace: str, uid: str, timeout: float = 120.0) -> None:
-        """Wait for a deleted RayJob to disappear (KubeRay's finalizer stops the Ray job first)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            current = self.get_rayjob(name, namespace)
-            if current is None or current["metadata"].get("uid") != uid:
-                return
-            time.sleep(0.5)
-        raise PreflightError(
-            "the previous RayJob with this name is still being deleted",
-            field="metadata.name",
-            value=name,
-            fix="check KubeRay's finalizer on the RayJob (kubectl describe rayjob) and retry the task",
-        )
-
     def delete_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> DeleteOutcome:
         """Delete the RayJob only while ``owner`` (one task try) still owns it; deleted, gone or conflict.
 
@@ -288,9 +277,10 @@ class RayJobHook(KubernetesHook):
         """Record ``owner`` (this task try) in the RayJob's annotations, for exactly this RayJob.
 
         Used when a retry adopts a RayJob: the try number moves to the new try, so the previous try's
-        trigger no longer owns it and its on_kill leaves it alone.
+        trigger no longer owns it and its on_kill leaves it alone. A legacy RayJob (made before RayJobs
+        carried their deployment) gets this deployment's labels too: from now on it is this deployment's.
         """
-        claimed = self._annotate(rayjob, owner.annotations())
+        claimed = self._annotate(rayjob, owner.annotations(), owner.labels())
         if claimed is None:
             raise PreflightError(
                 "could not take over the RayJob an earlier try submitted: it changed or disappeared meanwhile",

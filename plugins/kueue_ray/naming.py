@@ -1,8 +1,11 @@
 """Deterministic names and the label / annotation keys our objects carry.
 
-A RayJob's name is derived from the task instance *without* its try number: when Airflow retries a task
-(or a worker dies and the task is re-run) the new try computes the same name, finds the RayJob the
-previous try submitted and adopts it instead of queueing a duplicate behind Kueue's quota.
+Every object belongs to one Airflow *deployment* (``kueue_ray.deployment``: one metadata database, e.g.
+staging or prod sharing a cluster) and one task try. A RayJob's name hashes the deployment, the task
+instance and its try number, so two deployments running the same DAG and run id, and two tries of one
+task, never meet on a name. Every RayJob of one task instance (all its tries) also carries the
+``task-instance`` label, so a later try finds what earlier tries submitted with one list: it adopts an
+unfinished one (a worker died mid-wait) and submits afresh after a finished one (Clear, retry).
 
 Labels are for selection (our watch selects on ``managed-by``) and must be valid label values, so they
 are sanitised; annotations carry the full, unmodified identity used for ownership checks.
@@ -21,6 +24,11 @@ MANAGED_BY_VALUE = "airflow-kueue-ray"
 MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 DAG_ID_LABEL = "airflow.apache.org/dag-id"
 TASK_ID_LABEL = "airflow.apache.org/task-id"
+
+DEPLOYMENT_LABEL = "kueue-ray.airflow.apache.org/deployment"
+"""Label and annotation: the Airflow deployment that created the object (``kueue_ray.deployment``)."""
+TASK_INSTANCE_LABEL = "kueue-ray.airflow.apache.org/task-instance"
+"""Label: a hash of (deployment, dag, run, task, map index), the same on every try's RayJob."""
 
 DAG_ID_ANNOTATION = "airflow.apache.org/dag-id"
 RUN_ID_ANNOTATION = "airflow.apache.org/run-id"
@@ -51,40 +59,76 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 @dataclass(frozen=True)
 class AirflowIdentity:
-    """The task instance a RayJob belongs to (full values, as written into the annotations)."""
+    """The task instance a RayJob belongs to (full values, as written into the annotations).
+
+    ``deployment`` is the Airflow deployment that created it; "" for an object created before objects
+    carried one (a *legacy* object: see ``kueue_ray.deployment`` for how each part treats those)."""
 
     dag_id: str
     task_id: str
     run_id: str
     map_index: int = -1
     try_number: int = 1
+    deployment: str = ""
 
     def annotations(self) -> dict[str, str]:
-        return {
+        annotations = {
             DAG_ID_ANNOTATION: self.dag_id,
             RUN_ID_ANNOTATION: self.run_id,
             TASK_ID_ANNOTATION: self.task_id,
             MAP_INDEX_ANNOTATION: str(self.map_index),
             TRY_NUMBER_ANNOTATION: str(self.try_number),
         }
+        if self.deployment:
+            annotations[DEPLOYMENT_LABEL] = self.deployment
+        return annotations
 
     def labels(self) -> dict[str, str]:
-        return {
+        labels = {
             MANAGED_BY_LABEL: MANAGED_BY_VALUE,
             DAG_ID_LABEL: label_value(self.dag_id),
             TASK_ID_LABEL: label_value(self.task_id),
         }
+        if self.deployment:
+            labels[DEPLOYMENT_LABEL] = self.deployment
+            labels[TASK_INSTANCE_LABEL] = self.task_instance_key()
+        return labels
 
     def rayjob_name(self) -> str:
+        """This try's RayJob: distinct per deployment, task instance and try."""
+        return rayjob_name(
+            self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number, self.deployment
+        )
+
+    def legacy_rayjob_name(self) -> str:
+        """The name a RayJob of this task instance had before names carried the deployment and the try
+        (the same for every try): a retry right after an upgrade looks for it once."""
         return rayjob_name(self.dag_id, self.task_id, self.run_id, self.map_index)
 
+    def task_instance_key(self) -> str:
+        """``TASK_INSTANCE_LABEL``'s value: the same for every try of this task instance in this deployment."""
+        return _digest(self.deployment, self.dag_id, self.run_id, self.task_id, self.map_index)
+
+    def task_instance_selector(self) -> str:
+        """The label selector of every try's RayJob of this task instance in this deployment."""
+        return (
+            f"{MANAGED_BY_SELECTOR},{DEPLOYMENT_LABEL}={self.deployment},"
+            f"{TASK_INSTANCE_LABEL}={self.task_instance_key()}"
+        )
+
     def same_task(self, other: AirflowIdentity | None) -> bool:
-        """Same task instance, any try: a retry may adopt what an earlier try submitted."""
-        return other is not None and (self.dag_id, self.task_id, self.run_id, self.map_index) == (
-            other.dag_id,
-            other.task_id,
-            other.run_id,
-            other.map_index,
+        """Same deployment and task instance, any try: a retry may adopt what an earlier try submitted."""
+        return other is not None and (
+            self.deployment,
+            self.dag_id,
+            self.task_id,
+            self.run_id,
+            self.map_index,
+        ) == (other.deployment, other.dag_id, other.task_id, other.run_id, other.map_index)
+
+    def with_deployment(self, deployment: str) -> AirflowIdentity:
+        return AirflowIdentity(
+            self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number, deployment
         )
 
     @classmethod
@@ -98,6 +142,7 @@ class AirflowIdentity:
                 run_id=annotations[RUN_ID_ANNOTATION],
                 map_index=int(annotations.get(MAP_INDEX_ANNOTATION, "-1")),
                 try_number=int(annotations.get(TRY_NUMBER_ANNOTATION, "0")),
+                deployment=annotations.get(DEPLOYMENT_LABEL, ""),
             )
         except (KeyError, ValueError):
             return None
@@ -133,22 +178,42 @@ class Waiter:
             return None
 
 
-def rayjob_name(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(list(parts)).encode()).hexdigest()[:_HASH_LEN]
+
+
+def rayjob_name(
+    dag_id: str,
+    task_id: str,
+    run_id: str,
+    map_index: int = -1,
+    try_number: int | None = None,
+    deployment: str = "",
+) -> str:
     """``<short dag>-<short task>-<hash>``: a DNS-1035 label of at most 47 characters.
 
-    The 10-hex hash covers dag_id, run_id, task_id and map_index (not the try number), so the name is
-    stable across retries and distinct for every run and mapped instance even when the readable parts
-    are truncated identically.
+    The 10-hex hash covers the deployment, dag_id, run_id, task_id, map_index and try number, so the name
+    is distinct for every deployment, run, mapped instance and try even when the readable parts are
+    truncated identically. Without ``try_number`` and ``deployment`` it is the name RayJobs had before
+    they carried either (``AirflowIdentity.legacy_rayjob_name``).
     """
-    digest = hashlib.sha256(json.dumps([dag_id, run_id, task_id, map_index]).encode()).hexdigest()
-    return _readable_name(dag_id, task_id, digest[:_HASH_LEN])
+    if try_number is None and not deployment:
+        digest = _digest(dag_id, run_id, task_id, map_index)
+    else:
+        digest = _digest(deployment, dag_id, run_id, task_id, map_index, try_number)
+    return _readable_name(dag_id, task_id, digest)
 
 
-def service_name(dag_id: str, task_id: str, map_index: int = -1) -> str:
-    """The RayService a deploy task keeps across runs: like ``rayjob_name`` without the run id, so the next
-    run updates the same service (KubeRay's zero-downtime upgrade) instead of deploying another one."""
-    digest = hashlib.sha256(json.dumps([dag_id, task_id, map_index]).encode()).hexdigest()
-    return _readable_name(dag_id, task_id, digest[:_HASH_LEN])
+def service_name(dag_id: str, task_id: str, map_index: int = -1, deployment: str = "") -> str:
+    """The RayService a deploy task keeps across runs: like ``rayjob_name`` without the run id and the try,
+    so the next run updates the same service (KubeRay's zero-downtime upgrade) instead of deploying
+    another one; with the deployment, so staging and prod deploy a service each."""
+    digest = (
+        _digest(dag_id, task_id, map_index)
+        if not deployment
+        else _digest(deployment, dag_id, task_id, map_index)
+    )
+    return _readable_name(dag_id, task_id, digest)
 
 
 def _readable_name(dag_id: str, task_id: str, suffix: str) -> str:

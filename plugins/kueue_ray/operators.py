@@ -30,12 +30,10 @@ if TYPE_CHECKING:
     from kueue_ray.hook import QueueCapacity, RayJobHook
     from kueue_ray.manifests import BuiltRayJob
 
-SUBMIT_DECISIONS = 3
-"""How often ``submit`` decides again when the RayJob it found changes under it before it acts."""
-
 
 def task_identity(context: Context) -> AirflowIdentity:
-    """The task try running now, as the RayJob's annotations record it."""
+    """The task try running now, in this Airflow deployment, as the RayJob's annotations record it."""
+    from kueue_ray.deployment import current
 
     ti = context["ti"]
     map_index = getattr(ti, "map_index", -1)
@@ -45,6 +43,7 @@ def task_identity(context: Context) -> AirflowIdentity:
         run_id=ti.run_id,
         map_index=-1 if map_index is None else int(map_index),
         try_number=int(getattr(ti, "try_number", 1) or 1),
+        deployment=current(),
     )
 
 
@@ -210,9 +209,10 @@ class SubmitRayJobOperator(BaseOperator):
     The RayJob is built from a Jinja template (``include/manifests/rayjobs/<name>.yaml.j2``, a path, or a
     dict) and checked before anything reaches the cluster: the manifest is validated, the LocalQueue and
     WorkloadPriorityClass must exist, and the request must fit the ClusterQueue's maximum capacity
-    (counting cohort borrowing). Then it is created under a deterministic name: a retry of the same task
-    adopts the RayJob an earlier try submitted (or replaces it if that one failed) instead of queueing a
-    duplicate.
+    (counting cohort borrowing). Then each try creates a RayJob of its own name (the deployment, task
+    instance and try hashed): a later try adopts an earlier try's RayJob only while it is unfinished (the
+    worker died mid-wait: no duplicate is queued), and submits afresh after a finished one, so Clear and
+    retries re-run the work (``reuse_succeeded`` opts into skipping it after a success).
 
     Waiting is deferred to the triggerer by default, where one shared watch serves all waiting tasks, and
     a success ends the task there too (``end_in_triggerer``): the task leaves the same XComs and log
@@ -265,6 +265,9 @@ class SubmitRayJobOperator(BaseOperator):
         on a worker (``execute_complete``), as does every failure (so retries apply) and a task that must
         run code on a worker at its end (a subclass overriding ``execute_complete`` or ``post_execute``, an
         ``on_success_callback``, ``outlets``, other extra links; the task log says which).
+    :param reuse_succeeded: memoization, off by default: when an earlier try of this task instance (e.g.
+        before a Clear) has a RayJob that succeeded, take its result instead of running the work again
+        (logged at WARNING). Off, Clear and retries always submit a new RayJob after a finished one.
     :param queue_timeout / run_timeout: seconds; see ``kueue_ray.waiting.WaitPolicy``.
     :param fail_on_inadmissible / inadmissible_grace / max_preemptions: see ``WaitPolicy``.
     :param max_pods_ready_evictions: how many evictions for pods that did not get ready within Kueue's
@@ -321,6 +324,7 @@ class SubmitRayJobOperator(BaseOperator):
         wait_for_completion: bool = True,
         deferrable: bool = True,
         end_in_triggerer: bool = True,
+        reuse_succeeded: bool = False,
         queue_timeout: float | None = None,
         run_timeout: float | None = None,
         fail_on_inadmissible: bool = True,
@@ -356,6 +360,7 @@ class SubmitRayJobOperator(BaseOperator):
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.end_in_triggerer = end_in_triggerer
+        self.reuse_succeeded = reuse_succeeded
         self.queue_timeout = queue_timeout
         self.run_timeout = run_timeout
         self.fail_on_inadmissible = fail_on_inadmissible
@@ -391,8 +396,8 @@ class SubmitRayJobOperator(BaseOperator):
         from kueue_ray.trigger import RayJobTrigger
         from kueue_ray.waiting import WaitPolicy, WaitTarget, WorkerWait
 
-        identity = task_identity(context)
         try:
+            identity = task_identity(context)
             priority = self.resolve_priority(context)
             built, queue_capacity = build_and_preflight(
                 self,
@@ -447,68 +452,63 @@ class SubmitRayJobOperator(BaseOperator):
         return self.execute_complete(context, WorkerWait(target, policy, self.log).wait(hook))
 
     def submit(self, hook: RayJobHook, body: dict, identity: AirflowIdentity) -> dict:
-        """Create the RayJob, or adopt / replace the one an earlier try of this task made.
+        """Create this try's RayJob, or adopt the one an earlier try left unfinished (``kueue_ray.adoption``).
 
-        * not there -> created;
-        * there, made by this task (any try) and active or succeeded -> adopted, and re-annotated with
-          this try number so the earlier try's trigger will not delete it on kill;
-        * there, made by this task, and failed / stopped / deactivated -> deleted and created afresh;
-        * there, made by anything else -> error: we never touch what is not ours.
-
-        The deletion carries the uid and version the decision was made on; if the RayJob changed
-        meanwhile (409), it is read again and the decision made again.
+        * an earlier try's RayJob still queued or running -> adopted, and re-annotated with this try number
+          so the earlier try's trigger will not delete it on kill (a worker died mid-wait);
+        * earlier tries' RayJobs all finished -> this try creates its own: Clear and retries re-run the
+          work, and the earlier ones stay readable; ``reuse_succeeded=True`` takes an earlier success
+          instead (logged at WARNING);
+        * this try's name taken by anything that is not this try -> error: we never touch what is not ours.
         """
-        from kueue_ray.deletion import DeleteResult
-        from kueue_ray.status import Phase, observe
+        from kueue_ray.adoption import plan
 
+        decided = plan(identity, self.earlier_tries(hook, identity), reuse_succeeded=self.reuse_succeeded)
+        for level, line in decided.lines:
+            self.log.log(level, line)
+        if decided.chosen is not None:
+            rayjob, holder = decided.chosen.rayjob, decided.chosen.holder
+            if holder != identity:
+                rayjob = hook.claim_rayjob(rayjob, identity)
+            return rayjob
         name = body["metadata"]["name"]
-        for _ in range(SUBMIT_DECISIONS):
-            rayjob, created = hook.create_or_get_rayjob(body, self.namespace)
-            if created:
-                self.log.info(
-                    "Created RayJob %s/%s (uid %s)", self.namespace, name, rayjob["metadata"]["uid"]
-                )
-                return rayjob
-            metadata = rayjob["metadata"]
-            holder = AirflowIdentity.from_annotations(metadata.get("annotations"))
-            if not identity.same_task(holder):
-                raise AirflowException(
-                    f"RayJob {self.namespace}/{name} already exists and belongs to {holder or 'something else'}, "
-                    f"not to {identity.dag_id}.{identity.task_id} run {identity.run_id}; delete it or rename the task"
-                )
-            observation = observe(rayjob, hook.find_workload(metadata["uid"], self.namespace))
-            if not observation.terminal or observation.phase is Phase.SUCCEEDED:
-                self.log.info(
-                    "Adopting RayJob %s/%s (uid %s) submitted by try %s: %s",
-                    self.namespace,
-                    name,
-                    metadata["uid"],
-                    holder.try_number,
-                    observation.describe(),
-                )
-                if holder.try_number != identity.try_number:
-                    rayjob = hook.claim_rayjob(rayjob, identity)
-                return rayjob
+        rayjob, created = hook.create_or_get_rayjob(body, self.namespace)
+        if created:
             self.log.info(
-                "RayJob %s/%s from try %s ended %s (%s); replacing it",
+                "Created RayJob %s/%s (uid %s) for try %s",
                 self.namespace,
                 name,
-                holder.try_number,
-                observation.phase.value,
-                observation.message,
+                rayjob["metadata"]["uid"],
+                identity.try_number,
             )
-            # Only the version this decision was made on: if it changed meanwhile, read it and decide again.
-            deleted = hook.delete_rayjob(
-                name, self.namespace, metadata["uid"], metadata.get("resourceVersion")
+            return rayjob
+        holder = AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations"))
+        if holder != identity:
+            raise AirflowException(
+                f"RayJob {self.namespace}/{name} already exists and belongs to {holder or 'something else'}, "
+                f"not to this try ({identity}); delete it or rename the task"
             )
-            if deleted is DeleteResult.CONFLICT:
-                self.log.info("RayJob %s/%s changed while replacing it; deciding again", self.namespace, name)
+        self.log.info("RayJob %s/%s was already created by this try; waiting for it", self.namespace, name)
+        return rayjob
+
+    def earlier_tries(self, hook: RayJobHook, identity: AirflowIdentity) -> list:
+        """Every RayJob of this task instance in this deployment (any try), and the one a try made under
+        the task instance's legacy name before RayJobs carried their deployment, with what each is doing."""
+        from kueue_ray.adoption import Earlier
+        from kueue_ray.status import observe
+
+        found = hook.list_managed_rayjobs(self.namespace, label_selector=identity.task_instance_selector())
+        legacy = hook.get_rayjob(identity.legacy_rayjob_name(), self.namespace)
+        if legacy is not None:
+            found.append(legacy)
+        earlier = []
+        for rayjob in found:
+            holder = AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations"))
+            if holder is None:
                 continue
-            hook.wait_until_gone(name, self.namespace, metadata["uid"])
-        raise AirflowException(
-            f"RayJob {self.namespace}/{name} kept changing while this task decided whether to adopt or replace "
-            f"it ({SUBMIT_DECISIONS} times); retry the task"
-        )
+            workload = hook.find_workload(rayjob["metadata"]["uid"], self.namespace)
+            earlier.append(Earlier(rayjob, holder, observe(rayjob, workload)))
+        return earlier
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after waiting: timeline to XCom, driver log to the task log, raise unless succeeded."""

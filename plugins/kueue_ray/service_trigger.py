@@ -217,10 +217,9 @@ class RayServiceTrigger(WaitTrigger):
         position = positions.get(observation.workload_name) if positions else None
         return position.describe() if position else None
 
-    async def on_kill(self) -> None:
-        """A user killed the task: delete the RayService if this try created it and still owns it."""
-        if self._fired:
-            return
+    async def kill(self) -> None:
+        """The task let go of the RayService (``WaitTrigger.on_kill``): delete it if this try created it and
+        still owns it."""
         if not (self.created and self.owner):
             self.log.info(
                 "Not deleting RayService %s/%s: this try did not create it (an upgrade keeps the previous "

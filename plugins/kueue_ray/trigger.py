@@ -411,11 +411,9 @@ class RayJobTrigger(WaitTrigger):
         position = positions.get(observation.workload_name) if positions else None
         return position.describe() if position else None
 
-    async def on_kill(self) -> None:
-        """A user killed the task (mark failed / success, clear): delete the RayJob if this try owns it
-        (operator) or is still its waiter in the same DAG run (sensor); otherwise say why it stays."""
-        if self._fired:
-            return
+    async def kill(self) -> None:
+        """The task let go of the RayJob (``WaitTrigger.on_kill``): delete it if this try owns it (operator)
+        or is still its waiter in the same DAG run (sensor); otherwise say why it stays."""
         if self.owner:
             result = await self.hook.delete_if_owned(
                 self.name, self.namespace, self.uid, AirflowIdentity(**self.owner)

@@ -19,6 +19,26 @@ from kueue_ray.waiting import WaitPolicy
 
 RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX = 1.0, 60.0
 """Pause before resuming a wait that an unexpected error interrupted (doubling, jittered)."""
+KILL_BUDGET_SECONDS = 20.0
+"""How long the kill decision and its delete may take: under Airflow's ``[triggerer] on_kill_timeout``
+(30 s by default)."""
+
+
+async def task_state(ti: Any) -> str | None:
+    """The current state of the task instance ``ti`` (any try), through the triggerer's channel to the
+    API server, as the provider's pod trigger reads it; None when the task instance no longer exists."""
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import GetTaskStates
+
+    from kueue_ray.orphans import state_key
+
+    map_index = getattr(ti, "map_index", -1)
+    map_index = -1 if map_index is None else int(map_index)
+    response = await task_runner.SUPERVISOR_COMMS.asend(
+        GetTaskStates(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=map_index)
+    )
+    states = (getattr(response, "task_states", None) or {}).get(ti.run_id) or {}
+    return states.get(state_key(ti.task_id, map_index))
 
 
 class WaitTrigger(BaseTrigger):
@@ -57,6 +77,48 @@ class WaitTrigger(BaseTrigger):
     async def wait_once(self, progress: Any) -> TriggerEvent:
         """Wait until waiting is over; the event to fire."""
         raise NotImplementedError
+
+    async def kill(self) -> None:
+        """Delete what this task try owns (its task has let go of it); log what was done."""
+        raise NotImplementedError
+
+    async def on_kill(self) -> None:
+        """Airflow says a user acted on the task (mark failed or success, clear): delete the object, once
+        the task instance has really let go (``deletion.still_deferred``), through ``kill``.
+
+        The decision and the delete run as a task of their own, bounded by ``KILL_BUDGET_SECONDS``: the
+        triggerer cancels this trigger again on every loop until it ends, and a cancellation between the
+        state read and the delete, or during the delete, must neither skip nor half-do it.
+        """
+        if self._fired:
+            return
+        decision = asyncio.ensure_future(self._kill_once_let_go())
+        while not decision.done():
+            try:
+                await asyncio.shield(decision)
+            except asyncio.CancelledError:
+                continue  # the triggerer's repeated cancellation: the bounded decision finishes regardless
+        decision.result()
+
+    async def read_task_state(self) -> str | None:
+        """The state of this trigger's task instance now (``task_state``)."""
+        return await task_state(self.task_instance)
+
+    async def _kill_once_let_go(self) -> None:
+        from kueue_ray.deletion import still_deferred
+
+        async with asyncio.timeout(KILL_BUDGET_SECONDS):
+            try:
+                held = still_deferred(await self.read_task_state())
+            except Exception as exc:  # noqa: BLE001 - not knowing is a reason to keep, never to delete
+                held = (
+                    f"its task instance's state could not be read ({type(exc).__name__}: {exc}); the janitor "
+                    f"deletes it once no task waits for it"
+                )
+            if held is not None:
+                self.log.info("Not deleting %s %s/%s: %s", self.kind, self.namespace, self.name, held)
+                return
+            await self.kill()
 
     def fire(self, payload: dict[str, Any]) -> TriggerEvent:
         """The one event, which resumes the task on a worker; from now on ``on_kill`` deletes nothing."""

@@ -8,6 +8,7 @@ cannot see each other's quota.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -147,6 +148,23 @@ def task_context():
         return {"ti": ti, "task_instance": ti, "dag_run": FakeDagRun(run_type), "params": {}}
 
     return build
+
+
+@pytest.fixture
+def user_kill():
+    """``user_kill(trigger, task_state="failed")``: what Airflow's triggerer does once a user marked the
+    deferred task failed (or success, or cleared it): the task instance has left the deferred state, and
+    the trigger's ``on_kill`` runs. Airflow's side is the only part stood in for: the trigger reads that
+    state instead of asking the API server through the triggerer's channel."""
+
+    def kill(trigger, task_state: str | None = "failed") -> None:
+        async def read() -> str | None:
+            return task_state
+
+        trigger.read_task_state = read
+        asyncio.run(trigger.on_kill())
+
+    return kill
 
 
 @pytest.fixture

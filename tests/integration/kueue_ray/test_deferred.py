@@ -177,7 +177,7 @@ def test_max_preemptions_ends_the_wait(queues, rayjob_body, task_context):
     assert trigger.uid not in remaining
 
 
-def test_on_kill_deletes_only_what_this_try_owns(queues, rayjob_body, task_context):
+def test_on_kill_deletes_only_what_this_try_owns(user_kill, queues, rayjob_body, task_context):
     first_try = task_context("train", try_number=1)
     trigger = defer(submit(queues, rayjob_body(duration="inf"), first_try), first_try)
 
@@ -186,13 +186,13 @@ def test_on_kill_deletes_only_what_this_try_owns(queues, rayjob_body, task_conte
     second = defer(submit(queues, rayjob_body(duration="inf"), second_try), second_try)
     assert second.uid == trigger.uid
 
-    asyncio.run(trigger.on_kill())
+    user_kill(trigger)
     [rayjob] = queues.rayjobs()
     assert rayjob["metadata"]["uid"] == trigger.uid
     assert rayjob["metadata"]["annotations"]["airflow.apache.org/try-number"] == "2"
 
-    asyncio.run(second.on_kill())
-    asyncio.run(second.on_kill())  # idempotent
+    user_kill(second)
+    user_kill(second)  # idempotent
     assert queues.rayjobs() == [] or all(r["metadata"].get("deletionTimestamp") for r in queues.rayjobs())
 
 

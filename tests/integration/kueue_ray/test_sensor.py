@@ -33,7 +33,7 @@ async def first_event(trigger) -> dict:
         await events.aclose()
 
 
-def test_deferred_sensor_follows_the_submitting_task(queues, rayjob_body, task_context):
+def test_deferred_sensor_follows_the_submitting_task(user_kill, queues, rayjob_body, task_context):
     context = task_context("train")
     reference = submit(queues, rayjob_body(duration="2"), context)
     sensor = RayJobSensor(task_id="wait", submit_task_id="train", log_tail_lines=0, end_in_triggerer=False)
@@ -52,7 +52,7 @@ def test_deferred_sensor_follows_the_submitting_task(queues, rayjob_body, task_c
     assert timeline["finished_at"] is not None
 
     # Killed after its event (the task already resumed): the trigger deletes nothing.
-    asyncio.run(trigger.on_kill())
+    user_kill(trigger)
     assert [r["metadata"]["uid"] for r in queues.rayjobs()] == [reference["uid"]]
 
 

@@ -4,8 +4,6 @@ created by Airflow, or one a newer try of the sensor (a Clear) has registered on
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from kueue_ray.naming import WAITER_ANNOTATION
@@ -44,7 +42,7 @@ def quota_reserved(workload: dict | None) -> str | None:
 
 
 def test_killing_the_deferred_sensor_deletes_its_rayjob_and_the_next_one_is_admitted(
-    queues, rayjob_body, task_context, eventually
+    user_kill, queues, rayjob_body, task_context, eventually
 ):
     running = submit(queues, rayjob_body(duration="inf"), task_context("train"), "train")
     eventually(lambda: quota_reserved(queues.workload(running["uid"])) == "True")
@@ -55,28 +53,30 @@ def test_killing_the_deferred_sensor_deletes_its_rayjob_and_the_next_one_is_admi
     annotations = rayjob(queues, running["name"])["metadata"]["annotations"]
     assert annotations[WAITER_ANNOTATION] == "wait/-1/1"
 
-    asyncio.run(trigger.on_kill())  # what the triggerer does when the user marks the task failed
+    user_kill(trigger)  # what the triggerer does when the user marks the task failed
 
     eventually(lambda: rayjob(queues, running["name"]) is None)
     eventually(lambda: quota_reserved(queues.workload(queued["uid"])) == "True")
 
 
-def test_a_killed_older_try_leaves_the_rayjob_to_the_newer_try(queues, rayjob_body, task_context, eventually):
+def test_a_killed_older_try_leaves_the_rayjob_to_the_newer_try(
+    user_kill, queues, rayjob_body, task_context, eventually
+):
     reference = submit(queues, rayjob_body(duration="inf"), task_context("train"), "train")
     old_try = defer_sensor(queues, reference, task_context("wait", try_number=1))
     # Clear: the new try defers (and registers as waiter) before the old trigger's on_kill runs.
     new_try = defer_sensor(queues, reference, task_context("wait", try_number=2))
 
-    asyncio.run(old_try.on_kill())
+    user_kill(old_try)
     kept = rayjob(queues, reference["name"])
     assert kept is not None and kept["metadata"]["uid"] == reference["uid"]
     assert kept["metadata"]["annotations"][WAITER_ANNOTATION] == "wait/-1/2"
 
-    asyncio.run(new_try.on_kill())
+    user_kill(new_try)
     eventually(lambda: rayjob(queues, reference["name"]) is None)
 
 
-def test_a_sensor_never_deletes_a_rayjob_of_another_run(queues, rayjob_body, task_context):
+def test_a_sensor_never_deletes_a_rayjob_of_another_run(user_kill, queues, rayjob_body, task_context):
     reference = submit(
         queues, rayjob_body(duration="inf"), task_context("train", run_id="manual__1"), "train"
     )
@@ -84,7 +84,7 @@ def test_a_sensor_never_deletes_a_rayjob_of_another_run(queues, rayjob_body, tas
     assert trigger.waiter is None, "nothing to delete on kill"
     assert WAITER_ANNOTATION not in rayjob(queues, reference["name"])["metadata"]["annotations"]
 
-    asyncio.run(trigger.on_kill())
+    user_kill(trigger)
     # Even a trigger acting for the other run's sensor, registered as the waiter, checks the RayJob's run.
     queues.custom.patch_namespaced_custom_object(
         "ray.io",
@@ -100,16 +100,18 @@ def test_a_sensor_never_deletes_a_rayjob_of_another_run(queues, rayjob_body, tas
             "waiter": {"dag_id": "ml_pipeline", "task_id": "wait", "run_id": "manual__2", "map_index": -1},
         }
     )
-    asyncio.run(stray.on_kill())
+    user_kill(stray)
     assert [r["metadata"]["uid"] for r in queues.rayjobs()] == [reference["uid"]]
 
 
-def test_a_sensor_never_deletes_a_rayjob_created_outside_airflow(queues, rayjob_body, task_context):
+def test_a_sensor_never_deletes_a_rayjob_created_outside_airflow(
+    user_kill, queues, rayjob_body, task_context
+):
     body = rayjob_body(duration="inf")
     body["metadata"]["name"] = "handmade"
     created = queues.custom.create_namespaced_custom_object("ray.io", "v1", queues.namespace, "rayjobs", body)
     trigger = defer_sensor(queues, {"name": "handmade"}, task_context("wait"))
     assert trigger.waiter is None
 
-    asyncio.run(trigger.on_kill())
+    user_kill(trigger)
     assert [r["metadata"]["uid"] for r in queues.rayjobs()] == [created["metadata"]["uid"]]

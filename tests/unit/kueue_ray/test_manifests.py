@@ -18,8 +18,10 @@ from kueue_ray.manifests import (
 )
 from kueue_ray.naming import (
     CLUSTER_CONFIG_ANNOTATION,
+    DEPLOYMENT_LABEL,
     PRIORITY_CLASS_LABEL,
     QUEUE_LABEL,
+    TASK_INSTANCE_LABEL,
     TRY_NUMBER_ANNOTATION,
     AirflowIdentity,
     rayjob_name,
@@ -118,11 +120,20 @@ def test_user_annotations_cannot_forge_ownership():
     assert body["metadata"]["annotations"][TRY_NUMBER_ANNOTATION] == "1"
 
 
-def test_name_is_stable_across_try_numbers():
-    retry = AirflowIdentity(IDENTITY.dag_id, IDENTITY.task_id, IDENTITY.run_id, -1, 2)
-    first, second = build(), build(name=retry.rayjob_name(), identity=retry)
-    assert first.name == second.name
-    assert second.body["metadata"]["annotations"][TRY_NUMBER_ANNOTATION] == "2"
+def test_each_try_builds_its_own_rayjob_carrying_the_deployment():
+    first = AirflowIdentity(IDENTITY.dag_id, IDENTITY.task_id, IDENTITY.run_id, -1, 1, deployment="prod")
+    retry = AirflowIdentity(IDENTITY.dag_id, IDENTITY.task_id, IDENTITY.run_id, -1, 2, deployment="prod")
+    one, two = (
+        build(name=first.rayjob_name(), identity=first),
+        build(name=retry.rayjob_name(), identity=retry),
+    )
+    assert one.name != two.name
+    assert two.body["metadata"]["annotations"][TRY_NUMBER_ANNOTATION] == "2"
+    for built in (one, two):
+        metadata = built.body["metadata"]
+        assert metadata["labels"][DEPLOYMENT_LABEL] == metadata["annotations"][DEPLOYMENT_LABEL] == "prod"
+        # every try of the task instance is found with one label selector
+        assert metadata["labels"][TASK_INSTANCE_LABEL] == first.task_instance_key()
 
 
 def test_generated_names_for_long_ids_pass_validation():

@@ -4,7 +4,9 @@ import re
 
 import pytest
 from kueue_ray.naming import (
+    DEPLOYMENT_LABEL,
     MANAGED_BY_LABEL,
+    TASK_INSTANCE_LABEL,
     TRY_NUMBER_ANNOTATION,
     WAITER_ANNOTATION,
     AirflowIdentity,
@@ -23,13 +25,38 @@ def test_name_is_readable_and_stable():
     assert name == rayjob_name("ml_pipeline", "train_model", "manual__2026-12-01T10:00:00+00:00")
 
 
-def test_retries_find_the_same_name_but_other_runs_and_map_indexes_do_not():
-    first = AirflowIdentity("dag", "task", "run-1", map_index=-1, try_number=1)
-    retry = AirflowIdentity("dag", "task", "run-1", map_index=-1, try_number=2)
-    assert first.rayjob_name() == retry.rayjob_name()
-    assert rayjob_name("dag", "task", "run-2") != first.rayjob_name()
-    assert rayjob_name("dag", "task", "run-1", 0) != rayjob_name("dag", "task", "run-1", 1)
-    assert rayjob_name("dag", "task", "run-1", 0) != first.rayjob_name()
+def test_every_deployment_run_map_index_and_try_gets_a_name_of_its_own():
+    first = AirflowIdentity("dag", "task", "run-1", map_index=-1, try_number=1, deployment="prod")
+    names = {
+        first.rayjob_name(),
+        AirflowIdentity("dag", "task", "run-1", -1, 2, "prod").rayjob_name(),  # a retry or a Clear
+        AirflowIdentity("dag", "task", "run-1", -1, 1, "staging").rayjob_name(),  # same DAG and run id
+        AirflowIdentity("dag", "task", "run-2", -1, 1, "prod").rayjob_name(),
+        AirflowIdentity("dag", "task", "run-1", 0, 1, "prod").rayjob_name(),
+        AirflowIdentity("dag", "task", "run-1", 1, 1, "prod").rayjob_name(),
+    }
+    assert len(names) == 6
+
+
+def test_every_try_of_a_task_instance_shares_one_selector_and_no_other_deployment_does():
+    first = AirflowIdentity("dag", "task", "run-1", -1, 1, "prod")
+    retry = AirflowIdentity("dag", "task", "run-1", -1, 3, "prod")
+    staging = AirflowIdentity("dag", "task", "run-1", -1, 1, "staging")
+    assert first.task_instance_selector() == retry.task_instance_selector()
+    assert first.labels()[TASK_INSTANCE_LABEL] == retry.labels()[TASK_INSTANCE_LABEL]
+    assert staging.task_instance_selector() != first.task_instance_selector()
+    assert first.same_task(retry) and not first.same_task(staging)
+
+
+def test_a_legacy_name_is_the_name_rayjobs_had_before_deployments():
+    identity = AirflowIdentity("dag", "task", "run-1", -1, 2, "prod")
+    # the formula every RayJob was named by before names carried the deployment and the try
+    assert identity.legacy_rayjob_name() == rayjob_name("dag", "task", "run-1", -1)
+    assert (
+        identity.legacy_rayjob_name()
+        == "dag-task-" + __import__("hashlib").sha256(b'["dag", "run-1", "task", -1]').hexdigest()[:10]
+    )
+    assert DEPLOYMENT_LABEL not in AirflowIdentity("dag", "task", "run-1").labels()
 
 
 @pytest.mark.parametrize(
@@ -70,14 +97,15 @@ def test_long_label_values_are_truncated_with_a_hash():
 
 
 def test_identity_round_trips_through_annotations():
-    identity = AirflowIdentity("dag", "grp.task", "manual__2026-12-01T10:00:00+00:00", 3, 2)
+    identity = AirflowIdentity("dag", "grp.task", "manual__2026-12-01T10:00:00+00:00", 3, 2, "prod")
     annotations = identity.annotations()
     assert annotations[TRY_NUMBER_ANNOTATION] == "2"
     assert AirflowIdentity.from_annotations(annotations) == identity
     assert AirflowIdentity.from_annotations({"unrelated": "x"}) is None
     assert identity.labels()[MANAGED_BY_LABEL] == "airflow-kueue-ray"
-    assert identity.same_task(AirflowIdentity("dag", "grp.task", identity.run_id, 3, 5))
-    assert not identity.same_task(AirflowIdentity("dag", "grp.task", identity.run_id, 4, 2))
+    assert identity.same_task(AirflowIdentity("dag", "grp.task", identity.run_id, 3, 5, "prod"))
+    assert not identity.same_task(AirflowIdentity("dag", "grp.task", identity.run_id, 4, 2, "prod"))
+    assert not identity.same_task(AirflowIdentity("dag", "grp.task", identity.run_id, 3, 2, "staging"))
 
 
 def test_waiter_stamp_round_trips_even_with_slashes_in_the_task_id():

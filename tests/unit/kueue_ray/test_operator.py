@@ -81,6 +81,9 @@ def cluster(monkeypatch):
 
     monkeypatch.setattr(RayJobHook, "preflight", preflight)
     monkeypatch.setattr(RayJobHook, "create_or_get_rayjob", create_or_get)
+    # no earlier try left a RayJob
+    monkeypatch.setattr(RayJobHook, "list_managed_rayjobs", lambda self, namespace, label_selector=None: [])
+    monkeypatch.setattr(RayJobHook, "get_rayjob", lambda self, name, namespace: None)
     return created
 
 
@@ -117,6 +120,7 @@ def test_execute_submits_and_defers_to_the_trigger(cluster):
         "run_id": "scheduled__2026-12-01",
         "map_index": -1,
         "try_number": 1,
+        "deployment": "tests",  # tests/conftest.py: [kueue_ray] deployment
     }
     assert ti.xcom["rayjob"]["uid"] == "uid-1"
 
