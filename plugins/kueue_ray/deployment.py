@@ -31,6 +31,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
+from functools import cache
 
 from kueue_ray.errors import KueueRayError
 from kueue_ray.naming import DEPLOYMENT_LABEL, is_label_value
@@ -97,8 +98,10 @@ def resolve(
     return validate(stored or "", f"the Airflow Variable {VARIABLE}")
 
 
+@cache
 def current() -> str:
-    """This deployment's identity, in a task (worker or triggerer): option, Variable, or generated."""
+    """This deployment's identity, in a task (worker or triggerer): option, Variable, or generated; read
+    once per process."""
     from airflow.sdk import Variable
 
     def store(value: str) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from kueue_ray.naming import AirflowIdentity
-from kueue_ray.orphans import needs_decision, orphan_reason
+from kueue_ray.orphans import janitor_selectors, needs_decision, orphan_reason
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -28,7 +28,8 @@ DRY_RUN = "not deleted (dry run)"
 
 
 class DeleteOrphanedRayJobsOperator(BaseOperator):
-    """Delete the active RayJobs (created by this integration) that no Airflow task will wait for again.
+    """Delete the active RayJobs (created by this integration in this Airflow deployment) that no Airflow
+    task will wait for again; another deployment's RayJobs are never listed.
 
         An orphan is a RayJob whose DAG run is gone, whose registered waiting sensor has ended, or whose
         submitting task failed for good with no sensor waiting (see :mod:`kueue_ray.orphans` for the exact
@@ -58,20 +59,33 @@ class DeleteOrphanedRayJobsOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.deployment: str | None = None
         self.namespaces = namespaces
         self.kubernetes_conn_id = kubernetes_conn_id
         self.dry_run = dry_run
 
     def execute(self, context: Context) -> list[dict[str, str]]:
+        from kueue_ray.deployment import current
         from kueue_ray.hook import RayJobHook
 
         hook = RayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
         ti = context["ti"]
+        self.deployment = current()
         namespaces = [self.namespaces] if isinstance(self.namespaces, str) else list(self.namespaces)
         found: list[dict[str, str]] = []
         for namespace in namespaces:
-            candidates = [job for job in hook.list_managed_rayjobs(namespace) if needs_decision(job)]
-            self.log.info("%s: %d active RayJobs submitted by Airflow", namespace, len(candidates))
+            listed = [
+                job
+                for selector in janitor_selectors(self.deployment)
+                for job in hook.list_managed_rayjobs(namespace, label_selector=selector)
+            ]
+            candidates = [job for job in listed if needs_decision(job, self.deployment)]
+            self.log.info(
+                "%s: %d active RayJobs submitted by this Airflow deployment (%s), or before RayJobs carried one",
+                namespace,
+                len(candidates),
+                self.deployment,
+            )
             for run, rayjobs in _by_dag_run(candidates).items():
                 run_exists, states = _airflow_view(ti, *run)
                 for rayjob in rayjobs:
@@ -98,7 +112,7 @@ class DeleteOrphanedRayJobsOperator(BaseOperator):
             current = hook.get_rayjob(name, namespace)
             if current is None or current["metadata"].get("uid") != metadata["uid"]:
                 return self._report(name, namespace, reason, DeleteOutcome(DeleteResult.GONE))
-            if not needs_decision(current):
+            if not needs_decision(current, self.deployment):
                 return self._report(
                     name, namespace, reason, DeleteOutcome.not_deleted("it finished since it was read")
                 )

@@ -13,9 +13,13 @@ states Airflow holds for that task instance.
 
 The rule is deliberately narrow, so that it never deletes a RayJob someone still expects to run:
 
-* only RayJobs created by this integration (the identity annotations) that are still active: finished
-  ones hold no quota, and one already being deleted is being dealt with;
-* its DAG run no longer exists; or
+* only RayJobs created by this integration (the identity annotations) *in this Airflow deployment*
+  (``kueue_ray.deployment``) that are still active: finished ones hold no quota, one already being deleted
+  is being dealt with, and another deployment's are never this one's to judge (its DAG runs live in
+  another metadata database: "no such run here" says nothing about them);
+* its DAG run no longer exists (only for this deployment's own RayJobs: a *legacy* one, made before
+  RayJobs carried their deployment, may be another deployment's, so only positive evidence counts for it:
+  its DAG run exists here and its task ended); or
 * a sensor registered as its waiter (``WAITER_ANNOTATION``, only with ``delete_on_kill``) and that task
   instance has ended or is gone; or
 * no task registered as waiter and the submitting task ended without success (failed, upstream_failed,
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kueue_ray.naming import AirflowIdentity, Waiter
+from kueue_ray.naming import DEPLOYMENT_LABEL, MANAGED_BY_SELECTOR, AirflowIdentity, Waiter
 
 ENDED_STATES = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
 """Task instance states no try will leave again without a user clearing the task."""
@@ -43,14 +47,26 @@ def state_key(task_id: str, map_index: int) -> str:
     return task_id if map_index < 0 else f"{task_id}_{map_index}"
 
 
-def needs_decision(rayjob: dict) -> bool:
-    """An active RayJob created by an Airflow task: the only kind the janitor ever looks at."""
+def janitor_selectors(deployment: str) -> tuple[str, str]:
+    """The two lists the janitor makes: this deployment's RayJobs, and legacy ones (no deployment label)."""
+    return (
+        f"{MANAGED_BY_SELECTOR},{DEPLOYMENT_LABEL}={deployment}",
+        f"{MANAGED_BY_SELECTOR},!{DEPLOYMENT_LABEL}",
+    )
+
+
+def needs_decision(rayjob: dict, deployment: str | None = None) -> bool:
+    """An active RayJob created by an Airflow task (of ``deployment``, or legacy, when given): the only
+    kind the janitor ever looks at."""
     metadata = rayjob.get("metadata") or {}
     if metadata.get("deletionTimestamp"):
         return False
     if ((rayjob.get("status") or {}).get("jobDeploymentStatus") or "") in FINISHED_DEPLOYMENT_STATUSES:
         return False
-    return AirflowIdentity.from_annotations(metadata.get("annotations")) is not None
+    owner = AirflowIdentity.from_annotations(metadata.get("annotations"))
+    if owner is None:
+        return False
+    return deployment is None or owner.deployment in ("", deployment)
 
 
 def orphan_reason(rayjob: dict, *, run_exists: bool, task_states: Mapping[str, str | None]) -> str | None:
@@ -64,17 +80,23 @@ def orphan_reason(rayjob: dict, *, run_exists: bool, task_states: Mapping[str, s
     if owner is None:
         return None
     if not run_exists:
+        if not owner.deployment:
+            return None  # legacy: the run may be another deployment's, which this one cannot see
         return f"its DAG run {owner.dag_id} / {owner.run_id} no longer exists"
     waiter = Waiter.from_annotations(annotations)
     if waiter is not None:
         key = state_key(waiter.task_id, waiter.map_index)
         if key not in task_states:
+            if not owner.deployment:
+                return None
             return f"the task waiting for it, {key}, no longer exists in DAG run {owner.run_id}"
         if task_states[key] in ENDED_STATES:
             return f"the task waiting for it, {key}, ended {task_states[key]} without deleting it"
         return None
     key = state_key(owner.task_id, owner.map_index)
     if key not in task_states:
+        if not owner.deployment:
+            return None
         return f"the task that submitted it, {key}, no longer exists in DAG run {owner.run_id}"
     if task_states[key] in ENDED_WITHOUT_SUCCESS:
         return f"the task that submitted it, {key}, ended {task_states[key]} and no task waits for it"

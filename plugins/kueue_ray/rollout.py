@@ -57,12 +57,32 @@ def _is_ready(service: dict) -> bool:
     )
 
 
+def foreign_service(holder: AirflowIdentity | None, identity: AirflowIdentity) -> str | None:
+    """Whose RayService this is, when it is not this task's to upgrade: another Airflow deployment's,
+    another task's, or not Airflow's at all; None when it is this task's (legacy: no deployment yet)."""
+    if holder is None:
+        return "was not created by an Airflow task"
+    if holder.deployment and holder.deployment != identity.deployment:
+        return (
+            f"belongs to another Airflow deployment, {holder.deployment} (DAG {holder.dag_id}, task "
+            f"{holder.task_id}, run {holder.run_id})"
+        )
+    if (holder.dag_id, holder.task_id, holder.map_index) != (
+        identity.dag_id,
+        identity.task_id,
+        identity.map_index,
+    ):
+        return f"belongs to another task, {holder.dag_id}.{holder.task_id} (run {holder.run_id})"
+    return None
+
+
 class Rollout:
     """One deploy task's create-or-update of its RayService in ``namespace``, logging what it did."""
 
-    def __init__(self, namespace: str, log: logging.Logger) -> None:
+    def __init__(self, namespace: str, log: logging.Logger, *, take_over: bool = False) -> None:
         self.namespace = namespace
         self.log = log
+        self.take_over = take_over
 
     def deploy(self, hook: RayServiceHook, body: dict, identity: AirflowIdentity) -> Deployment:
         """Create the RayService, adopt the one an earlier try of this run deployed, or update the one an
@@ -75,14 +95,22 @@ class Rollout:
             )
             return Deployment(service, created=True, switch_from=None, action="created")
         holder = AirflowIdentity.from_annotations(service["metadata"].get("annotations"))
-        if holder is None or (holder.dag_id, holder.task_id, holder.map_index) != (
-            identity.dag_id,
-            identity.task_id,
-            identity.map_index,
-        ):
-            raise AirflowException(
-                f"RayService {self.namespace}/{name} already exists and belongs to {holder or 'something else'}, "
-                f"not to {identity.dag_id}.{identity.task_id}; delete it or choose another service_name"
+        refusal = foreign_service(holder, identity)
+        if refusal is not None and not self.take_over:
+            raise AirflowFailException(
+                f"RayService {self.namespace}/{name} {refusal}; this task ({identity.dag_id}.{identity.task_id} "
+                f"of Airflow deployment {identity.deployment}) does not upgrade it. Choose another "
+                f"service_name, or pass take_over=True to DeployRayServiceOperator to take it over deliberately"
+            )
+        if refusal is not None:
+            self.log.warning(
+                "take_over=True: RayService %s/%s %s; upgrading it, and from now on it is this task's",
+                self.namespace,
+                name,
+                refusal,
+            )
+            holder = AirflowIdentity(
+                identity.dag_id, identity.task_id, "", identity.map_index, 0, identity.deployment
             )
         for _ in range(10):
             deployment = self._update(hook, service, body, identity, holder)

@@ -22,6 +22,7 @@ from kueue_ray.naming import (
     TASK_ID_LABEL,
     AirflowIdentity,
     label_value,
+    rayjob_name,
     service_name,
 )
 from kueue_ray.operators import build_and_preflight, run_priority, take_local_queue, task_identity
@@ -120,6 +121,9 @@ class DeployRayServiceOperator(BaseOperator):
         ``serve_service`` and ``namespace``); None sends nothing.
     :param smoke_timeout: seconds for that request.
     :param teardown_previous: delete the RayServices earlier runs of this task deployed (templated).
+    :param take_over: upgrade a RayService named ``service_name`` that another Airflow deployment (or another
+        task) created, deliberately, making it this task's; without it such a service is refused, naming
+        its owner.
     :param poll_interval: seconds between reads when waiting in the worker (``deferrable=False``).
     :param resync_interval: the longest a missed watch event may go unnoticed while deferred, seconds.
     """
@@ -172,6 +176,7 @@ class DeployRayServiceOperator(BaseOperator):
         smoke_url: str | None = None,
         smoke_timeout: float = 30.0,
         teardown_previous: bool | str = False,
+        take_over: bool = False,
         poll_interval: float = 5.0,
         resync_interval: float = 300.0,
         template_searchpath: str | Sequence[str] | None = None,
@@ -207,6 +212,7 @@ class DeployRayServiceOperator(BaseOperator):
         self.smoke_url = smoke_url
         self.smoke_timeout = smoke_timeout
         self.teardown_previous = teardown_previous
+        self.take_over = take_over
         self.poll_interval = poll_interval
         self.resync_interval = resync_interval
 
@@ -235,8 +241,43 @@ class DeployRayServiceOperator(BaseOperator):
                     value=self.service_name,
                     fix="leave service_name unset with mode='new_service', or use mode='upgrade'",
                 )
-            return identity.rayjob_name()
-        return self.service_name or service_name(identity.dag_id, identity.task_id, identity.map_index)
+            # one per run, the same for every try of it (a retry adopts what an earlier try deployed)
+            return rayjob_name(
+                identity.dag_id,
+                identity.task_id,
+                identity.run_id,
+                identity.map_index,
+                None,
+                identity.deployment,
+            )
+        return self.service_name or self.default_service_name(identity)
+
+    def default_service_name(self, identity: AirflowIdentity) -> str:
+        """The RayService this task keeps across runs in this deployment; the name it had before RayServices
+        carried their deployment while a service of that name deployed by this task still exists (it is
+        upgraded in place and becomes this deployment's, rather than a second service deployed beside it)."""
+        legacy = service_name(identity.dag_id, identity.task_id, identity.map_index)
+        found = self.hook.get_rayservice(legacy, self.namespace)
+        holder = AirflowIdentity.from_annotations((found or {}).get("metadata", {}).get("annotations"))
+        if (
+            holder is not None
+            and not holder.deployment
+            and (holder.dag_id, holder.task_id, holder.map_index)
+            == (
+                identity.dag_id,
+                identity.task_id,
+                identity.map_index,
+            )
+        ):
+            self.log.info(
+                "RayService %s/%s was deployed by this task before RayServices carried their Airflow "
+                "deployment; it is upgraded in place and becomes deployment %s's",
+                self.namespace,
+                legacy,
+                identity.deployment,
+            )
+            return legacy
+        return service_name(identity.dag_id, identity.task_id, identity.map_index, identity.deployment)
 
     # --- execution -----------------------------------------------------------------------------------
 
@@ -246,8 +287,8 @@ class DeployRayServiceOperator(BaseOperator):
         from kueue_ray.service_waiting import ServiceWorkerWait
         from kueue_ray.waiting import WaitPolicy
 
-        identity = task_identity(context)
         try:
+            identity = task_identity(context)
             priority = run_priority(self.log, context, self.priority, self.priority_policy)
             name = self.target_name(identity)
             built, capacity = build_and_preflight(
@@ -287,7 +328,7 @@ class DeployRayServiceOperator(BaseOperator):
         earlier run deployed (``upgrade``): ``kueue_ray.rollout``."""
         from kueue_ray.rollout import Rollout
 
-        return Rollout(self.namespace, self.log).deploy(hook, body, identity)
+        return Rollout(self.namespace, self.log, take_over=self.take_over).deploy(hook, body, identity)
 
     def wait_target(self, deployment: Deployment, priority: str) -> ServiceTarget:
         """What to wait for after ``deployment``."""

@@ -68,6 +68,19 @@ def settings_from_airflow() -> tuple[str, list[str]]:
     return conn_id, [n.strip() for n in namespaces.split(",") if n.strip()]
 
 
+def this_deployment() -> str | None:
+    """This Airflow deployment's identity (``kueue_ray.deployment.ensure_stored``: the api-server stores a
+    generated one in the metadata database on first start); None, logged, when it cannot be read: the
+    pages then tell no deployment from another, as before deployments existed."""
+    from kueue_ray.deployment import ensure_stored
+
+    try:
+        return ensure_stored()
+    except Exception:  # noqa: BLE001 - the pages still work without it
+        logging.getLogger(__name__).exception("The Airflow deployment identity could not be read")
+        return None
+
+
 def airflow_root() -> str:
     """The path Airflow's UI is served under (from ``[api] base_url``), "" at the root."""
     from airflow.api_fastapi.app import API_ROOT_PATH
@@ -125,6 +138,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        app.state.deployment = await asyncio.to_thread(this_deployment)
         made = app.state.cache = cluster_cache or ClusterCache(*settings_from_airflow())
         await made.start()
         try:
@@ -145,7 +159,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
     router = APIRouter(dependencies=[Depends(current_user)])
 
     def links() -> Links:
-        return Links(root=airflow_root())
+        return Links(root=airflow_root(), deployment=getattr(app.state, "deployment", None))
 
     @router.get("/", include_in_schema=False)
     async def index() -> RedirectResponse:

@@ -103,10 +103,10 @@ def test_a_success_ends_in_the_triggerer_with_the_workers_xcoms_and_the_log_tail
     assert "ended SUCCEEDED after" in told
     assert "Last 20 lines of the Ray driver (submitter) log" in told and SUBMITTED in told
 
-    # The worker path on the same finished RayJob (a retry adopts it and ends at once, on the worker)
-    # leaves the same rayjob XCom and return value.
+    # The worker path on the same finished RayJob (a later try that memoizes takes it and ends at once, on
+    # the worker) leaves the same rayjob XCom and return value.
     worker_context = task_context("train", try_number=2)
-    worker = operator(queues, body, log_tail_lines=20, end_in_triggerer=False)
+    worker = operator(queues, body, log_tail_lines=20, end_in_triggerer=False, reuse_succeeded=True)
     assert worker.execute(worker_context) == xcoms["return_value"]
     assert worker_context["ti"].xcom["rayjob"] == rayjob
 

@@ -237,6 +237,8 @@ def test_a_trigger_joining_a_watched_namespace_starts_from_the_cache(
         RayJobTrigger(**{**second, "policy": {**second["policy"], "queue_timeout": 0.5}}),
     )
 
+    kubesim.clear_requests()  # the submitting tasks' own lists are not the hub's
+
     async def scenario():
         waiting = asyncio.create_task(first_event(waiting_long))
         await until_listed(kubesim, queues)

@@ -215,3 +215,24 @@ def test_a_deletion_whose_answer_was_lost_is_reported_done(kubesim, queues, rayj
         "ray.io", "v1", queues.namespace, "rayjobs", orphan["name"], release
     )
     wait_for(lambda: phase_of(queues, orphan["uid"]) == "gone")
+
+
+def test_another_deployments_rayjobs_are_never_judged_even_while_they_run(
+    queues, rayjob_body, task_context, monkeypatch
+):
+    """Staging and prod share the namespace and the queues; staging's run does not exist in prod's
+    metadata database, which must not make its RayJob an orphan for prod's janitor."""
+    import kueue_ray.deployment
+
+    with monkeypatch.context() as staging_env:
+        staging_env.setenv("AIRFLOW__KUEUE_RAY__DEPLOYMENT", "staging")
+        kueue_ray.deployment.current.cache_clear()
+        staging = submit(queues, rayjob_body(duration="inf"), task_context("submit", run_id="r1"), "submit")
+    kueue_ray.deployment.current.cache_clear()
+    wait_for(lambda: running_steadily(queues, staging["uid"]))
+    ours = submit(queues, rayjob_body(duration="inf"), task_context("submit", run_id="gone"), "submit")
+
+    found = janitor(queues, AirflowStates({}))  # this deployment has no DAG run at all
+
+    assert [(f["name"], f["result"]) for f in found] == [(ours["name"], "deleted")]
+    assert phase_of(queues, staging["uid"]) == "Running"

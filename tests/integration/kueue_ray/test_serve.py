@@ -197,3 +197,43 @@ def test_deferred_waits_make_no_requests_while_nothing_changes(kubesim, queues, 
         "rayservice",
         "workload",
     ]
+
+
+def test_another_deployments_service_is_refused_naming_its_owner_and_taken_over_only_when_told(
+    queues, monkeypatch, capfd
+):
+    """Staging and prod configured the same service_name: prod's deploy must not silently upgrade the
+    service staging serves from; take_over=True makes it prod's, deliberately."""
+    import kueue_ray.deployment
+
+    with monkeypatch.context() as staging_env:
+        staging_env.setenv("AIRFLOW__KUEUE_RAY__DEPLOYMENT", "staging")
+        kueue_ray.deployment.current.cache_clear()
+        staging = deploy_op(queues, service_body(), service_name="forecast", deferrable=False).execute(
+            run_context("manual__1")
+        )
+    kueue_ray.deployment.current.cache_clear()
+    body = service_body()
+    body["spec"]["serveConfigV2"] = SERVE_CONFIG + "    route_prefix: /v2\n"
+
+    with pytest.raises(AirflowFailException) as error:
+        deploy_op(queues, body, service_name="forecast", deferrable=False).execute(run_context("manual__1"))
+    message = str(error.value)
+    assert (
+        "belongs to another Airflow deployment, staging (DAG serving_pipeline, task serve, run manual__1)"
+        in message
+    )
+    assert "take_over=True" in message
+    [untouched] = rayservices(queues)
+    assert untouched["metadata"]["uid"] == staging["uid"]
+    assert "route_prefix: /v2" not in untouched["spec"]["serveConfigV2"]
+
+    capfd.readouterr()
+    taken = deploy_op(queues, body, service_name="forecast", take_over=True, deferrable=False).execute(
+        run_context("manual__1")
+    )
+    [service] = rayservices(queues)
+    assert service["metadata"]["uid"] == staging["uid"] == taken["uid"]
+    assert service["metadata"]["labels"]["kueue-ray.airflow.apache.org/deployment"] == "tests"
+    assert "route_prefix: /v2" in service["spec"]["serveConfigV2"]
+    assert "take_over=True: RayService" in capfd.readouterr().out

@@ -89,7 +89,9 @@ def test_a_retry_adopts_the_running_rayjob_instead_of_submitting_a_duplicate(
     assert rayjob["metadata"]["annotations"]["airflow.apache.org/try-number"] == "2"
 
 
-def test_a_retry_replaces_a_rayjob_that_failed_in_an_earlier_try(queues, rayjob_body, task_context):
+def test_a_retry_after_a_failed_try_submits_anew_and_leaves_the_failed_rayjob_readable(
+    queues, rayjob_body, task_context
+):
     from airflow.sdk.exceptions import AirflowException
 
     failing = rayjob_body(duration="1", outcome="AppFailed")
@@ -97,26 +99,105 @@ def test_a_retry_replaces_a_rayjob_that_failed_in_an_earlier_try(queues, rayjob_
         operator(queues, failing).execute(task_context("train"))
     [failed] = queues.rayjobs()
     result = operator(queues, rayjob_body(duration="1")).execute(task_context("train", try_number=2))
-    assert result["name"] == failed["metadata"]["name"]
-    assert result["uid"] != failed["metadata"]["uid"]
-    assert [r["metadata"]["uid"] for r in queues.rayjobs()] == [result["uid"]]
+    assert result["name"] != failed["metadata"]["name"]
+    by_uid = {r["metadata"]["uid"]: r for r in queues.rayjobs()}
+    assert set(by_uid) == {failed["metadata"]["uid"], result["uid"]}
+    assert by_uid[failed["metadata"]["uid"]]["status"]["jobStatus"] == "FAILED", (
+        "the failed try stays readable"
+    )
+
+
+def test_clearing_a_succeeded_task_runs_the_work_again(queues, rayjob_body, task_context, capfd):
+    first_try = task_context("train")
+    first = operator(queues, rayjob_body(duration="1")).execute(first_try)
+    capfd.readouterr()
+    cleared = task_context("train", try_number=2)
+    second = operator(queues, rayjob_body(duration="1")).execute(cleared)
+    assert second["uid"] != first["uid"]
+    by_uid = {r["metadata"]["uid"]: r for r in queues.rayjobs()}
+    assert by_uid[second["uid"]]["status"]["jobStatus"] == "SUCCEEDED", "the second RayJob ran to completion"
+    assert by_uid[first["uid"]]["status"]["jobStatus"] == "SUCCEEDED", "the first one is untouched"
+    assert by_uid[first["uid"]]["metadata"]["annotations"]["airflow.apache.org/try-number"] == "1"
+    out = capfd.readouterr().out
+    assert (
+        f"RayJob {queues.namespace}/{first['name']} of try 1 already ended SUCCEEDED; this try 2 submits a new"
+        in out
+    )
+    assert cleared["ti"].xcom["timeline"]["final_phase"] == "SUCCEEDED"
+
+
+def test_reuse_succeeded_takes_an_earlier_success_and_warns(queues, rayjob_body, task_context, capfd):
+    first = operator(queues, rayjob_body(duration="1")).execute(task_context("train"))
+    capfd.readouterr()
+    again = operator(queues, rayjob_body(duration="1"), reuse_succeeded=True).execute(
+        task_context("train", try_number=2)
+    )
+    assert again == first
+    assert len(queues.rayjobs()) == 1
+    out = capfd.readouterr().out
+    assert re.search(r"\[warning\s*\] reuse_succeeded=True: RayJob .* of try 1 succeeded", out), out
+
+
+def test_a_later_try_adopts_an_unfinished_rayjob_made_before_rayjobs_carried_their_deployment(
+    queues, rayjob_body, task_context
+):
+    from kueue_ray.naming import DEPLOYMENT_LABEL, AirflowIdentity
+
+    # What a try of the previous release created: the task instance's legacy name, no deployment.
+    legacy = AirflowIdentity("ml_pipeline", "train", "manual__1", -1, 1)
+    body = rayjob_body(duration="inf")
+    body["metadata"] = {
+        "name": legacy.legacy_rayjob_name(),
+        "labels": {**legacy.labels(), "kueue.x-k8s.io/queue-name": queues.local_queue},
+        "annotations": legacy.annotations(),
+    }
+    body["spec"].update(suspend=True, shutdownAfterJobFinishes=True)
+    created = queues.custom.create_namespaced_custom_object("ray.io", "v1", queues.namespace, "rayjobs", body)
+    adopted = operator(queues, rayjob_body(duration="inf"), wait_for_completion=False).execute(
+        task_context("train", try_number=2)
+    )
+    assert adopted["uid"] == created["metadata"]["uid"]
+    [rayjob] = queues.rayjobs()
+    assert rayjob["metadata"]["labels"][DEPLOYMENT_LABEL] == "tests", "from now on it is this deployment's"
+    assert rayjob["metadata"]["annotations"]["airflow.apache.org/try-number"] == "2"
+
+
+def test_two_deployments_running_the_same_task_and_run_id_each_get_their_own_rayjob(
+    queues, rayjob_body, task_context, monkeypatch
+):
+    import kueue_ray.deployment
+
+    ours = operator(queues, rayjob_body(duration="inf"), wait_for_completion=False).execute(
+        task_context("train")
+    )
+    monkeypatch.setenv("AIRFLOW__KUEUE_RAY__DEPLOYMENT", "staging")
+    kueue_ray.deployment.current.cache_clear()
+    try:
+        theirs = operator(queues, rayjob_body(duration="inf"), wait_for_completion=False).execute(
+            task_context("train")
+        )
+    finally:
+        kueue_ray.deployment.current.cache_clear()
+    assert theirs["name"] != ours["name"] and theirs["uid"] != ours["uid"]
+    owners = {
+        r["metadata"]["uid"]: r["metadata"]["labels"]["kueue-ray.airflow.apache.org/deployment"]
+        for r in queues.rayjobs()
+    }
+    assert owners == {ours["uid"]: "tests", theirs["uid"]: "staging"}
 
 
 def test_a_rayjob_name_owned_by_another_task_is_never_adopted(queues, rayjob_body, task_context):
     from airflow.sdk.exceptions import AirflowException
+    from kueue_ray.naming import AirflowIdentity
 
-    op = operator(queues, rayjob_body(duration="inf"), wait_for_completion=False)
-    reference = op.execute(task_context("train"))
-    queues.custom.patch_namespaced_custom_object(
-        "ray.io",
-        "v1",
-        queues.namespace,
-        "rayjobs",
-        reference["name"],
-        {"metadata": {"annotations": {"airflow.apache.org/dag-id": "someone-else"}}},
-    )
+    squatter = rayjob_body(duration="inf")
+    mine = AirflowIdentity("ml_pipeline", "train", "manual__1", -1, 1, "tests")
+    squatter["metadata"] = {"name": mine.rayjob_name(), "annotations": {"airflow.apache.org/dag-id": "other"}}
+    queues.custom.create_namespaced_custom_object("ray.io", "v1", queues.namespace, "rayjobs", squatter)
     with pytest.raises(AirflowException, match="already exists and belongs to"):
-        op.execute(task_context("train", try_number=2))
+        operator(queues, rayjob_body(duration="inf"), wait_for_completion=False).execute(
+            task_context("train")
+        )
 
 
 def test_the_driver_log_tail_ends_up_in_the_task_log(queues, rayjob_body, task_context, capfd):

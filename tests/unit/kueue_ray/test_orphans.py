@@ -2,9 +2,11 @@
 
 import pytest
 from kueue_ray.naming import WAITER_ANNOTATION, AirflowIdentity
-from kueue_ray.orphans import needs_decision, orphan_reason, state_key
+from kueue_ray.orphans import janitor_selectors, needs_decision, orphan_reason, state_key
 
-OWNER = AirflowIdentity(dag_id="train", task_id="submit", run_id="manual__1", try_number=1)
+OWNER = AirflowIdentity(dag_id="train", task_id="submit", run_id="manual__1", try_number=1, deployment="prod")
+LEGACY = AirflowIdentity(dag_id="train", task_id="submit", run_id="manual__1", try_number=1)
+"""Created before RayJobs carried their deployment."""
 
 
 def rayjob(*, waiter=None, deployment="Running", deleting=False, identity=OWNER):
@@ -55,6 +57,29 @@ def test_a_deleted_dag_run_or_task_leaves_an_orphan():
     assert "wait, no longer exists" in orphan_reason(
         rayjob(waiter="wait/-1/1"), run_exists=True, task_states={"submit": "success"}
     )
+
+
+def test_a_legacy_rayjob_is_an_orphan_only_on_positive_evidence_from_this_deployment():
+    """It may be another deployment's: a run or task missing here says nothing about it."""
+    legacy = rayjob(identity=LEGACY)
+    assert orphan_reason(legacy, run_exists=False, task_states={}) is None
+    assert orphan_reason(legacy, run_exists=True, task_states={"other": "success"}) is None
+    assert orphan_reason(rayjob(identity=LEGACY, waiter="wait/-1/1"), run_exists=True, task_states={}) is None
+    assert orphan_reason(legacy, run_exists=True, task_states={"submit": "failed"}) == (
+        "the task that submitted it, submit, ended failed and no task waits for it"
+    )
+
+
+def test_the_janitor_looks_only_at_its_own_deployments_rayjobs_and_legacy_ones():
+    assert needs_decision(rayjob(), "prod")
+    assert needs_decision(rayjob(identity=LEGACY), "prod")
+    staging = AirflowIdentity("train", "submit", "manual__1", -1, 1, "staging")
+    assert not needs_decision(rayjob(identity=staging), "prod")
+    ours, legacy = janitor_selectors("prod")
+    assert (
+        ours == "app.kubernetes.io/managed-by=airflow-kueue-ray,kueue-ray.airflow.apache.org/deployment=prod"
+    )
+    assert legacy == "app.kubernetes.io/managed-by=airflow-kueue-ray,!kueue-ray.airflow.apache.org/deployment"
 
 
 def test_mapped_tasks_are_matched_by_map_index():

@@ -63,6 +63,7 @@
   function link(href, text) { return href ? el("a", { href, target: "_top", text }) : text; }
 
   function owner(o) {
+    if (o.foreign_deployment) return el("span", { class: "foreign-owner", "data-deployment": o.foreign_deployment, text: o.description });
     return el("span", {},
       link(o.task_instance_url, `${o.dag_id} / ${o.run_id} / ${o.task_id}${o.map_index >= 0 ? ` [${o.map_index}]` : ""}`),
       " ", el("a", { href: o.kueue_tab_url, target: "_top", class: "muted", text: "(Kueue tab)" }));

@@ -31,6 +31,8 @@ class Links:
     """Where the pages link to, inside Airflow's UI (``root`` is the path of ``[api] base_url``)."""
 
     root: str = ""
+    deployment: str | None = None
+    """This Airflow deployment (``kueue_ray.deployment``): a workload of another one is never linked here."""
 
     def task_instance(self, identity: AirflowIdentity) -> str:
         return self.root + task_instance_path(
@@ -66,8 +68,20 @@ def owner_of(identities: dict[str, AirflowIdentity], job_uid: str | None) -> Air
     return identities.get(job_uid) if job_uid else None
 
 
+def another_airflow(deployment: str) -> str:
+    return f"another Airflow: {deployment}"
+
+
 def describe_owner(identity: AirflowIdentity | None, access: Access, links: Links) -> dict[str, Any] | None:
-    """The owning task instance with links, or None when the user may not know it (or there is none)."""
+    """The owning task instance with links, or None when the user may not know it (or there is none).
+
+    A workload another Airflow deployment submitted is named as such, with that deployment's identity and
+    nothing else: its DAG ids are not this deployment's to show, and no task here owns it."""
+    if identity is not None and identity.deployment and links.deployment not in (None, identity.deployment):
+        return {
+            "foreign_deployment": identity.deployment,
+            "description": another_airflow(identity.deployment),
+        }
     if identity is None or not access.can_read(identity.dag_id):
         return None
     return {

@@ -178,6 +178,8 @@ def _preemptor(job_uid: str | None, snapshot: Snapshot, access: Access, links: L
     owner = describe_owner(identity, access, links)
     if owner is None:
         return {"known": False, "description": HIDDEN_OWNER}
+    if "foreign_deployment" in owner:
+        return {"known": False, **owner}
     return {
         "known": True,
         "description": f"DAG {identity.dag_id}, run {identity.run_id}, task {identity.task_id}",
