@@ -1,0 +1,99 @@
+"""A triggerer that stalls and recovers does not delete the RayJobs another triggerer took over.
+
+Airflow 3.3's triggerer cancels, with the "user action" message that makes it call ``on_kill``, every
+trigger the database no longer assigns to it. A triggerer stopped past ``triggerer_health_check_threshold``
+(6 s in this session: a GC pause, a slow node) loses its triggers to the other triggerer, and when it
+resumes it "kills" them. The trigger reads its task instance's state first: still deferred, so the RayJob
+stays, and the task the other triggerer now waits for succeeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from tests.e2e.harness import rayjob_creations, wait_until
+from tests.e2e.test_12_two_triggerers import alive_triggerer_jobs, kill, process_tree
+
+pytestmark = pytest.mark.timeout(420)
+
+DAG = "e2e_rayjob"
+STALL_SECONDS = 12.0
+"""Longer than the session's health-check threshold (6 s) plus a loop of the other triggerer."""
+
+
+def holder(e2e, run_id: str) -> int | None:
+    ti = e2e.ti(DAG, run_id, "submit")
+    return (ti.get("triggerer_job") or {}).get("id") if ti["state"] == "deferred" else None
+
+
+def signal_tree(tree: list[psutil.Process], signum: int) -> None:
+    for process in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signum)
+
+
+def test_a_stalled_triggerer_that_recovers_leaves_the_taken_over_rayjob_alone(e2e):
+    e2e.collect_requests()
+    first_pids = [p.pid for p in e2e.airflow.component_processes("triggerer")]
+    (first_job,) = wait_until(
+        lambda: len(jobs := alive_triggerer_jobs(e2e)) == 1 and jobs,
+        timeout=60,
+        what="exactly one live triggerer before the second starts",
+    )
+    second = e2e.airflow.start_component("triggerer")
+    (second_job,) = wait_until(
+        lambda: len(jobs := alive_triggerer_jobs(e2e)) == 2 and jobs - {first_job},
+        timeout=90,
+        what="the second triggerer's job alive",
+    )
+    trees = {first_job: lambda: process_tree(first_pids), second_job: lambda: process_tree([second.pid])}
+    stalled: list[psutil.Process] = []
+    try:
+        # 300 simulated seconds of training: about 30 s here, longer than the stall and the hand-over.
+        run_id = e2e.start_run(DAG, {"values": {"sim_duration": "300"}})
+        victim = wait_until(lambda: holder(e2e, run_id), timeout=120, what="submit deferred to a triggerer")
+        survivor = second_job if victim == first_job else first_job
+        wait_until(
+            lambda: any(
+                (job.get("status") or {}).get("jobDeploymentStatus") == "Running"
+                for job in e2e.rayjobs_of(DAG, run_id, "submit")
+            ),
+            timeout=120,
+            what="the RayJob running",
+        )
+
+        stalled = trees[victim]()
+        signal_tree(stalled, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        wait_until(
+            lambda: holder(e2e, run_id) == survivor,
+            timeout=60,
+            what=lambda: f"the trigger taken over by {survivor}: held by {holder(e2e, run_id)}",
+        )
+        time.sleep(max(0.0, STALL_SECONDS - (time.monotonic() - stopped_at)))
+        signal_tree(stalled, signal.SIGCONT)
+        stalled = []
+
+        run = e2e.wait_run(DAG, run_id, timeout=240)
+        assert run["state"] == "success", e2e.task_log(DAG, run_id, "submit")[-3000:]
+    finally:
+        signal_tree(stalled, signal.SIGCONT)
+        # Leave one triggerer, as the session had.
+        if len(alive_triggerer_jobs(e2e)) > 1:
+            with contextlib.suppress(psutil.NoSuchProcess, subprocess.TimeoutExpired):
+                kill(process_tree([second.pid]))
+
+    ti = e2e.ti(DAG, run_id, "submit")
+    assert ti["try_number"] == 1, "resumed, not retried"
+    (rayjob,) = e2e.rayjobs_of(DAG, run_id, "submit")
+    assert not rayjob["metadata"].get("deletionTimestamp")
+    assert rayjob["status"]["jobStatus"] == "SUCCEEDED"
+    assert rayjob_creations(e2e.collect_requests()) == 1
+    log = e2e.task_log(DAG, run_id, "submit")
+    assert "its task instance is still deferred" in log, log[-3000:]
