@@ -21,8 +21,9 @@ task whose worker died right after creating the RayJob with no retry left, a sen
 out, or a deleted DAG run leave a RayJob that nobody watches and that keeps its place in the queue (or its
 GPUs).
 
-Every 15 minutes this DAG lists the active RayJobs that Airflow tasks created (label
-`app.kubernetes.io/managed-by=airflow-kueue-ray`), asks Airflow for the state of the task instances named
+Every 15 minutes this DAG lists the active RayJobs that this Airflow deployment's tasks created (labels
+`app.kubernetes.io/managed-by=airflow-kueue-ray` and `kueue-ray.airflow.apache.org/deployment`; another
+Airflow sharing the cluster is never touched), asks Airflow for the state of the task instances named
 in each RayJob's annotations, and deletes the orphans. A RayJob whose task may still come back (retrying,
 deferred, running, not yet scheduled) or that a task handed on (`wait_for_completion=False`, succeeded,
 no sensor registered) is never touched. The task log and the XCom list each orphan with the reason.

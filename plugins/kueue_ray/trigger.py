@@ -26,8 +26,9 @@ runs user code) fires a plain TriggerEvent and resumes on a worker.
 Queue metrics (``kueue_ray.metrics``) are counted here, where the transitions are seen.
 
 Side effects are limited to ``on_kill`` (a user marked the task failed/success or cleared it), which
-deletes the RayJob only if this very task try still owns it (the operator) or is still its registered
-waiter (a sensor of the same DAG run): a cleared task's new try may already have adopted or re-registered
+deletes the RayJob only once the task instance has left the deferred state (``WaitTrigger.on_kill``: a
+triggerer that lost the trigger while it stalled is told the same as a user's kill), and only if this very
+task try still owns it (the operator) or is still its registered waiter (a sensor of the same DAG run): a cleared task's new try may already have adopted or re-registered
 on the RayJob, and Airflow may briefly run a trigger twice. ``cleanup`` deletes nothing, because it also
 runs on every triggerer restart.
 

@@ -198,6 +198,25 @@ def test_admitted_workloads_have_their_age_and_foreign_ones_are_counted():
     assert admitted["hidden"] == 1  # the batch Job's workload: not from Airflow
 
 
+def test_another_deployments_workloads_are_named_as_such_and_never_linked():
+    """Prod's page, with staging's RayJob of the same DAG and run id queued and running beside prod's."""
+    prod = Links(root="/airflow", deployment="prod")
+    staging_run = AirflowIdentity(DAG, "submit", RUNNING.run_id, deployment="staging")
+    staging_queued = AirflowIdentity(DAG, "submit", FIRST.run_id, deployment="staging")
+    ours = AirflowIdentity(DAG, "submit", THIRD.run_id, deployment="prod")
+    shot = snapshot()
+    shot.identities.update({"u-running": staging_run, "u-first": staging_queued, "u-third": ours})
+    view = queues_view(shot, {"cluster-queue": PENDING}, READER, prod, now=T0 + 100)
+    [queue] = view["cluster_queues"]
+    owners = [item["owner"] for item in queue["pending"]["items"] + queue["admitted"]["items"]]
+    foreign = [o for o in owners if "foreign_deployment" in o]
+    assert foreign == [
+        {"foreign_deployment": "staging", "description": "another Airflow: staging"},
+        {"foreign_deployment": "staging", "description": "another Airflow: staging"},
+    ]
+    assert [o["run_id"] for o in owners if "run_id" in o] == [THIRD.run_id], "only prod's own is linked"
+
+
 def test_quota_rows_show_usage_against_nominal_and_the_borrowing_and_lending_limits():
     view = queues_view(snapshot(), {}, READER, LINKS, now=T0 + 100)
     queue = view["cluster_queues"][0]
