@@ -55,8 +55,8 @@ def test_a_stalled_triggerer_that_recovers_leaves_the_taken_over_rayjob_alone(e2
     trees = {first_job: lambda: process_tree(first_pids), second_job: lambda: process_tree([second.pid])}
     stalled: list[psutil.Process] = []
     try:
-        # 300 simulated seconds of training: about 30 s here, longer than the stall and the hand-over.
-        run_id = e2e.start_run(DAG, {"values": {"sim_duration": "300"}})
+        # 25 epochs of 20 simulated seconds: 50 s here, longer than the stall and the hand-over.
+        run_id = e2e.start_run(DAG, {"values": {"num_epochs": 25}})
         victim = wait_until(lambda: holder(e2e, run_id), timeout=120, what="submit deferred to a triggerer")
         survivor = second_job if victim == first_job else first_job
         wait_until(

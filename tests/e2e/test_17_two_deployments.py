@@ -86,7 +86,9 @@ def test_two_deployments_run_the_same_run_id_side_by_side_and_never_touch_each_o
             assert prod != staging, "two deployments left at their defaults never collide"
 
             run_id = f"e2e__both_{uuid.uuid4().hex[:8]}"
-            conf = {"values": {"sim_duration": "400"}}  # 40 s each here: both alive through the sweeps
+            # 40 epochs of 20 simulated seconds: 80 s each here, one after the other on the single GPU, so both
+            # are alive (one running, one queued) through the sweeps below.
+            conf = {"values": {"num_epochs": 40}}
             e2e.start_run(DAG, conf, run_id=run_id)
             other.start_run(DAG, conf, run_id=run_id)
             jobs = wait_until(
@@ -110,6 +112,13 @@ def test_two_deployments_run_the_same_run_id_side_by_side_and_never_touch_each_o
             # Both alive (one running, one queued behind it on the single GPU): sweep both janitors now.
             uids = {job["metadata"]["uid"] for job in jobs}
             for harness in (e2e, other):
+                unfinished = [
+                    j
+                    for j in e2e.rayjobs_of(DAG, run_id, "submit")
+                    if "jobStatus" not in j.get("status", {})
+                    or j["status"]["jobStatus"] not in ("SUCCEEDED", "FAILED")
+                ]
+                assert len(unfinished) == 2, "the sweep must judge live RayJobs"
                 deleted = [r for r in sweep(harness) if r["name"] in {j["metadata"]["name"] for j in jobs}]
                 assert deleted == [], deleted
                 alive = {j["metadata"]["uid"] for j in e2e.rayjobs_of(DAG, run_id, "submit")}
