@@ -20,6 +20,10 @@ from kueue_ray.naming import CLUSTER_CONFIG_ANNOTATION, AirflowIdentity
 if TYPE_CHECKING:
     from kueue_ray.service_hook import RayServiceHook
 
+ROLLOUT_ANNOTATION = "kueue-ray.airflow.apache.org/rollout"
+"""On the head pod template of a RayService's cluster config: the run and try that rolled it out again
+after an earlier try's rollout had finished (a Clear). It is part of the config KubeRay hashes, so KubeRay
+brings up a new cluster and switches traffic to it, as ``kubectl rollout restart`` does for a Deployment."""
 REPLACES_ANNOTATION = "kueue-ray.airflow.apache.org/replaces"
 """On a RayService the deploy operator updated: the active RayCluster the update replaces ("" when KubeRay
 keeps its cluster). A retry of the same deploy reads it back to wait for the same switch."""
@@ -55,6 +59,31 @@ def _is_ready(service: dict) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (service.get("status") or {}).get("conditions") or ()
     )
+
+
+def _rolled_out(service: dict) -> bool:
+    """Whether the last rollout of ``service`` finished: Ready, no pending cluster, the spec observed."""
+    status = service.get("status") or {}
+    pending = (status.get("pendingServiceStatus") or {}).get("rayClusterName")
+    observed = status.get("observedGeneration")
+    generation = service["metadata"].get("generation")
+    return _is_ready(service) and not pending and (observed is None or observed == generation)
+
+
+def _stamped(body: dict, identity: AirflowIdentity) -> dict:
+    """``body`` with this run and try in its head pod template (``ROLLOUT_ANNOTATION``) and the cluster
+    config digest to match: a new cluster config, so KubeRay rolls the service out again."""
+    import copy
+
+    from kueue_ray.manifests import cluster_config_digest
+
+    stamped = copy.deepcopy(body)
+    config = stamped["spec"]["rayClusterConfig"]
+    template = config.setdefault("headGroupSpec", {}).setdefault("template", {})
+    annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations[ROLLOUT_ANNOTATION] = f"{identity.run_id} try {identity.try_number}"
+    stamped["metadata"]["annotations"][CLUSTER_CONFIG_ANNOTATION] = cluster_config_digest(config)
+    return stamped
 
 
 def foreign_service(holder: AirflowIdentity | None, identity: AirflowIdentity) -> str | None:
@@ -112,6 +141,31 @@ class Rollout:
             holder = AirflowIdentity(
                 identity.dag_id, identity.task_id, "", identity.map_index, 0, identity.deployment
             )
+        if (
+            holder.run_id == identity.run_id
+            and holder.try_number != identity.try_number
+            and _rolled_out(service)
+        ):
+            if self._admitted_as_one_workload(hook, service):
+                self.log.warning(
+                    "RayService %s/%s was rolled out to the end by try %s of this run; try %s cannot roll it "
+                    "out again: %s. The service is checked as it is (smoke request, teardown)",
+                    self.namespace,
+                    name,
+                    holder.try_number,
+                    identity.try_number,
+                    SERVICE_WORKLOAD_BLOCKS,
+                )
+            else:
+                self.log.info(
+                    "RayService %s/%s was rolled out to the end by try %s of this run; try %s rolls it out "
+                    "again (a Clear re-runs the deploy: KubeRay brings up a new cluster and switches traffic)",
+                    self.namespace,
+                    name,
+                    holder.try_number,
+                    identity.try_number,
+                )
+                body = _stamped(body, identity)
         for _ in range(10):
             deployment = self._update(hook, service, body, identity, holder)
             if deployment is not None:

@@ -237,3 +237,18 @@ def test_another_deployments_service_is_refused_naming_its_owner_and_taken_over_
     assert service["metadata"]["labels"]["kueue-ray.airflow.apache.org/deployment"] == "tests"
     assert "route_prefix: /v2" in service["spec"]["serveConfigV2"]
     assert "take_over=True: RayService" in capfd.readouterr().out
+
+
+def test_clearing_a_finished_deploy_under_the_shipped_config_checks_the_service_as_it_is_and_says_why(
+    queues, capfd
+):
+    """Kueue's shipped configuration admits the RayService as one Workload: no second cluster can come up
+    beside the serving one, so a Clear re-checks the service instead of failing on a refused upgrade."""
+    first = deploy_op(queues, service_body(), deferrable=False).execute(run_context("manual__1"))
+    capfd.readouterr()
+    again = deploy_op(queues, service_body(), deferrable=False).execute(
+        run_context("manual__1", try_number=2)
+    )
+    assert again["uid"] == first["uid"] and again["active_cluster"] == first["active_cluster"]
+    log = capfd.readouterr().out
+    assert "try 2 cannot roll it out again: Kueue admits this RayService as one Workload" in log

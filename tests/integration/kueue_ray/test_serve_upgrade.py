@@ -162,3 +162,25 @@ def test_teardown_deletes_earlier_services_of_the_task_and_spares_the_one_just_d
     assert [s["metadata"]["name"] for s in rayservices(queues)] == [second["name"]]
     time.sleep(0.5)
     assert ready(queues, second["name"]), "the service just deployed keeps serving"
+
+
+def test_clearing_a_finished_deploy_rolls_the_service_out_again_without_downtime(queues, capfd):
+    """Clear of ``deploy_serve`` after its rollout finished: the same spec, yet a new cluster and a traffic
+    switch (the try is stamped into the cluster config), while a retry mid-rollout adopts instead."""
+    first = deploy_op(queues, service_body("/models/v1"), deferrable=False).execute(run_context("manual__1"))
+    name, old = first["name"], first["active_cluster"]
+    capfd.readouterr()
+
+    with Sampler(lambda: ready(queues, name)) as readiness:
+        again = wait_deferred(
+            deploy_op(queues, service_body("/models/v1")), run_context("manual__1", try_number=2)
+        )
+
+    assert again["active_cluster"] != old and again["replaced_cluster"] == old
+    assert readiness.samples and all(readiness.samples), "the service was Ready throughout"
+    log = capfd.readouterr().out
+    assert "was rolled out to the end by try 1 of this run; try 2 rolls it out again" in log
+    assert f"Traffic switched from RayCluster {old} to RayCluster {again['active_cluster']}" in log
+    [service] = rayservices(queues)
+    head = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]
+    assert head["metadata"]["annotations"]["kueue-ray.airflow.apache.org/rollout"] == "manual__1 try 2"
