@@ -106,5 +106,6 @@ def test_a_failing_rayjob_still_fails_on_a_worker_and_is_retried(e2e, statsd):
     first, second = (e2e.task_log(RETRIED, run_id, "submit", number) for number in (1, 2))
     for log in (first, second):
         assert "did not succeed (failed" in log and "exit code 1" in log, log[-3000:]
-    assert "replacing it" in second  # the retry replaced the failed RayJob with a fresh one
+    # the retry submitted a RayJob of its own after the failed one
+    assert "of try 1 already ended FAILED; this try 2 submits a new RayJob" in second
     assert runs == 4  # each try: its execute, then its resume on the worker to fail there
