@@ -23,7 +23,7 @@ RULE_CODES = (401, 403, 410, 429, 500, 503, 504)
 """The statuses a rule may answer with: refused credentials, RBAC, expired resourceVersion, API Priority
 and Fairness, and a control plane in trouble."""
 DEFAULT_USER = "system:serviceaccount:ray:airflow"
-"""Who a 403 says was refused: the ServiceAccount the project's RBAC (include/manifests/kueue/rbac.yaml)
+"""Who a 403 says was refused: the ServiceAccount the project's RBAC (include/manifests/rbac/rbac.yaml)
 grants to, as a cluster would name the user behind the kubeconfig's token."""
 RULE_FIELDS = {
     "code",
