@@ -53,7 +53,7 @@ def test_components_run_their_airflow_command(compose, service, command):
 def test_image_is_airflow_332_plus_our_lock(compose):
     dockerfile = (ROOT / compose["x-airflow-common"]["build"]["dockerfile"]).read_text()
     assert "FROM apache/airflow:3.3.2" in dockerfile
-    assert "requirements.txt" in dockerfile
+    assert "COPY requirements-runtime.txt" in dockerfile
 
 
 def test_mounts_dags_plugins_include_and_a_kubeconfig(compose):

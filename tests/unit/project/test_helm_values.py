@@ -105,7 +105,7 @@ def test_image_is_the_projects_and_matches_the_airflow_version(values):
     assert f"FROM apache/airflow:{values['airflowVersion']}-" in dockerfile
     for folder in ("dags", "plugins", "include"):
         assert f"COPY --chown=airflow:0 {folder}/ /opt/airflow/{folder}/" in dockerfile
-    assert "pip install --no-cache-dir -r /tmp/requirements.txt" in dockerfile
+    assert "pip install --no-cache-dir -r /tmp/requirements-runtime.txt" in dockerfile
     compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
     image = compose["x-airflow-common"]["image"]
     assert image.endswith(
