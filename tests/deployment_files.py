@@ -94,26 +94,38 @@ def _service_account_name(account: dict | None, default: str) -> str:
     return default if account.get("create", True) else "default"
 
 
+def worker_service_accounts(values: dict, release: str = "airflow") -> dict[str, str]:
+    """The Celery workers' ServiceAccount under each rule the official chart has had for it:
+
+    * ``shared``: charts before the split, and charts with ``workers.useWorkerDedicatedServiceAccounts``
+      false (its default), take ``workers.serviceAccount``;
+    * ``merged``: chart 1.22.0 as vendored (tests/schemas/) merges the non-null ``workers.celery`` values
+      over ``workers`` for the Celery workers, so ``workers.celery.serviceAccount`` wins where it is set;
+    * ``dedicated``: charts with the switch on take ``workers.celery.serviceAccount`` alone.
+    """
+    workers = values.get("workers") or {}
+    shared_sa = workers.get("serviceAccount") or {}
+    celery_sa = (workers.get("celery") or {}).get("serviceAccount") or {}
+    merged_sa = {**shared_sa, **{k: v for k, v in celery_sa.items() if v is not None}}
+    rules = {
+        "shared": _service_account_name(shared_sa, f"{release}-worker"),
+        "merged": _service_account_name(merged_sa, f"{release}-worker"),
+    }
+    if workers.get("useWorkerDedicatedServiceAccounts"):
+        rules["dedicated"] = _service_account_name(celery_sa, f"{release}-worker-celery")
+        del rules["shared"]
+    return rules
+
+
 def component_service_accounts(values: dict, release: str = "airflow") -> dict[str, str]:
     """The ServiceAccount each cluster-calling component of the official chart runs as under ``values``.
-
-    The Celery workers: chart versions that have ``workers.useWorkerDedicatedServiceAccounts`` take
-    ``workers.celery.serviceAccount`` when it is true and ``workers.serviceAccount`` otherwise; older ones
-    know only ``workers.serviceAccount``. The workers' account is the one every supported version would
-    use, and a mismatch between the two keys is reported as such rather than guessed."""
-    workers = values.get("workers") or {}
-    dedicated = _service_account_name(
-        (workers.get("celery") or {}).get("serviceAccount"), f"{release}-worker-celery"
+    The workers' is the one every chart rule agrees on; where they disagree it is ``"ambiguous: ..."``
+    (the values would run the workers as different accounts in different chart versions)."""
+    workers = worker_service_accounts(values, release)
+    names = set(workers.values())
+    worker = (
+        names.pop() if len(names) == 1 else "ambiguous: " + ", ".join(f"{k} {v}" for k, v in workers.items())
     )
-    shared = _service_account_name(workers.get("serviceAccount"), f"{release}-worker")
-    if workers.get("useWorkerDedicatedServiceAccounts"):
-        worker = dedicated  # chart versions without the switch would ignore it and run as `shared`
-        if dedicated != shared:
-            worker = f"{dedicated} (chart >= 1.21) / {shared} (older charts)"
-    else:
-        worker = shared
-        if dedicated != shared:
-            worker = f"{shared} (useWorkerDedicatedServiceAccounts false) / {dedicated} (when switched on)"
     return {
         "worker": worker,
         "triggerer": _service_account_name(

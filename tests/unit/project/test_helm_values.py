@@ -90,7 +90,7 @@ def test_values_validate_against_the_charts_schema(values, chart_schema):
         (lambda v: v["workers"].update(serviceAcount={}), "'serviceAcount' was unexpected"),
         (lambda v: v["triggerer"].update(replicas="2"), "triggerer.replicas: '2' is not of type"),
         (lambda v: v["images"]["airflow"].update(pullPolicy="always"), "'always' is not one of"),
-        (lambda v: v.update(jwtSecretNme="x"), "'jwtSecretNme' was unexpected"),
+        (lambda v: v["apiServer"].update(serviceAcount={}), "'serviceAcount' was unexpected"),
     ],
 )
 def test_the_schema_refuses_a_misspelt_or_mistyped_copy_of_the_values(chart_schema, mutate, expected):
@@ -98,6 +98,18 @@ def test_the_schema_refuses_a_misspelt_or_mistyped_copy_of_the_values(chart_sche
     mutate(mutated)
     errors = schema_errors(mutated, chart_schema)
     assert any(expected in error for error in errors), errors
+
+
+def unknown_top_level_keys(values: dict, schema: dict) -> set[str]:
+    """The chart's schema allows any top-level key (no ``additionalProperties: false`` there), so helm
+    would silently ignore a misspelt one such as ``jwtSecretNme``: checked here against its properties."""
+    return set(values) - set(schema["properties"])
+
+
+def test_every_top_level_key_is_one_the_chart_declares(values, chart_schema):
+    assert schema_errors({"jwtSecretNme": "x"}, chart_schema) == [], "the schema itself lets it through"
+    assert unknown_top_level_keys(values, chart_schema) == set()
+    assert unknown_top_level_keys({**values, "jwtSecretNme": "x"}, chart_schema) == {"jwtSecretNme"}
 
 
 def test_image_is_the_projects_and_matches_the_airflow_version(values):
@@ -186,17 +198,25 @@ def test_each_component_runs_as_its_own_account_which_the_chart_does_not_create(
 @pytest.mark.parametrize(
     ("workers", "expected"),
     [
-        ({"serviceAccount": {"create": False, "name": "w"}}, "w"),
-        # Only the dedicated key set (what the values once did): charts run the workers as `<release>-worker`.
-        ({"celery": {"serviceAccount": {"create": False, "name": "w"}}}, "airflow-worker (useWorker"),
         (
-            {"useWorkerDedicatedServiceAccounts": True, "celery": {"serviceAccount": {"name": "w"}}},
-            "w (chart >= 1.21) / airflow-worker (older charts)",
+            {"serviceAccount": {"create": False, "name": "w"}, "celery": {"serviceAccount": {"name": "w"}}},
+            "w",
+        ),
+        # Only the Celery key (what the values once did): older charts and the switch's default ignore it.
+        (
+            {"celery": {"serviceAccount": {"create": False, "name": "w"}}},
+            "ambiguous: shared airflow-worker, merged w",
+        ),
+        # Only the old key: chart 1.22.0 takes it too (nothing to merge over it), the switch would not.
+        ({"serviceAccount": {"create": False, "name": "w"}}, "w"),
+        (
+            {"useWorkerDedicatedServiceAccounts": True, "serviceAccount": {"name": "w"}},
+            "ambiguous: merged w, dedicated airflow-worker-celery",
         ),
     ],
 )
 def test_the_worker_account_follows_the_charts_rules(workers, expected):
-    assert component_service_accounts({"workers": workers})["worker"].startswith(expected)
+    assert component_service_accounts({"workers": workers})["worker"] == expected
 
 
 def test_every_components_account_is_created_and_bound_in_the_release_namespace(
@@ -300,7 +320,10 @@ def test_deployment_identity_is_the_release_namespace_and_name(values):
     assert "AIRFLOW__KUEUE_RAY__DEPLOYMENT" not in {e["name"] for e in values["env"]}
 
 
-@pytest.mark.parametrize("component", ["triggerer", "workers"])
+@pytest.mark.parametrize("component", ["triggerer", "workers", "workers.celery"])
 def test_log_volumes_are_sized_on_purpose(values, component):
-    size = values[component]["persistence"]["size"]
+    node = values
+    for part in component.split("."):
+        node = node[part]
+    size = node["persistence"]["size"]
     assert re.fullmatch(r"\d+Gi", size) and int(size[:-2]) <= 20, "the chart's 100Gi per pod is left alone"
