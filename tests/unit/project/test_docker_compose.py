@@ -5,6 +5,7 @@ by default (loopback only, keys generated once, no placeholder secret)."""
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -182,3 +183,30 @@ def test_the_generators_airflow_init_runs_make_valid_keys():
 def test_deployment_identity_is_the_project_name_unless_set(compose):
     env = compose["x-airflow-common"]["environment"]
     assert env["AIRFLOW__KUEUE_RAY__DEPLOYMENT"] == "${AIRFLOW_DEPLOYMENT:-${COMPOSE_PROJECT_NAME}}"
+
+
+def test_airflow_init_keeps_the_keys_it_generated_across_restarts(tmp_path):
+    """airflow-init's key block, run twice by bash against a directory standing in for the volume: the
+    second start keeps both keys, and only their owner may read them."""
+    init = "\n".join(
+        yaml.safe_load((ROOT / "docker-compose.yaml").read_text())["services"]["airflow-init"]["command"]
+    )
+    start = init.index("(\n")
+    block = init[start : init.index(") || exit 1", start) + len(") || exit 1")]
+    block = block.replace("/opt/airflow/keys", str(tmp_path)).replace(
+        ':-50000}:0"', f':-50000}}:{os.getgid()}"'
+    )
+    env = {
+        **os.environ,
+        "AIRFLOW_UID": str(os.getuid()),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+
+    def start_airflow_init() -> dict[str, str]:
+        subprocess.run(["bash", "-euc", block], check=True, env=env)
+        return {p.name: p.read_text() for p in tmp_path.iterdir()}
+
+    first = start_airflow_init()
+    assert set(first) == {"jwt_secret", "fernet_key"} and all(first.values())
+    assert start_airflow_init() == first
+    assert {oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()} == {"0o600"}
