@@ -142,9 +142,13 @@ def test_every_published_port_listens_on_loopback_only(compose):
             assert isinstance(port, str) and port.startswith("127.0.0.1:"), f"{name} publishes {port!r}"
 
 
+KEY_OPTIONS = ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY")
+"""The Airflow options holding keys: every component must share them, and none may ship in the file."""
+
+
 def test_no_signing_key_or_placeholder_ships_and_init_generates_them_once(compose):
     env = compose["x-airflow-common"]["environment"]
-    for option in ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET"):
+    for option in KEY_OPTIONS:
         assert option not in env, f"{option} would be a value in every clone"
         command = env[f"{option}_CMD"].split()
         assert command[0] == "cat" and command[1].startswith("/opt/airflow/keys/")
@@ -153,7 +157,7 @@ def test_no_signing_key_or_placeholder_ships_and_init_generates_them_once(compos
     keys_mount = "airflow-keys:/opt/airflow/keys"
     assert keys_mount in compose["x-airflow-common"]["volumes"] and "airflow-keys" in compose["volumes"]
     init = "\n".join(compose["services"]["airflow-init"]["command"])
-    for option in ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET"):
+    for option in KEY_OPTIONS:
         path = env[f"{option}_CMD"].split()[1]
         # Generated only when absent, so a restart keeps the key the database and running tasks use.
         assert f"[[ -s {path} ]] || python -c" in init and f"> {path}" in init
@@ -207,6 +211,6 @@ def test_airflow_init_keeps_the_keys_it_generated_across_restarts(tmp_path):
         return {p.name: p.read_text() for p in tmp_path.iterdir()}
 
     first = start_airflow_init()
-    assert set(first) == {"jwt_secret", "fernet_key"} and all(first.values())
+    assert set(first) == {"jwt_secret", "fernet_key", "api_secret_key"} and all(first.values())
     assert start_airflow_init() == first
     assert {oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()} == {"0o600"}
