@@ -70,6 +70,11 @@ class Kubesim:
         self._request("POST", "/kubesim/auth", {"token": token})
         self.token = token
 
+    def add_user(self, token: str, user: str) -> None:
+        """Requests carrying ``token`` authenticate as ``user`` (e.g. ``system:serviceaccount:ns:name``),
+        which the request log then names."""
+        self._request("POST", "/kubesim/users", {token: user})
+
     def write_kubeconfig_token(self, token: str | None) -> None:
         """Rewrite the kubeconfig with ``token`` (None: the default one), as a credential plugin or a
         Secret rotation refreshes what clients load."""

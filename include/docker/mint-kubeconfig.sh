@@ -5,7 +5,9 @@
 # containers can reach instead of a loopback one.
 #
 # Run it on the host, with a kubectl that can reach the cluster as you (it needs to create tokens for the
-# ServiceAccount, which include/manifests/kueue/rbac.yaml creates and binds):
+# ServiceAccount, which include/manifests/rbac/rbac.yaml creates and binds). docker compose gives every
+# container the one kubeconfig, so the default is the account with the workers' rights (submit, deploy);
+# a second file minted for kueue-ray-api-server would limit the UI to reads.
 #
 #   include/docker/mint-kubeconfig.sh airflow.kubeconfig
 #   include/docker/mint-kubeconfig.sh --server https://host.docker.internal:41234 airflow.kubeconfig   # kind
@@ -13,7 +15,7 @@
 #
 # Options:
 #   --namespace NS          namespace of the ServiceAccount (default: airflow)
-#   --service-account NAME  the ServiceAccount (default: airflow)
+#   --service-account NAME  the ServiceAccount (default: kueue-ray-worker)
 #   --duration D            token lifetime asked of the API server, which may cap it (default: 24h);
 #                           mint again when it expires
 #   --context CTX           the context of your kubeconfig to read the cluster from (default: current)
@@ -25,7 +27,7 @@
 set -euo pipefail
 
 namespace=airflow
-service_account=airflow
+service_account=kueue-ray-worker
 duration=24h
 context=""
 server_override=""

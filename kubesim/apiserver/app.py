@@ -55,6 +55,7 @@ def make_app(cluster, *, bookmark_interval: float = 5.0, token: str | None = Non
     app.router.add_delete("/kubesim/faults", _delete_faults)
     app.router.add_get("/kubesim/auth", _get_auth)
     app.router.add_post("/kubesim/auth", _post_auth)
+    app.router.add_post("/kubesim/users", _post_users)
     app.router.add_get("/kubesim/requests", _get_requests)
     app.router.add_delete("/kubesim/requests", _delete_requests)
     app.router.add_route("*", "/{tail:.*}", dispatch)
@@ -119,8 +120,9 @@ def _refused(answer: Refusal) -> web.Response:
 
 def _record(request: web.Request, code: int, arrived: float) -> RequestRecord:
     target = parse_target(request.path)
+    user = request.app[AUTH].user(request.headers.get("Authorization"))
     if target is None or not target.plural:
-        return RequestRecord(request.method.lower(), "", "", "", "", "", code, request.path, arrived)
+        return RequestRecord(request.method.lower(), "", "", "", "", "", code, request.path, arrived, user)
     return RequestRecord(
         verb=rbac_verb(request.method, target, request.query),
         group=target.group,
@@ -131,6 +133,7 @@ def _record(request: web.Request, code: int, arrived: float) -> RequestRecord:
         code=code,
         path=request.path,
         at=arrived,
+        user=user,
     )
 
 
@@ -221,6 +224,22 @@ async def _post_auth(request: web.Request) -> web.Response:
         )
     request.app[AUTH].token = token
     return json_response({"token_required": token is not None})
+
+
+async def _post_users(request: web.Request) -> web.Response:
+    """``{"<token>": "<user>", ...}`` adds named users (``faults.Auth.users``); answers their names."""
+    try:
+        body = await request.json() if request.can_read_body else None
+    except ValueError as exc:
+        return json_response(status_body(400, "BadRequest", str(exc)), 400)
+    if not isinstance(body, dict) or not all(
+        isinstance(k, str) and k and isinstance(v, str) and v for k, v in body.items()
+    ):
+        return json_response(
+            status_body(400, "BadRequest", 'the body must be {"<token>": "<user>", ...}'), 400
+        )
+    request.app[AUTH].users.update(body)
+    return json_response(sorted(set(request.app[AUTH].users.values())))
 
 
 async def _get_requests(request: web.Request) -> web.Response:

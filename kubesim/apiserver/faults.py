@@ -23,7 +23,7 @@ RULE_CODES = (401, 403, 410, 429, 500, 503, 504)
 """The statuses a rule may answer with: refused credentials, RBAC, expired resourceVersion, API Priority
 and Fairness, and a control plane in trouble."""
 DEFAULT_USER = "system:serviceaccount:ray:airflow"
-"""Who a 403 says was refused: the ServiceAccount the project's RBAC (include/manifests/kueue/rbac.yaml)
+"""Who a 403 says was refused: the ServiceAccount the project's RBAC (include/manifests/rbac/rbac.yaml)
 grants to, as a cluster would name the user behind the kubeconfig's token."""
 RULE_FIELDS = {
     "code",
@@ -330,21 +330,32 @@ class Faults:
 
 @dataclass
 class Auth:
-    """Bearer-token authentication, as an API server whose only identity is one static token.
+    """Bearer-token authentication: one static token, plus named users (ServiceAccount tokens).
 
     ``token`` None accepts every request (the default). Otherwise an API request without
-    ``Authorization: Bearer <token>`` is answered 401, as by a server that allows anonymous requests only
-    to its health probes (``/healthz``, ``/readyz``, ``/livez``); ``/kubesim/*`` is the test harness's own
-    and never asks. Changing ``token`` is a credential rotation: clients holding the old one get 401 until
-    they load the new one.
+    ``Authorization: Bearer <token>`` (or a named user's token) is answered 401, as by a server that allows
+    anonymous requests only to its health probes (``/healthz``, ``/readyz``, ``/livez``); ``/kubesim/*`` is
+    the test harness's own and never asks. Changing ``token`` is a credential rotation: clients holding the
+    old one get 401 until they load the new one.
+
+    ``users`` maps a token to the user it authenticates as (``system:serviceaccount:<ns>:<name>``), as a
+    cluster's token authenticator does; the request log names that user, as a cluster's audit log does, so
+    a test can tell which component's credentials made each call.
     """
 
     token: str | None = None
+    users: dict[str, str] = field(default_factory=dict)
 
     def allows(self, path: str, authorization: str | None) -> bool:
         if self.token is None or path in ("/healthz", "/readyz", "/livez"):
             return True
-        return authorization == f"Bearer {self.token}"
+        return authorization == f"Bearer {self.token}" or self.user(authorization) != ""
+
+    def user(self, authorization: str | None) -> str:
+        """The named user whose token the request carries; "" for the static token, another or none."""
+        if not authorization or not authorization.startswith("Bearer "):
+            return ""
+        return self.users.get(authorization.removeprefix("Bearer "), "")
 
 
 @dataclass(frozen=True)
@@ -361,6 +372,8 @@ class RequestRecord:
     path: str
     at: float = 0.0
     """Wall-clock time the request arrived (``time.time()``), so a test can tell how long a client waited."""
+    user: str = ""
+    """The named user (``Auth.users``) the request authenticated as; "" for any other credential."""
 
     def as_dict(self) -> dict:
         return {
@@ -373,6 +386,7 @@ class RequestRecord:
             "code": self.code,
             "path": self.path,
             "at": round(self.at, 3),
+            "user": self.user,
         }
 
     @property

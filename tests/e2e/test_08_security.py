@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devtools.kubesim_process import KUEUE_MANIFESTS
 from tests.conftest import BROWSER_REQUEST_LOG, run_directory
+from tests.deployment_files import render_rbac, rule_rights
 from tests.e2e.harness import wait_until
 
 CLUSTER_SCOPED = {"clusterqueues", "workloadpriorityclasses", "cohorts", "resourceflavors", "namespaces"}
@@ -25,16 +25,15 @@ browser tests, whose requests are counted too (their package writes them to ``BR
 
 
 def granted() -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) from every Role and ClusterRole in the project's RBAC manifest."""
-    rights = set()
-    for doc in yaml.safe_load_all((KUEUE_MANIFESTS / "rbac.yaml").read_text()):
-        if doc and doc["kind"] in ("Role", "ClusterRole"):
-            for rule in doc["rules"]:
-                for group in rule["apiGroups"]:
-                    for resource in rule["resources"]:
-                        for verb in rule["verbs"]:
-                            rights.add((group, resource, verb))
-    return rights
+    """(apiGroup, resource, verb) from every Role and ClusterRole of the project's RBAC, rendered for
+    namespace `airflow`: together, the components' accounts (which component holds which is
+    tests/unit/project/test_helm_values.py's)."""
+    return rule_rights(
+        rule
+        for doc in render_rbac("airflow")
+        if doc["kind"] in ("Role", "ClusterRole")
+        for rule in doc["rules"]
+    )
 
 
 def exercised(records: list[dict]) -> set[tuple[str, str, str]]:

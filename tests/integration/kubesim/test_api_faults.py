@@ -293,6 +293,21 @@ def test_a_token_is_required_once_set_and_the_kubeconfig_carries_it(tmp_path):
             fresh.close()
 
 
+def test_named_users_authenticate_and_the_request_log_names_them(tmp_path):
+    """ServiceAccount-like tokens: accepted beside the static one, and each request attributed to its user
+    (as a cluster's audit log does), so a test can tell which component's credentials made a call."""
+    with run_kubesim(controllers=(), token="s3cret", kubeconfig_path=tmp_path / "kubeconfig") as sim:
+        sim.add_user("worker-token", "system:serviceaccount:airflow:kueue-ray-worker")
+        assert _http(f"{sim.url}/api/v1/namespaces", token="worker-token")[0] == 200
+        assert _http(f"{sim.url}/api/v1/namespaces", token="s3cret")[0] == 200
+        assert _http(f"{sim.url}/api/v1/namespaces", token="other")[0] == 401
+        assert [(r["code"], r["user"]) for r in sim.requests()[-3:]] == [
+            (200, "system:serviceaccount:airflow:kueue-ray-worker"),
+            (200, ""),
+            (401, ""),
+        ]
+
+
 def test_the_cli_requires_its_token(tmp_path):
     with run_kubesim(mode="subprocess", token="cli-token", kubeconfig_path=tmp_path / "kubeconfig") as sim:
         assert _http(f"{sim.url}/api/v1/namespaces")[0] == 401

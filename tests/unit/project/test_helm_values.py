@@ -1,29 +1,39 @@
-"""include/helm/values.yaml, checked offline: no helm and no chart download here, so the values are checked
-against the chart's own schema entries (include/helm/chart-value-paths.yaml, recorded from the chart version
-the values name) and the RBAC they rely on against include/manifests/kueue/rbac.yaml as it is."""
+"""include/helm/values.yaml, checked offline (no helm, no chart download here): validated against the chart's
+own values.schema.json, vendored verbatim in tests/schemas/ for the chart version the values install; then
+what no schema can say: which ServiceAccount each component runs as under the chart's rules, what the
+project's RBAC lets that account do, that the signing keys come from Secrets created once, and that no
+secret ships in the file."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 from kueue_ray.params import NAMESPACE as RAYJOB_NAMESPACE
 
+from tests.deployment_files import (
+    HELM_VALUES as VALUES,
+)
+from tests.deployment_files import (
+    component_service_accounts,
+    load_values,
+    render_rbac,
+    rights_of,
+)
+
 ROOT = Path(__file__).resolve().parents[3]
-VALUES = ROOT / "include/helm/values.yaml"
-CHART_PATHS = ROOT / "include/helm/chart-value-paths.yaml"
-RBAC = ROOT / "include/manifests/kueue/rbac.yaml"
 KUEUE_MANIFESTS = ROOT / "include/manifests/kueue"
-JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}
-CLUSTER_CLIENTS = ("triggerer", "workers.celery", "apiServer")
-"""The components whose pods call the Kubernetes API through the plugin."""
-
-
-def load_values() -> dict:
-    return yaml.safe_load(VALUES.read_text())
+CHART_SCHEMA = ROOT / "tests/schemas/airflow-chart-values.schema.json"
+CHART_VERSION = re.search(r"CHART_VERSION:-([0-9.]+)", (ROOT / "tests/schemas/refresh.sh").read_text()).group(
+    1
+)
+"""The chart version whose schema tests/schemas/ vendors (its refresh script's default)."""
+READS = {"get", "list", "watch"}
 
 
 @pytest.fixture(scope="module")
@@ -32,42 +42,22 @@ def values() -> dict:
 
 
 @pytest.fixture(scope="module")
-def chart() -> dict:
-    return yaml.safe_load(CHART_PATHS.read_text())
+def chart_schema() -> dict:
+    if not CHART_SCHEMA.exists():
+        pytest.skip(
+            f"{CHART_SCHEMA.relative_to(ROOT)} is not vendored yet: apache/airflow chart/values.schema.json at "
+            f"tag helm-chart/{CHART_VERSION} (tests/schemas/refresh.sh fetches it)"
+        )
+    return json.loads(CHART_SCHEMA.read_text())
 
 
-def set_paths(value, path: str = ""):
-    """(path, value) for everything values.yaml sets: mappings and lists too, list items as ``name[]``."""
-    if path:
-        yield path, value
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from set_paths(item, f"{path}.{key}" if path else key)
-    elif isinstance(value, list):
-        for item in value:
-            yield from set_paths(item, f"{path}[]")
-
-
-def json_type(value) -> str:
-    return "null" if value is None else JSON_TYPES[type(value)]
-
-
-def schema_violations(values: dict, declared: dict) -> list[str]:
-    """What the chart's schema would refuse, or ignore because it does not know the path."""
-    problems = []
-    for path, value in set_paths(values):
-        entry = declared.get(path)
-        if entry is None:
-            problems.append(f"{path}: not a value of the chart")
-            continue
-        kind = json_type(value)
-        if kind not in entry["type"] and not (kind == "integer" and "number" in entry["type"]):
-            problems.append(f"{path}: {kind}, the chart wants {entry['type']}")
-        if "enum" in entry and value not in entry["enum"]:
-            problems.append(f"{path}: {value!r} not in {entry['enum']}")
-        if "pattern" in entry and not re.search(entry["pattern"], value):
-            problems.append(f"{path}: {value!r} does not match {entry['pattern']}")
-    return problems
+def schema_errors(values: dict, schema: dict) -> list[str]:
+    """What `helm install` would refuse, as ``path: message``."""
+    validator = jsonschema.Draft7Validator(schema)
+    return sorted(
+        f"{'.'.join(str(p) for p in error.absolute_path) or '(top)'}: {error.message}"
+        for error in validator.iter_errors(values)
+    )
 
 
 def install_command(text: str) -> str:
@@ -81,72 +71,45 @@ def option(command: str, name: str) -> str:
     return re.search(rf"{name}[ =](\S+)", command).group(1)
 
 
-def rbac_documents() -> list[dict]:
-    return [doc for doc in yaml.safe_load_all(RBAC.read_text()) if doc]
-
-
-def bound_subjects(kind: str, role_kind: str, role_rules_resource: str) -> set[tuple[str, str]]:
-    """(namespace, name) of the ServiceAccounts bound by ``kind`` bindings to a ``role_kind`` whose rules
-    cover ``role_rules_resource``."""
-    docs = rbac_documents()
-    roles = {
-        (doc["metadata"].get("namespace"), doc["metadata"]["name"])
-        for doc in docs
-        if doc["kind"] == role_kind and any(role_rules_resource in rule["resources"] for rule in doc["rules"])
-    }
-    subjects = set()
-    for doc in docs:
-        ref = doc.get("roleRef") or {}
-        namespace = doc["metadata"].get("namespace") if role_kind == "Role" else None
-        if doc["kind"] == kind and ref.get("kind") == role_kind and (namespace, ref["name"]) in roles:
-            subjects |= {
-                (s["namespace"], s["name"]) for s in doc["subjects"] if s["kind"] == "ServiceAccount"
-            }
-    return subjects
-
-
-def service_account(values: dict, component: str) -> dict:
-    node = values
-    for part in component.split("."):
-        node = node[part]
-    return node["serviceAccount"]
-
-
 # ----- the values against the chart -------------------------------------------------------------
 
 
-def test_values_parse_and_name_the_chart_version_they_were_checked_against(values, chart):
-    assert isinstance(values, dict) and values
-    assert chart["chart"] == "airflow" and chart["licence"] == "Apache-2.0"
-    command = install_command(VALUES.read_text())
-    assert option(command, "--version") == chart["version"]
-    assert option(install_command((ROOT / "README.md").read_text()), "--version") == chart["version"]
+def test_values_install_the_chart_version_whose_schema_is_vendored():
+    assert option(install_command(VALUES.read_text()), "--version") == CHART_VERSION
+    assert option(install_command((ROOT / "README.md").read_text()), "--version") == CHART_VERSION
 
 
-def test_every_value_set_is_a_value_of_that_chart_version_with_its_type(values, chart):
-    assert schema_violations(values, chart["paths"]) == []
+def test_values_validate_against_the_charts_schema(values, chart_schema):
+    assert schema_errors(values, chart_schema) == []
 
 
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
-        (lambda v: v["triggerer"].update(replica=2), "triggerer.replica: not a value of the chart"),
-        (lambda v: v["workers"].update(serviceAcount={}), "workers.serviceAcount: not a value of the chart"),
-        (
-            lambda v: v["triggerer"].update(replicas="2"),
-            "triggerer.replicas: string, the chart wants ['integer']",
-        ),
-        (
-            lambda v: v["images"]["airflow"].update(pullPolicy="always"),
-            "not in ['Always', 'Never', 'IfNotPresent']",
-        ),
-        (lambda v: v.update(executor="Celery"), "executor: 'Celery' does not match"),
+        (lambda v: v["triggerer"].update(replica=2), "'replica' was unexpected"),
+        (lambda v: v["workers"].update(serviceAcount={}), "'serviceAcount' was unexpected"),
+        (lambda v: v["triggerer"].update(replicas="2"), "triggerer.replicas: '2' is not of type"),
+        (lambda v: v["images"]["airflow"].update(pullPolicy="always"), "'always' is not one of"),
+        (lambda v: v["apiServer"].update(serviceAcount={}), "'serviceAcount' was unexpected"),
     ],
 )
-def test_the_check_refuses_what_the_chart_would_not_take(chart, mutate, expected):
-    values = load_values()
-    mutate(values)
-    assert any(expected in problem for problem in schema_violations(values, chart["paths"]))
+def test_the_schema_refuses_a_misspelt_or_mistyped_copy_of_the_values(chart_schema, mutate, expected):
+    mutated = copy.deepcopy(load_values())
+    mutate(mutated)
+    errors = schema_errors(mutated, chart_schema)
+    assert any(expected in error for error in errors), errors
+
+
+def unknown_top_level_keys(values: dict, schema: dict) -> set[str]:
+    """The chart's schema allows any top-level key (no ``additionalProperties: false`` there), so helm
+    would silently ignore a misspelt one such as ``jwtSecretNme``: checked here against its properties."""
+    return set(values) - set(schema["properties"])
+
+
+def test_every_top_level_key_is_one_the_chart_declares(values, chart_schema):
+    assert schema_errors({"jwtSecretNme": "x"}, chart_schema) == [], "the schema itself lets it through"
+    assert unknown_top_level_keys(values, chart_schema) == set()
+    assert unknown_top_level_keys({**values, "jwtSecretNme": "x"}, chart_schema) == {"jwtSecretNme"}
 
 
 def test_image_is_the_projects_and_matches_the_airflow_version(values):
@@ -154,7 +117,7 @@ def test_image_is_the_projects_and_matches_the_airflow_version(values):
     assert f"FROM apache/airflow:{values['airflowVersion']}-" in dockerfile
     for folder in ("dags", "plugins", "include"):
         assert f"COPY --chown=airflow:0 {folder}/ /opt/airflow/{folder}/" in dockerfile
-    assert "pip install --no-cache-dir -r /tmp/requirements.txt" in dockerfile
+    assert "pip install --no-cache-dir -r /tmp/requirements-runtime.txt" in dockerfile
     compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
     image = compose["x-airflow-common"]["image"]
     assert image.endswith(
@@ -182,18 +145,6 @@ def test_kubernetes_default_connection_is_in_cluster(values, monkeypatch):
     assert json.loads(env["AIRFLOW_CONN_KUBERNETES_DEFAULT"])["conn_type"] == "kubernetes"
 
 
-# ----- the values against the project's RBAC ----------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def airflow_service_account(values) -> str:
-    """The one ServiceAccount every cluster-calling component uses; the chart must not create it."""
-    accounts = [service_account(values, component) for component in CLUSTER_CLIENTS]
-    assert all(account["create"] is False for account in accounts)
-    (name,) = {account["name"] for account in accounts}
-    return name
-
-
 @pytest.fixture(scope="module")
 def install_namespace() -> str:
     """The namespace the README (and the values' header) install the release into."""
@@ -216,18 +167,163 @@ def test_airflow_is_installed_beside_no_default_local_queue(install_namespace):
     assert (install_namespace, "default") not in local_queues
 
 
-def test_rbac_yaml_creates_and_binds_the_service_account_of_the_release_namespace(
-    airflow_service_account, install_namespace
-):
-    subject = (install_namespace, airflow_service_account)
-    defined = {
-        (doc["metadata"].get("namespace"), doc["metadata"]["name"])
-        for doc in rbac_documents()
-        if doc["kind"] == "ServiceAccount"
+# ----- the values against the project's RBAC ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def accounts(values) -> dict[str, str]:
+    """The ServiceAccount each cluster-calling component runs as, by the chart's rules."""
+    return component_service_accounts(values)
+
+
+@pytest.fixture(scope="module")
+def rbac(install_namespace) -> list[dict]:
+    """rbac.yaml as the README applies it for the release namespace."""
+    return render_rbac(install_namespace)
+
+
+def test_each_component_runs_as_its_own_account_which_the_chart_does_not_create(values, accounts):
+    assert accounts == {
+        "worker": "kueue-ray-worker",
+        "triggerer": "kueue-ray-triggerer",
+        "api-server": "kueue-ray-api-server",
     }
-    assert subject in defined, f"rbac.yaml creates {defined}, the release uses {subject}"
-    # Submitting and watching RayJobs in `ray`, and the preflight's cluster-scoped queue reads.
-    assert subject in bound_subjects("RoleBinding", "Role", "rayjobs")
-    assert subject in bound_subjects("ClusterRoleBinding", "ClusterRole", "clusterqueues")
-    role_namespaces = {doc["metadata"]["namespace"] for doc in rbac_documents() if doc["kind"] == "Role"}
-    assert role_namespaces == {RAYJOB_NAMESPACE}
+    for key in ("workers", "workers.celery", "triggerer", "apiServer"):
+        node = values
+        for part in key.split("."):
+            node = node[part]
+        assert node["serviceAccount"]["create"] is False, f"{key}: rbac.yaml creates the account"
+
+
+@pytest.mark.parametrize(
+    ("workers", "expected"),
+    [
+        (
+            {"serviceAccount": {"create": False, "name": "w"}, "celery": {"serviceAccount": {"name": "w"}}},
+            "w",
+        ),
+        # Only the Celery key (what the values once did): older charts and the switch's default ignore it.
+        (
+            {"celery": {"serviceAccount": {"create": False, "name": "w"}}},
+            "ambiguous: shared airflow-worker, merged w",
+        ),
+        # Only the old key: chart 1.22.0 takes it too (nothing to merge over it), the switch would not.
+        ({"serviceAccount": {"create": False, "name": "w"}}, "w"),
+        (
+            {"useWorkerDedicatedServiceAccounts": True, "serviceAccount": {"name": "w"}},
+            "ambiguous: merged w, dedicated airflow-worker-celery",
+        ),
+    ],
+)
+def test_the_worker_account_follows_the_charts_rules(workers, expected):
+    assert component_service_accounts({"workers": workers})["worker"] == expected
+
+
+def test_every_components_account_is_created_and_bound_in_the_release_namespace(
+    rbac, accounts, install_namespace
+):
+    created = {
+        (d["metadata"]["namespace"], d["metadata"]["name"]) for d in rbac if d["kind"] == "ServiceAccount"
+    }
+    for component, account in accounts.items():
+        assert (install_namespace, account) in created, (
+            f"{component} runs as {account}, which rbac.yaml lacks"
+        )
+        assert rights_of(rbac, install_namespace, account).all(), (
+            f"{component}: {account} is bound to nothing"
+        )
+    roles = {d["metadata"]["namespace"] for d in rbac if d["kind"] in ("Role", "RoleBinding")}
+    assert roles == {RAYJOB_NAMESPACE}
+
+
+def test_api_server_only_reads_what_the_kueue_pages_cache_watches(rbac, accounts, install_namespace):
+    """Derived from the cache's code: one list+watch per resource it watches, and a GET of the visibility
+    API path it calls; nothing more."""
+    from kueue_ray.ui.cache import CLUSTER_QUEUE_PENDING_PATH, watched_resources
+
+    from kubesim.apiserver.paths import parse_target
+
+    rights = rights_of(rbac, install_namespace, accounts["api-server"])
+    watched = watched_resources("kubernetes_default", [RAYJOB_NAMESPACE])
+    expected_ns = {(t.group, t.plural, verb) for t in watched if t.namespace for verb in ("list", "watch")}
+    expected_cluster = {
+        (t.group, t.plural, verb) for t in watched if not t.namespace for verb in ("list", "watch")
+    }
+    pending = parse_target(CLUSTER_QUEUE_PENDING_PATH.format(name="q"))
+    expected_cluster.add((pending.group, f"{pending.plural}/{pending.subresource}", "get"))
+    assert rights.namespaced == {RAYJOB_NAMESPACE: expected_ns}
+    assert rights.cluster == expected_cluster
+
+
+def test_triggerer_reads_and_deletes_and_watches_what_its_hub_watches(rbac, accounts, install_namespace):
+    from kueue_ray.hub.resources import RAYJOBS, RAYSERVICES, WORKLOADS
+
+    rights = rights_of(rbac, install_namespace, accounts["triggerer"])
+    verbs = {verb for _, _, verb in rights.all()}
+    assert verbs <= READS | {"delete"}, "the triggerer never creates, patches or updates"
+    for watched in (RAYJOBS, RAYSERVICES, WORKLOADS):
+        for verb in ("list", "watch"):
+            assert (watched.group, watched.plural, verb) in rights.namespaced[RAYJOB_NAMESPACE]
+    assert not rights.cluster
+
+
+def test_only_the_worker_creates_or_changes(rbac, accounts, install_namespace):
+    writes = {"create", "patch", "update"}
+    writers = {
+        component
+        for component, account in accounts.items()
+        if {verb for _, _, verb in rights_of(rbac, install_namespace, account).all()} & writes
+    }
+    assert writers == {"worker"}
+    worker = rights_of(rbac, install_namespace, accounts["worker"]).namespaced[RAYJOB_NAMESPACE]
+    assert {("ray.io", "rayjobs", "create"), ("ray.io", "rayjobs", "patch")} <= worker
+
+
+# ----- secrets and identity ---------------------------------------------------------------------
+
+SECRET_VALUES = {
+    "jwtSecretName": "jwt-secret",
+    "apiSecretKeySecretName": "api-secret-key",
+    "fernetKeySecretName": "fernet-key",
+}
+"""The chart's values naming a Secret, and the key the chart reads from it."""
+
+
+@pytest.mark.parametrize(("value", "key"), SECRET_VALUES.items())
+def test_signing_keys_come_from_secrets_the_readme_creates_once(values, value, key):
+    name = values[value]
+    readme = (ROOT / "README.md").read_text()
+    creates = re.findall(
+        rf"kubectl -n (\S+) create secret generic {re.escape(name)} --from-literal={key}=", readme
+    )
+    assert creates == [option(install_command(readme), "--namespace")], (
+        f"README creates {name} with key {key}"
+    )
+
+
+def test_no_secret_value_ships_in_the_values(values):
+    literal_keys = {"fernetKey", "jwtSecret", "apiSecretKey", "webserverSecretKey", "defaultUser"}
+    assert not literal_keys & set(values), "a key set in values.yaml is in every clone and every helm history"
+    text = VALUES.read_text().lower()
+    for placeholder in ("change-me", "changeme", "password:", "secret:"):
+        assert placeholder not in text
+
+
+def test_deployment_identity_is_the_release_namespace_and_name(values):
+    (item,) = yaml.safe_load(values["extraEnv"])
+    assert item["name"] == "AIRFLOW__KUEUE_RAY__DEPLOYMENT"
+    assert item["value"] == "{{ .Release.Namespace }}-{{ .Release.Name }}"
+    rendered = (
+        item["value"].replace("{{ .Release.Namespace }}", "airflow").replace("{{ .Release.Name }}", "airflow")
+    )
+    assert re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?", rendered), "a label value"
+    assert "AIRFLOW__KUEUE_RAY__DEPLOYMENT" not in {e["name"] for e in values["env"]}
+
+
+@pytest.mark.parametrize("component", ["triggerer", "workers", "workers.celery"])
+def test_log_volumes_are_sized_on_purpose(values, component):
+    node = values
+    for part in component.split("."):
+        node = node[part]
+    size = node["persistence"]["size"]
+    assert re.fullmatch(r"\d+Gi", size) and int(size[:-2]) <= 20, "the chart's 100Gi per pod is left alone"

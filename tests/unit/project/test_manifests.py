@@ -3,6 +3,7 @@ sizing promises their comments make."""
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from kueue_ray.manifests import (
 
 from kubesim.resources import CRDS_DIR
 from kubesim.schema import load_crd_schemas, validate
+from tests.deployment_files import RBAC, object_keys, render_rbac, rights_of, rule_rights
 
 ROOT = Path(__file__).resolve().parents[3]
 KUEUE_DIR = ROOT / "include" / "manifests" / "kueue"
@@ -189,43 +191,67 @@ def test_serve_template_renders_a_valid_rayservice(schemas):
     assert built.body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
 
 
-RBAC = KUEUE_DIR / "rbac.yaml"
+def test_rbac_grants_together_what_the_plugin_uses_in_the_namespace():
+    """The union of the components' Roles; which component holds which is tests/unit/project/test_helm_values.py's."""
+    docs = render_rbac("airflow")
+    namespaced = rule_rights(rule for d in docs if d["kind"] == "Role" for rule in d["rules"])
+
+    def verbs(group: str, resource: str) -> set[str]:
+        return {verb for g, r, verb in namespaced if (g, r) == (group, resource)}
+
+    assert verbs("ray.io", "rayjobs") == {"create", "get", "list", "watch", "patch", "delete"}
+    assert verbs("kueue.x-k8s.io", "workloads") == {"list", "watch"}, "listed by label only"
+    assert verbs("", "pods/log") == {"get"}
+    assert verbs("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads") == {"get"}
 
 
-def rules(kind: str) -> list[dict]:
-    roles = [d for d in documents(RBAC) if d["kind"] == kind]
-    assert len(roles) == 1
-    return roles[0]["rules"]
-
-
-def granted(rule_list: list[dict], group: str, resource: str) -> set[str]:
-    return {
-        verb
-        for rule in rule_list
-        if group in rule["apiGroups"] and resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-
-
-def test_rbac_grants_what_the_plugin_uses_in_the_namespace():
-    namespaced = rules("Role")
-    assert granted(namespaced, "ray.io", "rayjobs") == {"create", "get", "list", "watch", "patch", "delete"}
-    assert granted(namespaced, "kueue.x-k8s.io", "workloads") == {"list", "watch"}, "listed by label only"
-    assert granted(namespaced, "", "pods/log") == {"get"}
-    assert granted(namespaced, "visibility.kueue.x-k8s.io", "localqueues/pendingworkloads") == {"get"}
-
-
-def test_rbac_cluster_role_only_reads():
-    cluster = rules("ClusterRole")
-    verbs = {verb for rule in cluster for verb in rule["verbs"]}
-    assert verbs <= {"get", "list", "watch"}
+def test_rbac_cluster_roles_only_read():
+    docs = render_rbac("airflow")
+    cluster = [rule for d in docs if d["kind"] == "ClusterRole" for rule in d["rules"]]
+    assert {verb for rule in cluster for verb in rule["verbs"]} <= {"get", "list", "watch"}
     assert {r for rule in cluster for r in rule["resources"]} <= {
         "clusterqueues",
         "clusterqueues/pendingworkloads",
         "cohorts",
         "workloadpriorityclasses",
     }
-    assert all("*" not in rule["resources"] + rule["verbs"] for rule in cluster + rules("Role"))
+    every = [rule for d in docs if d["kind"] in ("Role", "ClusterRole") for rule in d["rules"]]
+    assert all("*" not in rule["resources"] + rule["verbs"] for rule in every)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("airflow", "airflow-staging"), ("team-a", "team-b"), ("a", "a-api"), ("airflow", "ray")],
+)
+def test_two_airflow_namespaces_render_rbac_that_shares_no_object(first, second):
+    """Applying the RBAC for a second Airflow namespace must add objects, never overwrite the first's."""
+    one, two = render_rbac(first), render_rbac(second)
+    assert object_keys(one) & object_keys(two) == set()
+    assert len(object_keys(one)) == len(one), "an object defined twice in one rendering"
+    for docs, namespace in ((one, first), (two, second)):
+        for doc in docs:
+            if doc["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+                assert {(s["namespace"], s["name"]) for s in doc["subjects"]} <= {
+                    (d["metadata"]["namespace"], d["metadata"]["name"])
+                    for d in docs
+                    if d["kind"] == "ServiceAccount"
+                }
+                assert all(s["namespace"] == namespace for s in doc["subjects"])
+        assert rights_of(docs, namespace, "kueue-ray-worker").all(), "a binding points at a missing role"
+
+
+def test_rbac_template_has_only_the_namespace_placeholder():
+    text = RBAC.read_text()
+    assert "${AIRFLOW_NAMESPACE}" in text
+    with pytest.raises((KeyError, ValueError)):
+        render_rbac("airflow", text.replace("${AIRFLOW_NAMESPACE}", "${AIRFLOW_NAMESPACES}", 1))
+    sed = re.search(r"sed 's/(\S+)/airflow/g' include/manifests/rbac/rbac.yaml \| kubectl apply -f -", text)
+    assert sed and sed.group(1) == "${AIRFLOW_NAMESPACE}", "the documented substitution"
+    readme = (ROOT / "README.md").read_text()
+    assert (
+        "sed 's/${AIRFLOW_NAMESPACE}/airflow/g' include/manifests/rbac/rbac.yaml | kubectl apply -f -"
+        in readme
+    )
 
 
 # ------------------------------------------------------------------------------------------ GPU taints
