@@ -77,6 +77,9 @@ async def _faults_and_accounting(request: web.Request, handler: Callable) -> web
         await asyncio.sleep(faults.latency_ms / 1000)
     if not request.app[AUTH].allows(request.path, request.headers.get("Authorization")):
         response: web.StreamResponse = _refused(unauthorized())
+    elif faults.unserved_path(request.path):
+        # The API server's not-found handler: plain text, no Status (no operator serves the group).
+        response = web.Response(status=404, text="404 page not found\n", content_type="text/plain")
     elif (rule := faults.take_rule(record)) is not None:
         if rule.served and record.verb != "watch":
             await _serve(request, handler)  # the server acts; only its answer is lost

@@ -242,6 +242,11 @@ class Faults:
     watch_drop_after_s: float | None = None
     expire_watches: int | bool = 0
     rules: list[FaultRule] = field(default_factory=list)
+    unserved_groups: frozenset[str] = frozenset()
+    """API groups the cluster does not serve, as one where that operator (Kueue, KubeRay) was never
+    installed: discovery leaves them out and every path under ``/apis/<group>`` answers a plain-text 404,
+    as the API server's not-found handler does. A group's subgroups go with it (``visibility.kueue.x-k8s.io``
+    with ``kueue.x-k8s.io``)."""
     seed: int | None = None
     _random: random.Random = field(default_factory=random.Random, repr=False)
 
@@ -251,7 +256,15 @@ class Faults:
         if not settings:
             self.reset()
             return
-        known = {"error_rate", "latency_ms", "watch_drop_after_s", "expire_watches", "rules", "seed"}
+        known = {
+            "error_rate",
+            "latency_ms",
+            "watch_drop_after_s",
+            "expire_watches",
+            "rules",
+            "unserved_groups",
+            "seed",
+        }
         unknown = set(settings) - known
         if unknown:
             raise FaultSettingsError(f"unknown fault settings: {sorted(unknown)}")
@@ -275,6 +288,11 @@ class Faults:
             if not isinstance(rules, list):
                 raise FaultSettingsError("rules must be a list of rule objects")
             self.rules = [FaultRule.parse(rule) for rule in rules]
+        if "unserved_groups" in settings:
+            groups = settings["unserved_groups"]
+            if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+                raise FaultSettingsError(f"unserved_groups must be a list of API group names, got {groups!r}")
+            self.unserved_groups = frozenset(groups)
         if "seed" in settings:
             self.seed = settings["seed"]
             self._random.seed(self.seed)
@@ -285,6 +303,7 @@ class Faults:
         self.watch_drop_after_s = None
         self.expire_watches = 0
         self.rules = []
+        self.unserved_groups = frozenset()
         self.seed = None
         self._random = random.Random()
 
@@ -296,7 +315,17 @@ class Faults:
             "watch_drop_after_s": self.watch_drop_after_s,
             "expire_watches": self.expire_watches,
             "rules": [rule.as_dict() for rule in self.rules],
+            "unserved_groups": sorted(self.unserved_groups),
         }
+
+    def serves(self, group: str) -> bool:
+        """Whether API group ``group`` is served (not ``unserved_groups``, nor a subgroup of one)."""
+        return not any(group == g or group.endswith(f".{g}") for g in self.unserved_groups)
+
+    def unserved_path(self, path: str) -> bool:
+        """Whether ``path`` is under an unserved group (``/apis/<group>[/...]``)."""
+        parts = path.strip("/").split("/")
+        return len(parts) >= 2 and parts[0] == "apis" and not self.serves(parts[1])
 
     def take_rule(self, record: RequestRecord) -> FaultRule | None:
         """The first live rule this request matches, counting the match (one of its N); None to serve it."""
