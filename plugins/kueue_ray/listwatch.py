@@ -206,6 +206,11 @@ class ListWatchLoop:
         """A request failed; the loop retries it (after the delay it logs). A watch refused while lists
         are allowed is no failure: the loop polls instead (``polling_started``)."""
 
+    def retry_delay(self, delay: float) -> float:
+        """The pause before retrying a refused request, given the backoff's ``delay`` (a subclass may
+        shorten it, e.g. to ask again when a refusal would end its readers' waits)."""
+        return delay
+
     def polling_started(self) -> None:
         """The loop lists every interval instead of watching (``polling_because`` says why)."""
 
@@ -268,7 +273,7 @@ class ListWatchLoop:
                         refused,
                     )
                     continue
-                delay = max(backoff.next_delay(), refused.retry_after or 0.0)
+                delay = self.retry_delay(max(backoff.next_delay(), refused.retry_after or 0.0))
                 log.warning(
                     "The API server still refuses the credentials of connection %s (%s); loading them "
                     "again in %.1fs",
@@ -339,6 +344,8 @@ class ListWatchLoop:
             return
         self.failed(refused)
         delay = max(backoff.next_delay(), refused.retry_after or 0.0)
+        if refused.status in (401, 403):
+            delay = self.retry_delay(delay)
         if refused.status == 403:
             log.warning(
                 "The API server refuses to %s %s %s (%s); retrying in %.1fs. Grant it to the user of "

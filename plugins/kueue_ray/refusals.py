@@ -105,23 +105,28 @@ class RefusalWindow:
     """How long the API server has said no (401/403) to one read in a row. Pure: times are given.
 
     A read that succeeds clears the window; other failures (5xx, timeouts) neither start nor clear it,
-    since they say nothing about the grant. ``expired`` once the first refusal of the row is ``timeout``
-    seconds old, so a refusal that clears within the window costs nothing.
+    since they say nothing about the grant. It has ``expired`` once two refusals of the row are ``timeout``
+    seconds apart: a refusal is only known to last by asking again, so whoever retries paces its retries
+    to ask once more when the window ends (``pace``), and a refusal that clears within the window costs
+    nothing.
 
     >>> window = RefusalWindow(60.0)
     >>> window.refused(Denial("list", "workloads.kueue.x-k8s.io", "ray", 403, "403 Forbidden"), now=100.0)
     True
-    >>> window.expired(159.0), window.expired(160.0), window.remaining(130.0)
-    (False, True, 30.0)
-    >>> window.cleared(); window.expired(1000.0)
+    >>> window.pace(30.0, now=140.0), window.expired()
+    (20.0, False)
+    >>> _ = window.refused(window.last, now=160.0); window.expired()
+    True
+    >>> window.cleared(); window.expired()
     False
     """
 
-    __slots__ = ("timeout", "since", "last")
+    __slots__ = ("timeout", "since", "latest", "last")
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self.since: float | None = None
+        self.latest: float | None = None
         self.last: Denial | None = None
 
     def refused(self, denial: Denial, now: float) -> bool:
@@ -129,22 +134,28 @@ class RefusalWindow:
         started = self.since is None
         if started:
             self.since = now
+        self.latest = now
         self.last = denial
         return started
 
     def cleared(self) -> None:
-        self.since = None
+        self.since = self.latest = None
         self.last = None
 
     def remaining(self, now: float) -> float | None:
-        """Seconds left before the window expires; None while nothing is refused."""
+        """Seconds until the window ends; None while nothing is refused."""
         if self.since is None:
             return None
         return max(0.0, self.since + self.timeout - now)
 
-    def expired(self, now: float) -> bool:
+    def pace(self, delay: float, now: float) -> float:
+        """The pause before the next attempt: ``delay``, but no later than the window's end, so the answer
+        at that moment decides (a backoff of 30 s must not stretch a 20 s window)."""
         remaining = self.remaining(now)
-        return remaining is not None and remaining <= 0.0
+        return min(delay, remaining) if remaining else delay
+
+    def expired(self) -> bool:
+        return self.since is not None and self.latest is not None and self.latest - self.since >= self.timeout
 
 
 class RefusedTooLong(Exception):

@@ -179,7 +179,7 @@ class RayServiceTrigger(WaitTrigger):
         confirmed = False  # service and workloads were just read from the API server for a clock's verdict
         while True:
             now = utcnow()
-            ended, refused_for = subscription.access()
+            ended = subscription.access()
             if ended is not None:
                 raise ended
             if service is None:
@@ -207,8 +207,8 @@ class RayServiceTrigger(WaitTrigger):
             if verdict is not None:
                 return self.fire(target.payload(verdict, observation, timeline))
             confirmed = False
-            waits = [w for w in (watchdog.seconds_until_next_deadline(now), refused_for) if w is not None]
-            update = await subscription.next_update(min(waits) + 0.05 if waits else None)
+            deadline = watchdog.seconds_until_next_deadline(now)
+            update = await subscription.next_update(None if deadline is None else deadline + 0.05)
             # Every queued change is only "look again" (the cache holds the newest state); a notice
             # about waiting itself (e.g. polling while watches are refused) goes to the task log.
             while update is not None:

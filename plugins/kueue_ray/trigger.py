@@ -278,7 +278,7 @@ class RayJobTrigger(WaitTrigger):
             subscription.queue = self.queue or labels.get(QUEUE_LABEL)
         while True:
             now = utcnow()
-            ended, refused_for = subscription.access()
+            ended = subscription.access()
             if ended is not None:
                 raise ended
             if rayjob is None:
@@ -313,8 +313,6 @@ class RayJobTrigger(WaitTrigger):
             deadline = watchdog.seconds_until_next_deadline(now)
             if deadline is not None:
                 waits.append(deadline + 0.05)
-            if refused_for is not None:  # a refusal in a row: wake when it would end the wait
-                waits.append(refused_for + 0.05)
             position_check = progress.story.position_check_in(observation, time.monotonic())
             if position_check is not None:
                 waits.append(position_check)

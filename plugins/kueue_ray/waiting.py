@@ -467,7 +467,7 @@ class WorkerWait:
         verb, resource = (read_of(exc) or ("get", "rayjobs.ray.io"))[:2]
         denial = Denial.of(verb, resource, self.target.namespace, exc)
         started = self.refusals.refused(denial, time.monotonic())
-        if self.refusals.expired(time.monotonic()):
+        if self.refusals.expired():
             from kueue_ray.api_errors import refusal_message
 
             window = self.refusals.timeout

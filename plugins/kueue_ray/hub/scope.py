@@ -94,7 +94,15 @@ class _WatchLoop(ListWatchLoop):
             return
         target = self.target
         denial = Denial.of(exc.verb, target.qualified, target.namespace, exc)
-        if denial is None or not self.window.refused(denial, time.monotonic()):
+        if denial is None:
+            return
+        if not self.window.refused(denial, time.monotonic()):
+            if self.window.expired():  # every subscriber's wait ends (``Subscription.access``)
+                self.hub.notify(
+                    self.scope,
+                    f"The API server still refuses to {denial.verb} {target.qualified} in namespace "
+                    f"{self.namespace} after {self.window.timeout:g}s ({denial.message})",
+                )
             return
         self.hub.notify(
             self.scope,
@@ -103,6 +111,10 @@ class _WatchLoop(ListWatchLoop):
             f"{self.window.timeout:g}s ([kueue_ray] refusal_timeout). Check: "
             f"{can_i(denial.verb, target.qualified, self.namespace, self.scope.client.identity())}",
         )
+
+    def retry_delay(self, delay: float) -> float:
+        """While refused, ask again no later than the refusal window's end: that answer decides."""
+        return self.window.pace(delay, time.monotonic())
 
     def succeeded(self) -> None:
         if self.window.since is not None:

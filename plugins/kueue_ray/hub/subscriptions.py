@@ -160,7 +160,7 @@ class Subscription:
         backoff = Backoff(settings.backoff_initial, settings.backoff_max)
         window = RefusalWindow(settings.refusal_timeout or refusal_timeout())
         while True:
-            ended, _ = self.access()
+            ended = self.access()
             if ended is not None:
                 raise ended
             try:
@@ -172,11 +172,11 @@ class Subscription:
                 denial = Denial.of(*read, self.namespace, exc)
                 if denial is not None:
                     window.refused(denial, time.monotonic())
-                    if window.expired(time.monotonic()):
+                    if window.expired():
                         raise self._refused_too_long(denial, window.timeout) from exc
                 delay = max(backoff.next_delay(), retry_after_seconds(exc) or 0.0)
                 if denial is not None:
-                    delay = min(delay, max(0.05, window.remaining(time.monotonic()) or 0.0))
+                    delay = window.pace(delay, time.monotonic())
                 hint = ""
                 if getattr(exc, "status", None) == 403:
                     hint = f" (check: {can_i(read[0], read[1], self.namespace, self._identity())})"
@@ -210,27 +210,19 @@ class Subscription:
         )
         return RefusedTooLong(denial, seconds, message)
 
-    def access(self) -> tuple[RefusedTooLong | ApiNotServed | None, float | None]:
-        """Whether the reads this wait needs still work: (the reason waiting must end, or None; seconds
-        until the longest-running refusal of its scope's watch loops would end it, or None).
-
-        A loop's 401/403 in a row for ``refusal_timeout`` ends the wait; an API group the cluster does
-        not serve ends it at once."""
-        now = time.monotonic()
-        remaining: float | None = None
+    def access(self) -> RefusedTooLong | ApiNotServed | None:
+        """Why the reads this wait needs no longer work, or None: one of its scope's watch loops refused
+        (401/403) for ``refusal_timeout`` in a row, or an API group the cluster does not serve. The loops
+        tell every subscriber when that happens (an ``Update``), so a trigger asks after each one."""
         for kind in self.kinds:
             loop = self.hub.loop_of(self, kind)
             if loop is None:
                 continue
             if loop.not_served is not None:
-                return loop.not_served, None
-            window = loop.window
-            if window.last is not None and window.expired(now):
-                return self._refused_too_long(window.last, window.timeout), None
-            left = window.remaining(now)
-            if left is not None:
-                remaining = left if remaining is None else min(remaining, left)
-        return None, remaining
+                return loop.not_served
+            if loop.window.last is not None and loop.window.expired():
+                return self._refused_too_long(loop.window.last, loop.window.timeout)
+        return None
 
     async def _read_current(
         self, reread_rayjob: bool, reread_workload: bool

@@ -29,18 +29,29 @@ def test_a_refusal_that_clears_within_the_window_costs_nothing():
     window.cleared()
     assert window.refused(FORBIDDEN, now=100.0) is True, "a new row starts from scratch"
 
-    assert not window.expired(219.0)
+    assert not window.expired()
     assert window.remaining(130.0) == 90.0
 
 
-def test_a_refusal_that_lasts_the_whole_window_expires_it():
+def test_a_refusal_expires_the_window_only_when_it_is_met_again_at_its_end():
     window = RefusalWindow(120.0)
     window.refused(FORBIDDEN, now=10.0)
     window.refused(FORBIDDEN, now=70.0)
+    assert not window.expired(), "nobody asked since 70 s: the grant may be back"
 
-    assert window.expired(130.0)
+    window.refused(FORBIDDEN, now=130.0)
+    assert window.expired()
     assert window.last == FORBIDDEN
     assert RefusalWindow(120.0).remaining(0.0) is None, "nothing refused: no deadline"
+
+
+def test_retries_are_paced_to_ask_again_when_the_window_ends():
+    window = RefusalWindow(20.0)
+    assert window.pace(30.0, now=5.0) == 30.0, "nothing refused: the backoff as it is"
+    window.refused(FORBIDDEN, now=0.0)
+    assert window.pace(30.0, now=12.0) == 8.0, "a 30 s backoff must not stretch a 20 s window"
+    assert window.pace(2.0, now=12.0) == 2.0
+    assert window.pace(30.0, now=25.0) == 30.0, "past the end: the next answer decides anyway"
 
 
 def test_only_401_and_403_are_refusals():
