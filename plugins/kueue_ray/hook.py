@@ -146,7 +146,8 @@ class RayJobHook(KubernetesHook):
             with reading("create", f"{RAYJOB.plural}.{RAY_GROUP}", RAY_GROUP, RAY_VERSION):
                 return self._create_rayjob_retried(body, namespace)
         except ApiException as exc:
-            raise self.explained(exc, namespace) from exc
+            self.raise_explained(exc, namespace)
+            raise
 
     @generic_api_retry
     def _create_rayjob_retried(self, body: dict, namespace: str) -> dict | None:
@@ -409,7 +410,8 @@ class RayJobHook(KubernetesHook):
         try:
             queue_capacity = self.check_queue(namespace, queue, priority)
         except ApiException as exc:
-            raise self.explained(exc, namespace) from exc
+            self.raise_explained(exc, namespace)
+            raise
         shortfall = find_shortfall(built.pod_sets, queue_capacity.capacity)
         if shortfall is not None:
             resource, available = shortfall
@@ -466,6 +468,13 @@ class RayJobHook(KubernetesHook):
                 conn_id=self.conn_id,
             )
         )
+
+    def raise_explained(self, exc: ApiException, namespace: str | None) -> None:
+        """Raise ``explained``'s ``ClusterAccessError`` for ``exc`` when there is one, without the client's
+        exception chained to it: its dump of headers and body is what the explanation replaces."""
+        explained = self.explained(exc, namespace)
+        if explained is not exc:
+            raise explained from None
 
     def queue_position(self, namespace: str, queue: str, workload_name: str) -> QueuePosition | None:
         """Position from Kueue's visibility API; None when it is not pending, or the API is not served, not
