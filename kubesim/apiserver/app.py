@@ -122,8 +122,9 @@ def _refused(answer: Refusal) -> web.Response:
 
 def _record(request: web.Request, code: int, arrived: float) -> RequestRecord:
     target = parse_target(request.path)
+    user = request.app[AUTH].user_of(request.headers.get("Authorization"))
     if target is None or not target.plural:
-        return RequestRecord(request.method.lower(), "", "", "", "", "", code, request.path, arrived)
+        return RequestRecord(request.method.lower(), "", "", "", "", "", code, request.path, arrived, user)
     return RequestRecord(
         verb=rbac_verb(request.method, target, request.query),
         group=target.group,
@@ -134,6 +135,7 @@ def _record(request: web.Request, code: int, arrived: float) -> RequestRecord:
         code=code,
         path=request.path,
         at=arrived,
+        user=user,
     )
 
 
@@ -204,26 +206,45 @@ async def _delete_faults(request: web.Request) -> web.Response:
 
 
 async def _get_auth(request: web.Request) -> web.Response:
-    return json_response({"token_required": request.app[AUTH].token is not None})
+    auth = request.app[AUTH]
+    return json_response(
+        {"token_required": auth.token is not None, "accounts": sorted(auth.accounts.values())}
+    )
 
 
 async def _post_auth(request: web.Request) -> web.Response:
-    """``{"token": "..."}`` requires (or rotates) the bearer token; ``{"token": null}`` accepts anyone."""
+    """``{"token": "..."}`` requires (or rotates) the bearer token; ``{"token": null}`` accepts anyone.
+    ``{"accounts": {"<token>": "<user>"}}`` sets the further identities (``faults.Auth.accounts``)."""
     try:
         body = await request.json() if request.can_read_body else {}
     except ValueError as exc:
         return json_response(status_body(400, "BadRequest", str(exc)), 400)
     token = body.get("token") if isinstance(body, dict) else None
+    accounts = body.get("accounts", {}) if isinstance(body, dict) else None
     if (
         not isinstance(body, dict)
-        or set(body) != {"token"}
+        or not body
+        or not set(body) <= {"token", "accounts"}
         or not (token is None or (isinstance(token, str) and token))
+        or not isinstance(accounts, dict)
+        or not all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in accounts.items())
     ):
         return json_response(
-            status_body(400, "BadRequest", 'the body must be {"token": "<token>" or null}'), 400
+            status_body(
+                400,
+                "BadRequest",
+                'the body must be {"token": "<token>" or null} and/or {"accounts": {"<token>": "<user>"}}',
+            ),
+            400,
         )
-    request.app[AUTH].token = token
-    return json_response({"token_required": token is not None})
+    auth = request.app[AUTH]
+    if "token" in body:
+        auth.token = token
+    if "accounts" in body:
+        auth.accounts = dict(accounts)
+    return json_response(
+        {"token_required": auth.token is not None, "accounts": sorted(auth.accounts.values())}
+    )
 
 
 async def _get_requests(request: web.Request) -> web.Response:

@@ -37,6 +37,7 @@ RULE_FIELDS = {
     "message",
     "served",
     "watch_event",
+    "subjects",
 }
 
 
@@ -53,6 +54,9 @@ class FaultRule:
     ``localqueues.visibility.kueue.x-k8s.io/pendingworkloads``), and, if ``namespace`` is set, it is in
     that namespace. The rule then holds for its next ``count`` matches, or for ``seconds`` after it was set,
     or (neither) until the faults are cleared.
+
+    ``subjects``, when set, limits the rule to requests authenticated as one of these users (``Auth``):
+    one ServiceAccount's grant revoked while the others keep theirs.
 
     ``served`` serves the request first and replaces only its answer: the answer was lost on its way back
     (a proxy timed out, the connection dropped) after the server acted, so a client that retries finds
@@ -72,6 +76,7 @@ class FaultRule:
     message: str | None = None
     served: bool = False
     watch_event: bool = True
+    subjects: frozenset[str] = frozenset()
     hits: int = 0
 
     @classmethod
@@ -102,6 +107,9 @@ class FaultRule:
             raise FaultSettingsError(f"rule retry_after_s must be a positive integer, got {retry_after!r}")
         if retry_after is None and code == 429:
             retry_after = 1  # what API Priority and Fairness sends
+        subjects = spec.get("subjects") or []
+        if not isinstance(subjects, list) or not all(isinstance(v, str) and v for v in subjects):
+            raise FaultSettingsError(f"rule subjects must be a list of user names, got {subjects!r}")
         for flag in ("served", "watch_event"):
             if not isinstance(spec.get(flag, False), bool):
                 raise FaultSettingsError(f"rule {flag} must be true or false, got {spec[flag]!r}")
@@ -118,9 +126,12 @@ class FaultRule:
             message=spec.get("message") or None,
             served=spec.get("served", False),
             watch_event=spec.get("watch_event", True),
+            subjects=frozenset(subjects),
         )
 
     def matches(self, record: RequestRecord) -> bool:
+        if self.subjects and record.user not in self.subjects:
+            return False
         if self.verbs and record.verb not in self.verbs:
             return False
         if self.resources and record.resource_key not in self.resources:
@@ -143,6 +154,7 @@ class FaultRule:
             "message": self.message,
             "served": self.served,
             "watch_event": self.watch_event,
+            "subjects": sorted(self.subjects),
             "hits": self.hits,
         }
 
@@ -208,7 +220,9 @@ def refusal(
     if code == 401:
         return Refusal(401, status_body(401, "Unauthorized", message or "Unauthorized"), headers)
     if code == 403:
-        text, details = forbidden_message(rule.user, record)
+        # The user it names: the rule's, else the one the request authenticated as.
+        user = rule.user if rule.user != DEFAULT_USER or not record.user else record.user
+        text, details = forbidden_message(user, record)
         return Refusal(403, status_body(403, "Forbidden", message or text, details), headers)
     if code == 410:
         text = message or f"too old resource version: {resource_version or 0} ({current_version})"
@@ -369,11 +383,22 @@ class Auth:
     """
 
     token: str | None = None
+    accounts: dict[str, str] = field(default_factory=dict)
+    """Further identities: bearer token -> the user it authenticates as (``DEFAULT_USER`` is ``token``'s),
+    e.g. a triggerer's ServiceAccount beside the workers', so a fault rule's ``subjects`` can revoke one."""
 
     def allows(self, path: str, authorization: str | None) -> bool:
         if self.token is None or path in ("/healthz", "/readyz", "/livez"):
             return True
-        return authorization == f"Bearer {self.token}"
+        return (
+            authorization == f"Bearer {self.token}"
+            or (authorization or "").removeprefix("Bearer ") in self.accounts
+        )
+
+    def user_of(self, authorization: str | None) -> str:
+        """Who a request's ``Authorization`` header authenticates as."""
+        token = (authorization or "").removeprefix("Bearer ")
+        return self.accounts.get(token, DEFAULT_USER)
 
 
 @dataclass(frozen=True)
@@ -390,6 +415,8 @@ class RequestRecord:
     path: str
     at: float = 0.0
     """Wall-clock time the request arrived (``time.time()``), so a test can tell how long a client waited."""
+    user: str = ""
+    """Who the request authenticated as (``Auth.user_of``)."""
 
     def as_dict(self) -> dict:
         return {
@@ -402,6 +429,7 @@ class RequestRecord:
             "code": self.code,
             "path": self.path,
             "at": round(self.at, 3),
+            "user": self.user,
         }
 
     @property

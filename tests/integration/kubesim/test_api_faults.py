@@ -352,3 +352,28 @@ def test_an_unserved_api_group_is_missing_from_discovery_and_its_paths_answer_as
     assert rejected.value.code == 400
     api_faults.reset_faults()
     assert custom.get_api_resources("kueue.x-k8s.io", "v1beta2").group_version == "kueue.x-k8s.io/v1beta2"
+
+
+def test_one_service_accounts_grant_is_revoked_while_the_others_keep_theirs(api_faults):
+    triggerer = "system:serviceaccount:airflow:airflow-triggerer"
+    path = "/apis/ray.io/v1/namespaces/ray/rayjobs"
+    _post(api_faults.url + "/kubesim/auth", {"accounts": {"triggerer-token": triggerer}})
+    try:
+        api_faults.set_faults(rules=[{"code": 403, "verbs": ["list"], "subjects": [triggerer]}])
+        revoked, _, body = _http(api_faults.url + path, token="triggerer-token")
+        kept, _, _ = _http(api_faults.url + path, token=api_faults.token)
+        logged = {r["user"] for r in api_faults.requests() if r["path"] == path}
+    finally:
+        _post(api_faults.url + "/kubesim/auth", {"accounts": {}})
+
+    assert (revoked, kept) == (403, 200)
+    assert f'User "{triggerer}" cannot list resource "rayjobs"' in json.loads(body)["message"]
+    assert triggerer in logged
+
+
+def _post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
