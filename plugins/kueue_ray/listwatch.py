@@ -404,7 +404,7 @@ class ListWatchLoop:
         instead, which ends the polling if the API server allows it again). A loop that has not listed yet
         lists at once."""
         if self.resource_version is not None:
-            await asyncio.sleep(self.settings.degraded_list_interval)
+            await asyncio.sleep(self.retry_delay(self.settings.degraded_list_interval))
         if self.resource_version is None or time.monotonic() < self._watch_retry_at:
             await self._list(api)
             return
