@@ -7,6 +7,7 @@ uninstalled Kueue answer). Nothing of the clients is patched.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -115,3 +116,70 @@ def test_kueue_uninstalled_under_a_waiting_task_ends_it_saying_so(faults, queues
         "Kueue API kueue.x-k8s.io/v1beta2 is not served by this cluster: install Kueue ≥ v0.19"
     )
     assert took < 5, took
+
+
+def worker_op(queues, rayjob_body, **kwargs):
+    from kueue_ray.operators import SubmitRayJobOperator
+
+    return SubmitRayJobOperator(
+        task_id="train",
+        template=rayjob_body(duration="600", cpu="50m", memory="100M", gpu="0"),
+        local_queue=queues.local_queue,
+        priority=queues.low,
+        namespace=queues.namespace,
+        log_tail_lines=0,
+        **kwargs,
+    )
+
+
+def test_a_wait_in_a_worker_slot_ends_after_the_window_too(
+    faults, queues, rayjob_body, task_context, monkeypatch
+):
+    from airflow.sdk.exceptions import AirflowException
+
+    monkeypatch.setenv("AIRFLOW__KUEUE_RAY__REFUSAL_TIMEOUT", str(WINDOW))
+    op = worker_op(queues, rayjob_body, deferrable=False, poll_interval=0.2)
+    context = task_context("train")
+    timer = threading.Timer(2.0, revoke, (faults, queues))
+    timer.start()
+    try:
+        with pytest.raises(AirflowException) as failed:
+            op.execute(context)
+    finally:
+        timer.cancel()
+        faults.reset_faults()
+
+    message = str(failed.value)
+    assert "(refused, Refused)" in message and f"for {WINDOW:g}s in a row" in message
+    assert f"refused to get rayjobs.ray.io in namespace {queues.namespace}" in message
+    assert f"kubectl auth can-i get rayjobs.ray.io -n {queues.namespace}" in message
+
+
+def test_the_preflight_names_a_refused_read_and_a_missing_kueue_and_creates_nothing(
+    faults, queues, rayjob_body, task_context
+):
+    from kueue_ray.errors import ClusterAccessError
+
+    faults.refuse(403, verbs=["get"], resources=["localqueues.kueue.x-k8s.io"], namespace=queues.namespace)
+    faults.clear_requests()
+    with pytest.raises(ClusterAccessError) as refused:
+        worker_op(queues, rayjob_body).execute(task_context("train"))
+    faults.set_faults(rules=[], unserved_groups=["kueue.x-k8s.io"])
+    started = time.monotonic()
+    with pytest.raises(ClusterAccessError) as missing:
+        worker_op(queues, rayjob_body).execute(task_context("train"))
+    took = time.monotonic() - started
+
+    assert str(refused.value) == (
+        f"The API server refused to get localqueues.kueue.x-k8s.io in namespace {queues.namespace} to "
+        "the connection's user (connection kubernetes_default) (403 Forbidden: localqueues.kueue.x-k8s.io "
+        f'"{queues.local_queue}" is forbidden: User "system:serviceaccount:ray:airflow" cannot get resource '
+        f'"localqueues" in API group "kueue.x-k8s.io" in the namespace "{queues.namespace}"). Check: kubectl '
+        f"auth can-i get localqueues.kueue.x-k8s.io -n {queues.namespace}. Fix: grant it "
+        "(include/manifests/kueue/rbac.yaml)."
+    )
+    assert str(missing.value) == (
+        "Kueue API kueue.x-k8s.io/v1beta2 is not served by this cluster: install Kueue ≥ v0.19"
+    )
+    assert took < 5
+    assert not [r for r in faults.requests() if r["verb"] == "create"], "nothing was created"
