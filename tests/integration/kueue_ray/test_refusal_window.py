@@ -183,3 +183,28 @@ def test_the_preflight_names_a_refused_read_and_a_missing_kueue_and_creates_noth
     )
     assert took < 5
     assert not [r for r in faults.requests() if r["verb"] == "create"], "nothing was created"
+
+
+def test_a_rayservice_wait_ends_after_the_window_too(faults, queues):
+    from tests.integration.kueue_ray.serve_support import defer, deploy_op, run_context, service_body
+    from tests.integration.kueue_ray.serve_support import first_event as service_event
+
+    trigger = defer(deploy_op(queues, service_body()), run_context("manual__1"))
+    faults.set_faults(
+        rules=[
+            {
+                "code": 403,
+                "verbs": ["get", "list", "watch"],
+                "resources": ["rayservices.ray.io", "workloads.kueue.x-k8s.io"],
+                "namespace": queues.namespace,
+            }
+        ]
+    )
+    started = time.monotonic()
+
+    event = asyncio.run(service_event(trigger))
+
+    assert event["status"] == "refused", event
+    assert time.monotonic() - started <= WINDOW + 5
+    assert f"in namespace {queues.namespace} " in event["message"]
+    assert "rayservices.ray.io" in event["message"] or "workloads.kueue.x-k8s.io" in event["message"]
