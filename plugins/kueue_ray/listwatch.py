@@ -24,6 +24,8 @@ What the loop does with each answer (``ListWatchLoop._stream``):
   refusal outlives the loop (``refusals``): a loop started again for the same target keeps the schedule
   instead of meeting the 403 again at once.
 * Anything else (5xx, other 403s, dropped connections, cut-off JSON, timeouts): back off with jitter.
+  A subclass may shorten the pause before retrying a 401/403 (``retry_delay``): the hub asks again when
+  a refusal would end its waits, so that answer decides (``kueue_ray.refusals.RefusalWindow``).
 
 A watch is opened with ``_preload_content=False``, and in that mode kubernetes_asyncio hands over any
 answer, 200 or not, as a stream: the loop reads the status itself (``Refused``, in ``kueue_ray.refusals``

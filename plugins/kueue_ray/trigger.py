@@ -12,9 +12,12 @@ re-read by its own trigger.
 
 It fires exactly one event, and only when waiting is over (``Watchdog``): a terminal phase,
 inadmissible for longer than the grace period, a queue or run timeout, too many preemptions, too many
-evictions for pods that never got ready, or the RayJob deleted under us. Everything else is logged, not reported. An API failure is never a reason: reads retry
-until the API server answers, and anything unexpected is logged and the wait resumes, because a trigger
-that ends without an event fails its task for a reason that has nothing to do with the RayJob.
+evictions for pods that never got ready, or the RayJob deleted under us. Everything else is logged, not reported. A passing API failure is never a reason: reads
+retry until the API server answers, and anything unexpected is logged and the wait resumes, because a
+trigger that ends without an event fails its task for a reason that has nothing to do with the RayJob.
+Two answers do end it, since waiting cannot outlast them: a 401/403 to a read the wait needs that lasts
+``[kueue_ray] refusal_timeout`` (``kueue_ray.refusals.RefusalWindow``), and an API group the cluster does
+not serve; the event says what was refused, to whom and how to check it.
 
 A success ends the task right here when the task allows it (``end_in_triggerer``, decided by the operator
 or sensor when it deferred): the trigger writes the closing lines and the driver log tail to the task log

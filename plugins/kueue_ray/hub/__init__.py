@@ -25,7 +25,9 @@ answered with anything but 200 as the refusal it is (401 loads the credentials a
 While a loop polls, every waiting task is told so in its log, with the ``kubectl auth can-i`` check that
 shows what is missing. A subscriber's reads retry transient failures (5xx, 429, dropped connections,
 timeouts) with backoff until they succeed, so an API server having a bad minute delays a trigger but never
-ends it. The (connection, namespace) has one ApiClient (``SharedApiClient``), lent to its watch loops and
+ends it. A 401/403 in a row to a loop's list or watch, or to a subscriber's read, for ``refusal_timeout``
+(``HubSettings``; ``[kueue_ray] refusal_timeout``) ends every wait that needs it, and so does a 404 that
+discovery confirms is an API group the cluster does not serve (``Subscription.access``). The (connection, namespace) has one ApiClient (``SharedApiClient``), lent to its watch loops and
 to every read. Objects only replace cached ones with a higher resourceVersion, so a slow GET cannot roll
 state back. The loops for a (connection, namespace) start with its first subscription and stop with its
 last, so an idle triggerer holds no connection open.
