@@ -10,6 +10,7 @@ a bearer token only over HTTPS, works with its kubeconfig.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import secrets
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import httpx
 import yaml
+
+from kubesim.apiserver.faults import DEFAULT_USER
 
 ROOT = Path(__file__).resolve().parent.parent
 KUEUE_MANIFESTS = ROOT / "include" / "manifests" / "kueue"
@@ -119,6 +122,18 @@ def trust(kubeconfig: Path) -> ssl.SSLContext | bool:
     return ssl.create_default_context(cadata=base64.b64decode(ca).decode())
 
 
+def service_account_token(user: str = DEFAULT_USER, lifetime_s: float = 7 * 86400) -> str:
+    """A fresh bearer token shaped as `kubectl create token` mints one: a JWT naming its user (``sub``) and
+    expiry (``exp``), so clients can tell whose it is and until when, as with a real cluster's. kubesim only
+    compares it; the random signature is its secret."""
+
+    def part(data: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+    claims = {"iss": "kubesim", "sub": user, "exp": int(time.time() + lifetime_s)}
+    return f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part(claims)}.{secrets.token_hex(16)}"
+
+
 def start_kubesim(
     workdir: Path,
     *,
@@ -135,7 +150,7 @@ def start_kubesim(
     URL (dead now) can never be mistaken for this one's.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_hex(16)
+    token = service_account_token()
     kubeconfig = workdir / "kubesim.kubeconfig"
     log_path = workdir / "kubesim.log"
     kubeconfig.unlink(missing_ok=True)

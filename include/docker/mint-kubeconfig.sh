@@ -22,8 +22,12 @@
 #   --server URL            the API server address the containers use; for https the original host
 #                           becomes tls-server-name, so the server certificate still matches
 #   --token-file FILE       use this token (e.g. one your platform team issued) instead of minting one
+#   --renew-every D         keep running: mint again every D (sleep's syntax: 12h, 30m), well before the
+#                           token expires; e.g. `nohup ... --renew-every 12h airflow.kubeconfig &`
 #
-# The file is written with mode 0600: the containers read it only when AIRFLOW_UID is your uid.
+# The file is written with mode 0600: the containers read it only when AIRFLOW_UID is your uid. An existing
+# file is rewritten in place, so running containers (docker compose bind-mounts this one file, i.e. its
+# inode) read the new token at once: the triggerer loads credentials again on its first 401.
 set -euo pipefail
 
 namespace=airflow
@@ -32,6 +36,7 @@ duration=24h
 context=""
 server_override=""
 token_file=""
+renew_every=""
 output=""
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2; }
@@ -44,6 +49,7 @@ while [[ $# -gt 0 ]]; do
     --context) context="$2"; shift 2 ;;
     --server) server_override="$2"; shift 2 ;;
     --token-file) token_file="$2"; shift 2 ;;
+    --renew-every) renew_every="$2"; shift 2 ;;
     -h|--help) usage ;;
     -*) echo "unknown option $1" >&2; usage ;;
     *) [[ -z "$output" ]] || usage; output="$1"; shift ;;
@@ -72,12 +78,13 @@ if [[ -n "$server_override" ]]; then
   server="$server_override"
 fi
 
+mint_once() {
 if [[ -n "$token_file" ]]; then
   token="$(tr -d '[:space:]' < "$token_file")"
 else
   token="$("${source_kubectl[@]}" create token "$service_account" --namespace "$namespace" --duration "$duration")"
 fi
-[[ -n "$token" ]] || { echo "no token" >&2; exit 1; }
+[[ -n "$token" ]] || { echo "no token" >&2; return 1; }
 
 # YAML single-quoted scalars: only ' needs escaping (as '').
 quote() { printf "'%s'" "${1//\'/\'\'}"; }
@@ -109,8 +116,21 @@ trap 'rm -f "$tmp"' EXIT
   echo "current-context: airflow"
 } > "$tmp"
 kubectl config view --kubeconfig "$tmp" > /dev/null  # parses as a kubeconfig
-mv "$tmp" "$output"
+if [[ -f "$output" ]]; then
+  cat "$tmp" > "$output"  # in place: a bind mount of this file keeps seeing it
+  rm -f "$tmp"
+else
+  mv "$tmp" "$output"
+fi
 trap - EXIT
 
 echo "wrote $output (mode 0600, owner uid $(id -u)): ServiceAccount ${namespace}/${service_account}, server ${server}" >&2
 echo "for docker compose, in .env: KUBECONFIG_FILE=$output and AIRFLOW_UID=$(id -u)" >&2
+}
+
+mint_once
+while [[ -n "$renew_every" ]]; do
+  sleep "$renew_every"
+  # A failed renewal (cluster unreachable, your own login expired) keeps the old token and tries again.
+  mint_once || echo "renewal failed at $(date -u +%FT%TZ); trying again in $renew_every" >&2
+done

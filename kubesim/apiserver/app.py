@@ -78,6 +78,9 @@ async def _faults_and_accounting(request: web.Request, handler: Callable) -> web
         await asyncio.sleep(faults.latency_ms / 1000)
     if not request.app[AUTH].allows(request.path, request.headers.get("Authorization")):
         response: web.StreamResponse = _refused(unauthorized())
+    elif faults.unserved_path(request.path):
+        # The API server's not-found handler: plain text, no Status (no operator serves the group).
+        response = web.Response(status=404, text="404 page not found\n", content_type="text/plain")
     elif (rule := faults.take_rule(record)) is not None:
         if rule.served and record.verb != "watch":
             await _serve(request, handler)  # the server acts; only its answer is lost
@@ -120,7 +123,7 @@ def _refused(answer: Refusal) -> web.Response:
 
 def _record(request: web.Request, code: int, arrived: float) -> RequestRecord:
     target = parse_target(request.path)
-    user = request.app[AUTH].user(request.headers.get("Authorization"))
+    user = request.app[AUTH].user_of(request.headers.get("Authorization"))
     if target is None or not target.plural:
         return RequestRecord(request.method.lower(), "", "", "", "", "", code, request.path, arrived, user)
     return RequestRecord(
@@ -204,30 +207,49 @@ async def _delete_faults(request: web.Request) -> web.Response:
 
 
 async def _get_auth(request: web.Request) -> web.Response:
-    return json_response({"token_required": request.app[AUTH].token is not None})
+    auth = request.app[AUTH]
+    return json_response(
+        {"token_required": auth.token is not None, "accounts": sorted(auth.accounts.values())}
+    )
 
 
 async def _post_auth(request: web.Request) -> web.Response:
-    """``{"token": "..."}`` requires (or rotates) the bearer token; ``{"token": null}`` accepts anyone."""
+    """``{"token": "..."}`` requires (or rotates) the bearer token; ``{"token": null}`` accepts anyone.
+    ``{"accounts": {"<token>": "<user>"}}`` sets the further identities (``faults.Auth.accounts``)."""
     try:
         body = await request.json() if request.can_read_body else {}
     except ValueError as exc:
         return json_response(status_body(400, "BadRequest", str(exc)), 400)
     token = body.get("token") if isinstance(body, dict) else None
+    accounts = body.get("accounts", {}) if isinstance(body, dict) else None
     if (
         not isinstance(body, dict)
-        or set(body) != {"token"}
+        or not body
+        or not set(body) <= {"token", "accounts"}
         or not (token is None or (isinstance(token, str) and token))
+        or not isinstance(accounts, dict)
+        or not all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in accounts.items())
     ):
         return json_response(
-            status_body(400, "BadRequest", 'the body must be {"token": "<token>" or null}'), 400
+            status_body(
+                400,
+                "BadRequest",
+                'the body must be {"token": "<token>" or null} and/or {"accounts": {"<token>": "<user>"}}',
+            ),
+            400,
         )
-    request.app[AUTH].token = token
-    return json_response({"token_required": token is not None})
+    auth = request.app[AUTH]
+    if "token" in body:
+        auth.token = token
+    if "accounts" in body:
+        auth.accounts = dict(accounts)
+    return json_response(
+        {"token_required": auth.token is not None, "accounts": sorted(auth.accounts.values())}
+    )
 
 
 async def _post_users(request: web.Request) -> web.Response:
-    """``{"<token>": "<user>", ...}`` adds named users (``faults.Auth.users``); answers their names."""
+    """``{"<token>": "<user>", ...}`` adds identities (``faults.Auth.accounts``); answers every user's name."""
     try:
         body = await request.json() if request.can_read_body else None
     except ValueError as exc:
@@ -238,8 +260,8 @@ async def _post_users(request: web.Request) -> web.Response:
         return json_response(
             status_body(400, "BadRequest", 'the body must be {"<token>": "<user>", ...}'), 400
         )
-    request.app[AUTH].users.update(body)
-    return json_response(sorted(set(request.app[AUTH].users.values())))
+    request.app[AUTH].accounts.update(body)
+    return json_response(sorted(set(request.app[AUTH].accounts.values())))
 
 
 async def _get_requests(request: web.Request) -> web.Response:

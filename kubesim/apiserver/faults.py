@@ -37,6 +37,7 @@ RULE_FIELDS = {
     "message",
     "served",
     "watch_event",
+    "subjects",
 }
 
 
@@ -53,6 +54,9 @@ class FaultRule:
     ``localqueues.visibility.kueue.x-k8s.io/pendingworkloads``), and, if ``namespace`` is set, it is in
     that namespace. The rule then holds for its next ``count`` matches, or for ``seconds`` after it was set,
     or (neither) until the faults are cleared.
+
+    ``subjects``, when set, limits the rule to requests authenticated as one of these users (``Auth``):
+    one ServiceAccount's grant revoked while the others keep theirs.
 
     ``served`` serves the request first and replaces only its answer: the answer was lost on its way back
     (a proxy timed out, the connection dropped) after the server acted, so a client that retries finds
@@ -72,6 +76,7 @@ class FaultRule:
     message: str | None = None
     served: bool = False
     watch_event: bool = True
+    subjects: frozenset[str] = frozenset()
     hits: int = 0
 
     @classmethod
@@ -102,6 +107,9 @@ class FaultRule:
             raise FaultSettingsError(f"rule retry_after_s must be a positive integer, got {retry_after!r}")
         if retry_after is None and code == 429:
             retry_after = 1  # what API Priority and Fairness sends
+        subjects = spec.get("subjects") or []
+        if not isinstance(subjects, list) or not all(isinstance(v, str) and v for v in subjects):
+            raise FaultSettingsError(f"rule subjects must be a list of user names, got {subjects!r}")
         for flag in ("served", "watch_event"):
             if not isinstance(spec.get(flag, False), bool):
                 raise FaultSettingsError(f"rule {flag} must be true or false, got {spec[flag]!r}")
@@ -118,9 +126,12 @@ class FaultRule:
             message=spec.get("message") or None,
             served=spec.get("served", False),
             watch_event=spec.get("watch_event", True),
+            subjects=frozenset(subjects),
         )
 
     def matches(self, record: RequestRecord) -> bool:
+        if self.subjects and record.user not in self.subjects:
+            return False
         if self.verbs and record.verb not in self.verbs:
             return False
         if self.resources and record.resource_key not in self.resources:
@@ -143,6 +154,7 @@ class FaultRule:
             "message": self.message,
             "served": self.served,
             "watch_event": self.watch_event,
+            "subjects": sorted(self.subjects),
             "hits": self.hits,
         }
 
@@ -208,7 +220,9 @@ def refusal(
     if code == 401:
         return Refusal(401, status_body(401, "Unauthorized", message or "Unauthorized"), headers)
     if code == 403:
-        text, details = forbidden_message(rule.user, record)
+        # The user it names: the rule's, else the one the request authenticated as.
+        user = rule.user if rule.user != DEFAULT_USER or not record.user else record.user
+        text, details = forbidden_message(user, record)
         return Refusal(403, status_body(403, "Forbidden", message or text, details), headers)
     if code == 410:
         text = message or f"too old resource version: {resource_version or 0} ({current_version})"
@@ -242,6 +256,11 @@ class Faults:
     watch_drop_after_s: float | None = None
     expire_watches: int | bool = 0
     rules: list[FaultRule] = field(default_factory=list)
+    unserved_groups: frozenset[str] = frozenset()
+    """API groups the cluster does not serve, as one where that operator (Kueue, KubeRay) was never
+    installed: discovery leaves them out and every path under ``/apis/<group>`` answers a plain-text 404,
+    as the API server's not-found handler does. A group's subgroups go with it (``visibility.kueue.x-k8s.io``
+    with ``kueue.x-k8s.io``)."""
     seed: int | None = None
     _random: random.Random = field(default_factory=random.Random, repr=False)
 
@@ -251,7 +270,15 @@ class Faults:
         if not settings:
             self.reset()
             return
-        known = {"error_rate", "latency_ms", "watch_drop_after_s", "expire_watches", "rules", "seed"}
+        known = {
+            "error_rate",
+            "latency_ms",
+            "watch_drop_after_s",
+            "expire_watches",
+            "rules",
+            "unserved_groups",
+            "seed",
+        }
         unknown = set(settings) - known
         if unknown:
             raise FaultSettingsError(f"unknown fault settings: {sorted(unknown)}")
@@ -275,6 +302,11 @@ class Faults:
             if not isinstance(rules, list):
                 raise FaultSettingsError("rules must be a list of rule objects")
             self.rules = [FaultRule.parse(rule) for rule in rules]
+        if "unserved_groups" in settings:
+            groups = settings["unserved_groups"]
+            if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+                raise FaultSettingsError(f"unserved_groups must be a list of API group names, got {groups!r}")
+            self.unserved_groups = frozenset(groups)
         if "seed" in settings:
             self.seed = settings["seed"]
             self._random.seed(self.seed)
@@ -285,6 +317,7 @@ class Faults:
         self.watch_drop_after_s = None
         self.expire_watches = 0
         self.rules = []
+        self.unserved_groups = frozenset()
         self.seed = None
         self._random = random.Random()
 
@@ -296,7 +329,17 @@ class Faults:
             "watch_drop_after_s": self.watch_drop_after_s,
             "expire_watches": self.expire_watches,
             "rules": [rule.as_dict() for rule in self.rules],
+            "unserved_groups": sorted(self.unserved_groups),
         }
+
+    def serves(self, group: str) -> bool:
+        """Whether API group ``group`` is served (not ``unserved_groups``, nor a subgroup of one)."""
+        return not any(group == g or group.endswith(f".{g}") for g in self.unserved_groups)
+
+    def unserved_path(self, path: str) -> bool:
+        """Whether ``path`` is under an unserved group (``/apis/<group>[/...]``)."""
+        parts = path.strip("/").split("/")
+        return len(parts) >= 2 and parts[0] == "apis" and not self.serves(parts[1])
 
     def take_rule(self, record: RequestRecord) -> FaultRule | None:
         """The first live rule this request matches, counting the match (one of its N); None to serve it."""
@@ -338,24 +381,28 @@ class Auth:
     the test harness's own and never asks. Changing ``token`` is a credential rotation: clients holding the
     old one get 401 until they load the new one.
 
-    ``users`` maps a token to the user it authenticates as (``system:serviceaccount:<ns>:<name>``), as a
+    ``accounts`` maps a token to the user it authenticates as (``system:serviceaccount:<ns>:<name>``), as a
     cluster's token authenticator does; the request log names that user, as a cluster's audit log does, so
     a test can tell which component's credentials made each call.
     """
 
     token: str | None = None
-    users: dict[str, str] = field(default_factory=dict)
+    accounts: dict[str, str] = field(default_factory=dict)
+    """Further identities: bearer token -> the user it authenticates as (``DEFAULT_USER`` is ``token``'s),
+    e.g. a triggerer's ServiceAccount beside the workers', so a fault rule's ``subjects`` can revoke one."""
 
     def allows(self, path: str, authorization: str | None) -> bool:
         if self.token is None or path in ("/healthz", "/readyz", "/livez"):
             return True
-        return authorization == f"Bearer {self.token}" or self.user(authorization) != ""
+        return (
+            authorization == f"Bearer {self.token}"
+            or (authorization or "").removeprefix("Bearer ") in self.accounts
+        )
 
-    def user(self, authorization: str | None) -> str:
-        """The named user whose token the request carries; "" for the static token, another or none."""
-        if not authorization or not authorization.startswith("Bearer "):
-            return ""
-        return self.users.get(authorization.removeprefix("Bearer "), "")
+    def user_of(self, authorization: str | None) -> str:
+        """Who a request's ``Authorization`` header authenticates as."""
+        token = (authorization or "").removeprefix("Bearer ")
+        return self.accounts.get(token, DEFAULT_USER)
 
 
 @dataclass(frozen=True)
@@ -373,7 +420,7 @@ class RequestRecord:
     at: float = 0.0
     """Wall-clock time the request arrived (``time.time()``), so a test can tell how long a client waited."""
     user: str = ""
-    """The named user (``Auth.users``) the request authenticated as; "" for any other credential."""
+    """Who the request authenticated as (``Auth.user_of``)."""
 
     def as_dict(self) -> dict:
         return {

@@ -37,8 +37,9 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
     path = request.path.rstrip("/") or "/"
     if request.method not in ("GET", "HEAD") and not path.startswith(("/api/", "/apis/")):
         return not_found()
-    types = cluster.registry.all()
-    aggregated = list(cluster.aggregated_apis.values())
+    faults = request.app[FAULTS]
+    types = [rt for rt in cluster.registry.all() if faults.serves(rt.group)]
+    aggregated = [api for api in cluster.aggregated_apis.values() if faults.serves(api.group)]
     if path == "/api":
         return json_response(discovery.core_versions())
     if path == "/apis":

@@ -21,7 +21,7 @@ from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
 from kueue_ray.api import KUEUE_GROUP, KUEUE_VERSION, RAY_GROUP, RAY_VERSION, RAYJOB, WORKLOAD
-from kueue_ray.api_errors import describe_error
+from kueue_ray.api_errors import describe_error, may_be_missing_api
 from kueue_ray.deletion import (
     DELETE_DECISIONS,
     DeleteOutcome,
@@ -59,7 +59,7 @@ class AsyncRayJobHook(AsyncKubernetesHook):
                     RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, name
                 )
             except AsyncApiException as exc:
-                if exc.status == 404:
+                if exc.status == 404 and not may_be_missing_api(exc):  # the object is gone, not its API
                     return None
                 raise
 

@@ -29,3 +29,8 @@ class ManifestError(KueueRayError):
 
 class PolicyError(KueueRayError):
     """The priority requested for a run is not allowed by the DAG's priority policy."""
+
+
+class ClusterAccessError(Exception):
+    """The cluster refuses what the task needs (401/403), or does not serve an API it needs (Kueue,
+    KubeRay); ``str`` is the whole explanation: what, to whom, the check and the fix."""

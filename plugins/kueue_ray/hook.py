@@ -42,7 +42,14 @@ from kueue_ray.api import (
     WORKLOAD,
     WORKLOAD_PRIORITY_CLASS,
 )
-from kueue_ray.api_errors import describe_error
+from kueue_ray.api_errors import (
+    describe_error,
+    may_be_missing_api,
+    not_served_message,
+    read_of,
+    reading,
+    refusal_message,
+)
 from kueue_ray.async_hook import AsyncRayJobHook
 from kueue_ray.capacity import explain_capacity_shortfall, find_shortfall, max_capacity
 from kueue_ray.deletion import (
@@ -56,7 +63,7 @@ from kueue_ray.deletion import (
     not_waiting_reason,
     while_owned,
 )
-from kueue_ray.errors import KueueRayError
+from kueue_ray.errors import ClusterAccessError, KueueRayError
 from kueue_ray.hook_common import (
     SUBMITTER_CONTAINER,
     SUBMITTER_JOB_LABEL,
@@ -70,6 +77,7 @@ from kueue_ray.hook_common import (
 )
 from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
+from kueue_ray.refusals import Denial
 
 __all__ = [
     "CONFLICT",
@@ -132,8 +140,16 @@ class RayJobHook(KubernetesHook):
             return created, True
         return existing, False
 
-    @generic_api_retry
     def _create_rayjob(self, body: dict, namespace: str) -> dict | None:
+        try:
+            with reading("create", f"{RAYJOB.plural}.{RAY_GROUP}", RAY_GROUP, RAY_VERSION):
+                return self._create_rayjob_retried(body, namespace)
+        except ApiException as exc:
+            self.raise_explained(exc, namespace)
+            raise
+
+    @generic_api_retry
+    def _create_rayjob_retried(self, body: dict, namespace: str) -> dict | None:
         try:
             return self.custom_object_client.create_namespaced_custom_object(
                 RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, body
@@ -146,11 +162,12 @@ class RayJobHook(KubernetesHook):
     @generic_api_retry
     def get_rayjob(self, name: str, namespace: str) -> dict | None:
         try:
-            return self.custom_object_client.get_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, name
-            )
+            with reading("get", f"{RAYJOB.plural}.{RAY_GROUP}", RAY_GROUP, RAY_VERSION):
+                return self.custom_object_client.get_namespaced_custom_object(
+                    RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, name
+                )
         except ApiException as exc:
-            if exc.status == 404:
+            if exc.status == 404 and not may_be_missing_api(exc):  # the object is gone, not its API
                 return None
             raise
 
@@ -295,30 +312,37 @@ class RayJobHook(KubernetesHook):
     @generic_api_retry
     def find_workload(self, uid: str, namespace: str) -> dict | None:
         """The Workload Kueue made for the RayJob with this uid (newest if several), or None yet."""
-        result = self.custom_object_client.list_namespaced_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD.plural, label_selector=f"{JOB_UID_LABEL}={uid}"
-        )
+        with reading("list", f"{WORKLOAD.plural}.{KUEUE_GROUP}", KUEUE_GROUP, KUEUE_VERSION):
+            result = self.custom_object_client.list_namespaced_custom_object(
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                namespace,
+                WORKLOAD.plural,
+                label_selector=f"{JOB_UID_LABEL}={uid}",
+            )
         return newest(result.get("items") or [])
 
     @generic_api_retry
     def _get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
         api = self.custom_object_client
         try:
-            if namespace is None:
-                return api.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
-            return api.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural, name)
+            with reading("get", f"{plural}.{KUEUE_GROUP}", KUEUE_GROUP, KUEUE_VERSION):
+                if namespace is None:
+                    return api.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
+                return api.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural, name)
         except ApiException as exc:
-            if exc.status == 404:
+            if exc.status == 404 and not may_be_missing_api(exc):  # the object is gone, not its API
                 return None
             raise
 
     @generic_api_retry
     def _list_kueue_objects(self, plural: str, namespace: str | None = None) -> list[dict]:
         api = self.custom_object_client
-        if namespace is None:
-            result = api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural)
-        else:
-            result = api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural)
+        with reading("list", f"{plural}.{KUEUE_GROUP}", KUEUE_GROUP, KUEUE_VERSION):
+            if namespace is None:
+                result = api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural)
+            else:
+                result = api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural)
         return result.get("items") or []
 
     def check_queue(self, namespace: str, queue: str, priority: str | None) -> QueueCapacity:
@@ -371,8 +395,13 @@ class RayJobHook(KubernetesHook):
     def preflight(
         self, built: BuiltRayJob, namespace: str, queue: str, priority: str | None
     ) -> QueueCapacity:
-        """Everything that can be known to fail before submitting: queue, priority class, capacity."""
-        queue_capacity = self.check_queue(namespace, queue, priority)
+        """Everything that can be known to fail before submitting: queue, priority class, capacity; a
+        refused read or an API the cluster does not serve is a ``ClusterAccessError`` saying so."""
+        try:
+            queue_capacity = self.check_queue(namespace, queue, priority)
+        except ApiException as exc:
+            self.raise_explained(exc, namespace)
+            raise
         shortfall = find_shortfall(built.pod_sets, queue_capacity.capacity)
         if shortfall is not None:
             resource, available = shortfall
@@ -386,6 +415,56 @@ class RayJobHook(KubernetesHook):
                 fix=why.fix,
             )
         return queue_capacity
+
+    # --- refusals and missing APIs --------------------------------------------------------------------
+
+    def identity(self) -> str | None:
+        """Who this hook's client authenticates as, when its bearer token says (``kueue_ray.tokens``)."""
+        from kueue_ray.tokens import identity_of
+
+        return identity_of(self.custom_object_client.api_client.configuration)
+
+    def served(self, group: str, version: str) -> bool:
+        """Whether the cluster serves ``group/version`` (its discovery document answers)."""
+        try:
+            self.custom_object_client.get_api_resources(group, version)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def explained(self, exc: ApiException, namespace: str | None) -> Exception:
+        """What a task log needs instead of the client's dump, for an answer that is about access, not about
+        the object: a 401/403 named (verb, resource, namespace, identity, ``kubectl auth can-i``), or an API
+        group/version the cluster does not serve (discovery asked once). Anything else: ``exc`` itself."""
+        read = read_of(exc)
+        if read is None:
+            return exc
+        verb, resource, group, version = read
+        if may_be_missing_api(exc) and not self.served(group, version):
+            return ClusterAccessError(not_served_message(group, version))
+        denial = Denial.of(verb, resource, namespace, exc)
+        if denial is None:
+            return exc
+        return ClusterAccessError(
+            refusal_message(
+                verb,
+                resource,
+                namespace,
+                status=denial.status,
+                said=denial.message,
+                identity=self.identity(),
+                conn_id=self.conn_id,
+            )
+        )
+
+    def raise_explained(self, exc: ApiException, namespace: str | None) -> None:
+        """Raise ``explained``'s ``ClusterAccessError`` for ``exc`` when there is one, without the client's
+        exception chained to it: its dump of headers and body is what the explanation replaces."""
+        explained = self.explained(exc, namespace)
+        if explained is not exc:
+            raise explained from None
 
     def queue_position(self, namespace: str, queue: str, workload_name: str) -> QueuePosition | None:
         """Position from Kueue's visibility API; None when it is not pending, or the API is not served, not

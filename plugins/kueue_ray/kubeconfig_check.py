@@ -10,7 +10,9 @@ to the cluster, with an error that does not say why:
 * it is bind-mounted with the host's owner and mode, so a 0600 file is readable only by a container user
   whose uid is its owner (``AIRFLOW_UID``);
 * it names files (certificate-authority, client-certificate, client-key, tokenFile) by host paths the
-  container does not have; or the file was never there and Docker mounted an empty directory instead.
+  container does not have; or the file was never there and Docker mounted an empty directory instead;
+* its bearer token (a ServiceAccount token is a JWT with an expiry) has expired: every request would be
+  refused with 401. One that expires within a day is a warning (``token_warnings``): renew it.
 
 :func:`check` is pure: it takes the parsed kubeconfig and what the container knows about the file and its
 programs, and returns every problem at once (one run tells the user everything to fix), each a
@@ -33,12 +35,19 @@ import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from kueue_ray.errors import KueueRayError
+from kueue_ray.tokens import lifetime_problem
 
 MINT = "include/docker/mint-kubeconfig.sh"
 """The repository's script that writes a ServiceAccount-token kubeconfig: no exec plugin, embedded CA."""
+
+RENEW_FIX = (
+    f"mint a new token: `{MINT} airflow.kubeconfig` on the host (running compose stacks see it at once); "
+    f"`{MINT} --renew-every 12h airflow.kubeconfig` keeps renewing it (README: docker compose against a cluster)"
+)
 
 MINT_FIX = (
     f"mint a ServiceAccount-token kubeconfig on the host, which needs no plugin: `{MINT} airflow.kubeconfig` "
@@ -142,10 +151,12 @@ def check(
     has_program: Callable[[str], bool],
     has_file: Callable[[str], bool],
     context: str | None = None,
+    now: datetime | None = None,
 ) -> list[KubeconfigError]:
     """Every reason the kubeconfig at ``path`` (mounted from ``host_path``) fails for a container user
     ``uid``:``gid``; empty when it will work. ``config`` is the parsed file (None when it could not be read);
-    ``has_program`` and ``has_file`` answer for the container's PATH and filesystem."""
+    ``has_program`` and ``has_file`` answer for the container's PATH and filesystem; ``now`` judges the
+    token's expiry (default: the current time)."""
     where = f"kubeconfig {path} (from {host_path})"
     if not facts.exists:
         return [
@@ -188,7 +199,41 @@ def check(
             KubeconfigError("is not a kubeconfig", field=where, value=type(config).__name__, fix=MINT_FIX),
         ]
     problems += _check_content(config, path=path, context=context, has_program=has_program, has_file=has_file)
+    token, user_name = _token(config, context)
+    lifetime = lifetime_problem(token, now or datetime.now(UTC))
+    if lifetime is not None and lifetime[0] == "expired":
+        problems.append(
+            KubeconfigError(
+                f"the bearer token {lifetime[1]}: the API server refuses it (401)",
+                field=f"users[{user_name}].user.token",
+                value="<token>",
+                fix=RENEW_FIX,
+            )
+        )
     return problems
+
+
+def _token(config: dict, context: str | None) -> tuple[str | None, str]:
+    """The bearer token of the context Airflow uses, and its user's name."""
+    entry = _named(config.get("contexts"), context or config.get("current-context") or "") or {}
+    user_name = (entry.get("context") or {}).get("user", "")
+    user = (_named(config.get("users"), user_name) or {}).get("user") or {}
+    token = user.get("token")
+    return (token if isinstance(token, str) else None), user_name
+
+
+def token_warnings(config: object, *, context: str | None = None, now: datetime) -> list[str]:
+    """What works today but will not for long: a bearer token that expires within a day."""
+    if not isinstance(config, dict):
+        return []
+    token, user_name = _token(config, context)
+    lifetime = lifetime_problem(token, now)
+    if lifetime is None or lifetime[0] != "expiring":
+        return []
+    return [
+        f"users[{user_name}].user.token: the bearer token {lifetime[1]}; after that every task is refused "
+        f"(401). Fix: {RENEW_FIX}"
+    ]
 
 
 def _check_content(
@@ -339,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     if not problems:
+        for warning in token_warnings(config, context=args.context, now=datetime.now(UTC)):
+            print(f"{args.path}: warning: {warning}", file=sys.stderr)
         print(f"{args.path}: usable by the Airflow containers (uid {args.uid}, gid {args.gid})")
         return 0
     print(f"{args.path}: {len(problems)} problem(s) stop Airflow from reaching the cluster:", file=sys.stderr)

@@ -24,6 +24,8 @@ What the loop does with each answer (``ListWatchLoop._stream``):
   refusal outlives the loop (``refusals``): a loop started again for the same target keeps the schedule
   instead of meeting the 403 again at once.
 * Anything else (5xx, other 403s, dropped connections, cut-off JSON, timeouts): back off with jitter.
+  A subclass may shorten the pause before retrying a 401/403 (``retry_delay``): the hub asks again when
+  a refusal would end its waits, so that answer decides (``kueue_ray.refusals.RefusalWindow``).
 
 A watch is opened with ``_preload_content=False``, and in that mode kubernetes_asyncio hands over any
 answer, 200 or not, as a stream: the loop reads the status itself (``Refused``, in ``kueue_ray.refusals``
@@ -206,6 +208,11 @@ class ListWatchLoop:
         """A request failed; the loop retries it (after the delay it logs). A watch refused while lists
         are allowed is no failure: the loop polls instead (``polling_started``)."""
 
+    def retry_delay(self, delay: float) -> float:
+        """The pause before retrying a refused request, given the backoff's ``delay`` (a subclass may
+        shorten it, e.g. to ask again when a refusal would end its readers' waits)."""
+        return delay
+
     def polling_started(self) -> None:
         """The loop lists every interval instead of watching (``polling_because`` says why)."""
 
@@ -268,7 +275,7 @@ class ListWatchLoop:
                         refused,
                     )
                     continue
-                delay = max(backoff.next_delay(), refused.retry_after or 0.0)
+                delay = self.retry_delay(max(backoff.next_delay(), refused.retry_after or 0.0))
                 log.warning(
                     "The API server still refuses the credentials of connection %s (%s); loading them "
                     "again in %.1fs",
@@ -339,6 +346,8 @@ class ListWatchLoop:
             return
         self.failed(refused)
         delay = max(backoff.next_delay(), refused.retry_after or 0.0)
+        if refused.status in (401, 403):
+            delay = self.retry_delay(delay)
         if refused.status == 403:
             log.warning(
                 "The API server refuses to %s %s %s (%s); retrying in %.1fs. Grant it to the user of "
@@ -397,7 +406,7 @@ class ListWatchLoop:
         instead, which ends the polling if the API server allows it again). A loop that has not listed yet
         lists at once."""
         if self.resource_version is not None:
-            await asyncio.sleep(self.settings.degraded_list_interval)
+            await asyncio.sleep(self.retry_delay(self.settings.degraded_list_interval))
         if self.resource_version is None or time.monotonic() < self._watch_retry_at:
             await self._list(api)
             return

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kueue_ray.verdicts import DELETED, SUCCESS
+from kueue_ray.verdicts import DELETED, SUCCESS, UNREADABLE
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -102,7 +102,7 @@ def finish(task: Any, context: Context, event: Mapping[str, Any], *, log_tail_li
     name, namespace, hook = event["name"], event["namespace"], task.hook
     for line in summary_lines(event, lambda uid: find_rayjob(hook, namespace, uid)):
         task.log.info(line)
-    if log_tail_lines > 0 and event.get("status") != DELETED:
+    if log_tail_lines > 0 and event.get("status") != DELETED and event.get("status") not in UNREADABLE:
         tail = hook.submitter_log_tail(name, namespace, log_tail_lines)
         if tail:
             task.log.info(LOG_TAIL_HEADER, log_tail_lines, tail)

@@ -22,6 +22,7 @@ from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
 from kueue_ray.api import KUEUE_GROUP, KUEUE_VERSION, RAY_GROUP, RAY_VERSION, RAYSERVICE, WORKLOAD
+from kueue_ray.api_errors import may_be_missing_api
 from kueue_ray.async_hook import AsyncRayJobHook
 from kueue_ray.deletion import DeleteOutcome, DeleteResult, while_owned
 from kueue_ray.hook import PreflightError, RayJobHook
@@ -39,7 +40,7 @@ class RayServiceHook(RayJobHook):
                 RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE.plural, name
             )
         except ApiException as exc:
-            if exc.status == 404:
+            if exc.status == 404 and not may_be_missing_api(exc):  # the object is gone, not its API
                 return None
             raise
 
@@ -136,7 +137,7 @@ class AsyncRayServiceHook(AsyncRayJobHook):
                     RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE.plural, name
                 )
             except AsyncApiException as exc:
-                if exc.status == 404:
+                if exc.status == 404 and not may_be_missing_api(exc):  # the object is gone, not its API
                     return None
                 raise
 

@@ -31,6 +31,7 @@ from airflow.triggers.base import TriggerEvent
 from kueue_ray.api import utcnow
 from kueue_ray.hub import NOTICE
 from kueue_ray.naming import AirflowIdentity
+from kueue_ray.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.service_status import SERVICE_POSITION_PHASES, ServiceObservation
 from kueue_ray.service_waiting import (
     ServiceTarget,
@@ -43,7 +44,7 @@ from kueue_ray.service_waiting import (
 from kueue_ray.timeline import to_epoch
 from kueue_ray.trigger_base import WaitTrigger
 from kueue_ray.verdicts import INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT
-from kueue_ray.waiting import WaitPolicy
+from kueue_ray.waiting import WaitPolicy, access_verdict
 
 if TYPE_CHECKING:
     from kueue_ray.service_hook import AsyncRayServiceHook
@@ -159,52 +160,62 @@ class RayServiceTrigger(WaitTrigger):
     async def wait_once(self, progress: _Progress) -> TriggerEvent:
         from kueue_ray.hub import HUB
 
-        target, timeline, watchdog = self.target, progress.timeline, progress.watchdog
         async with HUB.subscribe_service(
             self.kubernetes_conn_id, self.namespace, self.name, self.uid, self.policy.resync_interval
         ) as subscription:
-            service, workloads = await subscription.current()
-            confirmed = (
-                False  # service and workloads were just read from the API server for a clock's verdict
-            )
-            while True:
-                now = utcnow()
-                if service is None:
-                    verdict = target.deleted()
-                    self.log.error(verdict.message)
-                    return self.fire(target.payload(verdict, None, timeline))
-                observation = target.observe(service, workloads)
-                counted = timeline.preemption_count
-                timeline.record(observation, now)
-                for line in describe_unseen_preemptions(
-                    self.namespace, self.name, observation, timeline.preemption_count - counted
-                ):
-                    self.log.info(line)
-                if said(observation) != progress.last_said:
-                    progress.last_said = said(observation)
-                    position = await self._position(observation, subscription)
-                    self.log.info(
-                        describe_service_transition(self.namespace, self.name, observation, position)
-                    )
-                verdict = watchdog.check(observation, None, now)
-                if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
-                    # As the RayJob trigger does: a clock ran out on what the cache holds, which may be
-                    # behind; judge again on what the API server says now.
-                    service, workloads = await subscription.current(reread_rayjob=True, reread_workload=True)
-                    confirmed = True
-                    continue
-                if verdict is not None:
-                    return self.fire(target.payload(verdict, observation, timeline))
-                confirmed = False
-                deadline = watchdog.seconds_until_next_deadline(now)
-                update = await subscription.next_update(None if deadline is None else deadline + 0.05)
-                # Every queued change is only "look again" (the cache holds the newest state); a notice
-                # about waiting itself (e.g. polling while watches are refused) goes to the task log.
-                while update is not None:
-                    if update.kind == NOTICE:
-                        self.log.warning(update.message)
-                    update = None if subscription.updates.empty() else subscription.updates.get_nowait()
-                service, workloads = subscription.snapshot()
+            try:
+                return await self._follow(progress, subscription)
+            except (RefusedTooLong, ApiNotServed) as ended:
+                # The wait can no longer read the cluster: fail with the reason, touching nothing.
+                verdict = access_verdict(ended)
+                self.log.error(verdict.message)
+                return self.fire(self.target.payload(verdict, None, progress.timeline))
+
+    async def _follow(self, progress: _Progress, subscription: Any) -> TriggerEvent:
+        """``wait_once`` inside the subscription; raises ``RefusedTooLong`` or ``ApiNotServed`` when the
+        reads it needs stop working for good."""
+        target, timeline, watchdog = self.target, progress.timeline, progress.watchdog
+        service, workloads = await subscription.current()
+        confirmed = False  # service and workloads were just read from the API server for a clock's verdict
+        while True:
+            now = utcnow()
+            ended = subscription.access()
+            if ended is not None:
+                raise ended
+            if service is None:
+                verdict = target.deleted()
+                self.log.error(verdict.message)
+                return self.fire(target.payload(verdict, None, timeline))
+            observation = target.observe(service, workloads)
+            counted = timeline.preemption_count
+            timeline.record(observation, now)
+            for line in describe_unseen_preemptions(
+                self.namespace, self.name, observation, timeline.preemption_count - counted
+            ):
+                self.log.info(line)
+            if said(observation) != progress.last_said:
+                progress.last_said = said(observation)
+                position = await self._position(observation, subscription)
+                self.log.info(describe_service_transition(self.namespace, self.name, observation, position))
+            verdict = watchdog.check(observation, None, now)
+            if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
+                # As the RayJob trigger does: a clock ran out on what the cache holds, which may be
+                # behind; judge again on what the API server says now.
+                service, workloads = await subscription.current(reread_rayjob=True, reread_workload=True)
+                confirmed = True
+                continue
+            if verdict is not None:
+                return self.fire(target.payload(verdict, observation, timeline))
+            confirmed = False
+            deadline = watchdog.seconds_until_next_deadline(now)
+            update = await subscription.next_update(None if deadline is None else deadline + 0.05)
+            # Every queued change is only "look again" (the cache holds the newest state); a notice
+            # about waiting itself (e.g. polling while watches are refused) goes to the task log.
+            while update is not None:
+                if update.kind == NOTICE:
+                    self.log.warning(update.message)
+                update = None if subscription.updates.empty() else subscription.updates.get_nowait()
+            service, workloads = subscription.snapshot()
 
     async def _position(self, observation: ServiceObservation, subscription: Any) -> str | None:
         if (

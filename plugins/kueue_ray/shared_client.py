@@ -58,6 +58,13 @@ class SharedApiClient:
                 self._current = _OpenClient(client, exit_stack)
             return self._current
 
+    def identity(self) -> str | None:
+        """Who the open client authenticates as, when its token says (``kueue_ray.tokens.identity_of``)."""
+        from kueue_ray.tokens import identity_of
+
+        opened = self._current
+        return identity_of(getattr(opened.client, "configuration", None)) if opened is not None else None
+
     async def retire(self, client: Any = None) -> None:
         """Stop lending ``client`` (the current one when None): the next lease opens a new client, and this
         one closes as soon as its last user returns it."""

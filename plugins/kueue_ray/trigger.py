@@ -12,9 +12,12 @@ re-read by its own trigger.
 
 It fires exactly one event, and only when waiting is over (``Watchdog``): a terminal phase,
 inadmissible for longer than the grace period, a queue or run timeout, too many preemptions, too many
-evictions for pods that never got ready, or the RayJob deleted under us. Everything else is logged, not reported. An API failure is never a reason: reads retry
-until the API server answers, and anything unexpected is logged and the wait resumes, because a trigger
-that ends without an event fails its task for a reason that has nothing to do with the RayJob.
+evictions for pods that never got ready, or the RayJob deleted under us. Everything else is logged, not reported. A passing API failure is never a reason: reads
+retry until the API server answers, and anything unexpected is logged and the wait resumes, because a
+trigger that ends without an event fails its task for a reason that has nothing to do with the RayJob.
+Two answers do end it, since waiting cannot outlast them: a 401/403 to a read the wait needs that lasts
+``[kueue_ray] refusal_timeout`` (``kueue_ray.refusals.RefusalWindow``), and an API group the cluster does
+not serve; the event says what was refused, to whom and how to check it.
 
 A success ends the task right here when the task allows it (``end_in_triggerer``, decided by the operator
 or sensor when it deferred): the trigger writes the closing lines and the driver log tail to the task log
@@ -53,6 +56,7 @@ from kueue_ray.metrics import WaitMetrics
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.narration import Story, preemptor_job_uid
 from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
+from kueue_ray.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import Timeline, to_epoch
@@ -63,6 +67,7 @@ from kueue_ray.waiting import (
     WaitPolicy,
     WaitTarget,
     Watchdog,
+    access_verdict,
     deleted_verdict,
     describe_transition,
 )
@@ -237,78 +242,95 @@ class RayJobTrigger(WaitTrigger):
         """
         from kueue_ray.hub import HUB
 
-        timeline, watchdog = progress.timeline, progress.watchdog
         async with HUB.subscribe(
             self.kubernetes_conn_id, self.namespace, self.name, self.uid, self.policy.resync_interval
         ) as subscription:
-            rayjob, workload = await subscription.current()
-            confirmed = False  # rayjob and workload were just read from the API server for a clock's verdict
-            next_reread = None
-            if rayjob is not None and not _watched(rayjob):
-                reread = min(self.policy.resync_interval, UNWATCHED_POLL_SECONDS)
-                next_reread = time.monotonic() + reread
-                self.log.info(
-                    "RayJob %s/%s lacks label %s=%s (not submitted by this project): re-reading it every %gs "
-                    "and on every Workload change",
-                    self.namespace,
-                    self.name,
-                    MANAGED_BY_LABEL,
-                    MANAGED_BY_VALUE,
-                    reread,
-                )
-            if rayjob is not None:
-                labels = (rayjob.get("metadata") or {}).get("labels") or {}
-                subscription.queue = self.queue or labels.get(QUEUE_LABEL)
-            while True:
-                now = utcnow()
-                if rayjob is None:
-                    verdict = deleted_verdict(
-                        "RayJob", self.namespace, self.name, self.uid, "before it finished"
-                    )
-                    self.log.error(verdict.message)
-                    progress.metrics.ended(verdict.status, verdict.reason, None)
-                    return self._fire(verdict, None, timeline)
-                observation = observe(rayjob, workload)
-                timeline.record(observation, now)
-                progress.metrics.recorded(timeline, observation.cluster_queue)
-                subscription.stage = QUEUED if observation.phase in WAITING_PHASES else ADMITTED
-                await self._tell(progress.story, rayjob, observation, subscription)
-                verdict = watchdog.check(observation, workload, now)
-                if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
-                    # A clock ran out on what the hub's cache holds, which may be a watch event (or, while
-                    # watches are refused, a polling interval) behind: a RayJob evicted or finished a moment
-                    # ago must not be given up on. Judge again on what the API server says now.
-                    rayjob, workload = await subscription.current(reread_rayjob=True, reread_workload=True)
-                    confirmed = True
-                    continue
-                if verdict is not None:
-                    progress.metrics.ended(verdict.status, verdict.reason, observation.cluster_queue)
-                    # Only a triggerer can end a task: outside one (``dag.test()`` runs the trigger inline and
-                    # hands the task only a TriggerEvent's payload) the task resumes and finishes itself.
-                    if verdict.status == SUCCESS and self.end_in_triggerer and self.task_instance is not None:
-                        return await self._end_here(verdict, observation, timeline, subscription)
-                    return self._fire(verdict, observation, timeline)
-                confirmed = False
-                waits = []
-                if next_reread is not None:
-                    waits.append(next_reread - time.monotonic())
-                deadline = watchdog.seconds_until_next_deadline(now)
-                if deadline is not None:
-                    waits.append(deadline + 0.05)
-                position_check = progress.story.position_check_in(observation, time.monotonic())
-                if position_check is not None:
-                    waits.append(position_check)
-                # Nothing to time out on: the hub's watch, and its relist as the safety net, bring every change.
-                update = await subscription.next_update(max(0.0, min(waits)) if waits else None)
-                if update is None:
-                    if next_reread is not None and time.monotonic() >= next_reread:
-                        rayjob, workload = await subscription.current(reread_rayjob=True)
-                        next_reread = time.monotonic() + reread
-                    continue
-                if update.kind == NOTICE:  # how waiting works now, e.g. polling while watches are refused
-                    self.log.warning(update.message)
-                    continue
-                rayjob, workload = await _apply(update, rayjob, workload, subscription)
+            try:
+                return await self._follow(progress, subscription)
+            except (RefusedTooLong, ApiNotServed) as ended:
+                return self._cannot_read(progress, ended)
+
+    def _cannot_read(self, progress: _Progress, ended: BaseException) -> TriggerEvent:
+        """The wait can no longer read the cluster (refused for the whole window, or an API not served):
+        fail the task with the reason; the RayJob is left as it is (nothing here may touch it)."""
+        verdict = access_verdict(ended)
+        self.log.error(verdict.message)
+        progress.metrics.ended(verdict.status, verdict.reason, None)
+        return self._fire(verdict, None, progress.timeline)
+
+    async def _follow(self, progress: _Progress, subscription: Any) -> TriggerEvent:
+        """``wait_once`` inside the subscription; raises ``RefusedTooLong`` or ``ApiNotServed`` when the
+        reads it needs stop working for good."""
+        timeline, watchdog = progress.timeline, progress.watchdog
+        rayjob, workload = await subscription.current()
+        confirmed = False  # rayjob and workload were just read from the API server for a clock's verdict
+        next_reread = None
+        if rayjob is not None and not _watched(rayjob):
+            reread = min(self.policy.resync_interval, UNWATCHED_POLL_SECONDS)
+            next_reread = time.monotonic() + reread
+            self.log.info(
+                "RayJob %s/%s lacks label %s=%s (not submitted by this project): re-reading it every %gs "
+                "and on every Workload change",
+                self.namespace,
+                self.name,
+                MANAGED_BY_LABEL,
+                MANAGED_BY_VALUE,
+                reread,
+            )
+        if rayjob is not None:
+            labels = (rayjob.get("metadata") or {}).get("labels") or {}
+            subscription.queue = self.queue or labels.get(QUEUE_LABEL)
+        while True:
+            now = utcnow()
+            ended = subscription.access()
+            if ended is not None:
+                raise ended
+            if rayjob is None:
+                verdict = deleted_verdict("RayJob", self.namespace, self.name, self.uid, "before it finished")
+                self.log.error(verdict.message)
+                progress.metrics.ended(verdict.status, verdict.reason, None)
+                return self._fire(verdict, None, timeline)
+            observation = observe(rayjob, workload)
+            timeline.record(observation, now)
+            progress.metrics.recorded(timeline, observation.cluster_queue)
+            subscription.stage = QUEUED if observation.phase in WAITING_PHASES else ADMITTED
+            await self._tell(progress.story, rayjob, observation, subscription)
+            verdict = watchdog.check(observation, workload, now)
+            if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
+                # A clock ran out on what the hub's cache holds, which may be a watch event (or, while
+                # watches are refused, a polling interval) behind: a RayJob evicted or finished a moment
+                # ago must not be given up on. Judge again on what the API server says now.
+                rayjob, workload = await subscription.current(reread_rayjob=True, reread_workload=True)
+                confirmed = True
+                continue
+            if verdict is not None:
+                progress.metrics.ended(verdict.status, verdict.reason, observation.cluster_queue)
+                # Only a triggerer can end a task: outside one (``dag.test()`` runs the trigger inline and
+                # hands the task only a TriggerEvent's payload) the task resumes and finishes itself.
+                if verdict.status == SUCCESS and self.end_in_triggerer and self.task_instance is not None:
+                    return await self._end_here(verdict, observation, timeline, subscription)
+                return self._fire(verdict, observation, timeline)
+            confirmed = False
+            waits = []
+            if next_reread is not None:
+                waits.append(next_reread - time.monotonic())
+            deadline = watchdog.seconds_until_next_deadline(now)
+            if deadline is not None:
+                waits.append(deadline + 0.05)
+            position_check = progress.story.position_check_in(observation, time.monotonic())
+            if position_check is not None:
+                waits.append(position_check)
+            # Nothing to time out on: the hub's watch, and its relist as the safety net, bring every change.
+            update = await subscription.next_update(max(0.0, min(waits)) if waits else None)
+            if update is None:
+                if next_reread is not None and time.monotonic() >= next_reread:
+                    rayjob, workload = await subscription.current(reread_rayjob=True)
+                    next_reread = time.monotonic() + reread
+                continue
+            if update.kind == NOTICE:  # how waiting works now, e.g. polling while watches are refused
+                self.log.warning(update.message)
+                continue
+            rayjob, workload = await _apply(update, rayjob, workload, subscription)
 
     def _payload(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> dict:
         return self.target.payload(verdict, observation, timeline)

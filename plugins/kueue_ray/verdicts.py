@@ -14,6 +14,12 @@ PODS_NOT_READY = "pods_not_ready"
 """Kueue evicted it more often than ``max_pods_ready_evictions`` because its pods never got ready."""
 DELETED = "deleted"
 READY_TIMEOUT = "ready_timeout"
+REFUSED = "refused"
+"""The API server refused (401/403) a read the wait needs for ``[kueue_ray] refusal_timeout`` in a row."""
+API_NOT_SERVED = "api_not_served"
+"""The cluster does not serve an API group/version the wait needs (Kueue or KubeRay not installed)."""
+UNREADABLE = frozenset({REFUSED, API_NOT_SERVED})
+"""Verdicts about the wait's access to the cluster, not about the RayJob: nothing more can be read of it."""
 """A RayService admitted longer than ``ready_timeout`` without serving."""
 
 GAVE_UP = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS, PODS_NOT_READY})

@@ -24,11 +24,13 @@ from kueue_ray.phases import ADMITTED_PHASES, POSITION_PHASES, WAITING_PHASES, P
 from kueue_ray.status import Observation, observe, pods_not_ready_hint
 from kueue_ray.timeline import Timeline
 from kueue_ray.verdicts import (
+    API_NOT_SERVED,
     DELETED,
     FAILED,
     INADMISSIBLE,
     PODS_NOT_READY,
     QUEUE_TIMEOUT,
+    REFUSED,
     RUN_TIMEOUT,
     SUCCESS,
     TOO_MANY_PREEMPTIONS,
@@ -310,6 +312,16 @@ def deleted_verdict(kind: str, namespace: str, name: str, uid: str, what: str) -
     return Verdict(DELETED, f"{kind}Deleted", f"{kind} {namespace}/{name} (uid {uid}) was deleted {what}")
 
 
+def access_verdict(ended: BaseException) -> Verdict:
+    """The verdict for a wait that can no longer read the cluster (``kueue_ray.refusals.RefusedTooLong``
+    or ``ApiNotServed``); its message is the whole explanation."""
+    from kueue_ray.refusals import ApiNotServed
+
+    if isinstance(ended, ApiNotServed):
+        return Verdict(API_NOT_SERVED, "ApiNotServed", ended.message)
+    return Verdict(REFUSED, "Refused", str(ended))
+
+
 def describe_flavors(flavors: Mapping[str, Mapping[str, str]]) -> str:
     """``head=['on-demand'], workers=['spot']``: the flavors Kueue assigned, per pod set."""
     return ", ".join(f"{pod_set}={sorted(set(assigned.values()))}" for pod_set, assigned in flavors.items())
@@ -398,6 +410,9 @@ class WorkerWait:
         self.timeline = Timeline()
         self.watchdog = target.watchdog(policy)
         self.story = Story()
+        from kueue_ray.refusals import RefusalWindow, refusal_timeout
+
+        self.refusals = RefusalWindow(refusal_timeout())
 
     def step(self, hook: RayJobHook) -> dict[str, Any] | None:
         """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
@@ -407,7 +422,7 @@ class WorkerWait:
             rayjob, workload = hook.read_state(target.name, target.namespace, target.uid)
         except Exception as exc:
             if not transient(exc):
-                raise
+                return self.cannot_read(hook, exc)
             from kueue_ray.api_errors import describe_error
 
             # The hook already retried it for a while: the API server is having a bad minute. Waiting goes
@@ -424,6 +439,7 @@ class WorkerWait:
                 "RayJob", target.namespace, target.name, target.uid, "before it finished"
             )
             return target.payload(verdict, None, self.timeline)
+        self.refusals.cleared()
         observation = observe(rayjob, workload)
         self.timeline.record(observation, now)
         self.tell(hook, rayjob, observation)
@@ -431,6 +447,51 @@ class WorkerWait:
         if verdict is None:
             return None
         return target.payload(verdict, observation, self.timeline)
+
+    def cannot_read(self, hook: RayJobHook, exc: BaseException) -> dict[str, Any] | None:
+        """A read that failed for a reason other than a bad minute: a 401/403 is waited out for the refusal
+        window (then the wait ends, saying what was refused and to whom), an API the cluster does not serve
+        ends it at once; anything else is raised."""
+        from kueue_ray.errors import ClusterAccessError
+        from kueue_ray.refusals import ApiNotServed, RefusedTooLong
+
+        explained = hook.explained(exc, self.target.namespace) if hasattr(exc, "status") else exc
+        if not isinstance(explained, ClusterAccessError):
+            raise exc
+        if getattr(exc, "status", None) not in (401, 403):  # not served: nothing to wait out
+            verdict = access_verdict(ApiNotServed("", "", str(explained)))
+            return self.target.payload(verdict, None, self.timeline)
+        from kueue_ray.api_errors import read_of
+        from kueue_ray.refusals import Denial
+
+        verb, resource = (read_of(exc) or ("get", "rayjobs.ray.io"))[:2]
+        denial = Denial.of(verb, resource, self.target.namespace, exc)
+        started = self.refusals.refused(denial, time.monotonic())
+        if self.refusals.expired():
+            from kueue_ray.api_errors import refusal_message
+
+            window = self.refusals.timeout
+            message = refusal_message(
+                verb,
+                resource,
+                self.target.namespace,
+                status=denial.status,
+                said=denial.message,
+                identity=hook.identity(),
+                conn_id=hook.conn_id,
+                seconds=window,
+            )
+            ended = RefusedTooLong(denial, window, message)
+            return self.target.payload(access_verdict(ended), None, self.timeline)
+        if started:
+            self.log.warning(
+                "%s This task keeps reading every %gs and fails if the refusal lasts %gs ([kueue_ray] "
+                "refusal_timeout)",
+                explained,
+                self.policy.poll_interval,
+                self.refusals.timeout,
+            )
+        return None
 
     def wait(self, hook: RayJobHook) -> dict[str, Any]:
         """Hold the worker slot and read every ``poll_interval`` seconds until waiting is over."""

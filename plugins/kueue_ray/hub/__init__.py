@@ -25,7 +25,9 @@ answered with anything but 200 as the refusal it is (401 loads the credentials a
 While a loop polls, every waiting task is told so in its log, with the ``kubectl auth can-i`` check that
 shows what is missing. A subscriber's reads retry transient failures (5xx, 429, dropped connections,
 timeouts) with backoff until they succeed, so an API server having a bad minute delays a trigger but never
-ends it. The (connection, namespace) has one ApiClient (``SharedApiClient``), lent to its watch loops and
+ends it. A 401/403 in a row to a loop's list or watch, or to a subscriber's read, for ``refusal_timeout``
+(``HubSettings``; ``[kueue_ray] refusal_timeout``) ends every wait that needs it, and so does a 404 that
+discovery confirms is an API group the cluster does not serve (``Subscription.access``). The (connection, namespace) has one ApiClient (``SharedApiClient``), lent to its watch loops and
 to every read. Objects only replace cached ones with a higher resourceVersion, so a slow GET cannot roll
 state back. The loops for a (connection, namespace) start with its first subscription and stop with its
 last, so an idle triggerer holds no connection open.
@@ -51,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kueue_ray import metrics
+from kueue_ray.api_errors import may_be_missing_api, not_served_message, read_of, reading
 from kueue_ray.hub.resources import (
     RAYJOB,
     RAYJOBS,
@@ -70,6 +73,7 @@ from kueue_ray.hub.subscriptions import (
     Update,
 )
 from kueue_ray.listwatch import ListWatchSettings, RefusalMemory, resource_version_newer
+from kueue_ray.refusals import ApiNotServed
 from kueue_ray.shared_client import SharedApiClient, provider_connection
 from kueue_ray.waiting import DEFAULT_RESYNC_SECONDS
 
@@ -103,6 +107,9 @@ class HubSettings(ListWatchSettings):
     connect_wait_seconds: float = 5.0
     pending_workloads_ttl_seconds: float = 5.0
     """How long one visibility read of a LocalQueue answers every trigger asking for a queue position."""
+    refusal_timeout: float | None = None
+    """Seconds of 401/403 in a row to a read a wait needs before the wait fails; None: ``[kueue_ray]
+    refusal_timeout`` (``kueue_ray.refusals.refusal_timeout``)."""
     gauge_interval: float = 10.0
     """Seconds between two reports of the ``kueue_ray.tasks_waiting`` gauge (StatsD's usual flush)."""
 
@@ -277,6 +284,7 @@ class WatchHub:
                 await self._read(hook, subscription, client, rayjob=rayjob, workload=workload)
             except Exception as exc:
                 await self._retire_refused(subscription, client, exc)
+                await self._ask_discovery(client, exc)
                 raise
 
     async def _retire_refused(self, subscription: Subscription, client: Any, exc: BaseException) -> None:
@@ -285,14 +293,31 @@ class WatchHub:
         if getattr(exc, "status", None) == 401 and scope is not None and client is not None:
             await scope.client.retire(client)
 
+    async def _ask_discovery(self, client: Any, exc: BaseException) -> None:
+        """A read answered with a 404 that may mean its whole API group/version is missing: ask discovery
+        once; raise ``ApiNotServed`` when the cluster does not serve it."""
+        read = read_of(exc)
+        if read is None or not may_be_missing_api(exc):
+            return
+        from kubernetes_asyncio.client import CustomObjectsApi
+
+        group, version = read[2], read[3]
+        try:
+            await CustomObjectsApi(client).get_api_resources(group, version)
+        except Exception as probe:  # noqa: BLE001 - only a 404 says "not served"
+            if getattr(probe, "status", None) == 404:
+                raise ApiNotServed(group, version, not_served_message(group, version)) from exc
+
     async def _read(
         self, hook: Any, subscription: Subscription, client: Any, *, rayjob: bool, workload: bool
     ) -> None:
         if rayjob:
-            obj = await hook.get_rayjob(subscription.name, subscription.namespace, api_client=client)
+            with reading("get", *_coordinates(RAYJOBS)):
+                obj = await hook.get_rayjob(subscription.name, subscription.namespace, api_client=client)
             self.offer_read(self.loop_of(subscription, RAYJOB), subscription.name, obj)
         if workload:
-            obj = await hook.find_workload(subscription.uid, subscription.namespace, api_client=client)
+            with reading("list", *_coordinates(WORKLOADS)):
+                obj = await hook.find_workload(subscription.uid, subscription.namespace, api_client=client)
             loop = self.loop_of(subscription, WORKLOAD)
             if loop is not None and obj is not None:
                 self.offer(loop, subscription.uid, obj)
@@ -308,15 +333,18 @@ class WatchHub:
                 await self._read_service(hook, subscription, client, workloads=workloads)
             except Exception as exc:
                 await self._retire_refused(subscription, client, exc)
+                await self._ask_discovery(client, exc)
                 raise
 
     async def _read_service(
         self, hook: Any, subscription: ServiceSubscription, client: Any, *, workloads: bool
     ) -> None:
-        obj = await hook.get_rayservice(subscription.name, subscription.namespace, api_client=client)
+        with reading("get", *_coordinates(RAYSERVICES)):
+            obj = await hook.get_rayservice(subscription.name, subscription.namespace, api_client=client)
         self.offer_read(self.loop_of(subscription, RAYSERVICE), subscription.name, obj)
         if workloads:
-            items = await hook.list_job_workloads(subscription.namespace, api_client=client)
+            with reading("list", *_coordinates(WORKLOADS)):
+                items = await hook.list_job_workloads(subscription.namespace, api_client=client)
             loop = self.loop_of(subscription, WORKLOAD)
             if loop is not None:
                 for item in items:
@@ -441,6 +469,10 @@ class WatchHub:
             self._event_loop = running
             self._scopes.clear()
             self._gauges = None
+
+
+def _coordinates(resource: WatchedResource) -> tuple[str, str, str]:
+    return resource.qualified, resource.group, resource.version
 
 
 HUB = WatchHub()

@@ -8,18 +8,25 @@ scope's first subscriber and drops with its last; the hub itself decides what to
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import math
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kueue_ray.api_errors import can_i, not_served_message
 from kueue_ray.hub.resources import RAYJOB, RAYSERVICE, WORKLOAD, WatchedResource
 from kueue_ray.hub.subscriptions import ServiceSubscription, Subscription
 from kueue_ray.listwatch import ListWatchLoop, Target
+from kueue_ray.refusals import ApiNotServed, Denial, RefusalWindow, Refused, refusal_timeout
 from kueue_ray.shared_client import SharedApiClient
 from kueue_ray.waiting import DEFAULT_RESYNC_SECONDS
 
 if TYPE_CHECKING:
     from kueue_ray.hub import WatchHub
+
+log = logging.getLogger(__name__)
 
 
 class _WatchLoop(ListWatchLoop):
@@ -46,6 +53,11 @@ class _WatchLoop(ListWatchLoop):
             hub.settings,
             hub.watch_refusals,
         )
+        self.window = RefusalWindow(hub.settings.refusal_timeout or refusal_timeout())
+        """The row of 401/403 to this loop's list or watch, which ends its subscribers' waits once long."""
+        self.not_served: ApiNotServed | None = None
+        """Set when a 404 to the list turned out (discovery) to mean the API group/version is not served."""
+        self._probe: asyncio.Task | None = None
 
     def resync_interval(self) -> float:
         return self.scope.resync_interval()
@@ -71,6 +83,67 @@ class _WatchLoop(ListWatchLoop):
             self.hub.offer_deleted(self, key, obj)
         else:
             self.hub.offer(self, key, obj)
+
+    def failed(self, exc: BaseException) -> None:
+        """A 401/403 starts or continues the refusal row (the first one is told to every subscriber); a
+        404 to the list asks discovery, once, whether the API group is served at all."""
+        if not isinstance(exc, Refused):
+            return
+        if exc.status == 404 and self._probe is None:
+            self._probe = asyncio.ensure_future(self._ask_discovery())
+            return
+        target = self.target
+        denial = Denial.of(exc.verb, target.qualified, target.namespace, exc)
+        if denial is None:
+            return
+        if not self.window.refused(denial, time.monotonic()):
+            if self.window.expired():  # every subscriber's wait ends (``Subscription.access``)
+                self.hub.notify(
+                    self.scope,
+                    f"The API server still refuses to {denial.verb} {target.qualified} in namespace "
+                    f"{self.namespace} after {self.window.timeout:g}s ({denial.message})",
+                )
+            return
+        self.hub.notify(
+            self.scope,
+            f"The API server refuses to {denial.verb} {target.qualified} in namespace {self.namespace} "
+            f"({denial.message}): this task keeps waiting, and fails if the refusal lasts "
+            f"{self.window.timeout:g}s ([kueue_ray] refusal_timeout). Check: "
+            f"{can_i(denial.verb, target.qualified, self.namespace, self.scope.client.identity())}",
+        )
+
+    def retry_delay(self, delay: float) -> float:
+        """While refused, ask again no later than the refusal window's end: that answer decides."""
+        return self.window.pace(delay, time.monotonic())
+
+    def succeeded(self) -> None:
+        if self.window.since is not None:
+            log.info("The API server answers %s %s again", self.target.qualified, self.target.where)
+            self.window.cleared()
+
+    async def _ask_discovery(self) -> None:
+        """Whether this loop's API group/version is served (one GET of its discovery document); when it is
+        not, every subscriber's wait ends with the reason (``Subscription.access``)."""
+        from kubernetes_asyncio.client import CustomObjectsApi
+
+        group, version = self.target.group, self.target.version
+        try:
+            async with self.client.lease() as api_client:
+                await CustomObjectsApi(api_client).get_api_resources(group, version)
+        except Exception as exc:  # noqa: BLE001 - only a 404 means "not served"; anything else: ask later
+            if getattr(exc, "status", None) == 404:
+                self.not_served = ApiNotServed(group, version, not_served_message(group, version))
+                log.error(self.not_served.message)
+                self.hub.notify(self.scope, self.not_served.message)
+                return
+        self._probe = None  # served (or unknown): a later 404 asks again
+
+    async def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
+        await super().stop()
 
     def polling_started(self) -> None:
         self.hub.notify(self.scope, self.polling_notice())

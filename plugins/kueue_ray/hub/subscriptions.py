@@ -12,13 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kueue_ray.api_errors import can_i, describe_error, retry_after_seconds
+from kueue_ray.api_errors import (
+    can_i,
+    describe_error,
+    read_of,
+    refusal_message,
+    retry_after_seconds,
+)
 from kueue_ray.hub.resources import RAYJOB, RAYJOBS, RAYSERVICE, RAYSERVICES, WORKLOAD
-from kueue_ray.refusals import Backoff
+from kueue_ray.refusals import ApiNotServed, Backoff, Denial, RefusalWindow, RefusedTooLong, refusal_timeout
 
 if TYPE_CHECKING:
     from kueue_ray.hub import WatchHub
@@ -110,6 +117,8 @@ class Subscription:
 
     noun = "RayJob"
     resource = RAYJOBS
+    kinds = (RAYJOB, WORKLOAD)
+    """The watch loops this wait reads through."""
 
     def __init__(
         self, hub: WatchHub, conn_id: str, namespace: str, name: str, uid: str, resync_interval: float
@@ -149,16 +158,32 @@ class Subscription:
         """
         settings = self.hub.settings
         backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+        window = RefusalWindow(settings.refusal_timeout or refusal_timeout())
         while True:
+            ended = self.access()
+            if ended is not None:
+                raise ended
             try:
                 return await self._read_current(reread_rayjob, reread_workload)
+            except (ApiNotServed, asyncio.CancelledError):
+                raise
             except Exception as exc:  # noqa: BLE001 - whatever the API did, waiting goes on
+                read = (read_of(exc) or ("get", self.resource.qualified))[:2]
+                denial = Denial.of(*read, self.namespace, exc)
+                if denial is not None:
+                    window.refused(denial, time.monotonic())
+                    if window.expired():
+                        raise self._refused_too_long(denial, window.timeout) from exc
                 delay = max(backoff.next_delay(), retry_after_seconds(exc) or 0.0)
+                if denial is not None:
+                    delay = window.pace(delay, time.monotonic())
                 hint = ""
                 if getattr(exc, "status", None) == 403:
-                    hint = f" (check: {can_i('get', self.resource.qualified, self.namespace)})"
+                    hint = f" (check: {can_i(read[0], read[1], self.namespace, self._identity())})"
+                # The read that failed, which is not always the waited-for object's own (the Workload list).
                 log.warning(
-                    "Reading %s %s/%s failed (%s)%s; retrying in %.1fs",
+                    "Reading %s for %s %s/%s failed (%s)%s; retrying in %.1fs",
+                    f"{read[1]} ({read[0]})",
                     self.noun,
                     self.namespace,
                     self.name,
@@ -167,6 +192,37 @@ class Subscription:
                     delay,
                 )
                 await asyncio.sleep(delay)
+
+    def _identity(self) -> str | None:
+        scope = self.hub._scopes.get(self.scope)
+        return scope.client.identity() if scope is not None else None
+
+    def _refused_too_long(self, denial: Denial, seconds: float) -> RefusedTooLong:
+        message = refusal_message(
+            denial.verb,
+            denial.resource,
+            denial.namespace,
+            status=denial.status,
+            said=denial.message,
+            identity=self._identity(),
+            conn_id=self.conn_id,
+            seconds=seconds,
+        )
+        return RefusedTooLong(denial, seconds, message)
+
+    def access(self) -> RefusedTooLong | ApiNotServed | None:
+        """Why the reads this wait needs no longer work, or None: one of its scope's watch loops refused
+        (401/403) for ``refusal_timeout`` in a row, or an API group the cluster does not serve. The loops
+        tell every subscriber when that happens (an ``Update``), so a trigger asks after each one."""
+        for kind in self.kinds:
+            loop = self.hub.loop_of(self, kind)
+            if loop is None:
+                continue
+            if loop.not_served is not None:
+                return loop.not_served
+            if loop.window.last is not None and loop.window.expired():
+                return self._refused_too_long(loop.window.last, loop.window.timeout)
+        return None
 
     async def _read_current(
         self, reread_rayjob: bool, reread_workload: bool
@@ -232,6 +288,7 @@ class ServiceSubscription(Subscription):
 
     noun = "RayService"
     resource = RAYSERVICES
+    kinds = (RAYSERVICE, WORKLOAD)
 
     async def current(  # type: ignore[override]
         self, *, reread_rayjob: bool = False, reread_workload: bool = False

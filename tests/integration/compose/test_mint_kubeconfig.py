@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,32 @@ def test_server_override_keeps_tls_valid_and_passes_the_check(tmp_path):
     assert "certificate-authority" not in cluster and cluster["certificate-authority-data"]
     check = init_check(output)
     assert check.returncode == 0, check.stderr
+
+
+def test_renewing_rewrites_the_file_in_place_so_running_containers_see_the_new_token(kubesim_api, tmp_path):
+    """docker compose bind-mounts the file (its inode): a renewal that replaced it would go unseen."""
+    token = tmp_path / "token"
+    token.write_text("eyJhbGciOiJSUzI1NiJ9.eyJleHAiOjF9.b2xk\n")
+    output = tmp_path / "airflow.kubeconfig"
+    mint(Path(kubesim_api.kubeconfig), output, "--token-file", str(token))
+    inode = output.stat().st_ino
+
+    token.write_text("eyJhbGciOiJSUzI1NiJ9.eyJleHAiOjJ9.bmV3\n")  # the platform issued a new one
+    renewing = subprocess.Popen(
+        ["bash", str(MINT), "--renew-every", "1", "--token-file", str(token), str(output)],
+        env={**os.environ, "KUBECONFIG": str(kubesim_api.kubeconfig)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while "bmV3" not in output.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert renewing.poll() is None, "--renew-every keeps running"
+    finally:
+        renewing.kill()
+        renewing.wait()
+
+    assert yaml.safe_load(output.read_text())["users"][0]["user"]["token"].endswith(".bmV3")
+    assert output.stat().st_ino == inode
+    assert stat.S_IMODE(output.stat().st_mode) == 0o600

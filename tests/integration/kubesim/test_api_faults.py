@@ -58,6 +58,7 @@ def test_fault_settings_are_reported_and_validated(api_faults):
         "watch_drop_after_s": 3.0,
         "expire_watches": 2,
         "rules": [],
+        "unserved_groups": [],
     }
     with urllib.request.urlopen(api_faults.url + "/kubesim/faults") as response:
         assert json.loads(response.read()) == shown
@@ -339,3 +340,55 @@ def test_the_request_log_says_when_each_request_arrived(kubesim_api, api_client)
     client.CoreV1Api(api_client).list_namespace()
     [record] = kubesim_api.requests()
     assert before - 0.01 <= record["at"] <= time.time() + 0.01
+
+
+def test_an_unserved_api_group_is_missing_from_discovery_and_its_paths_answer_as_an_unknown_path(
+    api_faults, api_client
+):
+    custom = client.CustomObjectsApi(api_client)
+    assert custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", "ray", "localqueues")["kind"]
+
+    api_faults.set_faults(unserved_groups=["kueue.x-k8s.io"])
+    with pytest.raises(ApiException) as listed:
+        custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", "ray", "localqueues")
+    with pytest.raises(ApiException) as discovered:
+        custom.get_api_resources("kueue.x-k8s.io", "v1beta2")
+    groups = {g["name"] for g in client.ApisApi(api_client).get_api_versions().to_dict()["groups"]}
+
+    # The API server's not-found handler: plain text, no Status naming an object.
+    assert (listed.value.status, listed.value.body.strip()) == (404, b"404 page not found".decode())
+    assert discovered.value.status == 404
+    assert "kueue.x-k8s.io" not in groups and "visibility.kueue.x-k8s.io" not in groups
+    assert "ray.io" in groups
+    assert custom.list_namespaced_custom_object("ray.io", "v1", "ray", "rayjobs")["kind"] == "RayJobList"
+
+    with pytest.raises(urllib.error.HTTPError) as rejected:
+        api_faults.set_faults(unserved_groups="kueue.x-k8s.io")
+    assert rejected.value.code == 400
+    api_faults.reset_faults()
+    assert custom.get_api_resources("kueue.x-k8s.io", "v1beta2").group_version == "kueue.x-k8s.io/v1beta2"
+
+
+def test_one_service_accounts_grant_is_revoked_while_the_others_keep_theirs(api_faults):
+    triggerer = "system:serviceaccount:airflow:airflow-triggerer"
+    path = "/apis/ray.io/v1/namespaces/ray/rayjobs"
+    _post(api_faults.url + "/kubesim/auth", {"accounts": {"triggerer-token": triggerer}})
+    try:
+        api_faults.set_faults(rules=[{"code": 403, "verbs": ["list"], "subjects": [triggerer]}])
+        revoked, _, body = _http(api_faults.url + path, token="triggerer-token")
+        kept, _, _ = _http(api_faults.url + path, token=api_faults.token)
+        logged = {r["user"] for r in api_faults.requests() if r["path"] == path}
+    finally:
+        _post(api_faults.url + "/kubesim/auth", {"accounts": {}})
+
+    assert (revoked, kept) == (403, 200)
+    assert f'User "{triggerer}" cannot list resource "rayjobs"' in json.loads(body)["message"]
+    assert triggerer in logged
+
+
+def _post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())

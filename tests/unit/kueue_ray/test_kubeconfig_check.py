@@ -3,8 +3,11 @@ found, named by field and value, and answered with its fix; a container-ready ku
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
-from kueue_ray.kubeconfig_check import FileFacts, check, is_loopback, readable_by
+from kueue_ray.kubeconfig_check import FileFacts, check, is_loopback, readable_by, token_warnings
+from kueue_ray.tokens import encode
 
 PATH = "/opt/airflow/kube/config"
 AIRFLOW_UID = 50000
@@ -179,3 +182,59 @@ def test_only_the_context_airflow_uses_is_checked():
 def test_no_current_context():
     (problem,) = run({**kubeconfig(), "current-context": ""})
     assert problem.field == "current-context" and "use-context" in problem.fix
+
+
+NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+
+
+def token_expiring_in(delta: timedelta) -> str:
+    return encode({"sub": "system:serviceaccount:airflow:airflow", "exp": int((NOW + delta).timestamp())})
+
+
+def test_an_expired_token_is_refused_with_the_way_to_renew_it():
+    config = kubeconfig(user={"token": token_expiring_in(-timedelta(hours=2))})
+    problems = check(
+        config,
+        path=PATH,
+        host_path="./airflow.kubeconfig",
+        facts=READABLE,
+        uid=AIRFLOW_UID,
+        gid=0,
+        has_program=lambda command: False,
+        has_file=lambda path: False,
+        now=NOW,
+    )
+
+    assert len(problems) == 1
+    text = str(problems[0])
+    assert "users[airflow].user.token" in text and "expired 2h 0m ago (2026-12-04T10:00:00Z)" in text
+    assert "mint-kubeconfig.sh" in text and "--renew-every" in text
+    assert "eyJ" not in text, "the token itself never reaches a message"
+
+
+def test_a_token_expiring_within_a_day_passes_with_a_warning_and_a_longer_one_without():
+    soon = kubeconfig(user={"token": token_expiring_in(timedelta(hours=5))})
+    later = kubeconfig(user={"token": token_expiring_in(timedelta(days=3))})
+
+    assert (
+        check(
+            soon,
+            path=PATH,
+            host_path="x",
+            facts=READABLE,
+            uid=AIRFLOW_UID,
+            gid=0,
+            has_program=lambda c: False,
+            has_file=lambda p: False,
+            now=NOW,
+        )
+        == []
+    )
+    [warning] = token_warnings(soon, now=NOW)
+    assert "expires in 5h 0m" in warning and "--renew-every" in warning
+    assert token_warnings(later, now=NOW) == []
+
+
+def test_a_token_that_is_no_jwt_is_not_judged():
+    assert token_warnings(kubeconfig(user={"token": "abc"}), now=NOW) == []
+    assert run(kubeconfig(user={"token": "abc"})) == []
