@@ -400,9 +400,14 @@ class Auth:
         )
 
     def user_of(self, authorization: str | None) -> str:
-        """Who a request's ``Authorization`` header authenticates as."""
+        """Who a request's ``Authorization`` header authenticates as: an account's user, ``DEFAULT_USER``
+        for the static token (or anyone while no token is required), "" for a credential refused."""
         token = (authorization or "").removeprefix("Bearer ")
-        return self.accounts.get(token, DEFAULT_USER)
+        if token in self.accounts:
+            return self.accounts[token]
+        if self.token is None or authorization == f"Bearer {self.token}":
+            return DEFAULT_USER
+        return ""
 
 
 @dataclass(frozen=True)

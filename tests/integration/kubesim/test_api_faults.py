@@ -13,6 +13,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from kubesim.apiserver.faults import DEFAULT_USER
 from kubesim.testing import run_kubesim
 
 
@@ -304,7 +305,7 @@ def test_named_users_authenticate_and_the_request_log_names_them(tmp_path):
         assert _http(f"{sim.url}/api/v1/namespaces", token="other")[0] == 401
         assert [(r["code"], r["user"]) for r in sim.requests()[-3:]] == [
             (200, "system:serviceaccount:airflow:kueue-ray-worker"),
-            (200, ""),
+            (200, DEFAULT_USER),  # the static token's
             (401, ""),
         ]
 

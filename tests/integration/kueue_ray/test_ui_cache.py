@@ -84,7 +84,9 @@ def test_pages_read_the_cache_not_the_cluster(kubesim, queues, rayjob_body, task
 def test_positions_and_the_timeline_follow_the_cluster_live(
     kubesim, queues, rayjob_body, task_context, connection
 ):
-    first = submit(queues, rayjob_body, task_context, "first", "3")
+    # The first runs 30 simulated seconds (1.5 s here): long enough that the cache, started after both
+    # submissions, still sees the second one pending behind it on a loaded machine.
+    first = submit(queues, rayjob_body, task_context, "first", "30")
     second = submit(queues, rayjob_body, task_context, "second", "2")
 
     async def scenario():
