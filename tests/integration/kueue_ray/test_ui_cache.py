@@ -100,10 +100,11 @@ def test_positions_and_the_timeline_follow_the_cluster_live(
                 return [i["metadata"]["name"] for i in (read.summary or {}).get("items") or ()]
 
             seen_pending = []
-            version = cache.version
+            version = None  # read once as listed, then after every change
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                await until(lambda v=version: cache.version != v, timeout=30, what="a change")
+                if version is not None:
+                    await until(lambda v=version: cache.version != v, timeout=30, what="a change")
                 version = cache.version
                 names = await pending_names()
                 if not seen_pending or seen_pending[-1] != names:
