@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
@@ -44,6 +45,7 @@ from kueue_ray.hook_common import (
 )
 from kueue_ray.listbody import ListBody
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
+from kueue_ray.pages import list_all_async
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +68,17 @@ class AsyncRayJobHook(AsyncKubernetesHook):
     @generic_api_retry
     async def find_workload(self, uid: str, namespace: str, api_client: Any = None) -> dict | None:
         async with self._client(api_client) as client:
-            result = await AsyncCustomObjectsApi(client).list_namespaced_custom_object(
-                KUEUE_GROUP,
-                KUEUE_VERSION,
-                namespace,
-                WORKLOAD.plural,
+            listing = await list_all_async(
+                partial(
+                    AsyncCustomObjectsApi(client).list_namespaced_custom_object_with_http_info,
+                    KUEUE_GROUP,
+                    KUEUE_VERSION,
+                    namespace,
+                    WORKLOAD.plural,
+                ),
                 label_selector=f"{JOB_UID_LABEL}={uid}",
             )
-        return newest(result.get("items") or [])
+        return newest(listing.items)
 
     async def delete_rayjob(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
@@ -193,8 +198,9 @@ class AsyncRayJobHook(AsyncKubernetesHook):
             core = CoreV1Api(client)
             try:
                 pods = (
-                    await core.list_namespaced_pod(
-                        namespace, label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}"
+                    await list_all_async(
+                        partial(core.list_namespaced_pod_with_http_info, namespace),
+                        label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}",
                     )
                 ).items
                 if not pods:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
@@ -71,6 +72,7 @@ from kueue_ray.hook_common import (
 )
 from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
+from kueue_ray.pages import Listing, list_all
 
 __all__ = [
     "CONFLICT",
@@ -155,12 +157,24 @@ class RayJobHook(KubernetesHook):
                 return None
             raise
 
-    @generic_api_retry
     def list_managed_rayjobs(self, namespace: str) -> list[dict]:
-        """Every RayJob this integration created in ``namespace`` (the managed-by label), for the janitor."""
-        return self.custom_object_client.list_namespaced_custom_object(
-            RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, label_selector=MANAGED_BY_SELECTOR
-        )["items"]
+        """Every RayJob this integration created in ``namespace`` (the managed-by label), in pages."""
+        return self.managed_rayjobs(namespace).items
+
+    @generic_api_retry
+    def managed_rayjobs(self, namespace: str) -> Listing:
+        """``list_managed_rayjobs`` with the API server's time of the answer (``Listing.server_time``),
+        which the janitor measures the RayJobs' server timestamps against."""
+        return list_all(
+            partial(
+                self.custom_object_client.list_namespaced_custom_object_with_http_info,
+                RAY_GROUP,
+                RAY_VERSION,
+                namespace,
+                RAYJOB.plural,
+            ),
+            label_selector=MANAGED_BY_SELECTOR,
+        )
 
     @generic_api_retry
     def _patch_rayjob(self, name: str, namespace: str, patch: dict) -> dict | None:
@@ -305,10 +319,17 @@ class RayJobHook(KubernetesHook):
     @generic_api_retry
     def find_workload(self, uid: str, namespace: str) -> dict | None:
         """The Workload Kueue made for the RayJob with this uid (newest if several), or None yet."""
-        result = self.custom_object_client.list_namespaced_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD.plural, label_selector=f"{JOB_UID_LABEL}={uid}"
+        listing = list_all(
+            partial(
+                self.custom_object_client.list_namespaced_custom_object_with_http_info,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                namespace,
+                WORKLOAD.plural,
+            ),
+            label_selector=f"{JOB_UID_LABEL}={uid}",
         )
-        return newest(result.get("items") or [])
+        return newest(listing.items)
 
     @generic_api_retry
     def _get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
@@ -326,10 +347,16 @@ class RayJobHook(KubernetesHook):
     def _list_kueue_objects(self, plural: str, namespace: str | None = None) -> list[dict]:
         api = self.custom_object_client
         if namespace is None:
-            result = api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural)
+            call = partial(api.list_cluster_custom_object_with_http_info, KUEUE_GROUP, KUEUE_VERSION, plural)
         else:
-            result = api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural)
-        return result.get("items") or []
+            call = partial(
+                api.list_namespaced_custom_object_with_http_info,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                namespace,
+                plural,
+            )
+        return list_all(call).items
 
     def check_queue(self, namespace: str, queue: str, priority: str | None) -> QueueCapacity:
         """Preflight: the LocalQueue exists here, the WorkloadPriorityClass exists, and the ClusterQueue
@@ -427,8 +454,9 @@ class RayJobHook(KubernetesHook):
         None when there is no submitter pod (HTTPMode, or it was deleted on preemption/retry).
         """
         try:
-            pods = self.core_v1_client.list_namespaced_pod(
-                namespace, label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}"
+            pods = list_all(
+                partial(self.core_v1_client.list_namespaced_pod_with_http_info, namespace),
+                label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}",
             ).items
             if not pods:
                 return None

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import itertools
 import json
 import logging
 import math
@@ -47,6 +48,7 @@ from typing import Any
 
 from kueue_ray.api_errors import can_i, describe_error
 from kueue_ray.listbody import ListBody
+from kueue_ray.pages import EXPIRED_RESTARTS, PAGE_SIZE, continue_token
 from kueue_ray.refusals import Backoff, Refused, WatchGone
 from kueue_ray.shared_client import SharedApiClient
 
@@ -434,28 +436,56 @@ class ListWatchLoop:
 
     async def _list(self, api: Any) -> None:
         """Replace the cache with a fresh list."""
-        from kubernetes_asyncio.client.exceptions import ApiException
 
-        try:
-            # Not preloaded: the client would decode every full object at once (``kueue_ray.listbody``).
-            response = await self.target.request(api, _preload_content=False)
-        except ApiException as exc:
-            raise Refused.from_api_exception("list", exc) from exc
-        try:
-            if response.status != 200:
-                raise Refused.from_api_exception("list", await _as_api_exception(response))
-            body = ListBody((await response.content.read()).decode())
-        finally:
-            response.release()
+        bodies = await self._list_pages(api)
         self._succeeded()
-        items = body.items()
+        items = itertools.chain.from_iterable(body.items() for body in bodies)
         self.apply_list(items)
         for _ in items:  # what apply_list left unread: the list's resourceVersion may follow the items
             pass
-        self.resource_version = body.resource_version
+        self.resource_version = bodies[-1].resource_version
         # Jitter, so that a fleet of processes does not relist in lockstep.
         self.next_relist = time.monotonic() + self.resync_interval() * random.uniform(0.9, 1.0)
         self.listed.set()
+
+    async def _list_pages(self, api: Any) -> list[ListBody]:
+        """Every page of the list (``kueue_ray.pages``: ``limit``/``continue``), not yet decoded; a
+        continue token the server no longer knows (410 Expired) starts the list again from the first page."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        restarts = 0
+        bodies: list[ListBody] = []
+        token: str | None = None
+        while True:
+            paging: dict[str, Any] = {"limit": PAGE_SIZE}
+            if token:
+                paging["_continue"] = token
+            try:
+                # Not preloaded: the client would decode every full object at once (``kueue_ray.listbody``).
+                response = await self.target.request(api, _preload_content=False, **paging)
+            except ApiException as exc:
+                raise Refused.from_api_exception("list", exc) from exc
+            try:
+                if response.status == 410 and token and restarts < EXPIRED_RESTARTS:
+                    log.info(
+                        "Listing %s %s: continue token expired, listing again",
+                        self.target.plural,
+                        self.target.where,
+                    )
+                    restarts += 1
+                    bodies, token = [], None
+                    continue
+                if response.status != 200:
+                    raise Refused.from_api_exception("list", await _as_api_exception(response))
+                text = (await response.content.read()).decode()
+            finally:
+                response.release()
+            bodies.append(ListBody(text))
+            # The token is in the list's metadata, which an API server may write after the items; an
+            # answer without the word has none, which spares decoding the last (or only) page twice.
+            token = continue_token(json.loads(text)) if '"continue"' in text else None
+            if token is None:
+                return bodies
 
     async def _watch(self, api: Any, timeout: int) -> bool:
         """Stream events until the server ends the watch (or ``timeout`` plus a grace passes); True if any
