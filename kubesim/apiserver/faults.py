@@ -17,6 +17,8 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from kubesim.apiserver.paging import CONTINUE_TTL_S
+
 REQUEST_LOG_LIMIT = 20_000
 """Oldest request-log entries are dropped beyond this, so a long benchmark cannot exhaust memory."""
 RULE_CODES = (401, 403, 410, 429, 500, 503, 504)
@@ -243,6 +245,10 @@ class Faults:
     expire_watches: int | bool = 0
     rules: list[FaultRule] = field(default_factory=list)
     seed: int | None = None
+    max_page_size: int | None = None
+    """At most this many items per page of a list that asks for pages (``limit``), whatever the limit."""
+    continue_ttl_s: float = CONTINUE_TTL_S
+    """Age at which a continue token is answered 410 Expired (etcd's compaction interval upstream)."""
     _random: random.Random = field(default_factory=random.Random, repr=False)
 
     def update(self, settings: dict) -> None:
@@ -251,7 +257,16 @@ class Faults:
         if not settings:
             self.reset()
             return
-        known = {"error_rate", "latency_ms", "watch_drop_after_s", "expire_watches", "rules", "seed"}
+        known = {
+            "error_rate",
+            "latency_ms",
+            "watch_drop_after_s",
+            "expire_watches",
+            "rules",
+            "seed",
+            "max_page_size",
+            "continue_ttl_s",
+        }
         unknown = set(settings) - known
         if unknown:
             raise FaultSettingsError(f"unknown fault settings: {sorted(unknown)}")
@@ -278,6 +293,13 @@ class Faults:
         if "seed" in settings:
             self.seed = settings["seed"]
             self._random.seed(self.seed)
+        if "max_page_size" in settings:
+            size = settings["max_page_size"]
+            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+                raise FaultSettingsError("max_page_size must be a positive integer or null")
+            self.max_page_size = size
+        if "continue_ttl_s" in settings:
+            self.continue_ttl_s = max(0.0, float(settings["continue_ttl_s"]))
 
     def reset(self) -> None:
         self.error_rate = 0.0
@@ -287,6 +309,8 @@ class Faults:
         self.rules = []
         self.seed = None
         self._random = random.Random()
+        self.max_page_size = None
+        self.continue_ttl_s = CONTINUE_TTL_S
 
     def as_dict(self) -> dict:
         self._drop_expired()
@@ -296,6 +320,8 @@ class Faults:
             "watch_drop_after_s": self.watch_drop_after_s,
             "expire_watches": self.expire_watches,
             "rules": [rule.as_dict() for rule in self.rules],
+            "max_page_size": self.max_page_size,
+            "continue_ttl_s": self.continue_ttl_s,
         }
 
     def take_rule(self, record: RequestRecord) -> FaultRule | None:

@@ -58,6 +58,8 @@ def test_fault_settings_are_reported_and_validated(api_faults):
         "watch_drop_after_s": 3.0,
         "expire_watches": 2,
         "rules": [],
+        "max_page_size": None,
+        "continue_ttl_s": 300.0,
     }
     with urllib.request.urlopen(api_faults.url + "/kubesim/faults") as response:
         assert json.loads(response.read()) == shown
@@ -324,3 +326,42 @@ def test_the_request_log_says_when_each_request_arrived(kubesim_api, api_client)
     client.CoreV1Api(api_client).list_namespace()
     [record] = kubesim_api.requests()
     assert before - 0.01 <= record["at"] <= time.time() + 0.01
+
+
+def _names(page) -> list[str]:
+    return [item.metadata.name for item in page.items]
+
+
+def test_a_small_page_limit_pages_every_list_that_asks_for_pages(api_faults, api_client, unique_name):
+    """The API server may return fewer items than ``limit``: a client must follow ``continue``."""
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": unique_name}})
+    for index in range(5):
+        core.create_namespaced_config_map(unique_name, {"metadata": {"name": f"cm-{index}"}})
+    api_faults.set_faults(max_page_size=2)
+
+    first = core.list_namespaced_config_map(unique_name, limit=500)
+    assert _names(first) == ["cm-0", "cm-1"] and first.metadata._continue
+    assert first.metadata.remaining_item_count == 3
+    core.create_namespaced_config_map(unique_name, {"metadata": {"name": "cm-9"}})
+    second = core.list_namespaced_config_map(unique_name, limit=500, _continue=first.metadata._continue)
+    assert _names(second) == ["cm-2", "cm-3"]
+    assert second.metadata.resource_version == first.metadata.resource_version, "one list, one version"
+    assert len(core.list_namespaced_config_map(unique_name).items) == 6, "no limit: everything, as upstream"
+
+
+def test_an_old_continue_token_is_answered_410_expired(api_faults, api_client, unique_name):
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": unique_name}})
+    for index in range(3):
+        core.create_namespaced_config_map(unique_name, {"metadata": {"name": f"cm-{index}"}})
+    api_faults.set_faults(continue_ttl_s=0.5)
+    token = core.list_namespaced_config_map(unique_name, limit=1).metadata._continue
+    time.sleep(1.0)
+    with pytest.raises(ApiException) as expired:
+        core.list_namespaced_config_map(unique_name, limit=1, _continue=token)
+    assert expired.value.status == 410
+    status = json.loads(expired.value.body)
+    assert status["reason"] == "Expired" and "too old to display a consistent list" in status["message"]
+    rest = core.list_namespaced_config_map(unique_name, limit=5, _continue=status["metadata"]["continue"])
+    assert _names(rest) == ["cm-1", "cm-2"], "the inconsistent token still reads the rest"
