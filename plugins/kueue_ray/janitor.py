@@ -98,9 +98,9 @@ class DeleteOrphanedRayJobsOperator(BaseOperator):
             rayjobs = listing.items
             candidates = [job for job in rayjobs if needs_decision(job)]
             self.log.info("%s: %d active RayJobs submitted by Airflow", namespace, len(candidates))
-            for run, rayjobs in _by_dag_run(candidates).items():
+            for run, of_run in _by_dag_run(candidates).items():
                 run_exists, states = _airflow_view(ti, *run)
-                for rayjob in rayjobs:
+                for rayjob in of_run:
                     reason = orphan_reason(rayjob, run_exists=run_exists, task_states=states)
                     if reason is not None:
                         found.append(self._delete(hook, ti, rayjob, reason))
@@ -113,7 +113,7 @@ class DeleteOrphanedRayJobsOperator(BaseOperator):
 
     def _retention(self) -> timedelta:
         """The retention period: this task's ``retention_days``, else ``[kueue_ray] retention_days``."""
-        if self.retention_days is not None and self.retention_days != "":
+        if self.retention_days not in (None, "", "None"):  # a Param left empty, rendered natively or not
             return parse_retention_days(self.retention_days, source="retention_days (janitor argument)")
         from airflow.configuration import conf
 
