@@ -64,11 +64,14 @@ def test_the_janitor_sweeps_the_pipelines_namespace_regularly_and_can_dry_run(da
 
     dag = dagbag.dags[JANITOR]
     assert dag.max_active_runs == 1 and not dag.catchup
-    assert dag.params.dump() == {"namespaces": [NAMESPACE], "dry_run": False}
+    assert dag.params.dump() == {"namespaces": [NAMESPACE], "dry_run": False, "retention_days": None}
     [task] = dag.tasks
     native = dag.get_template_env()  # render_template_as_native_obj: lists and booleans stay typed
     assert task.render_template(task.namespaces, {"params": dag.params.dump()}, native) == [NAMESPACE]
     assert task.render_template(task.dry_run, {"params": {"dry_run": True}}, native) is True
+    # An empty retention Param leaves the option's value in force; a number overrides it.
+    assert task.render_template(task.retention_days, {"params": dag.params.dump()}, native) is None
+    assert task.render_template(task.retention_days, {"params": {"retention_days": 0.5}}, native) == 0.5
 
 
 def test_parsing_the_dag_files_imports_no_kubernetes_client_nor_runtime_plugin_modules(tmp_path):
