@@ -128,6 +128,9 @@ def build_and_preflight(
     """Render ``task``'s template into a validated body with ``build`` (``manifests.build_rayjob`` or
     ``build_rayservice``) from the arguments both operators share, then check it against the cluster's
     queues (``RayJobHook.preflight``). Raises ``KueueRayError`` before anything is created."""
+    from kueue_ray.waiting import WaitPolicy
+
+    WaitPolicy.of(task)  # a bad timeout fails the task here, not after the create
     built = build(
         task.template,
         name=name,
@@ -431,7 +434,7 @@ class SubmitRayJobOperator(BaseOperator):
             priority=priority,
             submitted_at=metadata.get("creationTimestamp") or datetime.now(UTC).isoformat(),
         )
-        policy = WaitPolicy.of(self)
+        policy = WaitPolicy.of(self, context)
         if self.deferrable and observe(rayjob, None).phase not in TERMINAL_PHASES:
             trigger = RayJobTrigger(
                 **vars(target),

@@ -197,7 +197,7 @@ class RayJobSensor(BaseSensorOperator):
             trigger = RayJobTrigger(
                 **vars(self._target),
                 kubernetes_conn_id=self.kubernetes_conn_id,
-                policy=WaitPolicy.of(self),
+                policy=WaitPolicy.of(self, context),
                 owner=None,  # a sensor never owns the RayJob; at most it is its registered waiter
                 waiter=waiter,
                 end_in_triggerer=trigger_ending(self, RayJobSensor, {}),
@@ -214,7 +214,7 @@ class RayJobSensor(BaseSensorOperator):
         from kueue_ray.waiting import WaitPolicy, WorkerWait
 
         if self._wait is None:  # kept across pokes in poke mode; rebuilt per poke in reschedule mode
-            self._wait = WorkerWait(self._target, WaitPolicy.of(self), self.log)
+            self._wait = WorkerWait(self._target, WaitPolicy.of(self, context), self.log)
         event = self._wait.step(self.hook)
         if event is None:
             return PokeReturnValue(is_done=False)

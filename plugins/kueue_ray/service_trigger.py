@@ -42,13 +42,13 @@ from kueue_ray.service_waiting import (
 )
 from kueue_ray.timeline import to_epoch
 from kueue_ray.trigger_base import WaitTrigger
-from kueue_ray.verdicts import INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT
+from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT
 from kueue_ray.waiting import WaitPolicy
 
 if TYPE_CHECKING:
     from kueue_ray.service_hook import AsyncRayServiceHook
 
-CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT})
+CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT, EXECUTION_TIMEOUT})
 """Verdicts a clock gives (not a state): confirmed on a fresh read before the trigger fires them."""
 
 

@@ -296,6 +296,7 @@ class ServiceWorkerWait:
     def wait(self, hook: RayServiceHook) -> dict[str, Any]:
         target = self.target
         timeline, watchdog, last = ServiceTimeline(), target.watchdog(self.policy), None
+        self.log.info("Limits: %s", self.policy.limits(watchdog.admitted_limit))
         while True:
             service, workloads = hook.read_service(target.name, target.namespace, target.uid)
             if service is None:

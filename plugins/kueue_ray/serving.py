@@ -268,7 +268,7 @@ class DeployRayServiceOperator(BaseOperator):
         context["ti"].xcom_push(
             key=RAYSERVICE_XCOM_KEY, value=self.details(service, priority, deployment.switch_from)
         )
-        target, policy = self.wait_target(deployment, priority), WaitPolicy.of(self)
+        target, policy = self.wait_target(deployment, priority), WaitPolicy.of(self, context)
         if self.deferrable and not target.observe(service, []).serving:
             from kueue_ray.service_trigger import RayServiceTrigger
 

@@ -56,7 +56,7 @@ from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.trigger_base import WaitTrigger
-from kueue_ray.verdicts import INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS
+from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS
 from kueue_ray.waiting import (
     Verdict,
     WaitPolicy,
@@ -69,7 +69,7 @@ from kueue_ray.waiting import (
 if TYPE_CHECKING:
     from kueue_ray.hook import AsyncRayJobHook
 
-CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT})
+CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, EXECUTION_TIMEOUT})
 """Verdicts a clock gives (not a state): confirmed on a fresh read before the trigger fires them."""
 UNWATCHED_POLL_SECONDS = 15.0
 """Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""

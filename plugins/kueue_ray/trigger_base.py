@@ -65,6 +65,8 @@ class WaitTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         progress = self.start()
+        watchdog = getattr(progress, "watchdog", None)
+        self.log.info("Limits: %s", self.policy.limits(getattr(watchdog, "admitted_limit", "run_timeout")))
         backoff = Backoff(RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX)
         while True:
             try:

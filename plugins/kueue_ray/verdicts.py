@@ -15,6 +15,10 @@ PODS_NOT_READY = "pods_not_ready"
 DELETED = "deleted"
 READY_TIMEOUT = "ready_timeout"
 """A RayService admitted longer than ``ready_timeout`` without serving."""
+EXECUTION_TIMEOUT = "execution_timeout"
+"""The task's ``execution_timeout`` passed while it waited (Airflow 3.3 does not enforce it when deferred)."""
 
-GAVE_UP = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS, PODS_NOT_READY})
+GAVE_UP = frozenset(
+    {INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS, PODS_NOT_READY, EXECUTION_TIMEOUT}
+)
 """Verdicts that end the wait while the RayJob itself is still queued or running."""

@@ -13,11 +13,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kueue_ray.api import parse_time, utcnow
+from kueue_ray.bounds import (
+    DEFAULT_QUEUE_TIMEOUT,
+    DEFAULT_READY_TIMEOUT,
+    DEFAULT_RUN_TIMEOUT,
+    NO_LIMIT,
+    TIMEOUT_FIELDS,
+    execution_deadline,
+    span,
+    timeout_seconds,
+)
 from kueue_ray.naming import QUEUE_LABEL
 from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
 from kueue_ray.phases import ADMITTED_PHASES, POSITION_PHASES, WAITING_PHASES, Phase
@@ -25,6 +35,7 @@ from kueue_ray.status import Observation, observe, pods_not_ready_hint
 from kueue_ray.timeline import Timeline
 from kueue_ray.verdicts import (
     DELETED,
+    EXECUTION_TIMEOUT,
     FAILED,
     INADMISSIBLE,
     PODS_NOT_READY,
@@ -42,11 +53,6 @@ DEFAULT_RESYNC_SECONDS = 300.0
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
-def _seconds(value: Any) -> float | None:
-    """A number of seconds as given or rendered from a template (a number, its text, or nothing)."""
-    return None if value in (None, "", "None") else float(value)
-
-
 def _count(value: Any) -> int | None:
     return None if value in (None, "", "None") else int(value)
 
@@ -55,13 +61,16 @@ def _count(value: Any) -> int | None:
 class WaitPolicy:
     """How long and how patiently a task waits for its RayJob or RayService.
 
-    Queueing is normal under Kueue, so nothing counts from submission unless ``queue_timeout`` is set.
+    Every wait is bounded by default: queueing is normal under Kueue, but a request that can never fit
+    next to what already holds the quota would otherwise wait for ever. Each timeout left unset (None, an
+    empty Param) takes its default; ``"inf"`` (``math.inf``) asks for no limit.
 
     :param queue_timeout: seconds a wait for admission may last this time (since submission, or since the
-        last admission was lost); waiting for admission checks counts. None waits as long as it takes.
-    :param run_timeout: a RayJob's seconds since its last admission (``Admitted=True``); None for no limit.
-    :param ready_timeout: a RayService's seconds from its cluster's admission until it serves; None for no
-        limit.
+        last admission was lost); waiting for admission checks counts. Default ``DEFAULT_QUEUE_TIMEOUT``.
+    :param run_timeout: a RayJob's seconds since its last admission (``Admitted=True``); default
+        ``DEFAULT_RUN_TIMEOUT``.
+    :param ready_timeout: a RayService's seconds from its cluster's admission until it serves; default
+        ``DEFAULT_READY_TIMEOUT``.
     :param fail_on_inadmissible: stop when Kueue keeps saying it cannot admit the Workload...
     :param inadmissible_grace: ...for this many seconds.
     :param max_preemptions: stop after more preemptions than this; None for no limit.
@@ -71,30 +80,60 @@ class WaitPolicy:
     :param poll_interval: seconds between reads when waiting in a worker.
     :param resync_interval: the longest a missed watch event may go unnoticed in the triggerer, seconds:
         the watch hub relists a namespace at the shortest interval of its triggers.
+    :param deadline: the task's ``execution_timeout`` as a moment (ISO 8601, Airflow's clock): Airflow
+        3.3 does not enforce ``execution_timeout`` while a task is deferred, so the deadline travels with
+        the trigger, which ends the wait when it passes (``execution_deadline``).
     """
 
-    queue_timeout: float | None = None
-    run_timeout: float | None = None
-    ready_timeout: float | None = None
+    queue_timeout: float | None = DEFAULT_QUEUE_TIMEOUT
+    run_timeout: float | None = DEFAULT_RUN_TIMEOUT
+    ready_timeout: float | None = DEFAULT_READY_TIMEOUT
     fail_on_inadmissible: bool = True
     inadmissible_grace: float = 60.0
     max_preemptions: int | None = None
     max_pods_ready_evictions: int | None = 1
     poll_interval: float = 5.0
     resync_interval: float = DEFAULT_RESYNC_SECONDS
+    deadline: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values, for the trigger's kwargs."""
-        return asdict(self)
+        """Plain JSON values, for the trigger's kwargs (no limit as ``"inf"``: None reads as the default)."""
+        data = asdict(self)
+        for name in TIMEOUT_FIELDS:
+            if data[name] is None:
+                data[name] = NO_LIMIT
+        return data
+
+    def limits(self, admitted_limit: str = "run_timeout") -> str:
+        """The bounds of this wait in words, for the task log when the wait starts.
+
+        >>> WaitPolicy(queue_timeout=600).limits()
+        'queue_timeout 10 min, run_timeout 72 h (default); no execution_timeout'
+        """
+        parts = []
+        for name in ("queue_timeout", admitted_limit):
+            value = getattr(self, name)
+            default = {f.name: f.default for f in fields(self)}[name]
+            if value is None:
+                parts.append(f'{name} none ("{NO_LIMIT}": waits for ever)')
+            else:
+                parts.append(f"{name} {span(value)}{' (default)' if value == default else ''}")
+        deadline = f"execution_timeout at {self.deadline}" if self.deadline else "no execution_timeout"
+        return f"{', '.join(parts)}; {deadline}"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> WaitPolicy:
         """The policy from ``to_dict``'s output or any mapping holding some of its fields (the rest keep their
         defaults); numbers may be text, as templates render them."""
         data = {f.name: data[f.name] for f in fields(cls) if f.name in (data or {})}
-        for name in ("queue_timeout", "run_timeout", "ready_timeout"):
+        for name in TIMEOUT_FIELDS:
             if name in data:
-                data[name] = _seconds(data[name])
+                if data[name] in (None, "", "None"):
+                    del data[name]  # unset: the default bound
+                else:
+                    data[name] = timeout_seconds(name, data[name])
+        if data.get("deadline") in ("", "None"):
+            data["deadline"] = None
         for name in ("max_preemptions", "max_pods_ready_evictions"):
             if name in data:
                 data[name] = _count(data[name])
@@ -106,10 +145,18 @@ class WaitPolicy:
         return cls(**data)
 
     @classmethod
-    def of(cls, task: Any) -> WaitPolicy:
+    def of(cls, task: Any, context: Mapping[str, Any] | None = None) -> WaitPolicy:
         """The policy an operator or sensor was given: its attributes named like the fields (rendered, when
-        they are template fields)."""
-        return cls.from_dict({f.name: getattr(task, f.name) for f in fields(cls) if hasattr(task, f.name)})
+        they are template fields), and with ``context`` the deadline of its ``execution_timeout``."""
+        given = {
+            f.name: getattr(task, f.name)
+            for f in fields(cls)
+            if hasattr(task, f.name) and f.name != "deadline"
+        }
+        policy = cls.from_dict(given)
+        if context is not None:
+            policy = replace(policy, deadline=execution_deadline(task, context))
+        return policy
 
 
 @dataclass(frozen=True)
@@ -162,6 +209,14 @@ class Watchdog:
         if observation.terminal:
             return Verdict(
                 SUCCESS if self.succeeded(observation) else FAILED, observation.reason, observation.message
+            )
+        deadline = parse_time(policy.deadline)
+        if deadline is not None and now >= deadline:
+            return Verdict(
+                EXECUTION_TIMEOUT,
+                "ExecutionTimeout",
+                f"execution_timeout passed at {policy.deadline} while it was {observation.phase.value}: "
+                f"{observation.describe()}",
             )
         if policy.max_preemptions is not None and observation.preemptions > policy.max_preemptions:
             return Verdict(
@@ -235,6 +290,8 @@ class Watchdog:
         policy = self.policy
         admitted_limit = getattr(policy, self.admitted_limit)
         deadlines = []
+        if (deadline := parse_time(policy.deadline)) is not None:
+            deadlines.append(deadline.timestamp())
         if self.inadmissible_since is not None and policy.fail_on_inadmissible:
             deadlines.append(self.inadmissible_since.timestamp() + policy.inadmissible_grace)
         if self.waiting_since is not None and policy.queue_timeout is not None:
@@ -398,6 +455,7 @@ class WorkerWait:
         self.timeline = Timeline()
         self.watchdog = target.watchdog(policy)
         self.story = Story()
+        self.log.info("Limits: %s", policy.limits(self.watchdog.admitted_limit))
 
     def step(self, hook: RayJobHook) -> dict[str, Any] | None:
         """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from kueue_ray.bounds import DEFAULT_RUN_TIMEOUT
 from kueue_ray.hook import QueueCapacity, RayJobHook
 from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.trigger import RayJobTrigger
@@ -109,8 +110,8 @@ def test_execute_submits_and_defers_to_the_trigger(cluster):
     assert (trigger.policy.queue_timeout, trigger.policy.max_preemptions, trigger.policy.run_timeout) == (
         600,
         2,
-        None,
-    )
+        DEFAULT_RUN_TIMEOUT,
+    ), "run_timeout unset: bounded by its default"
     assert trigger.owner == {
         "dag_id": "pipe",
         "task_id": "train",
