@@ -228,3 +228,32 @@ def test_queue_timeout_ends_a_wait_that_never_gets_admitted(queues, rayjob_body,
     assert event["status"] == "queue_timeout"
     assert "not admitted within queue_timeout=1s" in event["message"]
     assert "insufficient unused quota" in event["message"]
+
+
+def test_execution_timeout_holds_while_deferred(queues, rayjob_body, task_context, capfd):
+    """Airflow 3.3 does not enforce execution_timeout on a deferred task: the deadline travels with the
+    trigger, which ends the wait when it passes; the resumed task deletes its RayJob and fails."""
+    from datetime import timedelta
+
+    blocker_context = task_context("blocker")
+    submit(
+        queues, rayjob_body(duration="inf"), blocker_context, task_id="blocker", wait_for_completion=False
+    ).execute(blocker_context)
+    context = task_context("train")
+    op = submit(queues, rayjob_body(), context, execution_timeout=timedelta(seconds=2))
+    _, kwargs = defer(op, context).serialize()
+    trigger = RayJobTrigger(**kwargs)  # as a triggerer re-creates it: the deadline is in its kwargs
+    assert kwargs["policy"]["deadline"]
+
+    event = asyncio.run(first_event(trigger))
+
+    assert event["status"] == "execution_timeout", event
+    assert event["message"].startswith(f"execution_timeout passed at {kwargs['policy']['deadline']}")
+    assert any(
+        "Limits: queue_timeout 24 h (default), run_timeout 72 h (default); execution_timeout at" in line
+        for line in trigger_log(capfd)
+    )
+    with pytest.raises(Exception, match="did not succeed \\(execution_timeout"):
+        op.execute_complete(context, event=event)
+    remaining = [r["metadata"]["uid"] for r in queues.rayjobs() if not r["metadata"].get("deletionTimestamp")]
+    assert trigger.uid not in remaining
