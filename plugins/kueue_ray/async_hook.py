@@ -80,6 +80,40 @@ class AsyncRayJobHook(AsyncKubernetesHook):
             )
         return newest(listing.items)
 
+    async def quota_state(
+        self, local_queue: str, namespace: str, api_client: Any = None
+    ) -> tuple[dict | None, list[dict]]:
+        """(the ClusterQueue behind ``local_queue``, the Workloads of ``namespace``) for a queue timeout's
+        failure message (``kueue_ray.quota_holders``); (None, []) when a read fails, which only shortens
+        the message."""
+        try:
+            async with self._client(api_client) as client:
+                api = AsyncCustomObjectsApi(client)
+                lq = await api.get_namespaced_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", local_queue
+                )
+                queue = await api.get_cluster_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", lq["spec"]["clusterQueue"]
+                )
+                listing = await list_all_async(
+                    partial(
+                        api.list_namespaced_custom_object_with_http_info,
+                        KUEUE_GROUP,
+                        KUEUE_VERSION,
+                        namespace,
+                        WORKLOAD.plural,
+                    )
+                )
+            return queue, listing.items
+        except Exception as exc:  # noqa: BLE001 - the timeout stands without the detail
+            log.info(
+                "What held LocalQueue %s/%s's quota could not be read: %s",
+                namespace,
+                local_queue,
+                describe_error(exc),
+            )
+            return None, []
+
     async def delete_rayjob(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
     ) -> DeleteResult:

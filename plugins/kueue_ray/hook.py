@@ -358,6 +358,22 @@ class RayJobHook(KubernetesHook):
             )
         return list_all(call).items
 
+    def quota_state(self, local_queue: str, namespace: str) -> tuple[dict | None, list[dict]]:
+        """As ``AsyncRayJobHook.quota_state``: (the ClusterQueue behind ``local_queue``, the Workloads of
+        ``namespace``) for a queue timeout's failure message; (None, []) when a read fails."""
+        try:
+            lq = self._get_kueue_object(LOCAL_QUEUE.plural, local_queue, namespace) or {}
+            queue = self._get_kueue_object(CLUSTER_QUEUE.plural, (lq.get("spec") or {})["clusterQueue"])
+            return queue, self._list_kueue_objects(WORKLOAD.plural, namespace)
+        except Exception as exc:  # noqa: BLE001 - the timeout stands without the detail
+            log.info(
+                "What held LocalQueue %s/%s's quota could not be read: %s",
+                namespace,
+                local_queue,
+                describe_error(exc),
+            )
+            return None, []
+
     def check_queue(self, namespace: str, queue: str, priority: str | None) -> QueueCapacity:
         """Preflight: the LocalQueue exists here, the WorkloadPriorityClass exists, and the ClusterQueue
         behind them exists; returns that ClusterQueue's maximum capacity (with cohort borrowing).

@@ -64,6 +64,7 @@ from kueue_ray.waiting import (
     Watchdog,
     deleted_verdict,
     describe_transition,
+    with_quota_holders,
 )
 
 if TYPE_CHECKING:
@@ -280,6 +281,8 @@ class RayJobTrigger(WaitTrigger):
                     rayjob, workload = await subscription.current(reread_rayjob=True, reread_workload=True)
                     confirmed = True
                     continue
+                if verdict is not None and verdict.status == QUEUE_TIMEOUT:
+                    verdict = await self._with_quota_holders(verdict, observation, subscription)
                 if verdict is not None:
                     progress.metrics.ended(verdict.status, verdict.reason, observation.cluster_queue)
                     # Only a triggerer can end a task: outside one (``dag.test()`` runs the trigger inline and
@@ -308,6 +311,20 @@ class RayJobTrigger(WaitTrigger):
                     self.log.warning(update.message)
                     continue
                 rayjob, workload = await _apply(update, rayjob, workload, subscription)
+
+    async def _with_quota_holders(
+        self, verdict: Verdict, observation: Observation, subscription: Any
+    ) -> Verdict:
+        """The queue timeout's message with what held the ClusterQueue's quota at the end."""
+        local_queue = subscription.queue or self.queue
+        if not local_queue:
+            return verdict
+        try:
+            async with subscription.api_client() as client:
+                queue, workloads = await self.hook.quota_state(local_queue, self.namespace, api_client=client)
+        except Exception:  # noqa: BLE001 - no shared client now: the timeout stands without the detail
+            return verdict
+        return with_quota_holders(verdict, queue, workloads, observation.workload_name)
 
     def _payload(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> dict:
         return self.target.payload(verdict, observation, timeline)

@@ -168,6 +168,24 @@ class Verdict:
     message: str
 
 
+def with_quota_holders(
+    verdict: Verdict, cluster_queue: dict | None, workloads: list[dict], own_workload: str | None
+) -> Verdict:
+    """``verdict`` (a queue timeout) with what held the ClusterQueue's quota at the end appended
+    (``kueue_ray.quota_holders``; this task's priority from its Workload, named ``own_workload``, among
+    ``workloads``); unchanged when the ClusterQueue could not be read."""
+    from kueue_ray.quota_holders import quota_holders
+
+    own = next((w for w in workloads if w["metadata"].get("name") == own_workload), {})
+    told = quota_holders(
+        cluster_queue,
+        workloads,
+        own_priority=(own.get("spec") or {}).get("priority"),
+        own_created=(own.get("metadata") or {}).get("creationTimestamp"),
+    )
+    return replace(verdict, message=f"{verdict.message}. {told}") if told else verdict
+
+
 def condition(obj: dict | None, type_: str) -> dict:
     """The condition of ``type_`` in ``obj``'s status; {} when there is none."""
     for found in ((obj or {}).get("status") or {}).get("conditions") or ():
@@ -488,6 +506,10 @@ class WorkerWait:
         verdict = self.watchdog.check(observation, workload, now)
         if verdict is None:
             return None
+        local_queue = target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
+        if verdict.status == QUEUE_TIMEOUT and local_queue:
+            queue, workloads = hook.quota_state(local_queue, target.namespace)
+            verdict = with_quota_holders(verdict, queue, workloads, observation.workload_name)
         return target.payload(verdict, observation, self.timeline)
 
     def wait(self, hook: RayJobHook) -> dict[str, Any]:

@@ -228,6 +228,26 @@ def test_queue_timeout_ends_a_wait_that_never_gets_admitted(queues, rayjob_body,
     assert event["status"] == "queue_timeout"
     assert "not admitted within queue_timeout=1s" in event["message"]
     assert "insufficient unused quota" in event["message"]
+    # What held the quota at the end: the blocker, at the same priority, so no preemption could help.
+    [blocker] = [r for r in queues.rayjobs() if r["metadata"]["uid"] != trigger.uid]
+    holder = queues.workload(blocker["metadata"]["uid"])["metadata"]["name"]
+    assert f"ClusterQueue {queues.cluster_queue} at the end: " in event["message"]
+    assert "nvidia.com/gpu 1 of 1" in event["message"]
+    assert f"admitted: {holder} ({queues.low} " in event["message"]
+    assert "not preemptible by this task's priority" in event["message"]
+
+
+def test_a_queue_timeout_in_a_worker_says_what_held_the_quota_too(queues, rayjob_body, task_context):
+    blocker_context = task_context("blocker")
+    submit(
+        queues, rayjob_body(duration="inf"), blocker_context, task_id="blocker", wait_for_completion=False
+    ).execute(blocker_context)
+    context = task_context("train")
+    op = submit(queues, rayjob_body(), context, queue_timeout=1.0, deferrable=False, poll_interval=0.2)
+    with pytest.raises(
+        Exception, match=f"queue_timeout=1s.*ClusterQueue {queues.cluster_queue} at the end: .*admitted: "
+    ):
+        op.execute(context)
 
 
 def test_execution_timeout_holds_while_deferred(queues, rayjob_body, task_context, capfd):
