@@ -295,6 +295,8 @@ class SubmitRayJobOperator(BaseOperator):
         "local_queue",
         "priority",
         "namespace",
+        "queue_timeout",
+        "run_timeout",
     )
     template_fields_renderers = {
         "values": "json",

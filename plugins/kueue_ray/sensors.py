@@ -67,7 +67,13 @@ class RayJobSensor(BaseSensorOperator):
     :param ray_dashboard_url_template: URL of the "Ray dashboard" link (see ``SubmitRayJobOperator``).
     """
 
-    template_fields: Sequence[str] = ("rayjob_name", "namespace", "submit_task_id")
+    template_fields: Sequence[str] = (
+        "rayjob_name",
+        "namespace",
+        "submit_task_id",
+        "queue_timeout",
+        "run_timeout",
+    )
     operator_extra_links = (KueueTabLink(), RayDashboardLink())
 
     def __init__(

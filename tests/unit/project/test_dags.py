@@ -234,6 +234,27 @@ def test_text_classifier_runs_daily_as_submit_then_sensor(dagbag):
     assert dag.get_task("submit").wait_for_completion is False
 
 
+def test_text_classifier_wait_bounds_are_params(dagbag):
+    """Empty queue_timeout keeps the default bound; a run may set its own, or "inf" for none."""
+    from kueue_ray.bounds import DEFAULT_QUEUE_TIMEOUT
+    from kueue_ray.waiting import WaitPolicy
+
+    dag = dagbag.dags["text_classifier_finetune"]
+    wait, native = dag.get_task("wait"), dag.get_template_env()
+    params = dag.params.dump()
+    rendered = {
+        name: wait.render_template(getattr(wait, name), {"params": params}, native)
+        for name in ("queue_timeout", "run_timeout")
+    }
+    assert rendered == {"queue_timeout": None, "run_timeout": 7200}
+    policy = WaitPolicy.from_dict(rendered)
+    assert (policy.queue_timeout, policy.run_timeout) == (DEFAULT_QUEUE_TIMEOUT, 7200)
+    override = wait.render_template(
+        wait.queue_timeout, {"params": {**params, "queue_timeout": "inf"}}, native
+    )
+    assert WaitPolicy.from_dict({"queue_timeout": override}).queue_timeout is None
+
+
 def test_model_and_checkpoint_assets_link_producers_and_consumers(dagbag):
     aurora = dagbag.dags["aurora_finetune_and_serve"]
     assert [a.name for a in aurora.get_task("publish_checkpoint").outlets] == ["aurora_finetuned_checkpoint"]
