@@ -249,6 +249,8 @@ class Faults:
     """At most this many items per page of a list that asks for pages (``limit``), whatever the limit."""
     continue_ttl_s: float = CONTINUE_TTL_S
     """Age at which a continue token is answered 410 Expired (etcd's compaction interval upstream)."""
+    clock_offset_s: float = 0.0
+    """The cluster's clock minus the real one: timestamps in objects and the ``Date`` header (``Clock``)."""
     _random: random.Random = field(default_factory=random.Random, repr=False)
 
     def update(self, settings: dict) -> None:
@@ -266,6 +268,7 @@ class Faults:
             "seed",
             "max_page_size",
             "continue_ttl_s",
+            "clock_offset_s",
         }
         unknown = set(settings) - known
         if unknown:
@@ -300,6 +303,8 @@ class Faults:
             self.max_page_size = size
         if "continue_ttl_s" in settings:
             self.continue_ttl_s = max(0.0, float(settings["continue_ttl_s"]))
+        if "clock_offset_s" in settings:
+            self.clock_offset_s = float(settings["clock_offset_s"])
 
     def reset(self) -> None:
         self.error_rate = 0.0
@@ -311,6 +316,7 @@ class Faults:
         self._random = random.Random()
         self.max_page_size = None
         self.continue_ttl_s = CONTINUE_TTL_S
+        self.clock_offset_s = 0.0
 
     def as_dict(self) -> dict:
         self._drop_expired()
@@ -322,6 +328,7 @@ class Faults:
             "rules": [rule.as_dict() for rule in self.rules],
             "max_page_size": self.max_page_size,
             "continue_ttl_s": self.continue_ttl_s,
+            "clock_offset_s": self.clock_offset_s,
         }
 
     def take_rule(self, record: RequestRecord) -> FaultRule | None:

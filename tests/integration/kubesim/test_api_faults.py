@@ -60,6 +60,7 @@ def test_fault_settings_are_reported_and_validated(api_faults):
         "rules": [],
         "max_page_size": None,
         "continue_ttl_s": 300.0,
+        "clock_offset_s": 0.0,
     }
     with urllib.request.urlopen(api_faults.url + "/kubesim/faults") as response:
         assert json.loads(response.read()) == shown
@@ -365,3 +366,20 @@ def test_an_old_continue_token_is_answered_410_expired(api_faults, api_client, u
     assert status["reason"] == "Expired" and "too old to display a consistent list" in status["message"]
     rest = core.list_namespaced_config_map(unique_name, limit=5, _continue=status["metadata"]["continue"])
     assert _names(rest) == ["cm-1", "cm-2"], "the inconsistent token still reads the rest"
+
+
+def test_a_clock_offset_shifts_object_timestamps_and_the_date_header(api_faults, api_client, unique_name):
+    """A control plane whose clock is an hour behind the machine running Airflow."""
+    from datetime import UTC, datetime, timedelta
+
+    core = client.CoreV1Api(api_client)
+    api_faults.set_faults(clock_offset_s=-3600)
+    namespace, _, headers = core.create_namespace_with_http_info({"metadata": {"name": unique_name}})
+    behind = datetime.now(UTC) - timedelta(hours=1)
+    assert abs((namespace.metadata.creation_timestamp - behind).total_seconds()) < 5
+    from email.utils import parsedate_to_datetime
+
+    assert abs((parsedate_to_datetime(headers["Date"]) - behind).total_seconds()) < 5
+    api_faults.reset_faults()
+    _, _, headers = core.read_namespace_with_http_info(unique_name)
+    assert abs((parsedate_to_datetime(headers["Date"]) - datetime.now(UTC)).total_seconds()) < 5
