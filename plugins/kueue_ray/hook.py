@@ -73,6 +73,7 @@ from kueue_ray.hook_common import (
 from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
 from kueue_ray.pages import Listing, list_all
+from kueue_ray.server_clock import server_clock
 
 __all__ = [
     "CONFLICT",
@@ -329,6 +330,7 @@ class RayJobHook(KubernetesHook):
             ),
             label_selector=f"{JOB_UID_LABEL}={uid}",
         )
+        server_clock(self.conn_id or "kubernetes_default").observe(listing.server_time)
         return newest(listing.items)
 
     @generic_api_retry

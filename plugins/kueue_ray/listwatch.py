@@ -48,8 +48,9 @@ from typing import Any
 
 from kueue_ray.api_errors import can_i, describe_error
 from kueue_ray.listbody import ListBody
-from kueue_ray.pages import EXPIRED_RESTARTS, PAGE_SIZE, continue_token
+from kueue_ray.pages import EXPIRED_RESTARTS, PAGE_SIZE, continue_token, server_time
 from kueue_ray.refusals import Backoff, Refused, WatchGone
+from kueue_ray.server_clock import server_clock
 from kueue_ray.shared_client import SharedApiClient
 
 log = logging.getLogger(__name__)
@@ -468,15 +469,14 @@ class ListWatchLoop:
             try:
                 if response.status == 410 and token and restarts < EXPIRED_RESTARTS:
                     log.info(
-                        "Listing %s %s: continue token expired, listing again",
-                        self.target.plural,
-                        self.target.where,
+                        "Listing %s %s: continue token expired, again", self.target.plural, self.target.where
                     )
                     restarts += 1
                     bodies, token = [], None
                     continue
                 if response.status != 200:
                     raise Refused.from_api_exception("list", await _as_api_exception(response))
+                server_clock(self.target.conn_id).observe(server_time(getattr(response, "headers", None)))
                 text = (await response.content.read()).decode()
             finally:
                 response.release()
@@ -512,6 +512,7 @@ class ListWatchLoop:
             if response.status != 200:
                 # Without preloading, the client hands over a 403 or 429 as if it were a stream of events.
                 raise Refused.from_api_exception("watch", await _as_api_exception(response))
+            server_clock(self.target.conn_id).observe(server_time(getattr(response, "headers", None)))
             self._succeeded()
             self._watch_allowed()
             async with asyncio.timeout(timeout + SERVER_TIMEOUT_GRACE_SECONDS):

@@ -26,9 +26,14 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from kueue_ray.quantity import human_quantity, parse_quantity
+
+if TYPE_CHECKING:
+    from kueue_ray.waiting import Verdict
 
 MAX_LISTED = 5
 """Admitted Workloads named in the message; the rest are counted."""
@@ -119,3 +124,19 @@ def _admitted_in(workload: dict, cluster_queue: str) -> bool:
         c.get("type") == "Finished" and c.get("status") == "True" for c in status.get("conditions") or ()
     )
     return not finished
+
+
+def with_quota_holders(
+    verdict: Verdict, cluster_queue: dict | None, workloads: list[dict], own_workload: str | None
+) -> Verdict:
+    """``verdict`` (a queue timeout) with what held the ClusterQueue's quota at the end appended
+    (``kueue_ray.quota_holders``; this task's priority from its Workload, named ``own_workload``, among
+    ``workloads``); unchanged when the ClusterQueue could not be read."""
+    own = next((w for w in workloads if w["metadata"].get("name") == own_workload), {})
+    told = quota_holders(
+        cluster_queue,
+        workloads,
+        own_priority=(own.get("spec") or {}).get("priority"),
+        own_created=(own.get("metadata") or {}).get("creationTimestamp"),
+    )
+    return replace(verdict, message=f"{verdict.message}. {told}") if told else verdict

@@ -28,6 +28,7 @@ from kueue_ray.deletion import DeleteOutcome, DeleteResult, while_owned
 from kueue_ray.hook import PreflightError, RayJobHook
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 from kueue_ray.pages import list_all, list_all_async
+from kueue_ray.server_clock import server_clock
 from kueue_ray.service_status import related_workload
 
 
@@ -118,7 +119,7 @@ class RayServiceHook(RayJobHook):
     def list_job_workloads(self, namespace: str) -> list[dict]:
         """Every Workload Kueue made for a job in ``namespace`` (they all carry the job-uid label)."""
         api = self.custom_object_client
-        return list_all(
+        listing = list_all(
             partial(
                 api.list_namespaced_custom_object_with_http_info,
                 KUEUE_GROUP,
@@ -127,7 +128,9 @@ class RayServiceHook(RayJobHook):
                 WORKLOAD.plural,
             ),
             label_selector=JOB_UID_LABEL,
-        ).items
+        )
+        server_clock(self.conn_id or "kubernetes_default").observe(listing.server_time)
+        return listing.items
 
     def read_service(self, name: str, namespace: str, uid: str) -> tuple[dict | None, list[dict]]:
         """(RayService, its Workloads) now; the RayService is None once it is gone or replaced."""

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import TriggerEvent
 
-from kueue_ray.api import utcnow
 from kueue_ray.hub import NOTICE
 from kueue_ray.naming import AirflowIdentity
+from kueue_ray.server_clock import server_clock
 from kueue_ray.service_status import SERVICE_POSITION_PHASES, ServiceObservation
 from kueue_ray.service_waiting import (
     ServiceTarget,
@@ -167,8 +167,9 @@ class RayServiceTrigger(WaitTrigger):
             confirmed = (
                 False  # service and workloads were just read from the API server for a clock's verdict
             )
+            clock = server_clock(self.kubernetes_conn_id)
             while True:
-                now = utcnow()
+                now, watchdog.offset_s = clock.now(), clock.offset_s  # the server's clock, as its timestamps
                 if service is None:
                     verdict = target.deleted()
                     self.log.error(verdict.message)

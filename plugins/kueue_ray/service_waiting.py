@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kueue_ray.api import parse_time, utcnow
+from kueue_ray.server_clock import server_clock
 from kueue_ray.service_status import (
     SERVICE_POSITION_PHASES,
     STARTING_SERVICE_PHASES,
@@ -301,7 +302,8 @@ class ServiceWorkerWait:
             service, workloads = hook.read_service(target.name, target.namespace, target.uid)
             if service is None:
                 return target.payload(target.deleted(), None, timeline)
-            now = utcnow()
+            clock = server_clock(getattr(hook, "conn_id", None) or "kubernetes_default")
+            now, watchdog.offset_s = clock.now(), clock.offset_s  # the server's clock, as its timestamps
             observation = target.observe(service, workloads)
             counted = timeline.preemption_count
             timeline.record(observation, now)

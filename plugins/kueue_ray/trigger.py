@@ -52,7 +52,9 @@ from kueue_ray.metrics import WaitMetrics
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.narration import Story, preemptor_job_uid
 from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
+from kueue_ray.quota_holders import with_quota_holders
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
+from kueue_ray.server_clock import server_clock
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.trigger_base import WaitTrigger
@@ -64,7 +66,6 @@ from kueue_ray.waiting import (
     Watchdog,
     deleted_verdict,
     describe_transition,
-    with_quota_holders,
 )
 
 if TYPE_CHECKING:
@@ -259,8 +260,10 @@ class RayJobTrigger(WaitTrigger):
             if rayjob is not None:
                 labels = (rayjob.get("metadata") or {}).get("labels") or {}
                 subscription.queue = self.queue or labels.get(QUEUE_LABEL)
+            clock = server_clock(self.kubernetes_conn_id)
             while True:
-                now = utcnow()
+                # On the API server's clock, like the Workload's timestamps the queue and run clocks start from.
+                now, watchdog.offset_s = clock.now(), clock.offset_s
                 if rayjob is None:
                     verdict = deleted_verdict(
                         "RayJob", self.namespace, self.name, self.uid, "before it finished"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kueue_ray.api import parse_time, utcnow
@@ -31,6 +31,8 @@ from kueue_ray.bounds import (
 from kueue_ray.naming import QUEUE_LABEL
 from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
 from kueue_ray.phases import ADMITTED_PHASES, POSITION_PHASES, WAITING_PHASES, Phase
+from kueue_ray.quota_holders import with_quota_holders
+from kueue_ray.server_clock import server_clock
 from kueue_ray.status import Observation, observe, pods_not_ready_hint
 from kueue_ray.timeline import Timeline
 from kueue_ray.verdicts import (
@@ -168,24 +170,6 @@ class Verdict:
     message: str
 
 
-def with_quota_holders(
-    verdict: Verdict, cluster_queue: dict | None, workloads: list[dict], own_workload: str | None
-) -> Verdict:
-    """``verdict`` (a queue timeout) with what held the ClusterQueue's quota at the end appended
-    (``kueue_ray.quota_holders``; this task's priority from its Workload, named ``own_workload``, among
-    ``workloads``); unchanged when the ClusterQueue could not be read."""
-    from kueue_ray.quota_holders import quota_holders
-
-    own = next((w for w in workloads if w["metadata"].get("name") == own_workload), {})
-    told = quota_holders(
-        cluster_queue,
-        workloads,
-        own_priority=(own.get("spec") or {}).get("priority"),
-        own_created=(own.get("metadata") or {}).get("creationTimestamp"),
-    )
-    return replace(verdict, message=f"{verdict.message}. {told}") if told else verdict
-
-
 def condition(obj: dict | None, type_: str) -> dict:
     """The condition of ``type_`` in ``obj``'s status; {} when there is none."""
     for found in ((obj or {}).get("status") or {}).get("conditions") or ():
@@ -210,6 +194,9 @@ class Watchdog:
     admitted_since: datetime | None = None
     pods_ready_timeout: float | None = None
     """Kueue's waitForPodsReady timeout as last seen on the Workload (for the give-up message)."""
+    offset_s: float = 0.0
+    """The API server's clock minus this process's (``kueue_ray.server_clock``): ``now`` is on the server's
+    clock, like the timestamps the clocks start from; the execution deadline is on Airflow's."""
 
     waiting_phases: ClassVar[frozenset] = WAITING_PHASES
     """The queue clock runs in these."""
@@ -229,7 +216,7 @@ class Watchdog:
                 SUCCESS if self.succeeded(observation) else FAILED, observation.reason, observation.message
             )
         deadline = parse_time(policy.deadline)
-        if deadline is not None and now >= deadline:
+        if deadline is not None and now >= deadline + timedelta(seconds=self.offset_s):
             return Verdict(
                 EXECUTION_TIMEOUT,
                 "ExecutionTimeout",
@@ -309,7 +296,7 @@ class Watchdog:
         admitted_limit = getattr(policy, self.admitted_limit)
         deadlines = []
         if (deadline := parse_time(policy.deadline)) is not None:
-            deadlines.append(deadline.timestamp())
+            deadlines.append(deadline.timestamp() + self.offset_s)
         if self.inadmissible_since is not None and policy.fail_on_inadmissible:
             deadlines.append(self.inadmissible_since.timestamp() + policy.inadmissible_grace)
         if self.waiting_since is not None and policy.queue_timeout is not None:
@@ -478,7 +465,6 @@ class WorkerWait:
     def step(self, hook: RayJobHook) -> dict[str, Any] | None:
         """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
         target = self.target
-        now = utcnow()
         try:
             rayjob, workload = hook.read_state(target.name, target.namespace, target.uid)
         except Exception as exc:
@@ -501,6 +487,8 @@ class WorkerWait:
             )
             return target.payload(verdict, None, self.timeline)
         observation = observe(rayjob, workload)
+        clock = server_clock(getattr(hook, "conn_id", None) or "kubernetes_default")
+        now, self.watchdog.offset_s = clock.now(), clock.offset_s  # the clock the server's timestamps use
         self.timeline.record(observation, now)
         self.tell(hook, rayjob, observation)
         verdict = self.watchdog.check(observation, workload, now)

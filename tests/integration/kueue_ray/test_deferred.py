@@ -277,3 +277,41 @@ def test_execution_timeout_holds_while_deferred(queues, rayjob_body, task_contex
         op.execute_complete(context, event=event)
     remaining = [r["metadata"]["uid"] for r in queues.rayjobs() if not r["metadata"].get("deletionTimestamp")]
     assert trigger.uid not in remaining
+
+
+@pytest.fixture
+def skewed_cluster(kubesim):
+    """Set the cluster's clock off from this process's (``skewed_cluster(seconds)``), reset afterwards."""
+    from kueue_ray.server_clock import server_clock
+
+    yield lambda seconds: kubesim.set_faults(clock_offset_s=seconds)
+    kubesim.reset_faults()
+    server_clock("kubernetes_default").offset_s = 0.0  # the next answer would correct it too
+
+
+@pytest.mark.parametrize("skew", [-3600, 3600], ids=["server-an-hour-behind", "server-an-hour-ahead"])
+@pytest.mark.parametrize("deferrable", [True, False], ids=["triggerer", "worker"])
+def test_a_queue_timeout_is_measured_on_the_api_server_s_clock(
+    queues, rayjob_body, task_context, skewed_cluster, skew, deferrable
+):
+    """Kueue's timestamps are on the control plane's clock: with the triggerer's own clock an hour off, a
+    4 s queue timeout would fire at once (server behind) or an hour late (server ahead)."""
+    import time
+
+    skewed_cluster(skew)
+    blocker_context = task_context("blocker")
+    submit(
+        queues, rayjob_body(duration="inf"), blocker_context, task_id="blocker", wait_for_completion=False
+    ).execute(blocker_context)
+    context = task_context("train")
+    op = submit(queues, rayjob_body(), context, queue_timeout=4, deferrable=deferrable, poll_interval=0.2)
+    started = time.monotonic()
+    if deferrable:
+        event = asyncio.run(first_event(defer(op, context)))
+        assert event["status"] == "queue_timeout", event
+    else:
+        with pytest.raises(Exception, match="queue_timeout=4s"):
+            op.execute(context)
+    waited = time.monotonic() - started
+    # Whole-second timestamps and the Date header's whole seconds: within about a second of 4 s.
+    assert 2.5 <= waited <= 10, waited
