@@ -221,9 +221,9 @@ class SubmitRayJobOperator(BaseOperator):
     a success ends the task there too (``end_in_triggerer``): the task leaves the same XComs and log
     lines without taking a worker slot again or waiting for the scheduler to hand it one.
     The task log tells what happens and why (queued with position, admitted with flavors, running,
-    preempted, requeued, ...). Queueing is normal: no timeout counts queue time unless ``queue_timeout`` is
-    set, and waiting for admission checks (quota reserved, not yet admitted) is queueing too: ``run_timeout``
-    counts from the admission. The task fails with Kueue's/KubeRay's message when the RayJob fails, an
+    preempted, requeued, ...). Every wait is bounded: ``queue_timeout`` (default 24 h; waiting for admission
+    checks, quota reserved but not yet admitted, is queueing too), ``run_timeout`` (default 72 h, from the
+    admission), ``"inf"`` for none, and ``execution_timeout`` also while deferred (``kueue_ray.bounds``). The task fails with Kueue's/KubeRay's message when the RayJob fails, an
     admission check rejects it, it stays inadmissible longer than ``inadmissible_grace``, or it exceeds a
     timeout, ``max_preemptions`` or ``max_pods_ready_evictions``; a RayJob given up on while still queued or
     running is deleted.

@@ -110,9 +110,10 @@ class DeployRayServiceOperator(BaseOperator):
         rendered RayService (see ``kueue_ray.manifests.build_rayservice``).
     :param kubernetes_conn_id: Airflow ``kubernetes`` connection.
     :param deferrable: wait in the triggerer (default) instead of holding a worker slot.
-    :param queue_timeout: seconds the cluster may wait for admission (templated); None waits as long as it
-        takes.
-    :param ready_timeout: seconds from the cluster's admission until it serves (templated); None for no limit.
+    :param queue_timeout: seconds the cluster may wait for admission (templated); unset: 24 h, ``"inf"``:
+        no limit.
+    :param ready_timeout: seconds from the cluster's admission until it serves (templated); unset: 1 h,
+        ``"inf"``: no limit.
     :param fail_on_inadmissible / inadmissible_grace / max_preemptions / max_pods_ready_evictions: as for
         ``SubmitRayJobOperator`` (``kueue_ray.waiting.WaitPolicy``, judged by
         ``kueue_ray.service_waiting.ServiceWatchdog``).
