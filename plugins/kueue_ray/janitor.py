@@ -10,7 +10,7 @@ task on any worker, like the pipelines.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -149,7 +149,9 @@ class DeleteOrphanedRayJobsOperator(BaseOperator):
                     records.append(self._expire(hook, rayjob, reason, judge))
         return records
 
-    def _expire(self, hook: Any, rayjob: dict, reason: str, judge: Any) -> dict[str, str]:
+    def _expire(
+        self, hook: Any, rayjob: dict, reason: str, judge: Callable[[dict], str | None]
+    ) -> dict[str, str]:
         """Delete one expired RayJob with the uid and version it was judged on; when it changed since
         (409), judge what is there now (a finished RayJob changes only in its metadata)."""
         from kueue_ray.deletion import KEPT_CHANGING, DeleteOutcome, DeleteResult
@@ -250,7 +252,9 @@ def _run_view(ti: Any, dag_id: str, run_id: str) -> tuple[str | None, dict[str, 
     )
 
 
-def _retention_judge(now: Any, retention: Any, run_state: str | None, states: dict) -> Any:
+def _retention_judge(
+    now: datetime, retention: timedelta, run_state: str | None, states: dict[str, str | None]
+) -> Callable[[dict], str | None]:
     """The retention rule with this DAG run's view bound: RayJob -> reason to delete it, or None."""
 
     def judge(rayjob: dict) -> str | None:
