@@ -73,6 +73,10 @@ def test_finished_rayjobs_are_deleted_after_retention_with_what_they_own_and_not
     assert states.asked == ["live"]
 
     time.sleep(2)  # endTime and the server's Date have whole seconds
+    dry = janitor(queues, states, retention_days=1 / 86400, dry_run=True)
+    assert [(f["name"], f["result"]) for f in dry] == [(expired["name"], "not deleted (dry run)")]
+    assert phase_of(queues, expired["uid"]) == "Complete"
+
     found = janitor(queues, states, retention_days=1 / 86400)
 
     assert [(f["name"], f["result"]) for f in found] == [(expired["name"], "deleted")]

@@ -125,3 +125,19 @@ def test_a_bad_retention_is_refused_naming_the_option_and_the_fix(value):
 
 def test_the_module_examples_hold():
     assert doctest.testmod(retention_module).failed == 0
+
+
+def test_the_janitor_takes_its_argument_then_the_airflow_option_then_the_default(monkeypatch):
+    from kueue_ray.janitor import DeleteOrphanedRayJobsOperator
+
+    monkeypatch.delenv("AIRFLOW__KUEUE_RAY__RETENTION_DAYS", raising=False)
+    assert DeleteOrphanedRayJobsOperator(task_id="j")._retention() == timedelta(days=7)
+    monkeypatch.setenv("AIRFLOW__KUEUE_RAY__RETENTION_DAYS", "2.5")
+    assert DeleteOrphanedRayJobsOperator(task_id="j")._retention() == timedelta(days=2.5)
+    assert DeleteOrphanedRayJobsOperator(task_id="j", retention_days=1)._retention() == timedelta(days=1)
+    assert DeleteOrphanedRayJobsOperator(task_id="j", retention_days="None")._retention() == timedelta(
+        days=2.5
+    )
+    monkeypatch.setenv("AIRFLOW__KUEUE_RAY__RETENTION_DAYS", "a week")
+    with pytest.raises(ValueError, match=r"\[kueue_ray\] retention_days='a week' is not a retention period"):
+        DeleteOrphanedRayJobsOperator(task_id="j")._retention()
