@@ -122,6 +122,16 @@ def test_execute_submits_and_defers_to_the_trigger(cluster):
     assert ti.xcom["rayjob"]["uid"] == "uid-1"
 
 
+@pytest.mark.parametrize("field,value", [("queue_timeout", "-1"), ("run_timeout", "soon")])
+def test_a_bad_timeout_fails_the_task_before_anything_is_created(cluster, field, value):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    context = {"ti": TI(), "dag_run": DagRun("scheduled"), "params": {}}
+    with pytest.raises(AirflowFailException, match=f"{field}: not a timeout .* Fix: give seconds > 0"):
+        operator(**{field: value}).execute(context)
+    assert cluster == []
+
+
 def test_backfill_runs_are_clamped_to_the_backfill_priority(cluster):
     context = {"ti": TI(), "dag_run": DagRun("backfill"), "params": {"priority": "prod-priority"}}
     policy = {"allowed": ["dev-priority", "prod-priority"]}
