@@ -83,8 +83,8 @@ def paginate(
         size = int(limit) if limit else 0
     except ValueError:
         raise ApiError(400, "BadRequest", f"limit: Invalid value: {limit!r}") from None
-    if max_page_size:
-        size = min(size, max_page_size) if size > 0 else max_page_size
+    if max_page_size and size > 0:  # limit 0 (or none) asks for everything, as upstream
+        size = min(size, max_page_size)
     if size <= 0 or len(items) <= size:
         return items, resource_version, "", None
     page = items[:size]
