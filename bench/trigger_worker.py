@@ -147,7 +147,7 @@ def make_triggers(spec: dict) -> list:
     """One trigger per job of the spec, as the operator would defer to it."""
     from kueue_ray.service_trigger import RayServiceTrigger
     from kueue_ray.trigger import RayJobTrigger
-    from kueue_ray.waiting import WaitPolicy
+    from kueue_ray.wait_policy import WaitPolicy
 
     policy = WaitPolicy(fail_on_inadmissible=False, resync_interval=spec["resync_interval"])
     common = {"namespace": spec["namespace"], "queue": spec["queue"], "policy": policy}

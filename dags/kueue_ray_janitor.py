@@ -28,12 +28,17 @@ in each RayJob's annotations, and deletes the orphans. A RayJob whose task may s
 deferred, running, not yet scheduled) or that a task handed on (`wait_for_completion=False`, succeeded,
 no sensor registered) is never touched. The task log and the XCom list each orphan with the reason.
 
+It also deletes this integration's **finished** RayJobs once they have been finished for longer than the
+retention period (their Workload, submitter Job and pods go with them): `[kueue_ray] retention_days`
+(default 7), or **retention_days** below for one run. Never before their DAG run and the task that collects
+their result have ended.
+
 Trigger it by hand with **dry_run** to see what it would delete.
 """
 
 with DAG(
     dag_id="kueue_ray_janitor",
-    description="Delete RayJobs that no Airflow task waits for any more (frees their Kueue quota)",
+    description="Delete RayJobs no Airflow task waits for any more, and finished ones after their retention",
     doc_md=DOC,
     schedule=timedelta(minutes=15),
     start_date=datetime(2026, 1, 1),
@@ -51,10 +56,18 @@ with DAG(
             description="Where to look for orphaned RayJobs.",
         ),
         "dry_run": Param(False, type="boolean", title="Dry run", description="Only report, delete nothing."),
+        "retention_days": Param(
+            None,
+            type=["null", "number"],
+            minimum=0,
+            title="Retention (days)",
+            description="Days a finished RayJob is kept; empty: [kueue_ray] retention_days (default 7).",
+        ),
     },
 ) as dag:
     DeleteOrphanedRayJobsOperator(
         task_id="delete_orphans",
         namespaces="{{ params.namespaces }}",
         dry_run="{{ params.dry_run }}",
+        retention_days="{{ params.retention_days }}",
     )

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 from kueue_ray.operators import SubmitRayJobOperator
-from kueue_ray.params import NAMESPACE, PRIORITY_CLASSES, priority_param, queue_param
+from kueue_ray.params import NAMESPACE, PRIORITY_CLASSES, priority_param, queue_param, timeout_param
 from kueue_ray.sensors import RayJobSensor
 
 DOC = """
@@ -76,6 +76,8 @@ with DAG(
             description="Training workers inside the Ray cluster (one GPU each).",
             section="Training",
         ),
+        "queue_timeout": timeout_param(None, "Queue timeout", "How long the RayJob may wait for admission."),
+        "run_timeout": timeout_param(2 * 3600, "Run timeout", "How long the RayJob may run once admitted."),
     },
 ):
     submit = SubmitRayJobOperator(
@@ -93,6 +95,7 @@ with DAG(
         task_id="wait",
         submit_task_id="submit",
         namespace=NAMESPACE,
-        run_timeout=2 * 3600,
+        queue_timeout="{{ params.queue_timeout }}",
+        run_timeout="{{ params.run_timeout }}",
     )
     submit >> wait

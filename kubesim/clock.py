@@ -3,12 +3,16 @@
 Timestamps written into objects are real wall-clock UTC, so that Airflow (which runs on the real clock)
 and kubesim agree on when things happened. Only durations are simulated: a RayJob that "runs for 30 s"
 with ``--time-scale 10`` finishes after 3 real seconds.
+
+``offset_s`` shifts the whole cluster's clock (timestamps in objects and the HTTP ``Date`` header), as a
+control plane whose clock is off from the machine running Airflow (a laptop's docker-compose against a
+remote cluster): ``POST /kubesim/faults {"clock_offset_s": -3600}``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 
 class Clock:
@@ -16,9 +20,10 @@ class Clock:
         if time_scale <= 0:
             raise ValueError(f"--time-scale must be > 0, got {time_scale}")
         self.time_scale = time_scale
+        self.offset_s = 0.0
 
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return datetime.now(UTC) + timedelta(seconds=self.offset_s)
 
     def timestamp(self) -> str:
         """The current time as Kubernetes writes it (RFC 3339, second precision, Z)."""

@@ -8,6 +8,7 @@ decisions about faults and refusals live in ``faults``.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import logging
 import time
 from collections.abc import Callable
@@ -59,7 +60,13 @@ def make_app(cluster, *, bookmark_interval: float = 5.0, token: str | None = Non
     app.router.add_get("/kubesim/requests", _get_requests)
     app.router.add_delete("/kubesim/requests", _delete_requests)
     app.router.add_route("*", "/{tail:.*}", dispatch)
+    app.on_response_prepare.append(_date_header)
     return app
+
+
+async def _date_header(request: web.Request, response: web.StreamResponse) -> None:
+    """``Date`` on the cluster's clock (``Clock.offset_s``), as a control plane whose clock is off sends it."""
+    response.headers["Date"] = email.utils.format_datetime(request.app[CLUSTER].clock.now(), usegmt=True)
 
 
 # ----- middleware: faults first, then the handler, then the request log -----
@@ -194,6 +201,7 @@ async def _post_faults(request: web.Request) -> web.Response:
             raise FaultSettingsError("drop_watches must be true or false")
         if settings or not drop:
             request.app[FAULTS].update(settings)
+            request.app[CLUSTER].clock.offset_s = request.app[FAULTS].clock_offset_s
         if drop:  # once, now: every open watch ends, as when the API server restarts
             request.app[STREAMS].end_watches()
     except (ValueError, TypeError) as exc:
@@ -203,6 +211,7 @@ async def _post_faults(request: web.Request) -> web.Response:
 
 async def _delete_faults(request: web.Request) -> web.Response:
     request.app[FAULTS].reset()
+    request.app[CLUSTER].clock.offset_s = 0.0
     return json_response(request.app[FAULTS].as_dict())
 
 

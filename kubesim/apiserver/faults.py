@@ -17,6 +17,8 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from kubesim.apiserver.paging import CONTINUE_TTL_S
+
 REQUEST_LOG_LIMIT = 20_000
 """Oldest request-log entries are dropped beyond this, so a long benchmark cannot exhaust memory."""
 RULE_CODES = (401, 403, 410, 429, 500, 503, 504)
@@ -262,6 +264,12 @@ class Faults:
     as the API server's not-found handler does. A group's subgroups go with it (``visibility.kueue.x-k8s.io``
     with ``kueue.x-k8s.io``)."""
     seed: int | None = None
+    max_page_size: int | None = None
+    """At most this many items per page of a list that asks for pages (``limit``), whatever the limit."""
+    continue_ttl_s: float = CONTINUE_TTL_S
+    """Age at which a continue token is answered 410 Expired (etcd's compaction interval upstream)."""
+    clock_offset_s: float = 0.0
+    """The cluster's clock minus the real one: timestamps in objects and the ``Date`` header (``Clock``)."""
     _random: random.Random = field(default_factory=random.Random, repr=False)
 
     def update(self, settings: dict) -> None:
@@ -278,6 +286,9 @@ class Faults:
             "rules",
             "unserved_groups",
             "seed",
+            "max_page_size",
+            "continue_ttl_s",
+            "clock_offset_s",
         }
         unknown = set(settings) - known
         if unknown:
@@ -310,6 +321,15 @@ class Faults:
         if "seed" in settings:
             self.seed = settings["seed"]
             self._random.seed(self.seed)
+        if "max_page_size" in settings:
+            size = settings["max_page_size"]
+            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+                raise FaultSettingsError("max_page_size must be a positive integer or null")
+            self.max_page_size = size
+        if "continue_ttl_s" in settings:
+            self.continue_ttl_s = max(0.0, float(settings["continue_ttl_s"]))
+        if "clock_offset_s" in settings:
+            self.clock_offset_s = float(settings["clock_offset_s"])
 
     def reset(self) -> None:
         self.error_rate = 0.0
@@ -320,6 +340,9 @@ class Faults:
         self.unserved_groups = frozenset()
         self.seed = None
         self._random = random.Random()
+        self.max_page_size = None
+        self.continue_ttl_s = CONTINUE_TTL_S
+        self.clock_offset_s = 0.0
 
     def as_dict(self) -> dict:
         self._drop_expired()
@@ -330,6 +353,9 @@ class Faults:
             "expire_watches": self.expire_watches,
             "rules": [rule.as_dict() for rule in self.rules],
             "unserved_groups": sorted(self.unserved_groups),
+            "max_page_size": self.max_page_size,
+            "continue_ttl_s": self.continue_ttl_s,
+            "clock_offset_s": self.clock_offset_s,
         }
 
     def serves(self, group: str) -> bool:

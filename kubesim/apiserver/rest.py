@@ -7,7 +7,6 @@ live in ``paths``, ``table`` and ``discovery``, the long-lived responses in ``wa
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 
 from aiohttp import web
@@ -15,6 +14,7 @@ from aiohttp import web
 from kubesim.apiserver import discovery, watch_stream
 from kubesim.apiserver.faults import status_body
 from kubesim.apiserver.http import CLUSTER, FAULTS, STATS, STREAMS, error_response, json_response, not_found
+from kubesim.apiserver.paging import paginate
 from kubesim.apiserver.paths import Target, parse_target, rbac_verb
 from kubesim.apiserver.table import build_table, wants_table
 from kubesim.cluster import AggregatedApi
@@ -330,37 +330,21 @@ def _list(request: web.Request, store, rt: ResourceType, namespace: str | None, 
         label_selector=query.get("labelSelector") or None,
         field_selector=query.get("fieldSelector") or None,
     )
-    items, cont, remaining = paginate(items, query.get("limit"), query.get("continue"))
+    faults = request.app[FAULTS]
+    items, resource_version, cont, remaining = paginate(
+        items,
+        resource_version,
+        query.get("limit"),
+        query.get("continue"),
+        max_page_size=faults.max_page_size,
+        continue_ttl_s=faults.continue_ttl_s,
+    )
     if wants_table(request.headers.get("Accept", "")):
         table = _table(rt, items, resource_version, query)
         if cont:
             table["metadata"]["continue"] = cont
         return json_response(table)
     return json_response(_list_body(rt, items, resource_version, cont, remaining))
-
-
-def paginate(items: list[dict], limit: str | None, token: str | None) -> tuple[list[dict], str, int | None]:
-    """limit/continue over the current state. The token names the last item returned, so a page
-    boundary survives creations and deletions (upstream also pins the resourceVersion; we do not)."""
-    if not token and not limit:
-        return items, "", None
-    items = sorted(items, key=_sort_key)
-    if token:
-        try:
-            after = tuple(json.loads(base64.urlsafe_b64decode(token.encode())))
-        except (ValueError, TypeError):
-            raise ApiError(400, "BadRequest", "continue key is not valid") from None
-        items = [item for item in items if _sort_key(item) > after]
-    if not limit or int(limit) <= 0 or len(items) <= int(limit):
-        return items, "", None
-    page = items[: int(limit)]
-    last = list(_sort_key(page[-1]))
-    return page, base64.urlsafe_b64encode(json.dumps(last).encode()).decode(), len(items) - len(page)
-
-
-def _sort_key(item: dict) -> tuple[str, str]:
-    metadata = item.get("metadata", {})
-    return (metadata.get("namespace", ""), metadata.get("name", ""))
 
 
 def _table(rt: ResourceType, objects: list[dict], resource_version: str, query) -> dict:

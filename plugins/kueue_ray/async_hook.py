@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
@@ -44,6 +45,7 @@ from kueue_ray.hook_common import (
 )
 from kueue_ray.listbody import ListBody
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
+from kueue_ray.pages import list_all_async
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +68,51 @@ class AsyncRayJobHook(AsyncKubernetesHook):
     @generic_api_retry
     async def find_workload(self, uid: str, namespace: str, api_client: Any = None) -> dict | None:
         async with self._client(api_client) as client:
-            result = await AsyncCustomObjectsApi(client).list_namespaced_custom_object(
-                KUEUE_GROUP,
-                KUEUE_VERSION,
-                namespace,
-                WORKLOAD.plural,
+            listing = await list_all_async(
+                partial(
+                    AsyncCustomObjectsApi(client).list_namespaced_custom_object_with_http_info,
+                    KUEUE_GROUP,
+                    KUEUE_VERSION,
+                    namespace,
+                    WORKLOAD.plural,
+                ),
                 label_selector=f"{JOB_UID_LABEL}={uid}",
             )
-        return newest(result.get("items") or [])
+        return newest(listing.items)
+
+    async def quota_state(
+        self, local_queue: str, namespace: str, api_client: Any = None
+    ) -> tuple[dict | None, list[dict]]:
+        """(the ClusterQueue behind ``local_queue``, the Workloads of ``namespace``) for a queue timeout's
+        failure message (``kueue_ray.quota_holders``); (None, []) when a read fails, which only shortens
+        the message."""
+        try:
+            async with self._client(api_client) as client:
+                api = AsyncCustomObjectsApi(client)
+                lq = await api.get_namespaced_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", local_queue
+                )
+                queue = await api.get_cluster_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", lq["spec"]["clusterQueue"]
+                )
+                listing = await list_all_async(
+                    partial(
+                        api.list_namespaced_custom_object_with_http_info,
+                        KUEUE_GROUP,
+                        KUEUE_VERSION,
+                        namespace,
+                        WORKLOAD.plural,
+                    )
+                )
+            return queue, listing.items
+        except Exception as exc:  # noqa: BLE001 - the timeout stands without the detail
+            log.info(
+                "What held LocalQueue %s/%s's quota could not be read: %s",
+                namespace,
+                local_queue,
+                describe_error(exc),
+            )
+            return None, []
 
     async def delete_rayjob(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
@@ -193,8 +232,9 @@ class AsyncRayJobHook(AsyncKubernetesHook):
             core = CoreV1Api(client)
             try:
                 pods = (
-                    await core.list_namespaced_pod(
-                        namespace, label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}"
+                    await list_all_async(
+                        partial(core.list_namespaced_pod_with_http_info, namespace),
+                        label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}",
                     )
                 ).items
                 if not pods:

@@ -124,3 +124,19 @@ def essential_workload(workload: dict) -> dict:
     if kept:
         slim["status"] = kept
     return slim
+
+
+def resource_version_newer(candidate: dict, current: dict | None) -> bool:
+    """True when ``candidate`` should replace ``current`` in a cache.
+
+    resourceVersions are opaque strings to clients, but every API server in practice issues increasing
+    integers (etcd revisions); compare them as integers when both parse, and otherwise trust the newcomer.
+    """
+    if current is None:
+        return True
+    new_rv = (candidate.get("metadata") or {}).get("resourceVersion")
+    old_rv = (current.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(new_rv) > int(old_rv)
+    except (TypeError, ValueError):
+        return new_rv != old_rv

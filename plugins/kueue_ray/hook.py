@@ -26,11 +26,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
 from kubernetes.client.exceptions import ApiException
 
+from kueue_ray.adoption import Earlier
 from kueue_ray.api import (
     CLUSTER_QUEUE,
     KUEUE_GROUP,
@@ -42,14 +44,8 @@ from kueue_ray.api import (
     WORKLOAD,
     WORKLOAD_PRIORITY_CLASS,
 )
-from kueue_ray.api_errors import (
-    describe_error,
-    may_be_missing_api,
-    not_served_message,
-    read_of,
-    reading,
-    refusal_message,
-)
+from kueue_ray.api_errors import describe_error, may_be_missing_api, reading
+from kueue_ray.api_errors import explained as explain_access
 from kueue_ray.async_hook import AsyncRayJobHook
 from kueue_ray.capacity import explain_capacity_shortfall, find_shortfall, max_capacity
 from kueue_ray.deletion import (
@@ -63,7 +59,7 @@ from kueue_ray.deletion import (
     not_waiting_reason,
     while_owned,
 )
-from kueue_ray.errors import ClusterAccessError, KueueRayError
+from kueue_ray.errors import KueueRayError
 from kueue_ray.hook_common import (
     SUBMITTER_CONTAINER,
     SUBMITTER_JOB_LABEL,
@@ -77,7 +73,8 @@ from kueue_ray.hook_common import (
 )
 from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
-from kueue_ray.refusals import Denial
+from kueue_ray.pages import Listing, list_all
+from kueue_ray.server_clock import server_clock
 
 __all__ = [
     "CONFLICT",
@@ -171,13 +168,42 @@ class RayJobHook(KubernetesHook):
                 return None
             raise
 
-    @generic_api_retry
     def list_managed_rayjobs(self, namespace: str, label_selector: str = MANAGED_BY_SELECTOR) -> list[dict]:
         """The RayJobs this integration created in ``namespace`` (the managed-by label, or a narrower
-        ``label_selector``: one deployment's, one task instance's), for the janitor and for a later try."""
-        return self.custom_object_client.list_namespaced_custom_object(
-            RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, label_selector=label_selector
-        )["items"]
+        ``label_selector``: one deployment's, one task instance's), in pages."""
+        return self.managed_rayjobs(namespace, label_selector).items
+
+    @generic_api_retry
+    def managed_rayjobs(self, namespace: str, label_selector: str = MANAGED_BY_SELECTOR) -> Listing:
+        """``list_managed_rayjobs`` with the API server's time of the answer (``Listing.server_time``),
+        which the janitor measures the RayJobs' server timestamps against."""
+        with reading("list", f"{RAYJOB.plural}.{RAY_GROUP}", RAY_GROUP, RAY_VERSION):
+            return list_all(
+                partial(
+                    self.custom_object_client.list_namespaced_custom_object_with_http_info,
+                    RAY_GROUP,
+                    RAY_VERSION,
+                    namespace,
+                    RAYJOB.plural,
+                ),
+                label_selector=label_selector,
+            )
+
+    def earlier_tries(self, namespace: str, identity: AirflowIdentity) -> list[Earlier]:
+        """Every RayJob of ``identity``'s task instance in its deployment (any try), and the one a try made
+        under the task instance's legacy name before RayJobs carried their deployment, with what each is
+        doing: what ``kueue_ray.adoption.plan`` decides on."""
+        from kueue_ray.status import observe
+
+        found = self.list_managed_rayjobs(namespace, label_selector=identity.task_instance_selector())
+        legacy = self.get_rayjob(identity.legacy_rayjob_name(), namespace)
+        earlier = []
+        for rayjob in found + ([legacy] if legacy is not None else []):
+            holder = AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations"))
+            if holder is not None:
+                workload = self.find_workload(rayjob["metadata"]["uid"], namespace)
+                earlier.append(Earlier(rayjob, holder, observe(rayjob, workload)))
+        return earlier
 
     @generic_api_retry
     def _patch_rayjob(self, name: str, namespace: str, patch: dict) -> dict | None:
@@ -313,14 +339,18 @@ class RayJobHook(KubernetesHook):
     def find_workload(self, uid: str, namespace: str) -> dict | None:
         """The Workload Kueue made for the RayJob with this uid (newest if several), or None yet."""
         with reading("list", f"{WORKLOAD.plural}.{KUEUE_GROUP}", KUEUE_GROUP, KUEUE_VERSION):
-            result = self.custom_object_client.list_namespaced_custom_object(
-                KUEUE_GROUP,
-                KUEUE_VERSION,
-                namespace,
-                WORKLOAD.plural,
+            listing = list_all(
+                partial(
+                    self.custom_object_client.list_namespaced_custom_object_with_http_info,
+                    KUEUE_GROUP,
+                    KUEUE_VERSION,
+                    namespace,
+                    WORKLOAD.plural,
+                ),
                 label_selector=f"{JOB_UID_LABEL}={uid}",
             )
-        return newest(result.get("items") or [])
+        server_clock(self.conn_id or "kubernetes_default").observe(listing.server_time)
+        return newest(listing.items)
 
     @generic_api_retry
     def _get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
@@ -338,12 +368,34 @@ class RayJobHook(KubernetesHook):
     @generic_api_retry
     def _list_kueue_objects(self, plural: str, namespace: str | None = None) -> list[dict]:
         api = self.custom_object_client
+        if namespace is None:
+            call = partial(api.list_cluster_custom_object_with_http_info, KUEUE_GROUP, KUEUE_VERSION, plural)
+        else:
+            call = partial(
+                api.list_namespaced_custom_object_with_http_info,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                namespace,
+                plural,
+            )
         with reading("list", f"{plural}.{KUEUE_GROUP}", KUEUE_GROUP, KUEUE_VERSION):
-            if namespace is None:
-                result = api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural)
-            else:
-                result = api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural)
-        return result.get("items") or []
+            return list_all(call).items
+
+    def quota_state(self, local_queue: str, namespace: str) -> tuple[dict | None, list[dict]]:
+        """As ``AsyncRayJobHook.quota_state``: (the ClusterQueue behind ``local_queue``, the Workloads of
+        ``namespace``) for a queue timeout's failure message; (None, []) when a read fails."""
+        try:
+            lq = self._get_kueue_object(LOCAL_QUEUE.plural, local_queue, namespace) or {}
+            queue = self._get_kueue_object(CLUSTER_QUEUE.plural, (lq.get("spec") or {})["clusterQueue"])
+            return queue, self._list_kueue_objects(WORKLOAD.plural, namespace)
+        except Exception as exc:  # noqa: BLE001 - the timeout stands without the detail
+            log.info(
+                "What held LocalQueue %s/%s's quota could not be read: %s",
+                namespace,
+                local_queue,
+                describe_error(exc),
+            )
+            return None, []
 
     def check_queue(self, namespace: str, queue: str, priority: str | None) -> QueueCapacity:
         """Preflight: the LocalQueue exists here, the WorkloadPriorityClass exists, and the ClusterQueue
@@ -424,40 +476,9 @@ class RayJobHook(KubernetesHook):
 
         return identity_of(self.custom_object_client.api_client.configuration)
 
-    def served(self, group: str, version: str) -> bool:
-        """Whether the cluster serves ``group/version`` (its discovery document answers)."""
-        try:
-            self.custom_object_client.get_api_resources(group, version)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
-
     def explained(self, exc: ApiException, namespace: str | None) -> Exception:
-        """What a task log needs instead of the client's dump, for an answer that is about access, not about
-        the object: a 401/403 named (verb, resource, namespace, identity, ``kubectl auth can-i``), or an API
-        group/version the cluster does not serve (discovery asked once). Anything else: ``exc`` itself."""
-        read = read_of(exc)
-        if read is None:
-            return exc
-        verb, resource, group, version = read
-        if may_be_missing_api(exc) and not self.served(group, version):
-            return ClusterAccessError(not_served_message(group, version))
-        denial = Denial.of(verb, resource, namespace, exc)
-        if denial is None:
-            return exc
-        return ClusterAccessError(
-            refusal_message(
-                verb,
-                resource,
-                namespace,
-                status=denial.status,
-                said=denial.message,
-                identity=self.identity(),
-                conn_id=self.conn_id,
-            )
-        )
+        """``kueue_ray.api_errors.explained`` for this hook's client: a refusal or missing API in words."""
+        return explain_access(self.custom_object_client, exc, namespace, self.identity, self.conn_id)
 
     def raise_explained(self, exc: ApiException, namespace: str | None) -> None:
         """Raise ``explained``'s ``ClusterAccessError`` for ``exc`` when there is one, without the client's
@@ -496,8 +517,9 @@ class RayJobHook(KubernetesHook):
         None when there is no submitter pod (HTTPMode, or it was deleted on preemption/retry).
         """
         try:
-            pods = self.core_v1_client.list_namespaced_pod(
-                namespace, label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}"
+            pods = list_all(
+                partial(self.core_v1_client.list_namespaced_pod_with_http_info, namespace),
+                label_selector=f"{SUBMITTER_JOB_LABEL}={rayjob_name}",
             ).items
             if not pods:
                 return None

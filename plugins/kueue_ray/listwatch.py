@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import itertools
 import json
 import logging
 import math
@@ -49,7 +50,9 @@ from typing import Any
 
 from kueue_ray.api_errors import can_i, describe_error
 from kueue_ray.listbody import ListBody
+from kueue_ray.pages import EXPIRED_RESTARTS, PAGE_SIZE, continue_token, server_time
 from kueue_ray.refusals import Backoff, Refused, WatchGone
+from kueue_ray.server_clock import server_clock
 from kueue_ray.shared_client import SharedApiClient
 
 log = logging.getLogger(__name__)
@@ -115,22 +118,6 @@ class Target:
         return api.list_namespaced_custom_object(
             self.group, self.version, self.namespace, self.plural, **kwargs
         )
-
-
-def resource_version_newer(candidate: dict, current: dict | None) -> bool:
-    """True when ``candidate`` should replace ``current`` in a cache.
-
-    resourceVersions are opaque strings to clients, but every API server in practice issues increasing
-    integers (etcd revisions); compare them as integers when both parse, and otherwise trust the newcomer.
-    """
-    if current is None:
-        return True
-    new_rv = (candidate.get("metadata") or {}).get("resourceVersion")
-    old_rv = (current.get("metadata") or {}).get("resourceVersion")
-    try:
-        return int(new_rv) > int(old_rv)
-    except (TypeError, ValueError):
-        return new_rv != old_rv
 
 
 async def _as_api_exception(response: Any) -> Any:
@@ -443,28 +430,55 @@ class ListWatchLoop:
 
     async def _list(self, api: Any) -> None:
         """Replace the cache with a fresh list."""
-        from kubernetes_asyncio.client.exceptions import ApiException
 
-        try:
-            # Not preloaded: the client would decode every full object at once (``kueue_ray.listbody``).
-            response = await self.target.request(api, _preload_content=False)
-        except ApiException as exc:
-            raise Refused.from_api_exception("list", exc) from exc
-        try:
-            if response.status != 200:
-                raise Refused.from_api_exception("list", await _as_api_exception(response))
-            body = ListBody((await response.content.read()).decode())
-        finally:
-            response.release()
+        bodies = await self._list_pages(api)
         self._succeeded()
-        items = body.items()
+        items = itertools.chain.from_iterable(body.items() for body in bodies)
         self.apply_list(items)
         for _ in items:  # what apply_list left unread: the list's resourceVersion may follow the items
             pass
-        self.resource_version = body.resource_version
+        self.resource_version = bodies[-1].resource_version
         # Jitter, so that a fleet of processes does not relist in lockstep.
         self.next_relist = time.monotonic() + self.resync_interval() * random.uniform(0.9, 1.0)
         self.listed.set()
+
+    async def _list_pages(self, api: Any) -> list[ListBody]:
+        """Every page of the list (``kueue_ray.pages``: ``limit``/``continue``), not yet decoded; a
+        continue token the server no longer knows (410 Expired) starts the list again from the first page."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        restarts = 0
+        bodies: list[ListBody] = []
+        token: str | None = None
+        while True:
+            paging: dict[str, Any] = {"limit": PAGE_SIZE}
+            if token:
+                paging["_continue"] = token
+            try:
+                # Not preloaded: the client would decode every full object at once (``kueue_ray.listbody``).
+                response = await self.target.request(api, _preload_content=False, **paging)
+            except ApiException as exc:
+                raise Refused.from_api_exception("list", exc) from exc
+            try:
+                if response.status == 410 and token and restarts < EXPIRED_RESTARTS:
+                    log.info(
+                        "Listing %s %s: continue token expired, again", self.target.plural, self.target.where
+                    )
+                    restarts += 1
+                    bodies, token = [], None
+                    continue
+                if response.status != 200:
+                    raise Refused.from_api_exception("list", await _as_api_exception(response))
+                server_clock(self.target.conn_id).observe(server_time(getattr(response, "headers", None)))
+                text = (await response.content.read()).decode()
+            finally:
+                response.release()
+            bodies.append(ListBody(text))
+            # The token is in the list's metadata, which an API server may write after the items; an
+            # answer without the word has none, which spares decoding the last (or only) page twice.
+            token = continue_token(json.loads(text)) if '"continue"' in text else None
+            if token is None:
+                return bodies
 
     async def _watch(self, api: Any, timeout: int) -> bool:
         """Stream events until the server ends the watch (or ``timeout`` plus a grace passes); True if any
@@ -491,6 +505,7 @@ class ListWatchLoop:
             if response.status != 200:
                 # Without preloading, the client hands over a 403 or 429 as if it were a stream of events.
                 raise Refused.from_api_exception("watch", await _as_api_exception(response))
+            server_clock(self.target.conn_id).observe(server_time(getattr(response, "headers", None)))
             self._succeeded()
             self._watch_allowed()
             async with asyncio.timeout(timeout + SERVER_TIMEOUT_GRACE_SECONDS):

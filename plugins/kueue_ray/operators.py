@@ -127,6 +127,9 @@ def build_and_preflight(
     """Render ``task``'s template into a validated body with ``build`` (``manifests.build_rayjob`` or
     ``build_rayservice``) from the arguments both operators share, then check it against the cluster's
     queues (``RayJobHook.preflight``). Raises ``KueueRayError`` before anything is created."""
+    from kueue_ray.wait_policy import WaitPolicy
+
+    WaitPolicy.of(task)  # a bad timeout fails the task here, not after the create
     built = build(
         task.template,
         name=name,
@@ -218,9 +221,9 @@ class SubmitRayJobOperator(BaseOperator):
     a success ends the task there too (``end_in_triggerer``): the task leaves the same XComs and log
     lines without taking a worker slot again or waiting for the scheduler to hand it one.
     The task log tells what happens and why (queued with position, admitted with flavors, running,
-    preempted, requeued, ...). Queueing is normal: no timeout counts queue time unless ``queue_timeout`` is
-    set, and waiting for admission checks (quota reserved, not yet admitted) is queueing too: ``run_timeout``
-    counts from the admission. The task fails with Kueue's/KubeRay's message when the RayJob fails, an
+    preempted, requeued, ...). Every wait is bounded: ``queue_timeout`` (default 24 h; waiting for admission
+    checks, quota reserved but not yet admitted, is queueing too), ``run_timeout`` (default 72 h, from the
+    admission), ``"inf"`` for none, and ``execution_timeout`` also while deferred (``kueue_ray.bounds``). The task fails with Kueue's/KubeRay's message when the RayJob fails, an
     admission check rejects it, it stays inadmissible longer than ``inadmissible_grace``, or it exceeds a
     timeout, ``max_preemptions`` or ``max_pods_ready_evictions``; a RayJob given up on while still queued or
     running is deleted.
@@ -268,7 +271,7 @@ class SubmitRayJobOperator(BaseOperator):
     :param reuse_succeeded: memoization, off by default: when an earlier try of this task instance (e.g.
         before a Clear) has a RayJob that succeeded, take its result instead of running the work again
         (logged at WARNING). Off, Clear and retries always submit a new RayJob after a finished one.
-    :param queue_timeout / run_timeout: seconds; see ``kueue_ray.waiting.WaitPolicy``.
+    :param queue_timeout / run_timeout: seconds; see ``kueue_ray.wait_policy.WaitPolicy``.
     :param fail_on_inadmissible / inadmissible_grace / max_preemptions: see ``WaitPolicy``.
     :param max_pods_ready_evictions: how many evictions for pods that did not get ready within Kueue's
         waitForPodsReady timeout (30 min by default; usually a taint without toleration, or an image that
@@ -295,6 +298,8 @@ class SubmitRayJobOperator(BaseOperator):
         "local_queue",
         "priority",
         "namespace",
+        "queue_timeout",
+        "run_timeout",
     )
     template_fields_renderers = {
         "values": "json",
@@ -394,7 +399,8 @@ class SubmitRayJobOperator(BaseOperator):
         from kueue_ray.manifests import build_rayjob
         from kueue_ray.status import TERMINAL_PHASES, observe
         from kueue_ray.trigger import RayJobTrigger
-        from kueue_ray.waiting import WaitPolicy, WaitTarget, WorkerWait
+        from kueue_ray.wait_policy import WaitPolicy
+        from kueue_ray.waiting import WaitTarget, WorkerWait
 
         try:
             identity = task_identity(context)
@@ -436,7 +442,7 @@ class SubmitRayJobOperator(BaseOperator):
             priority=priority,
             submitted_at=metadata.get("creationTimestamp") or datetime.now(UTC).isoformat(),
         )
-        policy = WaitPolicy.of(self)
+        policy = WaitPolicy.of(self, context)
         if self.deferrable and observe(rayjob, None).phase not in TERMINAL_PHASES:
             trigger = RayJobTrigger(
                 **vars(target),
@@ -463,7 +469,9 @@ class SubmitRayJobOperator(BaseOperator):
         """
         from kueue_ray.adoption import plan
 
-        decided = plan(identity, self.earlier_tries(hook, identity), reuse_succeeded=self.reuse_succeeded)
+        decided = plan(
+            identity, hook.earlier_tries(self.namespace, identity), reuse_succeeded=self.reuse_succeeded
+        )
         for level, line in decided.lines:
             self.log.log(level, line)
         if decided.chosen is not None:
@@ -490,25 +498,6 @@ class SubmitRayJobOperator(BaseOperator):
             )
         self.log.info("RayJob %s/%s was already created by this try; waiting for it", self.namespace, name)
         return rayjob
-
-    def earlier_tries(self, hook: RayJobHook, identity: AirflowIdentity) -> list:
-        """Every RayJob of this task instance in this deployment (any try), and the one a try made under
-        the task instance's legacy name before RayJobs carried their deployment, with what each is doing."""
-        from kueue_ray.adoption import Earlier
-        from kueue_ray.status import observe
-
-        found = hook.list_managed_rayjobs(self.namespace, label_selector=identity.task_instance_selector())
-        legacy = hook.get_rayjob(identity.legacy_rayjob_name(), self.namespace)
-        if legacy is not None:
-            found.append(legacy)
-        earlier = []
-        for rayjob in found:
-            holder = AirflowIdentity.from_annotations(rayjob["metadata"].get("annotations"))
-            if holder is None:
-                continue
-            workload = hook.find_workload(rayjob["metadata"]["uid"], self.namespace)
-            earlier.append(Earlier(rayjob, holder, observe(rayjob, workload)))
-        return earlier
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after waiting: timeline to XCom, driver log to the task log, raise unless succeeded."""

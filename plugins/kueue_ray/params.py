@@ -75,3 +75,20 @@ def queue_param(default: str, description: str, *, explained: bool = False) -> P
         description=description,
         section=SCHEDULING_SECTION,
     )
+
+
+LIMITS_SECTION = "Limits"
+"""The Trigger-form section with a run's wait bounds."""
+
+
+def timeout_param(default: float | None, title: str, description: str) -> Param:
+    """A wait bound in seconds for one run (``queue_timeout``, ``run_timeout``), passed to an operator's or
+    sensor's templated argument of that name: empty keeps the operator's default bound, ``"inf"`` asks
+    for none (``kueue_ray.bounds``)."""
+    return Param(
+        default,
+        type=["null", "number", "string"],
+        title=title,
+        description=f'{description} Seconds; empty: the default bound; "inf": no limit.',
+        section=LIMITS_SECTION,
+    )

@@ -55,7 +55,7 @@ class RayJobSensor(BaseSensorOperator):
     :param end_in_triggerer: when the RayJob succeeds, end the task in the triggerer with the same XComs
         and log lines (default); False resumes on a worker. See ``SubmitRayJobOperator``.
     :param queue_timeout / run_timeout / fail_on_inadmissible / inadmissible_grace / max_preemptions /
-        max_pods_ready_evictions: see ``kueue_ray.waiting.WaitPolicy`` and ``SubmitRayJobOperator``
+        max_pods_ready_evictions: see ``kueue_ray.wait_policy.WaitPolicy`` and ``SubmitRayJobOperator``
         (``max_pods_ready_evictions`` defaults to 1 here too). In reschedule mode the inadmissible grace
         restarts with every poke; use poke mode or deferral when it matters.
     :param delete_on_kill: when the deferred sensor is killed (marked failed / success), delete the RayJob if
@@ -67,7 +67,13 @@ class RayJobSensor(BaseSensorOperator):
     :param ray_dashboard_url_template: URL of the "Ray dashboard" link (see ``SubmitRayJobOperator``).
     """
 
-    template_fields: Sequence[str] = ("rayjob_name", "namespace", "submit_task_id")
+    template_fields: Sequence[str] = (
+        "rayjob_name",
+        "namespace",
+        "submit_task_id",
+        "queue_timeout",
+        "run_timeout",
+    )
     operator_extra_links = (KueueTabLink(), RayDashboardLink())
 
     def __init__(
@@ -191,13 +197,13 @@ class RayJobSensor(BaseSensorOperator):
         self._target = self._wait_target(rayjob)
         if self.deferrable:
             from kueue_ray.trigger import RayJobTrigger
-            from kueue_ray.waiting import WaitPolicy
+            from kueue_ray.wait_policy import WaitPolicy
 
             waiter = self._register_as_waiter(rayjob, context) if self.delete_on_kill else None
             trigger = RayJobTrigger(
                 **vars(self._target),
                 kubernetes_conn_id=self.kubernetes_conn_id,
-                policy=WaitPolicy.of(self),
+                policy=WaitPolicy.of(self, context),
                 owner=None,  # a sensor never owns the RayJob; at most it is its registered waiter
                 waiter=waiter,
                 end_in_triggerer=trigger_ending(self, RayJobSensor, {}),
@@ -211,10 +217,11 @@ class RayJobSensor(BaseSensorOperator):
         return super().execute(context)
 
     def poke(self, context: Context) -> PokeReturnValue:
-        from kueue_ray.waiting import WaitPolicy, WorkerWait
+        from kueue_ray.wait_policy import WaitPolicy
+        from kueue_ray.waiting import WorkerWait
 
         if self._wait is None:  # kept across pokes in poke mode; rebuilt per poke in reschedule mode
-            self._wait = WorkerWait(self._target, WaitPolicy.of(self), self.log)
+            self._wait = WorkerWait(self._target, WaitPolicy.of(self, context), self.log)
         event = self._wait.step(self.hook)
         if event is None:
             return PokeReturnValue(is_done=False)

@@ -14,6 +14,7 @@ which the RayService's status does not give.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
@@ -27,6 +28,8 @@ from kueue_ray.async_hook import AsyncRayJobHook
 from kueue_ray.deletion import DeleteOutcome, DeleteResult, while_owned
 from kueue_ray.hook import PreflightError, RayJobHook
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
+from kueue_ray.pages import list_all, list_all_async
+from kueue_ray.server_clock import server_clock
 from kueue_ray.service_status import related_workload
 
 
@@ -87,12 +90,17 @@ class RayServiceHook(RayJobHook):
 
     @generic_api_retry
     def list_rayservices(self, namespace: str, label_selector: str) -> list[dict]:
-        return (
-            self.custom_object_client.list_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE.plural, label_selector=label_selector
-            ).get("items")
-            or []
-        )
+        api = self.custom_object_client
+        return list_all(
+            partial(
+                api.list_namespaced_custom_object_with_http_info,
+                RAY_GROUP,
+                RAY_VERSION,
+                namespace,
+                RAYSERVICE.plural,
+            ),
+            label_selector=label_selector,
+        ).items
 
     def delete_rayservice(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
@@ -111,12 +119,19 @@ class RayServiceHook(RayJobHook):
     @generic_api_retry
     def list_job_workloads(self, namespace: str) -> list[dict]:
         """Every Workload Kueue made for a job in ``namespace`` (they all carry the job-uid label)."""
-        return (
-            self.custom_object_client.list_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD.plural, label_selector=JOB_UID_LABEL
-            ).get("items")
-            or []
+        api = self.custom_object_client
+        listing = list_all(
+            partial(
+                api.list_namespaced_custom_object_with_http_info,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                namespace,
+                WORKLOAD.plural,
+            ),
+            label_selector=JOB_UID_LABEL,
         )
+        server_clock(self.conn_id or "kubernetes_default").observe(listing.server_time)
+        return listing.items
 
     def read_service(self, name: str, namespace: str, uid: str) -> tuple[dict | None, list[dict]]:
         """(RayService, its Workloads) now; the RayService is None once it is gone or replaced."""
@@ -144,10 +159,18 @@ class AsyncRayServiceHook(AsyncRayJobHook):
     @generic_api_retry
     async def list_job_workloads(self, namespace: str, api_client: Any = None) -> list[dict]:
         async with self._client(api_client) as client:
-            result = await AsyncCustomObjectsApi(client).list_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD.plural, label_selector=JOB_UID_LABEL
+            api = AsyncCustomObjectsApi(client)
+            listing = await list_all_async(
+                partial(
+                    api.list_namespaced_custom_object_with_http_info,
+                    KUEUE_GROUP,
+                    KUEUE_VERSION,
+                    namespace,
+                    WORKLOAD.plural,
+                ),
+                label_selector=JOB_UID_LABEL,
             )
-        return result.get("items") or []
+        return listing.items
 
     async def delete_rayservice(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None

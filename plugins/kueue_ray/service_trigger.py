@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import TriggerEvent
 
-from kueue_ray.api import utcnow
 from kueue_ray.hub import NOTICE
 from kueue_ray.naming import AirflowIdentity
 from kueue_ray.refusals import ApiNotServed, RefusedTooLong
+from kueue_ray.server_clock import server_clock
 from kueue_ray.service_status import SERVICE_POSITION_PHASES, ServiceObservation
 from kueue_ray.service_waiting import (
     ServiceTarget,
@@ -43,13 +43,14 @@ from kueue_ray.service_waiting import (
 )
 from kueue_ray.timeline import to_epoch
 from kueue_ray.trigger_base import WaitTrigger
-from kueue_ray.verdicts import INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT
-from kueue_ray.waiting import WaitPolicy, access_verdict
+from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT
+from kueue_ray.wait_policy import WaitPolicy
+from kueue_ray.waiting import access_verdict
 
 if TYPE_CHECKING:
     from kueue_ray.service_hook import AsyncRayServiceHook
 
-CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT})
+CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT, EXECUTION_TIMEOUT})
 """Verdicts a clock gives (not a state): confirmed on a fresh read before the trigger fires them."""
 
 
@@ -69,7 +70,7 @@ class RayServiceTrigger(WaitTrigger):
     :param owner: the task try {dag_id, run_id, task_id, map_index, try_number}; ``on_kill`` deletes a
         created RayService only while this try still owns it.
     :param queue / priority: for the queue position and the log.
-    :param policy: when to stop waiting (``kueue_ray.waiting.WaitPolicy`` or its ``to_dict``; judged by
+    :param policy: when to stop waiting (``kueue_ray.wait_policy.WaitPolicy`` or its ``to_dict``; judged by
         ``ServiceWatchdog``); None: the defaults.
     :param submitted_at: ISO time of the deploy (queue clock start).
     :param timeline: a ServiceTimeline dict to continue.
@@ -177,8 +178,9 @@ class RayServiceTrigger(WaitTrigger):
         target, timeline, watchdog = self.target, progress.timeline, progress.watchdog
         service, workloads = await subscription.current()
         confirmed = False  # service and workloads were just read from the API server for a clock's verdict
+        clock = server_clock(self.kubernetes_conn_id)
         while True:
-            now = utcnow()
+            now, watchdog.offset_s = clock.now(), clock.offset_s  # the server's clock, as its timestamps
             ended = subscription.access()
             if ended is not None:
                 raise ended

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kueue_ray.api import parse_time, utcnow
+from kueue_ray.server_clock import server_clock
 from kueue_ray.service_status import (
     SERVICE_POSITION_PHASES,
     STARTING_SERVICE_PHASES,
@@ -23,7 +24,8 @@ from kueue_ray.service_status import (
 )
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.verdicts import READY_TIMEOUT
-from kueue_ray.waiting import Verdict, WaitPolicy, Watchdog, deleted_verdict, describe_flavors
+from kueue_ray.wait_policy import WaitPolicy
+from kueue_ray.waiting import Verdict, Watchdog, deleted_verdict, describe_flavors
 
 if TYPE_CHECKING:
     from kueue_ray.service_hook import RayServiceHook
@@ -296,11 +298,13 @@ class ServiceWorkerWait:
     def wait(self, hook: RayServiceHook) -> dict[str, Any]:
         target = self.target
         timeline, watchdog, last = ServiceTimeline(), target.watchdog(self.policy), None
+        self.log.info("Limits: %s", self.policy.limits(watchdog.admitted_limit))
         while True:
             service, workloads = hook.read_service(target.name, target.namespace, target.uid)
             if service is None:
                 return target.payload(target.deleted(), None, timeline)
-            now = utcnow()
+            clock = server_clock(getattr(hook, "conn_id", None) or "kubernetes_default")
+            now, watchdog.offset_s = clock.now(), clock.offset_s  # the server's clock, as its timestamps
             observation = target.observe(service, workloads)
             counted = timeline.preemption_count
             timeline.record(observation, now)

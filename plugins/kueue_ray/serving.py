@@ -111,11 +111,12 @@ class DeployRayServiceOperator(BaseOperator):
         rendered RayService (see ``kueue_ray.manifests.build_rayservice``).
     :param kubernetes_conn_id: Airflow ``kubernetes`` connection.
     :param deferrable: wait in the triggerer (default) instead of holding a worker slot.
-    :param queue_timeout: seconds the cluster may wait for admission (templated); None waits as long as it
-        takes.
-    :param ready_timeout: seconds from the cluster's admission until it serves (templated); None for no limit.
+    :param queue_timeout: seconds the cluster may wait for admission (templated); unset: 24 h, ``"inf"``:
+        no limit.
+    :param ready_timeout: seconds from the cluster's admission until it serves (templated); unset: 1 h,
+        ``"inf"``: no limit.
     :param fail_on_inadmissible / inadmissible_grace / max_preemptions / max_pods_ready_evictions: as for
-        ``SubmitRayJobOperator`` (``kueue_ray.waiting.WaitPolicy``, judged by
+        ``SubmitRayJobOperator`` (``kueue_ray.wait_policy.WaitPolicy``, judged by
         ``kueue_ray.service_waiting.ServiceWatchdog``).
     :param smoke_url: URL to GET once serving (templated, then ``str.format``-ed with ``service``,
         ``serve_service`` and ``namespace``); None sends nothing.
@@ -285,7 +286,7 @@ class DeployRayServiceOperator(BaseOperator):
         from kueue_ray.errors import KueueRayError
         from kueue_ray.manifests import build_rayservice
         from kueue_ray.service_waiting import ServiceWorkerWait
-        from kueue_ray.waiting import WaitPolicy
+        from kueue_ray.wait_policy import WaitPolicy
 
         try:
             identity = task_identity(context)
@@ -309,7 +310,7 @@ class DeployRayServiceOperator(BaseOperator):
         context["ti"].xcom_push(
             key=RAYSERVICE_XCOM_KEY, value=self.details(service, priority, deployment.switch_from)
         )
-        target, policy = self.wait_target(deployment, priority), WaitPolicy.of(self)
+        target, policy = self.wait_target(deployment, priority), WaitPolicy.of(self, context)
         if self.deferrable and not target.observe(service, []).serving:
             from kueue_ray.service_trigger import RayServiceTrigger
 

@@ -56,15 +56,17 @@ from kueue_ray.metrics import WaitMetrics
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
 from kueue_ray.narration import Story, preemptor_job_uid
 from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
+from kueue_ray.quota_holders import with_quota_holders
 from kueue_ray.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
+from kueue_ray.server_clock import server_clock
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.trigger_base import WaitTrigger
-from kueue_ray.verdicts import INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS
+from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS
+from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.waiting import (
     Verdict,
-    WaitPolicy,
     WaitTarget,
     Watchdog,
     access_verdict,
@@ -75,7 +77,7 @@ from kueue_ray.waiting import (
 if TYPE_CHECKING:
     from kueue_ray.hook import AsyncRayJobHook
 
-CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT})
+CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, EXECUTION_TIMEOUT})
 """Verdicts a clock gives (not a state): confirmed on a fresh read before the trigger fires them."""
 UNWATCHED_POLL_SECONDS = 15.0
 """Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""
@@ -108,8 +110,8 @@ async def _apply(
     the state never moves backwards. A RayJob outside the hub's watch is re-read whenever Kueue changes
     its Workload, since that is when its status matters.
     """
+    from kueue_ray.essential import resource_version_newer
     from kueue_ray.hub import RAYJOB
-    from kueue_ray.listwatch import resource_version_newer
 
     current = rayjob if update.kind == RAYJOB else workload
     if update.object is not None and not resource_version_newer(update.object, current):
@@ -130,7 +132,7 @@ class RayJobTrigger(WaitTrigger):
     :param kubernetes_conn_id: the Airflow ``kubernetes`` connection.
     :param queue: the LocalQueue (for queue positions); read from the RayJob's label when None.
     :param priority: the WorkloadPriorityClass (for the log).
-    :param policy: when to stop waiting (``kueue_ray.waiting.WaitPolicy``, or its ``to_dict`` as the
+    :param policy: when to stop waiting (``kueue_ray.wait_policy.WaitPolicy``, or its ``to_dict`` as the
         triggerer passes it back); None: the defaults.
     :param owner: the task try that owns the RayJob: {dag_id, run_id, task_id, map_index, try_number}.
         on_kill deletes the RayJob while this try still owns it (the operator).
@@ -280,8 +282,10 @@ class RayJobTrigger(WaitTrigger):
         if rayjob is not None:
             labels = (rayjob.get("metadata") or {}).get("labels") or {}
             subscription.queue = self.queue or labels.get(QUEUE_LABEL)
+        clock = server_clock(self.kubernetes_conn_id)
         while True:
-            now = utcnow()
+            # On the API server's clock, like the Workload's timestamps the queue and run clocks start from.
+            now, watchdog.offset_s = clock.now(), clock.offset_s
             ended = subscription.access()
             if ended is not None:
                 raise ended
@@ -303,6 +307,8 @@ class RayJobTrigger(WaitTrigger):
                 rayjob, workload = await subscription.current(reread_rayjob=True, reread_workload=True)
                 confirmed = True
                 continue
+            if verdict is not None and verdict.status == QUEUE_TIMEOUT:
+                verdict = await self._with_quota_holders(verdict, observation, subscription)
             if verdict is not None:
                 progress.metrics.ended(verdict.status, verdict.reason, observation.cluster_queue)
                 # Only a triggerer can end a task: outside one (``dag.test()`` runs the trigger inline and
@@ -331,6 +337,20 @@ class RayJobTrigger(WaitTrigger):
                 self.log.warning(update.message)
                 continue
             rayjob, workload = await _apply(update, rayjob, workload, subscription)
+
+    async def _with_quota_holders(
+        self, verdict: Verdict, observation: Observation, subscription: Any
+    ) -> Verdict:
+        """The queue timeout's message with what held the ClusterQueue's quota at the end."""
+        local_queue = subscription.queue or self.queue
+        if not local_queue:
+            return verdict
+        try:
+            async with subscription.api_client() as client:
+                queue, workloads = await self.hook.quota_state(local_queue, self.namespace, api_client=client)
+        except Exception:  # noqa: BLE001 - no shared client now: the timeout stands without the detail
+            return verdict
+        return with_quota_holders(verdict, queue, workloads, observation.workload_name)
 
     def _payload(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> dict:
         return self.target.payload(verdict, observation, timeline)

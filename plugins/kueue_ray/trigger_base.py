@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from kueue_ray.refusals import Backoff
-from kueue_ray.waiting import WaitPolicy
+from kueue_ray.wait_policy import WaitPolicy
 
 RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX = 1.0, 60.0
 """Pause before resuming a wait that an unexpected error interrupted (doubling, jittered)."""
@@ -127,6 +127,8 @@ class WaitTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         progress = self.start()
+        watchdog = getattr(progress, "watchdog", None)
+        self.log.info("Limits: %s", self.policy.limits(getattr(watchdog, "admitted_limit", "run_timeout")))
         backoff = Backoff(RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX)
         while True:
             try:

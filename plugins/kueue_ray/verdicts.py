@@ -21,6 +21,10 @@ API_NOT_SERVED = "api_not_served"
 UNREADABLE = frozenset({REFUSED, API_NOT_SERVED})
 """Verdicts about the wait's access to the cluster, not about the RayJob: nothing more can be read of it."""
 """A RayService admitted longer than ``ready_timeout`` without serving."""
+EXECUTION_TIMEOUT = "execution_timeout"
+"""The task's ``execution_timeout`` passed while it waited (Airflow 3.3 does not enforce it when deferred)."""
 
-GAVE_UP = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS, PODS_NOT_READY})
+GAVE_UP = frozenset(
+    {INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, TOO_MANY_PREEMPTIONS, PODS_NOT_READY, EXECUTION_TIMEOUT}
+)
 """Verdicts that end the wait while the RayJob itself is still queued or running."""

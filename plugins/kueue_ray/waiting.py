@@ -1,8 +1,6 @@
 """When to stop waiting, and waiting in a worker: what the triggers, the operators and the sensor share.
 
-``WaitPolicy`` holds the wait options a DAG author sets (timeouts, grace, limits, intervals). The operator
-and the sensor build it from their arguments, the trigger carries it in its kwargs as one dict
-(``to_dict`` / ``from_dict``), and the ``Watchdog`` judges every observation by it. ``WorkerWait`` is the
+The ``Watchdog`` judges every observation by the task's ``kueue_ray.wait_policy.WaitPolicy``. ``WorkerWait`` is the
 trigger's wait done with synchronous reads in a worker slot (``deferrable=False`` and the sensor's poke
 mode), so a task tells the same story wherever it waited.
 
@@ -13,19 +11,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kueue_ray.api import parse_time, utcnow
 from kueue_ray.naming import QUEUE_LABEL
 from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
 from kueue_ray.phases import ADMITTED_PHASES, POSITION_PHASES, WAITING_PHASES, Phase
+from kueue_ray.quota_holders import with_quota_holders
+from kueue_ray.server_clock import server_clock
 from kueue_ray.status import Observation, observe, pods_not_ready_hint
 from kueue_ray.timeline import Timeline
 from kueue_ray.verdicts import (
     API_NOT_SERVED,
     DELETED,
+    EXECUTION_TIMEOUT,
     FAILED,
     INADMISSIBLE,
     PODS_NOT_READY,
@@ -35,83 +36,12 @@ from kueue_ray.verdicts import (
     SUCCESS,
     TOO_MANY_PREEMPTIONS,
 )
+from kueue_ray.wait_policy import WaitPolicy
 
 if TYPE_CHECKING:
     from kueue_ray.hook import RayJobHook
 
-DEFAULT_RESYNC_SECONDS = 300.0
-"""The longest a missed watch event may go unnoticed by default (the hub's relist interval)."""
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-
-def _seconds(value: Any) -> float | None:
-    """A number of seconds as given or rendered from a template (a number, its text, or nothing)."""
-    return None if value in (None, "", "None") else float(value)
-
-
-def _count(value: Any) -> int | None:
-    return None if value in (None, "", "None") else int(value)
-
-
-@dataclass(frozen=True)
-class WaitPolicy:
-    """How long and how patiently a task waits for its RayJob or RayService.
-
-    Queueing is normal under Kueue, so nothing counts from submission unless ``queue_timeout`` is set.
-
-    :param queue_timeout: seconds a wait for admission may last this time (since submission, or since the
-        last admission was lost); waiting for admission checks counts. None waits as long as it takes.
-    :param run_timeout: a RayJob's seconds since its last admission (``Admitted=True``); None for no limit.
-    :param ready_timeout: a RayService's seconds from its cluster's admission until it serves; None for no
-        limit.
-    :param fail_on_inadmissible: stop when Kueue keeps saying it cannot admit the Workload...
-    :param inadmissible_grace: ...for this many seconds.
-    :param max_preemptions: stop after more preemptions than this; None for no limit.
-    :param max_pods_ready_evictions: stop after more evictions for pods not ready within Kueue's
-        waitForPodsReady timeout than this (Kueue itself requeues such a Workload forever); None for no
-        limit.
-    :param poll_interval: seconds between reads when waiting in a worker.
-    :param resync_interval: the longest a missed watch event may go unnoticed in the triggerer, seconds:
-        the watch hub relists a namespace at the shortest interval of its triggers.
-    """
-
-    queue_timeout: float | None = None
-    run_timeout: float | None = None
-    ready_timeout: float | None = None
-    fail_on_inadmissible: bool = True
-    inadmissible_grace: float = 60.0
-    max_preemptions: int | None = None
-    max_pods_ready_evictions: int | None = 1
-    poll_interval: float = 5.0
-    resync_interval: float = DEFAULT_RESYNC_SECONDS
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values, for the trigger's kwargs."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> WaitPolicy:
-        """The policy from ``to_dict``'s output or any mapping holding some of its fields (the rest keep their
-        defaults); numbers may be text, as templates render them."""
-        data = {f.name: data[f.name] for f in fields(cls) if f.name in (data or {})}
-        for name in ("queue_timeout", "run_timeout", "ready_timeout"):
-            if name in data:
-                data[name] = _seconds(data[name])
-        for name in ("max_preemptions", "max_pods_ready_evictions"):
-            if name in data:
-                data[name] = _count(data[name])
-        for name in ("inadmissible_grace", "poll_interval", "resync_interval"):
-            if name in data:
-                data[name] = float(data[name])
-        if "fail_on_inadmissible" in data:
-            data["fail_on_inadmissible"] = bool(data["fail_on_inadmissible"])
-        return cls(**data)
-
-    @classmethod
-    def of(cls, task: Any) -> WaitPolicy:
-        """The policy an operator or sensor was given: its attributes named like the fields (rendered, when
-        they are template fields)."""
-        return cls.from_dict({f.name: getattr(task, f.name) for f in fields(cls) if hasattr(task, f.name)})
 
 
 @dataclass(frozen=True)
@@ -147,6 +77,9 @@ class Watchdog:
     admitted_since: datetime | None = None
     pods_ready_timeout: float | None = None
     """Kueue's waitForPodsReady timeout as last seen on the Workload (for the give-up message)."""
+    offset_s: float = 0.0
+    """The API server's clock minus this process's (``kueue_ray.server_clock``): ``now`` is on the server's
+    clock, like the timestamps the clocks start from; the execution deadline is on Airflow's."""
 
     waiting_phases: ClassVar[frozenset] = WAITING_PHASES
     """The queue clock runs in these."""
@@ -164,6 +97,14 @@ class Watchdog:
         if observation.terminal:
             return Verdict(
                 SUCCESS if self.succeeded(observation) else FAILED, observation.reason, observation.message
+            )
+        deadline = parse_time(policy.deadline)
+        if deadline is not None and now >= deadline + timedelta(seconds=self.offset_s):
+            return Verdict(
+                EXECUTION_TIMEOUT,
+                "ExecutionTimeout",
+                f"execution_timeout passed at {policy.deadline} while it was {observation.phase.value}: "
+                f"{observation.describe()}",
             )
         if policy.max_preemptions is not None and observation.preemptions > policy.max_preemptions:
             return Verdict(
@@ -237,6 +178,8 @@ class Watchdog:
         policy = self.policy
         admitted_limit = getattr(policy, self.admitted_limit)
         deadlines = []
+        if (deadline := parse_time(policy.deadline)) is not None:
+            deadlines.append(deadline.timestamp() + self.offset_s)
         if self.inadmissible_since is not None and policy.fail_on_inadmissible:
             deadlines.append(self.inadmissible_since.timestamp() + policy.inadmissible_grace)
         if self.waiting_since is not None and policy.queue_timeout is not None:
@@ -413,11 +356,11 @@ class WorkerWait:
         from kueue_ray.refusals import RefusalWindow, refusal_timeout
 
         self.refusals = RefusalWindow(refusal_timeout())
+        self.log.info("Limits: %s", policy.limits(self.watchdog.admitted_limit))
 
     def step(self, hook: RayJobHook) -> dict[str, Any] | None:
         """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
         target = self.target
-        now = utcnow()
         try:
             rayjob, workload = hook.read_state(target.name, target.namespace, target.uid)
         except Exception as exc:
@@ -441,11 +384,17 @@ class WorkerWait:
             return target.payload(verdict, None, self.timeline)
         self.refusals.cleared()
         observation = observe(rayjob, workload)
+        clock = server_clock(getattr(hook, "conn_id", None) or "kubernetes_default")
+        now, self.watchdog.offset_s = clock.now(), clock.offset_s  # the clock the server's timestamps use
         self.timeline.record(observation, now)
         self.tell(hook, rayjob, observation)
         verdict = self.watchdog.check(observation, workload, now)
         if verdict is None:
             return None
+        local_queue = target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
+        if verdict.status == QUEUE_TIMEOUT and local_queue:
+            queue, workloads = hook.quota_state(local_queue, target.namespace)
+            verdict = with_quota_holders(verdict, queue, workloads, observation.workload_name)
         return target.payload(verdict, observation, self.timeline)
 
     def cannot_read(self, hook: RayJobHook, exc: BaseException) -> dict[str, Any] | None:

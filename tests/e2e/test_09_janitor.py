@@ -39,3 +39,23 @@ def test_the_janitor_deletes_the_rayjob_of_a_task_that_failed_for_good(e2e):
     assert record["reason"] == "the task that submitted it, submit, ended failed and no task waits for it"
     log = e2e.task_log(JANITOR, sweep_id, "delete_orphans")
     assert f"Orphaned RayJob ray/{orphan['metadata']['name']}" in log
+
+
+def test_a_dry_run_with_no_retention_reports_a_finished_rayjob_whose_task_ended_and_keeps_it(e2e):
+    """The retention rule through a real Airflow: the DAG run's state and the task's come from the janitor
+    task's execution API. A dry run, so the finished RayJobs of other tests stay untouched."""
+    run_id = e2e.start_run("e2e_rayjob", {"entrypoint": "sleep 10"})
+    assert e2e.wait_run("e2e_rayjob", run_id, timeout=240)["state"] == "success"
+    [done] = e2e.rayjobs_of("e2e_rayjob", run_id, "submit")
+
+    sweep = e2e.start_run(JANITOR, {"dry_run": True, "retention_days": 0})
+    assert e2e.wait_run(JANITOR, sweep, timeout=120)["state"] == "success"
+    [record] = [
+        r for r in e2e.xcom(JANITOR, sweep, "delete_orphans") or () if r["name"] == done["metadata"]["name"]
+    ]
+    assert record["result"] == "not deleted (dry run)"
+    assert record["reason"].startswith("finished (Complete)")
+    assert record["reason"].endswith("longer than the retention of 0 s, and its task submit ended success")
+    assert e2e.rayjobs_of("e2e_rayjob", run_id, "submit"), "a dry run deletes nothing"
+    log = e2e.task_log(JANITOR, sweep, "delete_orphans")
+    assert f"Expired RayJob ray/{done['metadata']['name']}" in log

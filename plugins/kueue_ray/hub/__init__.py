@@ -54,6 +54,7 @@ from typing import Any
 
 from kueue_ray import metrics
 from kueue_ray.api_errors import may_be_missing_api, not_served_message, read_of, reading
+from kueue_ray.essential import resource_version_newer
 from kueue_ray.hub.resources import (
     RAYJOB,
     RAYJOBS,
@@ -72,10 +73,10 @@ from kueue_ray.hub.subscriptions import (
     Subscription,
     Update,
 )
-from kueue_ray.listwatch import ListWatchSettings, RefusalMemory, resource_version_newer
+from kueue_ray.listwatch import ListWatchSettings, RefusalMemory
 from kueue_ray.refusals import ApiNotServed
 from kueue_ray.shared_client import SharedApiClient, provider_connection
-from kueue_ray.waiting import DEFAULT_RESYNC_SECONDS
+from kueue_ray.wait_policy import DEFAULT_RESYNC_SECONDS
 
 log = logging.getLogger(__name__)
 

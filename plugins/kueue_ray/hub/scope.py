@@ -21,7 +21,7 @@ from kueue_ray.hub.subscriptions import ServiceSubscription, Subscription
 from kueue_ray.listwatch import ListWatchLoop, Target
 from kueue_ray.refusals import ApiNotServed, Denial, RefusalWindow, Refused, refusal_timeout
 from kueue_ray.shared_client import SharedApiClient
-from kueue_ray.waiting import DEFAULT_RESYNC_SECONDS
+from kueue_ray.wait_policy import DEFAULT_RESYNC_SECONDS
 
 if TYPE_CHECKING:
     from kueue_ray.hub import WatchHub

@@ -40,13 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kueue_ray import api
-from kueue_ray.listwatch import (
-    ListWatchLoop,
-    ListWatchSettings,
-    RefusalMemory,
-    Target,
-    resource_version_newer,
-)
+from kueue_ray.essential import resource_version_newer
+from kueue_ray.listwatch import ListWatchLoop, ListWatchSettings, RefusalMemory, Target
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, AirflowIdentity
 from kueue_ray.shared_client import SharedApiClient, provider_connection
 from kueue_ray.status import observe

@@ -60,6 +60,9 @@ def test_fault_settings_are_reported_and_validated(api_faults):
         "expire_watches": 2,
         "rules": [],
         "unserved_groups": [],
+        "max_page_size": None,
+        "continue_ttl_s": 300.0,
+        "clock_offset_s": 0.0,
     }
     with urllib.request.urlopen(api_faults.url + "/kubesim/faults") as response:
         assert json.loads(response.read()) == shown
@@ -393,3 +396,59 @@ def _post(url: str, body: dict) -> dict:
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
+
+
+def _names(page) -> list[str]:
+    return [item.metadata.name for item in page.items]
+
+
+def test_a_small_page_limit_pages_every_list_that_asks_for_pages(api_faults, api_client, unique_name):
+    """The API server may return fewer items than ``limit``: a client must follow ``continue``."""
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": unique_name}})
+    for index in range(5):
+        core.create_namespaced_config_map(unique_name, {"metadata": {"name": f"cm-{index}"}})
+    api_faults.set_faults(max_page_size=2)
+
+    first = core.list_namespaced_config_map(unique_name, limit=500)
+    assert _names(first) == ["cm-0", "cm-1"] and first.metadata._continue
+    assert first.metadata.remaining_item_count == 3
+    core.create_namespaced_config_map(unique_name, {"metadata": {"name": "cm-9"}})
+    second = core.list_namespaced_config_map(unique_name, limit=500, _continue=first.metadata._continue)
+    assert _names(second) == ["cm-2", "cm-3"]
+    assert second.metadata.resource_version == first.metadata.resource_version, "one list, one version"
+    assert len(core.list_namespaced_config_map(unique_name).items) == 6, "no limit: everything, as upstream"
+
+
+def test_an_old_continue_token_is_answered_410_expired(api_faults, api_client, unique_name):
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": unique_name}})
+    for index in range(3):
+        core.create_namespaced_config_map(unique_name, {"metadata": {"name": f"cm-{index}"}})
+    api_faults.set_faults(continue_ttl_s=0.5)
+    token = core.list_namespaced_config_map(unique_name, limit=1).metadata._continue
+    time.sleep(1.0)
+    with pytest.raises(ApiException) as expired:
+        core.list_namespaced_config_map(unique_name, limit=1, _continue=token)
+    assert expired.value.status == 410
+    status = json.loads(expired.value.body)
+    assert status["reason"] == "Expired" and "too old to display a consistent list" in status["message"]
+    rest = core.list_namespaced_config_map(unique_name, limit=5, _continue=status["metadata"]["continue"])
+    assert _names(rest) == ["cm-1", "cm-2"], "the inconsistent token still reads the rest"
+
+
+def test_a_clock_offset_shifts_object_timestamps_and_the_date_header(api_faults, api_client, unique_name):
+    """A control plane whose clock is an hour behind the machine running Airflow."""
+    from datetime import UTC, datetime, timedelta
+
+    core = client.CoreV1Api(api_client)
+    api_faults.set_faults(clock_offset_s=-3600)
+    namespace, _, headers = core.create_namespace_with_http_info({"metadata": {"name": unique_name}})
+    behind = datetime.now(UTC) - timedelta(hours=1)
+    assert abs((namespace.metadata.creation_timestamp - behind).total_seconds()) < 5
+    from email.utils import parsedate_to_datetime
+
+    assert abs((parsedate_to_datetime(headers["Date"]) - behind).total_seconds()) < 5
+    api_faults.reset_faults()
+    _, _, headers = core.read_namespace_with_http_info(unique_name)
+    assert abs((parsedate_to_datetime(headers["Date"]) - datetime.now(UTC)).total_seconds()) < 5

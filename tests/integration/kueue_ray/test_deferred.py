@@ -228,3 +228,90 @@ def test_queue_timeout_ends_a_wait_that_never_gets_admitted(queues, rayjob_body,
     assert event["status"] == "queue_timeout"
     assert "not admitted within queue_timeout=1s" in event["message"]
     assert "insufficient unused quota" in event["message"]
+    # What held the quota at the end: the blocker, at the same priority, so no preemption could help.
+    [blocker] = [r for r in queues.rayjobs() if r["metadata"]["uid"] != trigger.uid]
+    holder = queues.workload(blocker["metadata"]["uid"])["metadata"]["name"]
+    assert f"ClusterQueue {queues.cluster_queue} at the end: " in event["message"]
+    assert "nvidia.com/gpu 1 of 1" in event["message"]
+    assert f"admitted: {holder} ({queues.low} " in event["message"]
+    assert "not preemptible by this task's priority" in event["message"]
+
+
+def test_a_queue_timeout_in_a_worker_says_what_held_the_quota_too(queues, rayjob_body, task_context):
+    blocker_context = task_context("blocker")
+    submit(
+        queues, rayjob_body(duration="inf"), blocker_context, task_id="blocker", wait_for_completion=False
+    ).execute(blocker_context)
+    context = task_context("train")
+    op = submit(queues, rayjob_body(), context, queue_timeout=1.0, deferrable=False, poll_interval=0.2)
+    with pytest.raises(
+        Exception, match=f"queue_timeout=1s.*ClusterQueue {queues.cluster_queue} at the end: .*admitted: "
+    ):
+        op.execute(context)
+
+
+def test_execution_timeout_holds_while_deferred(queues, rayjob_body, task_context, capfd):
+    """Airflow 3.3 does not enforce execution_timeout on a deferred task: the deadline travels with the
+    trigger, which ends the wait when it passes; the resumed task deletes its RayJob and fails."""
+    from datetime import timedelta
+
+    blocker_context = task_context("blocker")
+    submit(
+        queues, rayjob_body(duration="inf"), blocker_context, task_id="blocker", wait_for_completion=False
+    ).execute(blocker_context)
+    context = task_context("train")
+    op = submit(queues, rayjob_body(), context, execution_timeout=timedelta(seconds=2))
+    _, kwargs = defer(op, context).serialize()
+    trigger = RayJobTrigger(**kwargs)  # as a triggerer re-creates it: the deadline is in its kwargs
+    assert kwargs["policy"]["deadline"]
+
+    event = asyncio.run(first_event(trigger))
+
+    assert event["status"] == "execution_timeout", event
+    assert event["message"].startswith(f"execution_timeout passed at {kwargs['policy']['deadline']}")
+    assert any(
+        "Limits: queue_timeout 24 h (default), run_timeout 72 h (default); execution_timeout at" in line
+        for line in trigger_log(capfd)
+    )
+    with pytest.raises(Exception, match="did not succeed \\(execution_timeout"):
+        op.execute_complete(context, event=event)
+    remaining = [r["metadata"]["uid"] for r in queues.rayjobs() if not r["metadata"].get("deletionTimestamp")]
+    assert trigger.uid not in remaining
+
+
+@pytest.fixture
+def skewed_cluster(kubesim):
+    """Set the cluster's clock off from this process's (``skewed_cluster(seconds)``), reset afterwards."""
+    from kueue_ray.server_clock import server_clock
+
+    yield lambda seconds: kubesim.set_faults(clock_offset_s=seconds)
+    kubesim.reset_faults()
+    server_clock("kubernetes_default").offset_s = 0.0  # the next answer would correct it too
+
+
+@pytest.mark.parametrize("skew", [-3600, 3600], ids=["server-an-hour-behind", "server-an-hour-ahead"])
+@pytest.mark.parametrize("deferrable", [True, False], ids=["triggerer", "worker"])
+def test_a_queue_timeout_is_measured_on_the_api_server_s_clock(
+    queues, rayjob_body, task_context, skewed_cluster, skew, deferrable
+):
+    """Kueue's timestamps are on the control plane's clock: with the triggerer's own clock an hour off, a
+    4 s queue timeout would fire at once (server behind) or an hour late (server ahead)."""
+    import time
+
+    skewed_cluster(skew)
+    blocker_context = task_context("blocker")
+    submit(
+        queues, rayjob_body(duration="inf"), blocker_context, task_id="blocker", wait_for_completion=False
+    ).execute(blocker_context)
+    context = task_context("train")
+    op = submit(queues, rayjob_body(), context, queue_timeout=4, deferrable=deferrable, poll_interval=0.2)
+    started = time.monotonic()
+    if deferrable:
+        event = asyncio.run(first_event(defer(op, context)))
+        assert event["status"] == "queue_timeout", event
+    else:
+        with pytest.raises(Exception, match="queue_timeout=4s"):
+            op.execute(context)
+    waited = time.monotonic() - started
+    # Whole-second timestamps and the Date header's whole seconds: within about a second of 4 s.
+    assert 2.5 <= waited <= 10, waited

@@ -255,8 +255,9 @@ def test_a_trigger_joining_a_watched_namespace_starts_from_the_cache(
         if r["verb"] in ("get", "list") and r["resource"] in ("rayjobs", "workloads")
     )
     # The hub had listed both: joining costs no request. The queue_timeout a clock gave is confirmed on
-    # the API server before it is fired: one read of the RayJob and one of its Workload, nothing else.
-    assert reads == [("get", "rayjobs"), ("list", "workloads")], reads
+    # the API server before it is fired: one read of the RayJob and one of its Workload; then one list of
+    # the namespace's Workloads says what held the quota (kueue_ray.quota_holders). Nothing else.
+    assert reads == [("get", "rayjobs"), ("list", "workloads"), ("list", "workloads")], reads
 
 
 async def until_listed(kubesim, queues) -> None:

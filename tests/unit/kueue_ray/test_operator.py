@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from kueue_ray.bounds import DEFAULT_RUN_TIMEOUT
 from kueue_ray.hook import QueueCapacity, RayJobHook
 from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.trigger import RayJobTrigger
@@ -112,8 +113,8 @@ def test_execute_submits_and_defers_to_the_trigger(cluster):
     assert (trigger.policy.queue_timeout, trigger.policy.max_preemptions, trigger.policy.run_timeout) == (
         600,
         2,
-        None,
-    )
+        DEFAULT_RUN_TIMEOUT,
+    ), "run_timeout unset: bounded by its default"
     assert trigger.owner == {
         "dag_id": "pipe",
         "task_id": "train",
@@ -123,6 +124,16 @@ def test_execute_submits_and_defers_to_the_trigger(cluster):
         "deployment": "tests",  # tests/conftest.py: [kueue_ray] deployment
     }
     assert ti.xcom["rayjob"]["uid"] == "uid-1"
+
+
+@pytest.mark.parametrize("field,value", [("queue_timeout", "-1"), ("run_timeout", "soon")])
+def test_a_bad_timeout_fails_the_task_before_anything_is_created(cluster, field, value):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    context = {"ti": TI(), "dag_run": DagRun("scheduled"), "params": {}}
+    with pytest.raises(AirflowFailException, match=f"{field}: not a timeout .* Fix: give seconds > 0"):
+        operator(**{field: value}).execute(context)
+    assert cluster == []
 
 
 def test_backfill_runs_are_clamped_to_the_backfill_priority(cluster):

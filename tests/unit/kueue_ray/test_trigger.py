@@ -23,7 +23,8 @@ from kueue_ray.verdicts import (
     SUCCESS,
     TOO_MANY_PREEMPTIONS,
 )
-from kueue_ray.waiting import WaitPolicy, Watchdog, describe_transition
+from kueue_ray.wait_policy import WaitPolicy
+from kueue_ray.waiting import Watchdog, describe_transition
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -96,10 +97,15 @@ def test_serialize_round_trip_through_airflow_serde():
     assert classpath == "kueue_ray.trigger.RayJobTrigger"
 
 
-def test_queueing_is_normal_without_a_queue_timeout():
+def test_queueing_is_bounded_by_default_and_unbounded_only_when_asked():
     dog = watchdog()
-    assert dog.check(obs(Phase.QUEUED, "Pending"), workload(False, T0), at(86400)) is None
-    assert dog.seconds_until_next_deadline(at(86400)) is None
+    assert dog.check(obs(Phase.QUEUED, "Pending"), workload(False, T0), at(86399)) is None
+    assert dog.seconds_until_next_deadline(at(86399)) == 1
+    verdict = dog.check(obs(Phase.QUEUED, "Pending"), workload(False, T0), at(86400))
+    assert verdict.status == "queue_timeout" and "queue_timeout=86400s" in verdict.message
+    forever = Watchdog(WaitPolicy.from_dict({"queue_timeout": "inf", "run_timeout": "inf"}), T0)
+    assert forever.check(obs(Phase.QUEUED, "Pending"), workload(False, T0), at(10 * 86400)) is None
+    assert forever.seconds_until_next_deadline(at(10 * 86400)) is None
 
 
 def test_queue_timeout_counts_from_the_last_loss_of_quota():

@@ -64,11 +64,14 @@ def test_the_janitor_sweeps_the_pipelines_namespace_regularly_and_can_dry_run(da
 
     dag = dagbag.dags[JANITOR]
     assert dag.max_active_runs == 1 and not dag.catchup
-    assert dag.params.dump() == {"namespaces": [NAMESPACE], "dry_run": False}
+    assert dag.params.dump() == {"namespaces": [NAMESPACE], "dry_run": False, "retention_days": None}
     [task] = dag.tasks
     native = dag.get_template_env()  # render_template_as_native_obj: lists and booleans stay typed
     assert task.render_template(task.namespaces, {"params": dag.params.dump()}, native) == [NAMESPACE]
     assert task.render_template(task.dry_run, {"params": {"dry_run": True}}, native) is True
+    # An empty retention Param leaves the option's value in force; a number overrides it.
+    assert task.render_template(task.retention_days, {"params": dag.params.dump()}, native) is None
+    assert task.render_template(task.retention_days, {"params": {"retention_days": 0.5}}, native) == 0.5
 
 
 def test_parsing_the_dag_files_imports_no_kubernetes_client_nor_runtime_plugin_modules(tmp_path):
@@ -229,6 +232,27 @@ def test_text_classifier_runs_daily_as_submit_then_sensor(dagbag):
     assert dag.schedule == "@daily"
     assert dag.get_task("wait").upstream_task_ids == {"submit"}
     assert dag.get_task("submit").wait_for_completion is False
+
+
+def test_text_classifier_wait_bounds_are_params(dagbag):
+    """Empty queue_timeout keeps the default bound; a run may set its own, or "inf" for none."""
+    from kueue_ray.bounds import DEFAULT_QUEUE_TIMEOUT
+    from kueue_ray.wait_policy import WaitPolicy
+
+    dag = dagbag.dags["text_classifier_finetune"]
+    wait, native = dag.get_task("wait"), dag.get_template_env()
+    params = dag.params.dump()
+    rendered = {
+        name: wait.render_template(getattr(wait, name), {"params": params}, native)
+        for name in ("queue_timeout", "run_timeout")
+    }
+    assert rendered == {"queue_timeout": None, "run_timeout": 7200}
+    policy = WaitPolicy.from_dict(rendered)
+    assert (policy.queue_timeout, policy.run_timeout) == (DEFAULT_QUEUE_TIMEOUT, 7200)
+    override = wait.render_template(
+        wait.queue_timeout, {"params": {**params, "queue_timeout": "inf"}}, native
+    )
+    assert WaitPolicy.from_dict({"queue_timeout": override}).queue_timeout is None
 
 
 def test_model_and_checkpoint_assets_link_producers_and_consumers(dagbag):

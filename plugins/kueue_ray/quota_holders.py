@@ -1,0 +1,142 @@
+"""What held the quota when a wait for admission timed out, in words for the failure message (pure).
+
+"not admitted within queue_timeout" alone leaves the user guessing whether the queue was busy or the
+request can never fit next to what runs there (e.g. a 2-GPU request while the DAG's own RayService holds
+the team's GPU). So the message adds, from one read of the ClusterQueue and of the Workloads in the
+RayJob's namespace: the ClusterQueue's usage against its nominal quota per flavor and resource, the
+admitted Workloads there with their priority, and whether this task's priority could preempt each of
+them under the ClusterQueue's ``preemption.withinClusterQueue`` policy.
+
+Example::
+
+    >>> cq = {"metadata": {"name": "team-a"},
+    ...       "spec": {"preemption": {"withinClusterQueue": "LowerPriority"},
+    ...                "resourceGroups": [{"flavors": [{"name": "gpu", "resources": [
+    ...                    {"name": "nvidia.com/gpu", "nominalQuota": "1"}]}]}]},
+    ...       "status": {"admittedWorkloads": 1, "flavorsReservation": [{"name": "gpu", "resources": [
+    ...                    {"name": "nvidia.com/gpu", "total": "1"}]}]}}
+    >>> held = {"metadata": {"name": "rayservice-serve-1a2b3", "creationTimestamp": "2026-12-01T10:00:00Z"},
+    ...         "spec": {"priorityClassRef": {"name": "prod-priority"}, "priority": 1000},
+    ...         "status": {"admission": {"clusterQueue": "team-a"},
+    ...                    "conditions": [{"type": "Admitted", "status": "True"}]}}
+    >>> print(quota_holders(cq, [held], own_priority=100))
+    ClusterQueue team-a at the end: nvidia.com/gpu 1 of 1 (flavor gpu); admitted: rayservice-serve-1a2b3 (prod-priority 1000, not preemptible by this task's priority 100)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from kueue_ray.quantity import human_quantity, parse_quantity
+
+if TYPE_CHECKING:
+    from kueue_ray.waiting import Verdict
+
+MAX_LISTED = 5
+"""Admitted Workloads named in the message; the rest are counted."""
+
+
+def usage(cluster_queue: dict) -> list[str]:
+    """``nvidia.com/gpu 1 of 1 (flavor gpu)`` per flavor and resource with a nominal quota: what is
+    reserved (``status.flavorsReservation``, else ``flavorsUsage``) against ``nominalQuota``."""
+    status = cluster_queue.get("status") or {}
+    used: dict[tuple[str, str], Decimal] = {}
+    for flavor in status.get("flavorsReservation") or status.get("flavorsUsage") or ():
+        for resource in flavor.get("resources") or ():
+            used[(flavor.get("name"), resource.get("name"))] = parse_quantity(resource.get("total") or "0")
+    lines = []
+    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or ():
+        for flavor in group.get("flavors") or ():
+            for resource in flavor.get("resources") or ():
+                key = (flavor.get("name"), resource.get("name"))
+                nominal = parse_quantity(resource.get("nominalQuota") or "0")
+                taken = used.get(key, Decimal(0))
+                lines.append(
+                    f"{key[1]} {human_quantity(taken)} of {human_quantity(nominal)} (flavor {key[0]})"
+                )
+    return lines
+
+
+def can_preempt(policy: str, own_priority: int | None, own_created: str | None, other: dict) -> bool:
+    """Whether Kueue's ``withinClusterQueue`` policy lets a Workload of ``own_priority`` preempt ``other``."""
+    if own_priority is None or policy not in ("LowerPriority", "LowerOrNewerEqualPriority"):
+        return False
+    theirs = _priority(other)
+    if theirs < own_priority:
+        return True
+    created = (other.get("metadata") or {}).get("creationTimestamp") or ""
+    return (
+        policy == "LowerOrNewerEqualPriority"
+        and theirs == own_priority
+        and bool(own_created)
+        and (created > own_created)
+    )
+
+
+def quota_holders(
+    cluster_queue: dict | None,
+    workloads: Iterable[dict],
+    *,
+    own_priority: int | None,
+    own_created: str | None = None,
+) -> str | None:
+    """The sentence for the failure message; None when the ClusterQueue could not be read."""
+    if not cluster_queue:
+        return None
+    name = cluster_queue["metadata"]["name"]
+    policy = ((cluster_queue.get("spec") or {}).get("preemption") or {}).get("withinClusterQueue") or "Never"
+    admitted = [w for w in workloads if _admitted_in(w, name)]
+    admitted.sort(key=lambda w: (-_priority(w), (w.get("metadata") or {}).get("name", "")))
+    told = []
+    for workload in admitted[:MAX_LISTED]:
+        spec = workload.get("spec") or {}
+        klass = (spec.get("priorityClassRef") or {}).get("name") or "no priority class"
+        preemptible = can_preempt(policy, own_priority, own_created, workload)
+        verdict = "preemptible" if preemptible else "not preemptible"
+        told.append(
+            f"{workload['metadata']['name']} ({klass} {_priority(workload)}, {verdict} by this task's "
+            f"priority {own_priority if own_priority is not None else 'unknown'})"
+        )
+    sentence = f"ClusterQueue {name} at the end: {', '.join(usage(cluster_queue)) or 'no quota'}"
+    if told:
+        sentence += "; admitted: " + ", ".join(told)
+    total = (cluster_queue.get("status") or {}).get("admittedWorkloads")
+    others = (total or 0) - len(told)
+    if others > 0:
+        sentence += f" (+{others} more admitted, in other namespaces or not listed)"
+    if policy == "Never" and admitted:
+        sentence += "; it never preempts within itself (preemption.withinClusterQueue: Never)"
+    return sentence
+
+
+def _priority(workload: dict) -> int:
+    return int((workload.get("spec") or {}).get("priority") or 0)
+
+
+def _admitted_in(workload: dict, cluster_queue: str) -> bool:
+    status = workload.get("status") or {}
+    if (status.get("admission") or {}).get("clusterQueue") != cluster_queue:
+        return False
+    finished = any(
+        c.get("type") == "Finished" and c.get("status") == "True" for c in status.get("conditions") or ()
+    )
+    return not finished
+
+
+def with_quota_holders(
+    verdict: Verdict, cluster_queue: dict | None, workloads: list[dict], own_workload: str | None
+) -> Verdict:
+    """``verdict`` (a queue timeout) with what held the ClusterQueue's quota at the end appended
+    (``kueue_ray.quota_holders``; this task's priority from its Workload, named ``own_workload``, among
+    ``workloads``); unchanged when the ClusterQueue could not be read."""
+    own = next((w for w in workloads if w["metadata"].get("name") == own_workload), {})
+    told = quota_holders(
+        cluster_queue,
+        workloads,
+        own_priority=(own.get("spec") or {}).get("priority"),
+        own_created=(own.get("metadata") or {}).get("creationTimestamp"),
+    )
+    return replace(verdict, message=f"{verdict.message}. {told}") if told else verdict
