@@ -5,6 +5,10 @@ LocalQueues lived in three places and drifted apart whenever one DAG was edited.
 (``include/manifests/kueue/``), not a pipeline, so they are defined once here; a DAG only says what its
 choice means for it (title, description, default queue).
 
+Priority and queue carry no ``section``: Airflow 3.3's Trigger and backfill forms open only their first
+section ("Run Parameters", where Params without a section go) and collapse every named one, so these two
+decisions, which every run makes, stay in view. Each DAG lists them first.
+
 Imported by every DAG file at parse time, so it stays light: Airflow's ``Param`` and nothing else (no
 Kubernetes client, template engine, YAML or hook).
 """
@@ -22,9 +26,6 @@ order, so the form lists the default first."""
 
 LOCAL_QUEUES: tuple[str, ...] = ("user-queue", "team-a", "team-b")
 """The LocalQueues in ``NAMESPACE`` of both queue setups: ``user-queue`` (single-queue) and the two teams'."""
-
-SCHEDULING_SECTION = "Scheduling"
-"""The Trigger-form section that groups priority and queue, so they read as one decision."""
 
 PRIORITY_EXPLAINED: dict[str, str] = {
     "dev-priority": "dev-priority (100): waits behind production, may be preempted",
@@ -56,7 +57,6 @@ def priority_param(
         **extra,
         title=title,
         description=description,
-        section=SCHEDULING_SECTION,
     )
 
 
@@ -73,5 +73,42 @@ def queue_param(default: str, description: str, *, explained: bool = False) -> P
         **extra,
         title="LocalQueue",
         description=description,
-        section=SCHEDULING_SECTION,
     )
+
+
+def bounded_int(
+    default: int, low: int, high: int, *, title: str, description: str, section: str | None = None
+) -> Param:
+    """A whole number from ``low`` to ``high``, refused outside that range rather than changed.
+
+    The range is written as ``exclusiveMinimum`` / ``exclusiveMaximum`` (``low - 1`` / ``high + 1``, the
+    same set of integers): Airflow 3.3's form hands ``minimum`` / ``maximum`` to its number field, which
+    silently clamps what was typed (Epochs 100 becomes 50) and so runs something the user did not ask for.
+    With exclusive bounds the field keeps the value and Airflow's jsonschema check refuses the trigger (form,
+    REST API, CLI and backfill ``dag_run_conf`` alike) with the param's name. The description states the
+    range, so the form shows it before anything is typed.
+
+    >>> bounded_int(3, 1, 50, title="Epochs", description="Passes over the data.").schema["exclusiveMaximum"]
+    51
+    """
+    if not low <= default <= high:
+        raise ValueError(f"{title}: default {default} is outside {low} to {high}")
+    extra = {"section": section} if section else {}
+    return Param(
+        default,
+        type="integer",
+        exclusiveMinimum=low - 1,
+        exclusiveMaximum=high + 1,
+        title=title,
+        description=f"{description.rstrip()} Allowed: {low} to {high}.",
+        **extra,
+    )
+
+
+def integer_range(param: Param) -> tuple[int, int] | None:
+    """The (lowest, highest) whole number an integer Param accepts, from either spelling of its bounds;
+    None when it has no upper or no lower bound."""
+    schema = param.schema
+    low = schema.get("minimum", schema["exclusiveMinimum"] + 1 if "exclusiveMinimum" in schema else None)
+    high = schema.get("maximum", schema["exclusiveMaximum"] - 1 if "exclusiveMaximum" in schema else None)
+    return None if low is None or high is None else (low, high)
