@@ -111,6 +111,29 @@ class Shortfall:
         return f"{self.problem}; {self.fix}"
 
 
+def queue_fix(
+    why: Shortfall, *, fitting_queues: Iterable[str] = (), other_setup: str | None = None
+) -> Shortfall:
+    """The fix for a RayJob its LocalQueue can never admit, starting with what applies to that queue.
+
+    ``fitting_queues``: LocalQueues of the same namespace whose ClusterQueue could admit it (the first thing
+    to try: nothing in the cluster needs changing); ``other_setup``: where it would go in a queue setup that
+    is not installed (``kueue_ray.params.QUEUE_ALTERNATIVES``). The quota fix stays as the last resort.
+
+    >>> why = Shortfall("RayJob needs 8 nvidia.com/gpu", "raise nominalQuota or request less nvidia.com/gpu")
+    >>> queue_fix(why, fitting_queues=["team-a", "team-b"]).fix
+    'use LocalQueue team-a or team-b, whose ClusterQueue can admit it; or raise nominalQuota or request less nvidia.com/gpu'
+    """
+    fitting = sorted(fitting_queues)
+    if fitting:
+        fix = f"use LocalQueue {' or '.join(fitting)}, whose ClusterQueue can admit it; or {why.fix}"
+    elif other_setup:
+        fix = f"use {other_setup}; or {why.fix}"
+    else:
+        return why
+    return Shortfall(problem=why.problem, fix=fix)
+
+
 def _optional_quantity(value: object) -> Decimal | None:
     return None if value is None else parse_quantity(value)
 

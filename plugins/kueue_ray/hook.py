@@ -44,7 +44,7 @@ from kueue_ray.api import (
 )
 from kueue_ray.api_errors import describe_error
 from kueue_ray.async_hook import AsyncRayJobHook
-from kueue_ray.capacity import explain_capacity_shortfall, find_shortfall, max_capacity
+from kueue_ray.capacity import explain_capacity_shortfall, find_shortfall, max_capacity, queue_fix
 from kueue_ray.deletion import (
     DELETE_DECISIONS,
     DeleteOutcome,
@@ -70,6 +70,7 @@ from kueue_ray.hook_common import (
 )
 from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
+from kueue_ray.params import QUEUE_ALTERNATIVES
 
 __all__ = [
     "CONFLICT",
@@ -376,8 +377,10 @@ class RayJobHook(KubernetesHook):
         shortfall = find_shortfall(built.pod_sets, queue_capacity.capacity)
         if shortfall is not None:
             resource, available = shortfall
-            why = explain_capacity_shortfall(
-                built.pod_sets, resource, available, queue_capacity.cluster_queue
+            why = queue_fix(
+                explain_capacity_shortfall(built.pod_sets, resource, available, queue_capacity.cluster_queue),
+                fitting_queues=self.queues_that_fit(built, namespace, queue),
+                other_setup=QUEUE_ALTERNATIVES.get(queue),
             )
             raise PreflightError(
                 f"{why.problem}, counting what its cohort can lend",
@@ -386,6 +389,29 @@ class RayJobHook(KubernetesHook):
                 fix=why.fix,
             )
         return queue_capacity
+
+    def queues_that_fit(self, built: BuiltRayJob, namespace: str, refused: str) -> list[str]:
+        """The other LocalQueues of ``namespace`` whose ClusterQueue could ever admit ``built``: the fix a
+        refused request needs first. Read only once preflight has refused, so a run that fits pays nothing;
+        a list that fails (e.g. forbidden) leaves the suggestion out, never the refusal."""
+        try:
+            cluster_queues = {
+                q["metadata"]["name"]: q for q in self._list_kueue_objects(CLUSTER_QUEUE.plural)
+            }
+            cohorts = self._list_kueue_objects("cohorts")
+            local_queues = self._list_kueue_objects(LOCAL_QUEUE.plural, namespace)
+        except Exception as exc:  # noqa: BLE001 - only the suggestion is lost
+            log.info("Other LocalQueues of %s not listed: %s", namespace, describe_error(exc))
+            return []
+        fitting = []
+        for local_queue in local_queues:
+            cluster_queue = cluster_queues.get((local_queue.get("spec") or {}).get("clusterQueue"))
+            if local_queue["metadata"]["name"] == refused or cluster_queue is None:
+                continue
+            capacity = max_capacity(cluster_queue, cluster_queues=cluster_queues.values(), cohorts=cohorts)
+            if find_shortfall(built.pod_sets, capacity) is None:
+                fitting.append(local_queue["metadata"]["name"])
+        return fitting
 
     def queue_position(self, namespace: str, queue: str, workload_name: str) -> QueuePosition | None:
         """Position from Kueue's visibility API; None when it is not pending, or the API is not served, not

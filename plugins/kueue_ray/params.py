@@ -40,6 +40,14 @@ QUEUE_EXPLAINED: dict[str, str] = {
 }
 """Which installed queue setup each LocalQueue belongs to: only one setup's queues exist on a cluster."""
 
+QUEUE_ALTERNATIVES: dict[str, str] = {
+    "user-queue": "team-a/team-b (the team-queues setup: "
+    "kubectl apply -f include/manifests/kueue/ -f include/manifests/kueue/team-queues/)",
+}
+"""Where a RayJob goes that a LocalQueue of one setup can never admit, when the cluster has no other queue
+that could: the single queue holds one GPU, a team queue 8 by borrowing. Only one setup is installed at a
+time, so the preflight cannot find the other setup's queues in the cluster; this names them."""
+
 
 def priority_param(
     description: str, *, title: str = "Priority", default: str = "dev-priority", explained: bool = True
