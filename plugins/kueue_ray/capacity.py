@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from kueue_ray.quantity import human_quantity, parse_quantity
+from kueue_ray.quantity import parse_quantity, readable_amount
 
 FlavorResource = tuple[str, str]
 
@@ -242,8 +242,10 @@ def explain_capacity_shortfall(
         total += amount
         if pod_set["name"] == "submitter":
             submitter = amount
-        detail = f" ({pod_set['count']} x {human_quantity(per_pod)})" if pod_set["count"] > 1 else ""
-        parts.append(f"{pod_set['name']} {human_quantity(amount)}{detail}")
+        detail = (
+            f" ({pod_set['count']} x {readable_amount(resource, per_pod)})" if pod_set["count"] > 1 else ""
+        )
+        parts.append(f"{pod_set['name']} {readable_amount(resource, amount)}{detail}")
     label = "CPU" if resource == "cpu" else resource
     fixes = "raise nominalQuota"
     if submitter and total - submitter <= cap:
@@ -251,7 +253,7 @@ def explain_capacity_shortfall(
     else:
         fixes += f" or request less {label}"
     return Shortfall(
-        problem=f"RayJob needs {human_quantity(total)} {label} ({' + '.join(parts)}) but ClusterQueue "
-        f"{cluster_queue} provides at most {human_quantity(cap)}",
+        problem=f"RayJob needs {readable_amount(resource, total)} {label} ({' + '.join(parts)}) but "
+        f"ClusterQueue {cluster_queue} provides at most {readable_amount(resource, cap)}",
         fix=fixes,
     )

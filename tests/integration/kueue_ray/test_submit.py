@@ -290,6 +290,6 @@ def test_waiting_in_the_worker_reports_the_queue_position_and_times_out(
     with pytest.raises(AirflowException, match="not admitted within queue_timeout=1s"):
         operator(queues, rayjob_body(), queue_timeout=1).execute(task_context("train"))
     out = capfd.readouterr().out
-    assert "position 1 of 1 pending in its LocalQueue" in out
+    assert "position 1 in the ClusterQueue (1 of 1 pending in its LocalQueue)" in out
     active = [r["metadata"]["name"] for r in queues.rayjobs() if not r["metadata"].get("deletionTimestamp")]
     assert len(active) == 1 and "blocker" in active[0], "the timed-out RayJob is withdrawn from the queue"
