@@ -1,4 +1,5 @@
-"""The Trigger-form Params every Kueue DAG of this project offers: which priority class and which queue.
+"""The Trigger-form Params every Kueue DAG of this project offers: which priority class and which queue, and
+whole numbers that are refused, not changed, outside their range.
 
 Each DAG used to spell these out itself, so the list of WorkloadPriorityClasses, their explanations and the
 LocalQueues lived in three places and drifted apart whenever one DAG was edited. They describe the cluster
@@ -89,15 +90,15 @@ def bounded_int(
 ) -> Param:
     """A whole number from ``low`` to ``high``, refused outside that range rather than changed.
 
-    The range is written as ``exclusiveMinimum`` / ``exclusiveMaximum`` (``low - 1`` / ``high + 1``, the
-    same set of integers): Airflow 3.3's form hands ``minimum`` / ``maximum`` to its number field, which
-    silently clamps what was typed (Epochs 100 becomes 50) and so runs something the user did not ask for.
-    With exclusive bounds the field keeps the value and Airflow's jsonschema check refuses the trigger (form,
-    REST API, CLI and backfill ``dag_run_conf`` alike) with the param's name. The description states the
-    range, so the form shows it before anything is typed.
+    The range sits one level down, in ``allOf: [{minimum, maximum}]``: Airflow 3.3's form hands a
+    top-level ``minimum`` / ``maximum`` to its number field, which silently clamps what was typed (Epochs
+    100 becomes 50) and so runs something the user did not ask for. Nested, the field keeps the value, and
+    Airflow's jsonschema check refuses the trigger (form, REST API, CLI and backfill ``dag_run_conf``
+    alike) with the param's name and jsonschema's own words ("100 is greater than the maximum of 50").
+    The description states the range, so the form shows it before anything is typed.
 
-    >>> bounded_int(3, 1, 50, title="Epochs", description="Passes over the data.").schema["exclusiveMaximum"]
-    51
+    >>> bounded_int(3, 1, 50, title="Epochs", description="Passes over the data.").schema["allOf"]
+    [{'minimum': 1, 'maximum': 50}]
     """
     if not low <= default <= high:
         raise ValueError(f"{title}: default {default} is outside {low} to {high}")
@@ -105,8 +106,7 @@ def bounded_int(
     return Param(
         default,
         type="integer",
-        exclusiveMinimum=low - 1,
-        exclusiveMaximum=high + 1,
+        allOf=[{"minimum": low, "maximum": high}],
         title=title,
         description=f"{description.rstrip()} Allowed: {low} to {high}.",
         **extra,
@@ -114,9 +114,11 @@ def bounded_int(
 
 
 def integer_range(param: Param) -> tuple[int, int] | None:
-    """The (lowest, highest) whole number an integer Param accepts, from either spelling of its bounds;
-    None when it has no upper or no lower bound."""
-    schema = param.schema
-    low = schema.get("minimum", schema["exclusiveMinimum"] + 1 if "exclusiveMinimum" in schema else None)
-    high = schema.get("maximum", schema["exclusiveMaximum"] - 1 if "exclusiveMaximum" in schema else None)
-    return None if low is None or high is None else (low, high)
+    """The (lowest, highest) whole number an integer Param accepts, from its top-level or nested
+    ``minimum`` / ``maximum``; None when it lacks either bound."""
+    bounds: dict[str, int] = {}
+    for schema in (param.schema, *param.schema.get("allOf", ())):
+        bounds.update({key: schema[key] for key in ("minimum", "maximum") if key in schema})
+    if "minimum" not in bounds or "maximum" not in bounds:
+        return None
+    return bounds["minimum"], bounds["maximum"]

@@ -123,9 +123,10 @@ def test_bounded_int_accepts_its_range_and_refuses_the_rest_instead_of_clamping(
     assert integer_range(param) == (1, 50)
     assert param.description == "Passes over the data. Allowed: 1 to 50."
     assert [param.resolve(value) for value in (1, 50)] == [1, 50]
-    for wrong in (0, 51, 100):
-        with pytest.raises(ParamValidationError, match=f"{wrong} is "):
-            param.resolve(wrong)
+    with pytest.raises(ParamValidationError, match="100 is greater than the maximum of 50"):
+        param.resolve(100)
+    with pytest.raises(ParamValidationError, match="0 is less than the minimum of 1"):
+        param.resolve(0)
     assert "maximum" not in param.schema, "Airflow's number field would clamp 100 to 50"
 
 

@@ -315,5 +315,7 @@ def test_admission_line_names_the_flavors_in_words():
         ),
         None,
     )
-    assert line.endswith("[ClusterQueue cluster-queue; flavors: head on default and gpu, submitter on default]")
+    assert line.endswith(
+        "[ClusterQueue cluster-queue; flavors: head on default and gpu, submitter on default]"
+    )
     assert "[" not in line.split("flavors:")[1].rstrip("]")

@@ -245,9 +245,14 @@ def test_an_out_of_range_number_is_refused_naming_the_param_not_clamped(dagbag, 
             continue
         low, high = bounds
         assert server_params.deep_merge({key: high}).validate()[key] == high
-        for wrong in (low - 1, high + 1):
-            with pytest.raises(ParamValidationError, match=f"param {key}: {wrong} is "):
-                server_params.deep_merge({key: wrong}).validate()
+        with pytest.raises(
+            ParamValidationError, match=f"param {key}: {low - 1} is less than the minimum of {low}"
+        ):
+            server_params.deep_merge({key: low - 1}).validate()
+        with pytest.raises(
+            ParamValidationError, match=f"param {key}: {high + 1} is greater than the maximum"
+        ):
+            server_params.deep_merge({key: high + 1}).validate()
 
 
 @pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
