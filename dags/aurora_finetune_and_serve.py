@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Asset, Param
 from kueue_ray.operators import SubmitRayJobOperator
-from kueue_ray.params import NAMESPACE, PRIORITY_CLASSES, priority_param, queue_param
+from kueue_ray.params import NAMESPACE, PRIORITY_CLASSES, bounded_int, priority_param, queue_param
 from kueue_ray.publish import PublishRayJobOutputOperator
 from kueue_ray.sensors import RayJobSensor
 from kueue_ray.serving import MODES, UPGRADE, DeployRayServiceOperator
@@ -70,12 +70,13 @@ with DAG(
             default="prod-priority",
             explained=False,
         ),
-        "epochs": Param(1, type="integer", minimum=1, maximum=20, title="Epochs", section="Fine-tune"),
-        "gpu_workers": Param(
+        "epochs": bounded_int(
+            1, 1, 20, title="Epochs", description="Passes over the ERA5 training data.", section="Fine-tune"
+        ),
+        "gpu_workers": bounded_int(
             1,
-            type="integer",
-            minimum=1,
-            maximum=2,
+            1,
+            2,
             title="GPU workers (4 GPUs each)",
             description="1 fits a team's guaranteed 4 GPUs next to a running service; 2 needs all 8.",
             section="Fine-tune",
@@ -89,13 +90,18 @@ with DAG(
             "new_service: a RayService of its own for this run.",
             section="Serving",
         ),
-        "serve_replicas": Param(
-            1, type="integer", minimum=1, maximum=4, title="Serve replicas", section="Serving"
+        "serve_replicas": bounded_int(
+            1,
+            1,
+            4,
+            title="Serve replicas",
+            description="Ray Serve replicas of the model, one GPU each.",
+            section="Serving",
         ),
-        "serve_ready_timeout": Param(
+        "serve_ready_timeout": bounded_int(
             1800,
-            type="integer",
-            minimum=10,
+            10,
+            86400,
             title="Seconds for the service to start",
             description="From Kueue's admission of its cluster until it serves.",
             section="Serving",

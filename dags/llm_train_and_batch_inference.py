@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Asset, Param, task
 from airflow.sdk.exceptions import AirflowException
 from kueue_ray.operators import SubmitRayJobOperator
-from kueue_ray.params import NAMESPACE, PRIORITY_CLASSES, priority_param, queue_param
+from kueue_ray.params import NAMESPACE, PRIORITY_CLASSES, bounded_int, priority_param, queue_param
 from kueue_ray.publish import PublishRayJobOutputOperator
 from kueue_ray.sensors import RayJobSensor
 
@@ -66,25 +66,57 @@ with DAG(
             description="Off: run batch inference alone on the latest published model.",
             section="Training",
         ),
-        "base_model": Param("meta-llama/Llama-3.2-1B", type="string", title="Base model", section="Training"),
-        "dataset": Param("tatsu-lab/alpaca", type="string", title="Training dataset", section="Training"),
-        "epochs": Param(1, type="integer", minimum=1, maximum=10, title="Epochs", section="Training"),
-        "train_gpu_workers": Param(
+        "base_model": Param(
+            "meta-llama/Llama-3.2-1B",
+            type="string",
+            minLength=1,
+            title="Base model",
+            description="Hugging Face model id the training starts from.",
+            section="Training",
+        ),
+        "dataset": Param(
+            "tatsu-lab/alpaca",
+            type="string",
+            minLength=1,
+            title="Training dataset",
+            description="Hugging Face dataset id of the instruction data.",
+            section="Training",
+        ),
+        "epochs": bounded_int(
+            1, 1, 10, title="Epochs", description="Passes over the training dataset.", section="Training"
+        ),
+        "train_gpu_workers": bounded_int(
             1,
-            type="integer",
-            minimum=1,
-            maximum=2,
+            1,
+            2,
             title="Training GPU workers (4 GPUs each)",
             description="1 fits a team's guaranteed 4 GPUs; 2 needs all 8, so it waits while anything else "
             "(e.g. the Aurora service) holds a GPU in the cohort, and the other team can reclaim half of it.",
             section="Training",
         ),
-        "input_path": Param("az://datasets/prompts/", type="string", title="Prompts", section="Inference"),
-        "output_path": Param(
-            "az://datasets/completions/", type="string", title="Completions", section="Inference"
+        "input_path": Param(
+            "az://datasets/prompts/",
+            type="string",
+            minLength=1,
+            title="Prompts",
+            description="Where batch inference reads the prompts (a path the Ray workers can read).",
+            section="Inference",
         ),
-        "inference_workers": Param(
-            2, type="integer", minimum=1, maximum=8, title="Inference GPU workers", section="Inference"
+        "output_path": Param(
+            "az://datasets/completions/",
+            type="string",
+            minLength=1,
+            title="Completions",
+            description="Where batch inference writes the completions.",
+            section="Inference",
+        ),
+        "inference_workers": bounded_int(
+            2,
+            1,
+            8,
+            title="Inference GPU workers",
+            description="vLLM workers of one GPU each.",
+            section="Inference",
         ),
     },
 ):

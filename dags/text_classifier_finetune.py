@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 from kueue_ray.operators import SubmitRayJobOperator
-from kueue_ray.params import NAMESPACE, PRIORITY_CLASSES, priority_param, queue_param, timeout_param
+from kueue_ray.params import (
+    NAMESPACE,
+    PRIORITY_CLASSES,
+    bounded_int,
+    priority_param,
+    queue_param,
+    timeout_param,
+)
 from kueue_ray.sensors import RayJobSensor
 
 DOC = """
@@ -63,17 +70,24 @@ with DAG(
             "Kueue LocalQueue in namespace ray; which exist depends on the installed setup.",
             explained=True,
         ),
-        "epochs": Param(3, type="integer", minimum=1, maximum=50, title="Epochs", section="Training"),
-        "batch_size": Param(
-            16, type="integer", minimum=1, maximum=512, title="Batch size per worker", section="Training"
+        "epochs": bounded_int(
+            3, 1, 50, title="Epochs", description="Passes over the training data.", section="Training"
         ),
-        "num_workers": Param(
+        "batch_size": bounded_int(
+            16,
             1,
-            type="integer",
-            minimum=1,
-            maximum=8,
-            title="Ray Train workers",
-            description="Training workers inside the Ray cluster (one GPU each).",
+            512,
+            title="Batch size per worker",
+            description="Examples each Ray Train worker processes per step.",
+            section="Training",
+        ),
+        "num_workers": bounded_int(
+            1,
+            1,
+            8,
+            title="Ray Train workers (one GPU each)",
+            description="The RayJob asks Kueue for this many GPUs (the head's and one per extra worker pod). "
+            "The single-queue setup has one GPU: more than 1 needs team-a/team-b (the team-queues setup).",
             section="Training",
         ),
         "queue_timeout": timeout_param(None, "Queue timeout", "How long the RayJob may wait for admission."),

@@ -177,6 +177,23 @@ def check_kubesim(kubesim: KubesimProcess | None) -> None:
         )
 
 
+READ_ONLY_USER = "viewer"
+"""A second login of ``make run``, with Airflow's ``viewer`` role, to try what a user who may only read sees.
+(The simple auth manager's roles apply to every DAG; per-DAG access needs its teams, as
+tests/browser/conftest.py sets them up, or another auth manager.)"""
+
+
+def read_only_password(home: Path) -> str:
+    """The password Airflow's simple auth manager generated for ``READ_ONLY_USER`` into its passwords
+    file when it started; where to find it if that file does not have it (yet)."""
+    path = home / "passwords.json"
+    with contextlib.suppress(OSError, ValueError):
+        password = json.loads(path.read_text()).get(READ_ONLY_USER)
+        if password:
+            return password
+    return f"(see {os.path.relpath(path)})"
+
+
 def banner(
     settings: Settings, kubesim: KubesimProcess | None, airflow: Airflow, database_url: str | None
 ) -> str:
@@ -195,6 +212,8 @@ def banner(
     paused = "unpaused" if settings.unpause else "paused (UNPAUSE=1 unpauses them)"
     lines += [
         f"Airflow UI: {airflow.url}  login: {USERNAME} / {PASSWORD}  (AIRFLOW_PORT)",
+        f"  Read-only user: {READ_ONLY_USER} / {read_only_password(airflow.home)}  (role viewer: reads every "
+        "DAG and the Kueue pages; cannot trigger, clear or mark)",
         f"  DAGs start {paused}",
         "  Metadata database: "
         + (
@@ -265,6 +284,7 @@ def run(settings: Settings) -> None:
                 extra_env={
                     "KUBECONFIG": str(kubeconfig),  # everything in Airflow agrees on the one cluster
                     "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(not settings.unpause),
+                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin,{READ_ONLY_USER}:viewer",
                 },
             )
             write_cli_state(airflow)

@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
-from kueue_ray.quantity import human_quantity, parse_quantity
+from kueue_ray.quantity import parse_quantity, readable_amount
 
 FlavorResource = tuple[str, str]
 
@@ -109,6 +110,29 @@ class Shortfall:
 
     def __str__(self) -> str:
         return f"{self.problem}; {self.fix}"
+
+
+def queue_fix(
+    why: Shortfall, *, fitting_queues: Iterable[str] = (), other_setup: str | None = None
+) -> Shortfall:
+    """The fix for a RayJob its LocalQueue can never admit, starting with what applies to that queue.
+
+    ``fitting_queues``: LocalQueues of the same namespace whose ClusterQueue could admit it (the first thing
+    to try: nothing in the cluster needs changing); ``other_setup``: where it would go in a queue setup that
+    is not installed (``kueue_ray.params.QUEUE_ALTERNATIVES``). The quota fix stays as the last resort.
+
+    >>> why = Shortfall("RayJob needs 8 nvidia.com/gpu", "raise nominalQuota or request less nvidia.com/gpu")
+    >>> queue_fix(why, fitting_queues=["team-a", "team-b"]).fix
+    'use LocalQueue team-a or team-b, whose ClusterQueue can admit it; or raise nominalQuota or request less nvidia.com/gpu'
+    """
+    fitting = sorted(fitting_queues)
+    if fitting:
+        fix = f"use LocalQueue {' or '.join(fitting)}, whose ClusterQueue can admit it; or {why.fix}"
+    elif other_setup:
+        fix = f"use {other_setup}; or {why.fix}"
+    else:
+        return why
+    return Shortfall(problem=why.problem, fix=fix)
 
 
 def _optional_quantity(value: object) -> Decimal | None:
@@ -219,8 +243,10 @@ def explain_capacity_shortfall(
         total += amount
         if pod_set["name"] == "submitter":
             submitter = amount
-        detail = f" ({pod_set['count']} x {human_quantity(per_pod)})" if pod_set["count"] > 1 else ""
-        parts.append(f"{pod_set['name']} {human_quantity(amount)}{detail}")
+        detail = (
+            f" ({pod_set['count']} x {readable_amount(resource, per_pod)})" if pod_set["count"] > 1 else ""
+        )
+        parts.append(f"{pod_set['name']} {readable_amount(resource, amount)}{detail}")
     label = "CPU" if resource == "cpu" else resource
     fixes = "raise nominalQuota"
     if submitter and total - submitter <= cap:
@@ -228,7 +254,27 @@ def explain_capacity_shortfall(
     else:
         fixes += f" or request less {label}"
     return Shortfall(
-        problem=f"RayJob needs {human_quantity(total)} {label} ({' + '.join(parts)}) but ClusterQueue "
-        f"{cluster_queue} provides at most {human_quantity(cap)}",
+        problem=f"RayJob needs {readable_amount(resource, total)} {label} ({' + '.join(parts)}) but "
+        f"ClusterQueue {cluster_queue} provides at most {readable_amount(resource, cap)}",
         fix=fixes,
     )
+
+
+def queues_that_fit(
+    pod_sets: Any,
+    local_queues: list[dict],
+    cluster_queues: Mapping[str, dict],
+    cohorts: list[dict],
+    refused: str,
+) -> list[str]:
+    """The LocalQueues (other than ``refused``) whose ClusterQueue could ever admit ``pod_sets``, counting
+    cohort borrowing: the fix a request refused in ``refused`` needs first."""
+    fitting = []
+    for local_queue in local_queues:
+        cluster_queue = cluster_queues.get((local_queue.get("spec") or {}).get("clusterQueue"))
+        if local_queue["metadata"]["name"] == refused or cluster_queue is None:
+            continue
+        capacity = max_capacity(cluster_queue, cluster_queues=cluster_queues.values(), cohorts=cohorts)
+        if find_shortfall(pod_sets, capacity) is None:
+            fitting.append(local_queue["metadata"]["name"])
+    return fitting

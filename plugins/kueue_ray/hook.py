@@ -42,12 +42,10 @@ from kueue_ray.api import (
     RAY_VERSION,
     RAYJOB,
     WORKLOAD,
-    WORKLOAD_PRIORITY_CLASS,
 )
 from kueue_ray.api_errors import describe_error, may_be_missing_api, reading
 from kueue_ray.api_errors import explained as explain_access
 from kueue_ray.async_hook import AsyncRayJobHook
-from kueue_ray.capacity import explain_capacity_shortfall, find_shortfall, max_capacity
 from kueue_ray.deletion import (
     DELETE_DECISIONS,
     DeleteOutcome,
@@ -353,7 +351,7 @@ class RayJobHook(KubernetesHook):
         return newest(listing.items)
 
     @generic_api_retry
-    def _get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
+    def get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
         api = self.custom_object_client
         try:
             with reading("get", f"{plural}.{KUEUE_GROUP}", KUEUE_GROUP, KUEUE_VERSION):
@@ -366,7 +364,7 @@ class RayJobHook(KubernetesHook):
             raise
 
     @generic_api_retry
-    def _list_kueue_objects(self, plural: str, namespace: str | None = None) -> list[dict]:
+    def list_kueue_objects(self, plural: str, namespace: str | None = None) -> list[dict]:
         api = self.custom_object_client
         if namespace is None:
             call = partial(api.list_cluster_custom_object_with_http_info, KUEUE_GROUP, KUEUE_VERSION, plural)
@@ -385,9 +383,9 @@ class RayJobHook(KubernetesHook):
         """As ``AsyncRayJobHook.quota_state``: (the ClusterQueue behind ``local_queue``, the Workloads of
         ``namespace``) for a queue timeout's failure message; (None, []) when a read fails."""
         try:
-            lq = self._get_kueue_object(LOCAL_QUEUE.plural, local_queue, namespace) or {}
-            queue = self._get_kueue_object(CLUSTER_QUEUE.plural, (lq.get("spec") or {})["clusterQueue"])
-            return queue, self._list_kueue_objects(WORKLOAD.plural, namespace)
+            lq = self.get_kueue_object(LOCAL_QUEUE.plural, local_queue, namespace) or {}
+            queue = self.get_kueue_object(CLUSTER_QUEUE.plural, (lq.get("spec") or {})["clusterQueue"])
+            return queue, self.list_kueue_objects(WORKLOAD.plural, namespace)
         except Exception as exc:  # noqa: BLE001 - the timeout stands without the detail
             log.info(
                 "What held LocalQueue %s/%s's quota could not be read: %s",
@@ -397,76 +395,13 @@ class RayJobHook(KubernetesHook):
             )
             return None, []
 
-    def check_queue(self, namespace: str, queue: str, priority: str | None) -> QueueCapacity:
-        """Preflight: the LocalQueue exists here, the WorkloadPriorityClass exists, and the ClusterQueue
-        behind them exists; returns that ClusterQueue's maximum capacity (with cohort borrowing).
-
-        Each error names the field, the value and the fix, because Kueue itself would only leave the
-        RayJob queued forever with a message nobody reads.
-        """
-        local_queue = self._get_kueue_object(LOCAL_QUEUE.plural, queue, namespace)
-        if local_queue is None:
-            names = sorted(
-                q["metadata"]["name"] for q in self._list_kueue_objects(LOCAL_QUEUE.plural, namespace)
-            )
-            raise PreflightError(
-                f"LocalQueue {queue!r} does not exist in namespace {namespace!r}",
-                field="local_queue",
-                value=queue,
-                fix=f"use one of {names}" if names else f"create a LocalQueue in namespace {namespace!r}",
-            )
-        if priority is not None and self._get_kueue_object(WORKLOAD_PRIORITY_CLASS.plural, priority) is None:
-            names = sorted(
-                c["metadata"]["name"] for c in self._list_kueue_objects(WORKLOAD_PRIORITY_CLASS.plural)
-            )
-            raise PreflightError(
-                f"WorkloadPriorityClass {priority!r} does not exist, so Kueue would never create a Workload",
-                field="priority",
-                value=priority,
-                fix=f"use one of {names}" if names else "create the WorkloadPriorityClass",
-            )
-        cq_name = (local_queue.get("spec") or {}).get("clusterQueue")
-        cluster_queue = self._get_kueue_object(CLUSTER_QUEUE.plural, cq_name) if cq_name else None
-        if cluster_queue is None:
-            raise PreflightError(
-                f"LocalQueue {queue!r} points to ClusterQueue {cq_name!r}, which does not exist",
-                field="local_queue",
-                value=queue,
-                fix=f"create ClusterQueue {cq_name!r} or point the LocalQueue at an existing one",
-            )
-        if (cluster_queue.get("spec") or {}).get("stopPolicy", "None") != "None":
-            log.warning("ClusterQueue %s is stopped: the RayJob will wait until it is resumed", cq_name)
-        cohort_members: list[dict] = []
-        cohorts: list[dict] = []
-        if (cluster_queue.get("spec") or {}).get("cohortName"):
-            cohort_members = self._list_kueue_objects(CLUSTER_QUEUE.plural)
-            cohorts = self._list_kueue_objects("cohorts")
-        capacity = max_capacity(cluster_queue, cluster_queues=cohort_members, cohorts=cohorts)
-        return QueueCapacity(cluster_queue=cq_name, capacity=capacity)
-
     def preflight(
         self, built: BuiltRayJob, namespace: str, queue: str, priority: str | None
     ) -> QueueCapacity:
-        """Everything that can be known to fail before submitting: queue, priority class, capacity; a
-        refused read or an API the cluster does not serve is a ``ClusterAccessError`` saying so."""
-        try:
-            queue_capacity = self.check_queue(namespace, queue, priority)
-        except ApiException as exc:
-            self.raise_explained(exc, namespace)
-            raise
-        shortfall = find_shortfall(built.pod_sets, queue_capacity.capacity)
-        if shortfall is not None:
-            resource, available = shortfall
-            why = explain_capacity_shortfall(
-                built.pod_sets, resource, available, queue_capacity.cluster_queue
-            )
-            raise PreflightError(
-                f"{why.problem}, counting what its cohort can lend",
-                field=f"resources[{resource}]",
-                value=built.total_request.get(resource),
-                fix=why.fix,
-            )
-        return queue_capacity
+        """Everything that can be known to fail before submitting (``kueue_ray.preflight``)."""
+        from kueue_ray.preflight import Preflight
+
+        return Preflight(self).run(built, namespace, queue, priority)
 
     # --- refusals and missing APIs --------------------------------------------------------------------
 

@@ -31,9 +31,16 @@ class QueuePosition:
     pending_in_local_queue: int
 
     def describe(self) -> str:
+        """The Kueue tab's sentence for the same fact, in its order: the ClusterQueue's position (the one
+        that decides admission) first, then the LocalQueue's. The tab counts the ClusterQueue's pending
+        workloads; the task reads only its LocalQueue's (namespaced access), so the count is that queue's.
+
+        >>> QueuePosition(in_local_queue=1, in_cluster_queue=3, pending_in_local_queue=3).describe()
+        'position 4 in the ClusterQueue (2 of 3 pending in its LocalQueue)'
+        """
         return (
-            f"position {self.in_local_queue + 1} of {self.pending_in_local_queue} pending in its LocalQueue "
-            f"({self.in_cluster_queue + 1} in the ClusterQueue)"
+            f"position {self.in_cluster_queue + 1} in the ClusterQueue ({self.in_local_queue + 1} of "
+            f"{self.pending_in_local_queue} pending in its LocalQueue)"
         )
 
 

@@ -29,6 +29,7 @@ from decimal import Decimal
 
 from kueue_ray.naming import AirflowIdentity
 from kueue_ray.phases import POSITION_PHASES, Phase
+from kueue_ray.quantity import readable_bytes
 from kueue_ray.status import Observation
 
 POSITION_RELOG_SECONDS = 30.0
@@ -36,27 +37,14 @@ POSITION_RELOG_SECONDS = 30.0
 
 _PREEMPTOR = re.compile(r"a workload \(UID: (?P<workload_uid>[^,()]+), JobUID: (?P<job_uid>[^()]+)\)")
 _BINARY_QUANTITY = re.compile(r"\b(?P<number>\d+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei)\b")
-_BINARY_UNITS = [("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)]
-_SUFFIX_FACTOR = dict(_BINARY_UNITS)
-
-
-def readable_quantity(amount: Decimal) -> str:
-    """A byte amount in the largest binary unit it reaches, exact when it is whole in that unit ("8Gi",
-    "200Mi"), else rounded to two decimals ("7.45Gi" for 8G)."""
-    for suffix, factor in _BINARY_UNITS:
-        if amount >= factor:
-            scaled = amount / factor
-            if scaled == scaled.to_integral_value():
-                return f"{int(scaled)}{suffix}"
-            return f"{scaled.quantize(Decimal('0.01')).normalize():f}{suffix}"
-    return f"{amount:f}"
+_SUFFIX_FACTOR = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
 
 def readable_quantities(message: str) -> str:
     """``message`` with every binary-suffixed amount ("7812500Ki") spelled as people read it ("7.45Gi")."""
 
     def rewrite(match: re.Match) -> str:
-        return readable_quantity(Decimal(match["number"]) * _SUFFIX_FACTOR[match["suffix"]])
+        return readable_bytes(Decimal(match["number"]) * _SUFFIX_FACTOR[match["suffix"]])
 
     return _BINARY_QUANTITY.sub(rewrite, message)
 

@@ -50,11 +50,13 @@ def task_identity(context: Context) -> AirflowIdentity:
 def run_priority(log: Any, context: Context, priority: str, policy: Mapping[str, Any] | None) -> str:
     """The WorkloadPriorityClass for this run: ``priority`` as given, or with a ``priority_policy``
     decided from how the run was started (``kueue_ray.priority.resolve_priority``), logging why."""
-    if not policy:
-        return priority
-    from kueue_ray.priority import resolve_priority
+    from kueue_ray.priority import backfill_without_conf, resolve_priority
 
     dag_run = context.get("dag_run")
+    if warning := backfill_without_conf(dag_run, context.get("params")):
+        log.warning(warning)
+    if not policy:
+        return priority
     extras = [
         getattr(event, "extra", None)
         for events in (context.get("triggering_asset_events") or {}).values()
@@ -397,6 +399,7 @@ class SubmitRayJobOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any] | None:
         from kueue_ray.errors import KueueRayError
         from kueue_ray.manifests import build_rayjob
+        from kueue_ray.quantity import describe_resources
         from kueue_ray.status import TERMINAL_PHASES, observe
         from kueue_ray.trigger import RayJobTrigger
         from kueue_ray.wait_policy import WaitPolicy
@@ -420,7 +423,7 @@ class SubmitRayJobOperator(BaseOperator):
             "Preflight ok: LocalQueue %s -> ClusterQueue %s; RayJob requests %s in total",
             self.local_queue,
             queue_capacity.cluster_queue,
-            built.total_request,
+            describe_resources(built.total_request),
         )
         hook = self.hook
         rayjob = self.submit(hook, built.body, identity)

@@ -101,6 +101,33 @@ def resolve_priority(
     )
 
 
+def backfill_without_conf(dag_run: Any, params: Mapping[str, Any] | None) -> str | None:
+    """The warning for a backfill ``dag_run`` (its ``run_type``, ``conf``, ``dag_id``) whose conf is empty,
+    None for any other run.
+
+    Airflow 3.3's backfill dialog shows the DAG's params, but sends them (``dag_run_conf``) only when
+    "Override parameters on existing runs" is ticked; otherwise every run it creates has an empty conf and
+    runs with the DAG's defaults, whatever the form showed. The task cannot tell a deliberate default from a
+    dropped choice, so it says which values it uses and the three ways that carry params.
+
+    >>> from types import SimpleNamespace as Run
+    >>> print(backfill_without_conf(Run(run_type="backfill", conf={}, dag_id="d"), {"epochs": 3}))
+    ... # doctest: +ELLIPSIS
+    This backfill run has no conf, so it runs with the DAG's defaults (epochs=3). ... --dag-run-conf ...
+    """
+    if normalize_run_type(getattr(dag_run, "run_type", None)) != "backfill" or getattr(dag_run, "conf", None):
+        return None
+    dag_id = getattr(dag_run, "dag_id", None) or "<dag_id>"
+    defaults = ", ".join(f"{key}={value!r}" for key, value in (params or {}).items()) or "none"
+    return (
+        f"This backfill run has no conf, so it runs with the DAG's defaults ({defaults}). To backfill "
+        "with other params: tick 'Override parameters on existing runs' in the backfill dialog (Airflow "
+        "3.3 sends the form's params only then, to new runs too); or `airflow backfill create --dag-id "
+        f"{dag_id} --from-date ... --to-date ... --dag-run-conf '{{\"epochs\": 2}}'`; or POST "
+        '/api/v2/backfills with "dag_run_conf". See the README, "Backfills".'
+    )
+
+
 def _ranks(allowed: Sequence[str] | Mapping[str, int]) -> dict[str, int]:
     if isinstance(allowed, Mapping):
         return {str(name): int(value) for name, value in allowed.items()}

@@ -118,6 +118,43 @@ def human_quantity(value: Decimal | int) -> str:
     return f"~{approx:f}{suffix}"
 
 
+_BINARY_UNITS = sorted(_BINARY.items(), key=lambda item: -item[1])
+BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage"})
+"""Resources counted in bytes: people read them in binary units, as ``kubectl`` users write them."""
+
+
+def readable_bytes(amount: Decimal | int) -> str:
+    """A byte amount in the largest binary unit it reaches, exact when it is whole in that unit ("8Gi",
+    "200Mi"), else rounded to two decimals ("7.45Gi" for 8G; "7.65Gi" for 8G + 200Mi). The one spelling
+    of bytes in every log line and message, whatever unit the manifest or Kueue used."""
+    amount = Decimal(amount)
+    for suffix, factor in _BINARY_UNITS:
+        if amount >= factor:
+            scaled = amount / factor
+            if scaled == scaled.to_integral_value():
+                return f"{int(scaled)}{suffix}"
+            return f"{scaled.quantize(Decimal('0.01')).normalize():f}{suffix}"
+    return f"{amount:f}"
+
+
+def readable_amount(resource: str, amount: str | int | Decimal) -> str:
+    """One resource's amount as people read it: bytes in binary units ("7.65Gi"), anything else as a plain
+    number ("2.5" CPUs, "1" GPU) or, when large, its short form (``human_quantity``)."""
+    value = parse_quantity(amount)
+    return readable_bytes(value) if resource in BYTE_RESOURCES else human_quantity(value)
+
+
+def describe_resources(resources: Mapping[str, str | int | Decimal]) -> str:
+    """{"cpu": "2500m", "memory": "8017300Ki", "nvidia.com/gpu": "1"} -> "2.5 CPU, 7.65Gi memory,
+    1 nvidia.com/gpu": a request in words, CPU and memory first."""
+    order = ["cpu", "memory", *sorted(name for name in resources if name not in ("cpu", "memory"))]
+    return ", ".join(
+        f"{readable_amount(name, resources[name])} {'CPU' if name == 'cpu' else name}"
+        for name in order
+        if name in resources
+    )
+
+
 def parse_resources(resources: Mapping[str, str | int | float | Decimal] | None) -> dict[str, Decimal]:
     """{"cpu": "500m", "memory": "1Gi"} -> {"cpu": Decimal("0.5"), "memory": Decimal(1073741824)}."""
     return {name: parse_quantity(amount) for name, amount in (resources or {}).items()}

@@ -208,7 +208,7 @@ def describe_service_transition(
     """One task-log line for a RayService transition, quoting Kueue / KubeRay / Serve."""
     line = f"RayService {namespace}/{name}: {observation.describe()}"
     if observation.phase is ServicePhase.ADMITTED and observation.flavors:
-        line += f" [flavors {describe_flavors(observation.flavors)}]"
+        line += f" [flavors: {describe_flavors(observation.flavors)}]"
     if observation.preemptions:
         line += f" [preempted {observation.preemptions}x so far]"
     if position:
@@ -222,16 +222,28 @@ def service_event_payload(
     timeline: ServiceTimeline,
     **extra: Any,
 ) -> dict[str, Any]:
-    """The TriggerEvent payload (also what the worker-side wait produces): JSON only."""
+    """The TriggerEvent payload (also what the worker-side wait produces): JSON only, and only what the
+    deploy task needs to finish (the verdict, its RayService, the active cluster and the timeline for the
+    XCom), because Airflow writes the whole event into the task log ("Trigger fired event ... result=");
+    the Kueue tab reads the rest from the cluster."""
+    recorded = timeline.to_dict()
     return {
         "status": verdict.status,
         "reason": verdict.reason,
         "message": verdict.message,
         "phase": observation.phase.value if observation else None,
-        "observation": observation.to_dict() if observation else None,
-        "timeline": timeline.to_dict(),
-        **extra,
+        "active_cluster": observation.active_cluster if observation else None,
+        **{key: value for key, value in extra.items() if value not in (None, False)},
+        "timeline": {
+            key: value
+            for key, value in recorded.items()
+            if key not in TIMELINE_STATE_ONLY and value not in (None, [], {})
+        },
     }
+
+
+TIMELINE_STATE_ONLY = frozenset({"admitted_key", "last_observed_at"})
+"""Timeline fields that only carry the trigger's own state from one look to the next."""
 
 
 @dataclass(frozen=True)

@@ -285,6 +285,7 @@ class DeployRayServiceOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from kueue_ray.errors import KueueRayError
         from kueue_ray.manifests import build_rayservice
+        from kueue_ray.quantity import describe_resources
         from kueue_ray.service_waiting import ServiceWorkerWait
         from kueue_ray.wait_policy import WaitPolicy
 
@@ -300,7 +301,7 @@ class DeployRayServiceOperator(BaseOperator):
                 self.local_queue,
                 capacity.cluster_queue,
                 name,
-                built.total_request,
+                describe_resources(built.total_request),
             )
             deployment = self.deploy(self.hook, built.body, identity)
         except KueueRayError as error:
@@ -352,7 +353,6 @@ class DeployRayServiceOperator(BaseOperator):
         """Resume after waiting: the story to the log and XCom, then the smoke request and the teardown."""
         name, namespace = event["name"], event["namespace"]
         timeline = event.get("timeline") or {}
-        observation = event.get("observation") or {}
         self.log.info(
             "RayService %s/%s ended %s after %.1fs queued and %.1fs starting; %d admission(s), %d preemption(s)",
             namespace,
@@ -374,7 +374,7 @@ class DeployRayServiceOperator(BaseOperator):
             "name": name,
             "namespace": namespace,
             "uid": event["uid"],
-            "active_cluster": observation.get("active_cluster"),
+            "active_cluster": event.get("active_cluster"),
             "replaced_cluster": event.get("switch_from"),
             "serve_service": serve_service(name),
             "queue": event.get("queue"),
@@ -393,7 +393,7 @@ class DeployRayServiceOperator(BaseOperator):
             self.log.info(
                 "Traffic switched from RayCluster %s to RayCluster %s (Service %s)",
                 event["switch_from"],
-                observation.get("active_cluster"),
+                event.get("active_cluster"),
                 serve_service(name),
             )
         if self.smoke_url:
@@ -407,8 +407,7 @@ class DeployRayServiceOperator(BaseOperator):
         an upgraded one keeps serving its previous version."""
         name, namespace = event["name"], event["namespace"]
         if not event.get("created"):
-            observation = event.get("observation") or {}
-            active = observation.get("active_cluster")
+            active = event.get("active_cluster")
             if active:
                 self.log.info(
                     "RayService %s/%s keeps serving from RayCluster %s; to go back, deploy the previous "

@@ -16,8 +16,8 @@ The order of the checks matters and follows the behaviour of Kueue v0.19 / KubeR
    (``PodsReadyTimeout``: waitForPodsReady, on by default in Kueue v0.19) or EVICTED (anything else, e.g. an
    admission check asking for a retry, a stopped queue), until KubeRay reaches ``Suspended``.
 6. Quota reserved: AWAITING_CHECKS until ``Admitted=True`` (admission checks, e.g. a ProvisioningRequest,
-   must all be Ready; the RayJob stays suspended), then ADMITTED while the cluster starts, RUNNING once
-   KubeRay runs the job.
+   must all be Ready; the RayJob stays suspended), then ADMITTED while the cluster starts and while the Ray
+   job it submitted is still PENDING (reason ``Starting``), RUNNING once Ray runs the job.
 7. Otherwise the ``QuotaReserved=False`` reason/message: INADMISSIBLE for configuration problems and
    requests above the ClusterQueue's maximum capacity, QUEUED for everything that resolves by waiting
    (including the backoff after a PodsReadyTimeout eviction).
@@ -118,6 +118,12 @@ class Observation:
         data = asdict(self)
         data["phase"] = self.phase.value
         return data
+
+
+NOT_STARTED_JOB_STATUSES = frozenset({"", "PENDING"})
+"""Ray job statuses (``status.jobStatus``, from the Ray dashboard) of a submitted job that is not running
+yet: unknown so far, or PENDING (its runtime environment or resources are being set up)."""
+MSG_STARTING = "The Ray job is submitted and has not started yet."
 
 
 def observe(rayjob: dict, workload: dict | None) -> Observation:
@@ -235,7 +241,11 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
     # 6. Quota reserved: admitted once every admission check is Ready (Admitted=True).
     if quota_reserved:
         if deployment == "Running" and not suspended:
-            return result(Phase.RUNNING, job_status or "Running", rj_message)
+            if job_status in NOT_STARTED_JOB_STATUSES:
+                # KubeRay has submitted the Ray job, which has not started (runtime env, resources):
+                # still the admitted cluster starting, in one phase word, until Ray runs it.
+                return result(Phase.ADMITTED, "Starting", rj_message or MSG_STARTING)
+            return result(Phase.RUNNING, job_status, rj_message)
         admitted = conditions.get("Admitted") or {}
         if admitted.get("status") != "True":
             # Kueue leaves a stale Admitted=False/NoReservation from an earlier eviction in place.

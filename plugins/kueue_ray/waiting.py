@@ -266,8 +266,15 @@ def access_verdict(ended: BaseException) -> Verdict:
 
 
 def describe_flavors(flavors: Mapping[str, Mapping[str, str]]) -> str:
-    """``head=['on-demand'], workers=['spot']``: the flavors Kueue assigned, per pod set."""
-    return ", ".join(f"{pod_set}={sorted(set(assigned.values()))}" for pod_set, assigned in flavors.items())
+    """The flavors Kueue assigned, per pod set, in words.
+
+    >>> describe_flavors({"head": {"cpu": "default", "nvidia.com/gpu": "gpu"}, "submitter": {"cpu": "default"}})
+    'head on default and gpu, submitter on default'
+    """
+    return ", ".join(
+        f"{pod_set} on {' and '.join(sorted(set(assigned.values())))}"
+        for pod_set, assigned in flavors.items()
+    )
 
 
 def describe_transition(
@@ -279,7 +286,7 @@ def describe_transition(
     line = f"RayJob {namespace}/{name}: {told}"
     if observation.phase is Phase.ADMITTED and observation.flavors:
         line += (
-            f" [ClusterQueue {observation.cluster_queue}; flavors {describe_flavors(observation.flavors)}]"
+            f" [ClusterQueue {observation.cluster_queue}; flavors: {describe_flavors(observation.flavors)}]"
         )
     if observation.phase is Phase.RUNNING and observation.job_id:
         line += f" [Ray job {observation.job_id} on RayCluster {observation.ray_cluster}]"

@@ -182,6 +182,18 @@ def test_the_first_start_reaches_a_healthy_ui_on_kubesim_whatever_kubeconfig_say
     assert "DAGs start unpaused" in output
 
 
+def test_the_banners_read_only_user_reads_but_cannot_trigger(first_start):
+    found = re.search(r"Read-only user: (\S+) / (\S+)  \(role viewer", first_start.output)
+    assert found, first_start.output
+    client = httpx.Client(base_url=first_start.url, timeout=60)
+    token = client.post("/auth/token", json={"username": found[1], "password": found[2]})
+    assert token.status_code in (200, 201), token.text
+    client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+    assert client.get("/api/v2/dags/text_classifier_finetune").status_code == 200
+    trigger = client.post("/api/v2/dags/text_classifier_finetune/dagRuns", json={"logical_date": None})
+    assert trigger.status_code == 403, trigger.text
+
+
 def test_every_shipped_dags_first_run_succeeds(first_start):
     api = Api(first_start.url)
     assert api.get("/importErrors")["import_errors"] == []
@@ -205,7 +217,8 @@ def test_every_shipped_dags_first_run_succeeds(first_start):
 
 
 def test_the_readmes_shell_examples_work_as_pasted(first_start):
-    """Every ```sh block of README.md, run by bash in the checkout next to `make run`."""
+    """Every ```sh block of README.md, run by bash in the checkout next to `make run`, in a terminal that
+    has not exported AIRFLOW_PORT (the blocks find `make run`'s port themselves)."""
     api = Api(first_start.url)
     before = {run["dag_run_id"] for run in api.runs("text_classifier_finetune")}
     blocks = readme_sh_blocks(first_start.checkout / "README.md")
@@ -216,7 +229,7 @@ def test_the_readmes_shell_examples_work_as_pasted(first_start):
         done = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", block],
             cwd=first_start.checkout,
-            env={**os.environ, "AIRFLOW_PORT": str(first_start.port)},
+            env={key: value for key, value in os.environ.items() if key != "AIRFLOW_PORT"},
             capture_output=True,
             text=True,
             timeout=180,
@@ -230,7 +243,8 @@ def test_the_readmes_shell_examples_work_as_pasted(first_start):
         run for run in new if run["run_type"] == "manual" and run["conf"].get("priority") == "prod-priority"
     ]
     assert len(prod) == 2, "one prod run from the CLI example, one from the REST example"
-    assert len(api.get("/backfills", dag_id="text_classifier_finetune")["backfills"]) == 1
+    (backfill,) = api.get("/backfills", dag_id="text_classifier_finetune")["backfills"]
+    assert backfill["dag_run_conf"] == {"epochs": 2}, "the README's backfill carries its params"
 
     # The walkthrough's queue holds one RayJob: while the others wait, their deferred `wait` tasks
     # already link to the Ray dashboard and to the task's Kueue tab in this Airflow.

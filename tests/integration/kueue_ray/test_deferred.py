@@ -106,7 +106,7 @@ def test_queued_then_admitted_running_succeeded(queues, rayjob_body, task_contex
     assert phases[0] == "QUEUED" and phases[-1] == "SUCCEEDED" and "RUNNING" in phases
     queued_line = next(line for line in story if ": QUEUED " in line)
     assert "insufficient unused quota" in queued_line
-    assert "position 1 of 1 pending in its LocalQueue" in queued_line
+    assert "position 1 in the ClusterQueue (1 of 1 pending in its LocalQueue)" in queued_line
 
     result = op.execute_complete(context, event=event)
     assert result == {"name": trigger.name, "namespace": queues.namespace, "uid": trigger.uid}

@@ -197,7 +197,7 @@ def test_queued_triggers_share_one_queue_position_read_per_local_queue(
     queued_lines = [line for line in trigger_log(capfd) if ": QUEUED " in line]
     assert len(queued_lines) == count
     # Every trigger still tells its own place in the queue.
-    told = sorted(int(line.split("position ")[1].split(" of ")[0]) for line in queued_lines)
+    told = sorted(int(line.split("position ")[1].split(" in the ClusterQueue")[0]) for line in queued_lines)
     assert told == list(range(1, count + 1))
     assert all(f"of {count} pending in its LocalQueue" in line for line in queued_lines)
 

@@ -92,7 +92,7 @@ def test_a_new_service_is_queued_admitted_and_serves_then_the_smoke_request_reac
     ]
     assert phases[0] == "QUEUED" and phases[-1] == "SERVING" and "ADMITTED" in phases, story
     queued = next(line for line in story if ": QUEUED (" in line)
-    assert "position 1 of 1 pending in its LocalQueue" in queued
+    assert "position 1 in the ClusterQueue (1 of 1 pending in its LocalQueue)" in queued
     assert "insufficient unused quota" in queued
     assert paths == [f"/{queues.namespace}/{name}-serve-svc"], "one smoke request, its URL filled in"
 

@@ -82,7 +82,9 @@ def test_a_deferred_wait_relogs_the_queue_position_as_it_moves_at_most_once_per_
 
     assert event["status"] == "success", event
     lines = story(capfd, "kueue_ray.trigger.RayJobTrigger")
-    positions = [int(m.group(1)) for line in lines if (m := re.search(r"position (\d+) of", line))]
+    positions = [
+        int(m.group(1)) for line in lines if (m := re.search(r"position (\d+) in the ClusterQueue", line))
+    ]
     assert positions[0] == 3 and positions[-1] == 1, lines
     assert positions == sorted(positions, reverse=True) and len(set(positions)) == len(positions), lines
     moved = [line for line in lines if ": still QUEUED — position" in line]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
@@ -72,6 +73,74 @@ def test_preflight_rejects_a_request_that_can_never_fit(queues, rayjob_body, tas
         in message
     )
     assert "use submissionMode HTTPMode" in message
+    assert queues.rayjobs() == []
+
+
+def test_a_request_the_single_queue_can_never_admit_is_refused_fast_with_the_team_queues_fix(
+    queues, rayjob_body, task_context
+):
+    """Eight GPUs in the single-queue setup's user-queue (one GPU): refused at preflight in seconds, naming
+    the queues that would hold it, with nothing created."""
+    started = time.monotonic()
+    with pytest.raises(AirflowFailException) as error:
+        operator(queues, rayjob_body(gpu="8")).execute(task_context("train"))
+    assert time.monotonic() - started < 15
+    message = str(error.value)
+    assert f"RayJob needs 8 nvidia.com/gpu (head 8) but ClusterQueue {queues.cluster_queue}" in message
+    assert "Fix: use team-a/team-b (the team-queues setup" in message
+    assert queues.rayjobs() == []
+
+
+def test_a_refused_request_names_the_local_queues_of_its_namespace_that_can_admit_it(
+    queues, rayjob_body, task_context
+):
+    big = f"{queues.namespace}-big-cq"
+    queues.custom.create_cluster_custom_object(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "clusterqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": big},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": f"{queues.namespace}-flavor",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "8"},
+                                    {"name": "memory", "nominalQuota": "32G"},
+                                    {"name": "nvidia.com/gpu", "nominalQuota": "8"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    queues.created.append(("clusterqueues", big))
+    queues.custom.create_namespaced_custom_object(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        queues.namespace,
+        "localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "gpu-queue"},
+            "spec": {"clusterQueue": big},
+        },
+    )
+    with pytest.raises(AirflowFailException) as error:
+        operator(queues, rayjob_body(gpu="8")).execute(task_context("train"))
+    assert "Fix: use LocalQueue gpu-queue, whose ClusterQueue can admit it; or raise nominalQuota" in str(
+        error.value
+    )
     assert queues.rayjobs() == []
 
 
@@ -221,6 +290,6 @@ def test_waiting_in_the_worker_reports_the_queue_position_and_times_out(
     with pytest.raises(AirflowException, match="not admitted within queue_timeout=1s"):
         operator(queues, rayjob_body(), queue_timeout=1).execute(task_context("train"))
     out = capfd.readouterr().out
-    assert "position 1 of 1 pending in its LocalQueue" in out
+    assert "position 1 in the ClusterQueue (1 of 1 pending in its LocalQueue)" in out
     active = [r["metadata"]["name"] for r in queues.rayjobs() if not r["metadata"].get("deletionTimestamp")]
     assert len(active) == 1 and "blocker" in active[0], "the timed-out RayJob is withdrawn from the queue"

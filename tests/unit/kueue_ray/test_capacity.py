@@ -113,3 +113,17 @@ def test_shortfall_names_the_resource_that_can_never_fit():
     assert find_shortfall(head_and_submitter[:1], capacity) is None
     gpu = [{"name": "head", "count": 1, "requests": {"nvidia.com/gpu": "1"}}]
     assert find_shortfall(gpu, capacity) == ("nvidia.com/gpu", Decimal(0))
+
+
+def test_the_fix_for_a_refused_request_starts_with_what_applies_to_its_queue():
+    from kueue_ray.capacity import Shortfall, queue_fix
+
+    why = Shortfall("RayJob needs 8 nvidia.com/gpu", "raise nominalQuota or request less nvidia.com/gpu")
+    assert queue_fix(why, fitting_queues=["team-b", "team-a"]).fix == (
+        "use LocalQueue team-a or team-b, whose ClusterQueue can admit it; "
+        "or raise nominalQuota or request less nvidia.com/gpu"
+    )
+    assert queue_fix(why, other_setup="team-a/team-b (the team-queues setup)").fix.startswith(
+        "use team-a/team-b (the team-queues setup); or raise nominalQuota"
+    )
+    assert queue_fix(why) == why

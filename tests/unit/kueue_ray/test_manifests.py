@@ -575,6 +575,7 @@ def test_explain_capacity_shortfall_for_memory_reads_naturally():
     shortfall = explain_capacity_shortfall(sets, "memory", "8G", "cluster-queue")
     assert (
         shortfall.problem
-        == "RayJob needs ~8.21G memory (head 8G + submitter 200Mi) but ClusterQueue cluster-queue provides at most 8G"
+        == "RayJob needs 7.65Gi memory (head 7.45Gi + submitter 200Mi) but ClusterQueue cluster-queue provides "
+        "at most 7.45Gi"
     )
     assert shortfall.fix == "raise nominalQuota or use submissionMode HTTPMode"

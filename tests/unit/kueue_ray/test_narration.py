@@ -15,8 +15,8 @@ from kueue_ray.narration import (
     name_preemptor,
     preemptor_job_uid,
     readable_quantities,
-    readable_quantity,
 )
+from kueue_ray.quantity import describe_resources, readable_bytes
 from kueue_ray.status import Observation, Phase
 from kueue_ray.trigger import describe_transition
 
@@ -57,7 +57,16 @@ def obs(phase: Phase, reason: str = "", message: str = "", preemptions: int = 0)
     ],
 )
 def test_memory_is_spelled_in_the_largest_binary_unit(amount, spelled):
-    assert readable_quantity(Decimal(amount)) == spelled
+    assert readable_bytes(Decimal(amount)) == spelled
+
+
+def test_a_request_reads_in_words_with_memory_in_binary_units():
+    """The preflight line's request: Kueue's and the manifest's units turned into one spelling."""
+    assert (
+        describe_resources({"nvidia.com/gpu": "1", "memory": "8017300Ki", "cpu": "2500m"})
+        == "2.5 CPU, 7.65Gi memory, 1 nvidia.com/gpu"
+    )
+    assert describe_resources({"cpu": "96", "memory": "768Gi"}) == "96 CPU, 768Gi memory"
 
 
 def test_kueue_messages_get_readable_memory_and_keep_everything_else():

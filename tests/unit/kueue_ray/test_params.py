@@ -15,6 +15,8 @@ from kueue_ray.params import (
     NAMESPACE,
     PRIORITY_CLASSES,
     PRIORITY_EXPLAINED,
+    bounded_int,
+    integer_range,
     priority_param,
     queue_param,
 )
@@ -62,7 +64,7 @@ def test_priority_param_shows_what_each_class_means_unless_told_not_to():
     explained = priority_param("why", title="Fine-tune priority").schema
     assert explained["values_display"] == PRIORITY_EXPLAINED
     assert explained["title"] == "Fine-tune priority"
-    assert explained["section"] == "Scheduling"
+    assert "section" not in explained, "in the form's always-open first section"
     plain = priority_param("why", default="prod-priority", explained=False)
     assert "values_display" not in plain.schema
     assert plain.resolve() == "prod-priority"
@@ -72,7 +74,7 @@ def test_queue_param_accepts_only_installed_queues_and_keeps_each_dags_default()
     param = queue_param("team-a", "where")
     assert param.resolve() == "team-a"
     assert param.description == "where"
-    assert param.schema["section"] == "Scheduling"
+    assert "section" not in param.schema
     with pytest.raises(ParamValidationError):
         param.resolve("team-c")
     with pytest.raises(ParamValidationError):
@@ -114,3 +116,20 @@ def test_importing_the_params_adds_nothing_beyond_airflows_param():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().split(",") == ["kueue_ray", "kueue_ray.params"]
+
+
+def test_bounded_int_accepts_its_range_and_refuses_the_rest_instead_of_clamping():
+    param = bounded_int(3, 1, 50, title="Epochs", description="Passes over the data.")
+    assert integer_range(param) == (1, 50)
+    assert param.description == "Passes over the data. Allowed: 1 to 50."
+    assert [param.resolve(value) for value in (1, 50)] == [1, 50]
+    with pytest.raises(ParamValidationError, match="100 is greater than the maximum of 50"):
+        param.resolve(100)
+    with pytest.raises(ParamValidationError, match="0 is less than the minimum of 1"):
+        param.resolve(0)
+    assert "maximum" not in param.schema, "Airflow's number field would clamp 100 to 50"
+
+
+def test_bounded_int_refuses_a_default_outside_its_own_range():
+    with pytest.raises(ValueError, match="Epochs: default 0 is outside 1 to 50"):
+        bounded_int(0, 1, 50, title="Epochs", description="Passes.")

@@ -103,3 +103,24 @@ def test_run_type_enum_and_str_forms():
     assert normalize_run_type("DagRunType.MANUAL") == "manual"
     assert normalize_run_type("BACKFILL_JOB") == "backfill"
     assert decide(DagRunType.MANUAL, {"priority": "dev-priority"}).priority_class == "dev-priority"
+
+
+def test_a_backfill_run_without_conf_is_told_it_runs_the_defaults_and_how_to_pass_params():
+    from types import SimpleNamespace
+
+    from kueue_ray.priority import backfill_without_conf
+
+    run = SimpleNamespace(run_type="backfill", conf={}, dag_id="text_classifier_finetune")
+    warning = backfill_without_conf(run, {"priority": "dev-priority", "epochs": 3})
+    assert "runs with the DAG's defaults (priority='dev-priority', epochs=3)" in warning
+    assert "Override parameters on existing runs" in warning
+    assert "airflow backfill create --dag-id text_classifier_finetune" in warning
+    assert "--dag-run-conf" in warning and "/api/v2/backfills" in warning
+    assert backfill_without_conf(SimpleNamespace(run_type="backfill", conf=None, dag_id="d"), {}) is not None
+    # A backfill that carries params, and any other run, is left alone.
+    assert (
+        backfill_without_conf(SimpleNamespace(run_type="backfill", conf={"epochs": 2}, dag_id="d"), {})
+        is None
+    )
+    assert backfill_without_conf(SimpleNamespace(run_type="manual", conf={}, dag_id="d"), {}) is None
+    assert backfill_without_conf(SimpleNamespace(run_type="scheduled", conf=None, dag_id="d"), {}) is None

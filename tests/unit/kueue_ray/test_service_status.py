@@ -366,3 +366,45 @@ def test_a_first_look_after_the_deploy_splits_the_time_before_it_at_the_admissio
     waiting = ServiceTimeline(submitted_at=datetime(2026, 1, 1, tzinfo=UTC).timestamp())
     waiting.record(queued, datetime(2026, 1, 1, 0, 0, 4, tzinfo=UTC))
     assert (queued.phase, waiting.queued_seconds, waiting.starting_seconds) == (ServicePhase.QUEUED, 4.0, 0.0)
+
+
+def test_the_deploy_event_carries_only_what_the_task_needs_so_its_log_line_stays_readable():
+    """Airflow writes the whole event into the task log ("Trigger fired event ... result=TriggerEvent<...>"):
+    it carries the verdict, the RayService, the active cluster and the timeline, not the whole observation."""
+    import json
+
+    from kueue_ray.service_status import ServiceObservation
+    from kueue_ray.service_waiting import ServiceTarget, ServiceTimeline
+    from kueue_ray.waiting import Verdict
+
+    target = ServiceTarget(
+        name="aurora-serve-2f9c1d", namespace="ray", uid="0c5e8a5e-1d7a-4a43-9a55-2d1c1f0b9b11",
+        generation=1, created=True, queue="team-a", priority="prod-priority",
+    )  # fmt: skip
+    serving = ServiceObservation(
+        phase=ServicePhase.SERVING,
+        reason="Serving",
+        message="application forecast RUNNING, deployment Model HEALTHY",
+        target_cluster="aurora-serve-2f9c1d-raycluster-x7k2p",
+        target_role="active",
+        active_cluster="aurora-serve-2f9c1d-raycluster-x7k2p",
+        admitted_by="cluster",
+        workload_name="raycluster-aurora-serve-2f9c1d-raycluster-x7k2p-3a1b2",
+        cluster_queue="team-a-cq",
+        flavors={"head": {"cpu": "default"}, "gpu-workers": {"nvidia.com/gpu": "gpu", "cpu": "default"}},
+        admitted_at="2026-12-01T10:00:05Z",
+        applications={"forecast": "RUNNING"},
+    )
+    from dataclasses import replace
+
+    timeline = ServiceTimeline(submitted_at=datetime(2026, 12, 1, 10, 0, tzinfo=UTC).timestamp())
+    starting = replace(serving, phase=ServicePhase.ADMITTED, reason="Admitted", applications={})
+    timeline.record(starting, datetime(2026, 12, 1, 10, 0, 6, tzinfo=UTC))
+    timeline.record(serving, datetime(2026, 12, 1, 10, 1, tzinfo=UTC))
+    payload = target.payload(Verdict("success", "Serving", serving.message), serving, timeline)
+
+    assert payload["active_cluster"] == serving.active_cluster
+    assert payload["timeline"]["admissions"][0]["cluster_queue"] == "team-a-cq"
+    assert "observation" not in payload and "admitted_key" not in payload["timeline"]
+    assert len(repr(payload)) < 900, repr(payload)
+    json.dumps(payload)

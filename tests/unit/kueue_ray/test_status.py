@@ -167,6 +167,24 @@ def test_quota_reserved_while_cluster_starts_is_admitted_with_flavors_and_usage(
     assert obs.workload_name == "rayjob-train-42-123ec"
 
 
+@pytest.mark.parametrize("job_status", ["", "PENDING"])
+def test_a_submitted_ray_job_that_has_not_started_is_still_admitted_and_starting(job_status):
+    """KubeRay says Running as soon as it has submitted the Ray job; until Ray runs it (runtime env set-up,
+    resources), the log and the Kueue tab say one phase word: admitted, starting, not RUNNING (PENDING)."""
+    message = "Job has not started yet. It may be waiting for the runtime environment to be set up."
+    obs = observe(
+        rayjob("Running", job_status, suspend=False, message=message, jobId="j-1"),
+        workload(RESERVED, ADMITTED, admission=ADMISSION),
+    )
+    assert (obs.phase, obs.reason, obs.message) == (Phase.ADMITTED, "Starting", message)
+    assert obs.describe() == f"ADMITTED (Starting): {message}"
+    assert obs.job_id == "j-1"
+    running = observe(
+        rayjob("Running", "RUNNING", suspend=False), workload(RESERVED, ADMITTED, admission=ADMISSION)
+    )
+    assert running.phase is Phase.RUNNING
+
+
 def test_running_carries_kuberay_identifiers():
     rj = rayjob(
         "Running",

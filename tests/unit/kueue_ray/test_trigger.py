@@ -180,11 +180,11 @@ def test_transition_line_quotes_kueue_and_adds_the_queue_position():
         "ml",
         "job",
         obs(Phase.QUEUED, "Pending", "insufficient unused quota for cpu, 2 more needed"),
-        "position 2 of 3 pending in its LocalQueue (4 in the ClusterQueue)",
+        "position 4 in the ClusterQueue (2 of 3 pending in its LocalQueue)",
     )
     assert line == (
         "RayJob ml/job: QUEUED (Pending): insufficient unused quota for cpu, 2 more needed"
-        " — position 2 of 3 pending in its LocalQueue (4 in the ClusterQueue)"
+        " — position 4 in the ClusterQueue (2 of 3 pending in its LocalQueue)"
     )
 
 
@@ -305,4 +305,23 @@ def test_positions_read_from_the_summary_decoded_one_workload_at_a_time_are_the_
     }
     streamed = positions_from_items(ListBody(json.dumps(summary)).items())
     assert streamed == positions_from_summary(summary)
-    assert streamed["wl-4"].describe() == "position 5 of 5 pending in its LocalQueue (7 in the ClusterQueue)"
+    assert streamed["wl-4"].describe() == "position 7 in the ClusterQueue (5 of 5 pending in its LocalQueue)"
+
+
+def test_admission_line_names_the_flavors_in_words():
+    line = describe_transition(
+        "ml",
+        "job",
+        obs(
+            Phase.ADMITTED,
+            "Admitted",
+            "",
+            cluster_queue="cluster-queue",
+            flavors={"head": {"cpu": "default", "nvidia.com/gpu": "gpu"}, "submitter": {"cpu": "default"}},
+        ),
+        None,
+    )
+    assert line.endswith(
+        "[ClusterQueue cluster-queue; flavors: head on default and gpu, submitter on default]"
+    )
+    assert "[" not in line.split("flavors:")[1].rstrip("]")

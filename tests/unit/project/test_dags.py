@@ -141,8 +141,9 @@ QUEUE_DISPLAY = {
 
 
 def choice(value: str, enum: list[str], title: str, description: str, display: dict | None = None) -> dict:
-    """A Scheduling-section choice as Airflow serializes it for the Trigger form."""
-    schema = {"type": "string", "enum": enum, "title": title, "section": "Scheduling"}
+    """A scheduling choice as Airflow serializes it for the Trigger form: no section, so it shows in the
+    form's first section, the one open by default."""
+    schema = {"type": "string", "enum": enum, "title": title}
     if display is not None:
         schema["values_display"] = display
     return {"value": value, "description": description, "schema": schema, "source": None}
@@ -200,18 +201,61 @@ SCHEDULING_FORMS = {
         "queue": choice("team-a", QUEUES, "LocalQueue", "Kueue LocalQueue in namespace ray."),
     },
 }
-"""Each DAG's Scheduling section as users know it; the shared ``kueue_ray.params`` factories must render it
+"""Each DAG's scheduling choices as users know them; the shared ``kueue_ray.params`` factories must render it
 unchanged: same defaults, titles, descriptions, choices and labels."""
 
 
 @pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
-def test_scheduling_section_of_the_trigger_form_is_rendered_as_users_know_it(dagbag, dag_id):
+def test_scheduling_choices_of_the_trigger_form_are_rendered_as_users_know_them(dagbag, dag_id):
     params = dagbag.dags[dag_id].params
-    section = {key for key in params if params.get_param(key).schema.get("section") == "Scheduling"}
-    assert section == set(SCHEDULING_FORMS[dag_id])
+    open_section = {key for key in params if not params.get_param(key).schema.get("section")}
+    assert open_section == set(SCHEDULING_FORMS[dag_id]), "only priority and queue, always in view"
     for key, expected in SCHEDULING_FORMS[dag_id].items():
         assert params.get_param(key).serialize() == expected, key
-    assert list(params)[: len(section)] == list(SCHEDULING_FORMS[dag_id]), "Scheduling comes first"
+    assert list(params)[: len(open_section)] == list(SCHEDULING_FORMS[dag_id]), "scheduling comes first"
+
+
+@pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
+def test_every_param_says_what_it_is_and_every_number_its_range(dagbag, dag_id):
+    from kueue_ray.params import integer_range
+
+    params = dagbag.dags[dag_id].params
+    for key in params:
+        param = params.get_param(key)
+        assert param.description and param.schema.get("title"), f"{dag_id}.{key} has no title/description"
+        if param.schema.get("type") in ("integer", "number"):
+            bounds = integer_range(param)
+            assert bounds is not None, f"{dag_id}.{key} is a number without a range"
+            low, high = bounds
+            assert f"{low} to {high}" in param.description, f"{dag_id}.{key} does not show its range"
+            # Airflow 3.3's number field clamps to minimum/maximum: a range written that way would
+            # silently run another value than the one typed.
+            assert "minimum" not in param.schema and "maximum" not in param.schema, key
+
+
+@pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
+def test_an_out_of_range_number_is_refused_naming_the_param_not_clamped(dagbag, dag_id):
+    from airflow.exceptions import ParamValidationError
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    # What the API server checks a trigger's (or a backfill's) conf with: the serialized DAG's params.
+    server_params = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags[dag_id])).params
+    from kueue_ray.params import integer_range
+
+    for key in dagbag.dags[dag_id].params:
+        bounds = integer_range(dagbag.dags[dag_id].params.get_param(key))
+        if bounds is None:
+            continue
+        low, high = bounds
+        assert server_params.deep_merge({key: high}).validate()[key] == high
+        with pytest.raises(
+            ParamValidationError, match=f"param {key}: {low - 1} is less than the minimum of {low}"
+        ):
+            server_params.deep_merge({key: low - 1}).validate()
+        with pytest.raises(
+            ParamValidationError, match=f"param {key}: {high + 1} is greater than the maximum"
+        ):
+            server_params.deep_merge({key: high + 1}).validate()
 
 
 @pytest.mark.parametrize("dag_id", sorted(DAG_IDS))

@@ -155,6 +155,52 @@ def test_eight_gpu_fine_tunes_fit_a_team_queue_by_borrowing(template):
     assert find_shortfall(built.pod_sets, capacity) is None
 
 
+def gpus_requested(built) -> Decimal:
+    return sum(
+        (Decimal(str(ps["requests"].get("nvidia.com/gpu", 0))) * ps["count"] for ps in built.pod_sets),
+        Decimal(0),
+    )
+
+
+@pytest.mark.parametrize("workers", [1, 2, 8])
+def test_text_classifier_asks_kueue_for_one_gpu_per_ray_train_worker(workers, schemas):
+    """Ray Train starts num_workers workers of one GPU each: a RayJob asking Kueue for fewer GPUs would be
+    admitted and then wait inside its cluster, holding the queue, for GPUs that never come."""
+    built = build_rayjob(
+        "text-classifier",
+        name="tc",
+        namespace="ray",
+        queue="team-a",
+        priority="dev-priority",
+        identity=IDENTITY,
+        values={"num_workers": workers},
+    )
+    assert gpus_requested(built) == workers
+    env = yaml.safe_load(built.body["spec"]["runtimeEnvYAML"])["env_vars"]
+    assert (env["NUM_WORKERS"], env["GPUS_PER_WORKER"]) == (str(workers), "1")
+    groups = built.body["spec"]["rayClusterSpec"].get("workerGroupSpecs") or []
+    assert sum(g["replicas"] for g in groups) == workers - 1  # the head's GPU holds the first worker
+    assert validate(built.body, schemas[("ray.io", "rayjobs")]) == []
+
+
+def test_text_classifier_with_eight_workers_fits_a_team_queue_but_never_the_single_queue():
+    team = by_kind(documents(*sorted((KUEUE_DIR / "team-queues").glob("*.yaml"))), "ClusterQueue")
+    single = by_kind(documents(KUEUE_DIR / "single-queue" / "cluster-queue.yaml"), "ClusterQueue")
+    built = build_rayjob(
+        "text-classifier",
+        name="tc",
+        namespace="ray",
+        queue="team-a",
+        priority="dev-priority",
+        identity=IDENTITY,
+        values={"num_workers": 8},
+    )
+    assert (
+        find_shortfall(built.pod_sets, max_capacity(team["team-a-cq"], cluster_queues=team.values())) is None
+    )
+    assert find_shortfall(built.pod_sets, max_capacity(single["cluster-queue"])) is not None
+
+
 TEMPLATE_VALUES = {
     "text-classifier": {},
     "aurora-finetune": {},

@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from kueue_ray.naming import JOB_UID_LABEL
-from kueue_ray.quantity import QuantityError, human_quantity, parse_quantity
+from kueue_ray.quantity import QuantityError, parse_quantity, readable_amount
 from kueue_ray.status import observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
@@ -38,9 +38,9 @@ def _quantity(value: Any) -> Decimal | None:
         return None
 
 
-def _show(value: Decimal | None) -> str | None:
-    """For reading, not for copying into a manifest: "2.5" CPUs, "~8.21G" bytes."""
-    return None if value is None else human_quantity(value)
+def _show(resource: str, value: Decimal | None) -> str | None:
+    """For reading, not for copying into a manifest: "2.5" CPUs, "7.65Gi" bytes (as the task log)."""
+    return None if value is None else readable_amount(resource, value)
 
 
 def quota_rows(cluster_queue: dict) -> list[dict]:
@@ -79,12 +79,12 @@ def quota_rows(cluster_queue: dict) -> list[dict]:
                     {
                         "flavor": key[0],
                         "resource": key[1],
-                        "nominal": _show(nominal),
-                        "borrowing_limit": _show(borrowing),
-                        "lending_limit": _show(lending),
-                        "usage": _show(usage),
-                        "reserved": _show(held),
-                        "borrowed": _show(borrowed),
+                        "nominal": _show(key[1], nominal),
+                        "borrowing_limit": _show(key[1], borrowing),
+                        "lending_limit": _show(key[1], lending),
+                        "usage": _show(key[1], usage),
+                        "reserved": _show(key[1], held),
+                        "borrowed": _show(key[1], borrowed),
                         "bar": {
                             "usage_pct": pct(usage),
                             "reserved_pct": pct(held),
