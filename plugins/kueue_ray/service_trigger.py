@@ -162,7 +162,12 @@ class RayServiceTrigger(WaitTrigger):
         from kueue_ray.hub import HUB
 
         async with HUB.subscribe_service(
-            self.kubernetes_conn_id, self.namespace, self.name, self.uid, self.policy.resync_interval
+            self.kubernetes_conn_id,
+            self.namespace,
+            self.name,
+            self.uid,
+            self.policy.resync_interval,
+            deployment=(self.owner or {}).get("deployment") or "",
         ) as subscription:
             try:
                 return await self._follow(progress, subscription)

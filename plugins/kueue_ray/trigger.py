@@ -53,7 +53,13 @@ from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 from kueue_ray.api import utcnow
 from kueue_ray.hub import ADMITTED, NOTICE, QUEUED
 from kueue_ray.metrics import WaitMetrics
-from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, QUEUE_LABEL, AirflowIdentity
+from kueue_ray.naming import (
+    DEPLOYMENT_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    QUEUE_LABEL,
+    AirflowIdentity,
+)
 from kueue_ray.narration import Story, preemptor_job_uid
 from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
 from kueue_ray.quota_holders import with_quota_holders
@@ -95,9 +101,12 @@ class _Progress:
     story: Story
 
 
-def _watched(rayjob: dict) -> bool:
-    """Whether the hub's RayJob watch (label-selected to this project's RayJobs) sees this one."""
+def _watched(rayjob: dict, deployment: str) -> bool:
+    """Whether the hub's RayJob watch (label-selected to this project's RayJobs of ``deployment``, or to all
+    of them for "") sees this one."""
     labels = (rayjob.get("metadata") or {}).get("labels") or {}
+    if deployment and labels.get(DEPLOYMENT_LABEL) != deployment:
+        return False
     return labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 
@@ -118,7 +127,7 @@ async def _apply(
         return rayjob, workload
     if update.kind == RAYJOB:
         return update.object, workload
-    if not _watched(rayjob):
+    if not _watched(rayjob, subscription.deployment):
         rayjob = (await subscription.current(reread_rayjob=True))[0]
     return rayjob, update.object
 
@@ -245,7 +254,12 @@ class RayJobTrigger(WaitTrigger):
         from kueue_ray.hub import HUB
 
         async with HUB.subscribe(
-            self.kubernetes_conn_id, self.namespace, self.name, self.uid, self.policy.resync_interval
+            self.kubernetes_conn_id,
+            self.namespace,
+            self.name,
+            self.uid,
+            self.policy.resync_interval,
+            deployment=(self.owner or self.waiter or {}).get("deployment") or "",
         ) as subscription:
             try:
                 return await self._follow(progress, subscription)
@@ -267,7 +281,7 @@ class RayJobTrigger(WaitTrigger):
         rayjob, workload = await subscription.current()
         confirmed = False  # rayjob and workload were just read from the API server for a clock's verdict
         next_reread = None
-        if rayjob is not None and not _watched(rayjob):
+        if rayjob is not None and not _watched(rayjob, subscription.deployment):
             reread = min(self.policy.resync_interval, UNWATCHED_POLL_SECONDS)
             next_reread = time.monotonic() + reread
             self.log.info(

@@ -63,6 +63,7 @@ from kueue_ray.hub.resources import (
     WORKLOAD,
     WORKLOADS,
     WatchedResource,
+    of_deployment,
 )
 from kueue_ray.hub.scope import _PendingRead, _Scope, _WatchLoop
 from kueue_ray.hub.subscriptions import (
@@ -166,15 +167,19 @@ class WatchHub:
         name: str,
         uid: str,
         resync_interval: float = DEFAULT_RESYNC_SECONDS,
+        deployment: str = "",
     ) -> Subscribed:
         """Register interest in one RayJob for the duration of the ``async with`` block (which gives the
         ``Subscription``).
 
         ``resync_interval`` bounds how long a missed event can go unnoticed: the namespace's loops relist
         at the shortest interval of their subscribers (a shorter one takes effect from the next relist).
+        ``deployment`` (the Airflow deployment of the waiting task) narrows the RayJob watch to that
+        deployment's RayJobs; waits of tasks that predate deployments ("") share a watch of every RayJob of
+        this integration.
         """
-        subscription = Subscription(self, conn_id, namespace, name, uid, resync_interval)
-        return Subscribed(self, subscription, (RAYJOBS, WORKLOADS))
+        subscription = Subscription(self, conn_id, namespace, name, uid, resync_interval, deployment)
+        return Subscribed(self, subscription, (of_deployment(RAYJOBS, deployment), WORKLOADS))
 
     def subscribe_service(
         self,
@@ -183,11 +188,12 @@ class WatchHub:
         name: str,
         uid: str,
         resync_interval: float = DEFAULT_RESYNC_SECONDS,
+        deployment: str = "",
     ) -> Subscribed:
         """Register interest in one RayService (and the Workloads admitting it) for the ``async with``
         block: the namespace's RayService watch and its Workload watch, shared like the RayJob ones."""
-        subscription = ServiceSubscription(self, conn_id, namespace, name, uid, resync_interval)
-        return Subscribed(self, subscription, (RAYSERVICES, WORKLOADS))
+        subscription = ServiceSubscription(self, conn_id, namespace, name, uid, resync_interval, deployment)
+        return Subscribed(self, subscription, (of_deployment(RAYSERVICES, deployment), WORKLOADS))
 
     def _join(self, subscription: Subscription, resources: tuple[WatchedResource, ...]) -> _Scope:
         """Add ``subscription`` to its scope with the watch loops it needs; the scope joined."""
@@ -231,7 +237,7 @@ class WatchHub:
     def waiting(self) -> dict[tuple[str, str | None, str], int]:
         """Subscribers per (namespace, LocalQueue, stage): the tasks this triggerer waits for."""
         counts: dict[tuple[str, str | None, str], int] = {}
-        for (_, namespace), scope in self._scopes.items():
+        for (_, namespace, _), scope in self._scopes.items():
             for group in scope.by_name.values():
                 for subscription in group:
                     key = (namespace, subscription.queue, subscription.stage)
@@ -258,7 +264,11 @@ class WatchHub:
 
     def watch_loops(self) -> list[tuple[str, str, str]]:
         """(connection, namespace, resource) of every running watch loop."""
-        return sorted((*key, kind) for key, scope in self._scopes.items() for kind in scope.loops)
+        return sorted(
+            (conn_id, namespace, kind)
+            for (conn_id, namespace, _), scope in self._scopes.items()
+            for kind in scope.loops
+        )
 
     def loop_of(self, subscription: Subscription, kind: str) -> _WatchLoop | None:
         scope = self._scopes.get(subscription.scope)
@@ -460,7 +470,9 @@ class WatchHub:
         or relist would ever update or remove it."""
         loop = scope.loops.get(RAYJOB)
         cached = loop.objects.get(name) if loop is not None else None
-        if cached is not None and not RAYJOBS.selects(cached) and not scope.subscribers_of(RAYJOB, name):
+        loop = scope.loops.get(RAYJOB)
+        selects = loop.resource.selects if loop is not None else RAYJOBS.selects
+        if cached is not None and not selects(cached) and not scope.subscribers_of(RAYJOB, name):
             del loop.objects[name]
 
     def _adopt_event_loop(self) -> None:

@@ -8,11 +8,11 @@ a ``Subscription`` names the resource it reads, a watch loop lists and keys what
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kueue_ray import api
 from kueue_ray.essential import essential_rayjob, essential_workload
-from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from kueue_ray.naming import DEPLOYMENT_LABEL, JOB_UID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 
 RAYJOB = "rayjob"
 RAYSERVICE = "rayservice"
@@ -82,3 +82,17 @@ WORKLOADS = WatchedResource(
     selects=lambda obj: JOB_UID_LABEL in _labels(obj),
     essential=essential_workload,
 )
+
+
+def of_deployment(resource: WatchedResource, deployment: str) -> WatchedResource:
+    """``resource`` (RayJobs, RayServices) narrowed to one Airflow deployment's objects
+    (``kueue_ray.deployment``): a triggerer serves one deployment's waits, so it need not cache another's.
+    Unchanged for "" (a wait whose task predates deployments) and for Workloads, which carry no labels of
+    ours."""
+    if not deployment or resource.kind == WORKLOAD:
+        return resource
+    return replace(
+        resource,
+        label_selector=f"{resource.label_selector},{DEPLOYMENT_LABEL}={deployment}",
+        selects=lambda obj: resource.selects(obj) and _labels(obj).get(DEPLOYMENT_LABEL) == deployment,
+    )

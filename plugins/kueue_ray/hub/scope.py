@@ -38,7 +38,7 @@ class _WatchLoop(ListWatchLoop):
     def __init__(self, hub: WatchHub, scope: _Scope, resource: WatchedResource) -> None:
         self.hub = hub
         self.scope = scope
-        self.conn_id, self.namespace = scope.key
+        self.conn_id, self.namespace, _ = scope.key
         self.resource = resource
         super().__init__(
             Target(
@@ -166,10 +166,11 @@ class _PendingRead:
 
 @dataclass
 class _Scope:
-    """Everything the hub keeps for one (connection, namespace): subscribers indexed by what events are
+    """Everything the hub keeps for one (connection, namespace, deployment): subscribers indexed by what events are
     keyed on, the shared ApiClient, the two watch loops, and the shared visibility reads."""
 
-    key: tuple[str, str]
+    key: tuple[str, str, str]
+    """(connection, namespace, Airflow deployment): ``Subscription.scope``."""
     client: SharedApiClient
     by_name: dict[str, list[Subscription]] = field(default_factory=dict)
     by_uid: dict[str, list[Subscription]] = field(default_factory=dict)

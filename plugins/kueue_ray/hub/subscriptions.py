@@ -113,7 +113,18 @@ class Subscription:
     counted by the hub's ``kueue_ray.tasks_waiting`` gauge. Slotted: a triggerer holds thousands.
     """
 
-    __slots__ = ("hub", "conn_id", "namespace", "name", "uid", "resync_interval", "updates", "queue", "stage")
+    __slots__ = (
+        "hub",
+        "conn_id",
+        "namespace",
+        "deployment",
+        "name",
+        "uid",
+        "resync_interval",
+        "updates",
+        "queue",
+        "stage",
+    )
 
     noun = "RayJob"
     resource = RAYJOBS
@@ -121,11 +132,19 @@ class Subscription:
     """The watch loops this wait reads through."""
 
     def __init__(
-        self, hub: WatchHub, conn_id: str, namespace: str, name: str, uid: str, resync_interval: float
+        self,
+        hub: WatchHub,
+        conn_id: str,
+        namespace: str,
+        name: str,
+        uid: str,
+        resync_interval: float,
+        deployment: str = "",
     ) -> None:
         self.hub = hub
         self.conn_id = conn_id
         self.namespace = namespace
+        self.deployment = deployment
         self.name = name
         self.uid = uid
         self.resync_interval = resync_interval
@@ -134,8 +153,9 @@ class Subscription:
         self.stage = QUEUED
 
     @property
-    def scope(self) -> tuple[str, str]:
-        return (self.conn_id, self.namespace)
+    def scope(self) -> tuple[str, str, str]:
+        """(connection, namespace, Airflow deployment): the waits that share watch loops."""
+        return (self.conn_id, self.namespace, self.deployment)
 
     def next_update(self, timeout: float | None) -> Coroutine[Any, Any, Update | None]:
         """The next change, or None when ``timeout`` seconds pass without one (None waits for ever).

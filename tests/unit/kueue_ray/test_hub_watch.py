@@ -35,7 +35,7 @@ class RecordingApi:
 def test_a_watch_outlives_the_providers_60_second_client_timeout():
     """The cncf ApiClient caps every request at 60 s unless the call says otherwise; a 300 s watch cut at
     60 s would be re-opened for nothing, several requests an hour per namespace and resource."""
-    scope = SimpleNamespace(key=("kubernetes_default", "ray"), client=None)
+    scope = SimpleNamespace(key=("kubernetes_default", "ray", ""), client=None)
     loop = _WatchLoop(SimpleNamespace(settings=HubSettings(), watch_refusals={}), scope, RAYJOBS)
     api = RecordingApi()
 

@@ -583,7 +583,7 @@ def test_the_cached_rayjob_keeps_every_label_and_annotation_the_wait_reads():
     kept = essential_rayjob(job)
 
     assert RAYJOBS.selects(kept) and RAYJOBS.key_of(kept) == RAYJOBS.key_of(job)
-    assert _watched(kept)
+    assert _watched(kept, "")
     assert kept["metadata"]["labels"][QUEUE_LABEL] == "team-a"
     name = job["metadata"]["name"]
     assert (

@@ -227,9 +227,9 @@ def relist(cached: list[dict], listed: list[dict], subscribed: list[tuple[str, s
     async def scenario():
         hub = WatchHub()
         scope = _Scope(
-            ("kubernetes_default", "ml"), SharedApiClient(hub.connection_factory, "kubernetes_default")
+            ("kubernetes_default", "ml", ""), SharedApiClient(hub.connection_factory, "kubernetes_default")
         )
-        subscriptions = [Subscription(hub, *scope.key, name, uid, 300.0) for name, uid in subscribed]
+        subscriptions = [Subscription(hub, *scope.key[:2], name, uid, 300.0) for name, uid in subscribed]
         for subscription in subscriptions:
             scope.add(subscription)
         loop = _WatchLoop(hub, scope, RAYJOBS)
