@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run airflow test test-full lint demo bench bench-full venv clean
+.PHONY: run airflow test test-full test-real realcluster lint demo bench bench-full venv clean
 
 venv: $(STAMP)
 
@@ -41,6 +41,15 @@ test-full: venv
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
 	E2E_FULL=1 $(E2E_PYTEST)
+
+# The real control plane's programs (realcluster/go.mod), built into ~/.cache/airflow-kueue-ray/realcluster/.
+realcluster:
+	realcluster/build.sh
+
+# The integration tests that use only the Kubernetes API, against the real control plane
+# (realcluster/README.md); builds the binaries first when they are missing.
+test-real: venv realcluster
+	$(BIN)/python -m pytest -p no:xdist --cluster=real tests/integration/kueue_ray
 
 lint: venv
 	$(BIN)/ruff check .

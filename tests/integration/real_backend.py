@@ -1,0 +1,54 @@
+"""The real control plane as the integration tests' ``kubesim`` fixture (``pytest --cluster=real``).
+
+Tests that use only the Kubernetes API run unchanged. What only kubesim offers (its request log, injected
+faults, token rotation, in-process cluster) is not in a real cluster: a test reaching for it is skipped
+there with the reason, so the count of tests the real stack ran is honest.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from devtools.realcluster import RealCluster
+
+
+class RealBackend:
+    """``kubesim.testing.Kubesim``'s interface over a running ``RealCluster``."""
+
+    cluster = None
+
+    def __init__(self, real: RealCluster):
+        self.url = real.url
+        self.kubeconfig = real.kubeconfig
+        self.token = real.token
+        self.logs = real.logs
+
+    def _kubesim_only(self, what: str):
+        pytest.skip(f"kubesim-only: {what} has no counterpart on a real API server")
+
+    def stats(self):
+        self._kubesim_only("kubesim's request statistics")
+
+    def requests(self):
+        self._kubesim_only("kubesim's request log")
+
+    def clear_requests(self):
+        self._kubesim_only("kubesim's request log")
+
+    def set_faults(self, **settings):
+        self._kubesim_only("fault injection")
+
+    def reset_faults(self):
+        self._kubesim_only("fault injection")
+
+    def refuse(self, code, **rule):
+        self._kubesim_only("fault injection")
+
+    def require_token(self, token):
+        self._kubesim_only("rotating the server's token at run time")
+
+    def write_kubeconfig_token(self, token):
+        self._kubesim_only("rotating the server's token at run time")
+
+    def call(self, fn, *args):
+        self._kubesim_only("the in-process cluster")
