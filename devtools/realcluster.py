@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ipaddress
+import json
 import os
 import secrets
 import socket
@@ -119,7 +120,7 @@ def run_realcluster(workdir: str | Path | None = None) -> Iterator[RealCluster]:
         client.CoreV1Api(api_client).create_namespace({"metadata": {"name": "kueue-system"}})
         webhook_port = _free_port()
         kueue_config = _write_kueue_config(work, webhook_port, pki)
-        start("kueue", [bins / "kueue", f"--config={kueue_config}"], kubeconfig)
+        start("kueue", _kueue_command(bins / "kueue", kueue_config, pki["webhook"], work), kubeconfig)
         _register_webhooks(api_client, webhook_port, pki["ca.crt"].read_bytes())
         start(
             "kuberay-operator",
@@ -264,7 +265,13 @@ def _apply_crds(api_client) -> None:
 
     ext = client.ApiextensionsV1Api(api_client)
     names = []
-    for path in sorted(CRDS_DIR.glob("*.yaml")):
+    vendored = {p.name: p for p in CRDS_DIR.glob("*.yaml")}
+    # Kueue's manager also watches the kinds the project does not vendor (MultiKueue, admission checks,
+    # topologies...): those come from the release itself, in Go's checksummed module cache.
+    release = {
+        p.name: p for p in (_kueue_module() / "config" / "components" / "crd" / "bases").glob("*.yaml")
+    }
+    for path in sorted({**release, **vendored}.values()):
         crd = yaml.safe_load(path.read_text())
         names.append(crd["metadata"]["name"])
         ext.create_custom_resource_definition(crd)
@@ -294,6 +301,27 @@ def _write_kueue_config(work: Path, webhook_port: int, pki: dict[str, Path]) -> 
     path = work / "kueue-config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+KUEUE_METRICS_CERTS = "/etc/kueue/metrics/certs"
+"""Where Kueue's manager reads its metrics server's certificate when it does not manage certificates
+itself: a fixed path (cmd/kueue/main.go), and a missing file stops it even with metrics disabled."""
+
+
+def _kueue_command(kueue: Path, config: Path, certs: Path, work: Path) -> list:
+    """Kueue's manager in a mount namespace of its own whose /etc is an overlay holding
+    ``KUEUE_METRICS_CERTS``: the machine's /etc is left as it is. Its visibility API server (pending
+    workloads) is off: it reads its certificate from /visibility and needs the API server's aggregation
+    layer (realcluster/README.md)."""
+    (work / "etc-upper").mkdir(exist_ok=True)
+    (work / "etc-work").mkdir(exist_ok=True)
+    script = (
+        'mount --make-rprivate / && mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1,workdir=$2" /etc'
+        f' && mkdir -p {Path(KUEUE_METRICS_CERTS).parent} && ln -s "$3" {KUEUE_METRICS_CERTS}'
+        ' && shift 3 && exec "$@"'
+    )
+    return ["unshare", "--mount", "sh", "-c", script, "kueue", work / "etc-upper", work / "etc-work", certs,
+            kueue, f"--config={config}", "--feature-gates=VisibilityOnDemand=false"]  # fmt: skip
 
 
 def kueue_webhooks(manifests: list[dict], port: int, ca_bundle: bytes) -> list[dict]:
@@ -341,7 +369,7 @@ def _kueue_module() -> Path:
         ["go", "mod", "download", "-json", KUEUE_MODULE],
         cwd=BUILD_SCRIPT.parent, env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return Path(yaml.safe_load(done.stdout)["Dir"])
+    return Path(json.loads(done.stdout)["Dir"])
 
 
 def _start_pod_driver(stack: contextlib.ExitStack, api_client) -> None:

@@ -5,7 +5,6 @@
 package realcluster
 
 import (
-	_ "github.com/ray-project/kuberay/ray-operator"
 	_ "go.etcd.io/etcd/server/v3"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"

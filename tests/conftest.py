@@ -76,13 +76,9 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     real = config.getoption("cluster") == "real"
     for item in items:
-        if real and item.get_closest_marker("ray_job_runs"):
-            item.add_marker(
-                pytest.mark.skip(
-                    reason="kubesim-only: needs a Ray job to run, and the real stack has no Ray dashboard "
-                    "for KubeRay to submit to (realcluster/README.md)"
-                )
-            )
+        only = item.get_closest_marker("kubesim_only")
+        if real and only:
+            item.add_marker(pytest.mark.skip(reason=f"kubesim-only: {only.args[0]}"))
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
         if parts and parts[0] in ("unit", "integration", "browser", "e2e"):
             item.add_marker(getattr(pytest.mark, parts[0]))

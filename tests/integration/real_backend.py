@@ -11,6 +11,17 @@ import pytest
 
 from devtools.realcluster import RealCluster
 
+RAY_JOB_RUNS = pytest.mark.kubesim_only(
+    "needs a Ray job to run, and the real stack has no Ray head dashboard for KubeRay to submit it to "
+    "(realcluster/README.md)"
+)
+"""For tests that wait for a RayJob to run or finish: KubeRay learns that only from the head's dashboard."""
+
+QUEUE_POSITION = pytest.mark.kubesim_only(
+    "needs Kueue's visibility API (pending workloads), which the real stack does not serve yet "
+    "(realcluster/README.md)"
+)
+
 
 class RealBackend:
     """``kubesim.testing.Kubesim``'s interface over a running ``RealCluster``."""

@@ -8,6 +8,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from kueue_ray.operators import SubmitRayJobOperator
 
+from tests.integration.real_backend import QUEUE_POSITION, RAY_JOB_RUNS
+
 
 def operator(queues, body, **kwargs):
     defaults = dict(
@@ -24,6 +26,7 @@ def operator(queues, body, **kwargs):
     return SubmitRayJobOperator(**defaults)
 
 
+@RAY_JOB_RUNS
 def test_submit_and_wait_in_worker_until_succeeded(queues, rayjob_body, task_context):
     context = task_context("train")
     result = operator(queues, rayjob_body()).execute(context)
@@ -89,6 +92,7 @@ def test_a_retry_adopts_the_running_rayjob_instead_of_submitting_a_duplicate(
     assert rayjob["metadata"]["annotations"]["airflow.apache.org/try-number"] == "2"
 
 
+@RAY_JOB_RUNS
 def test_a_retry_replaces_a_rayjob_that_failed_in_an_earlier_try(queues, rayjob_body, task_context):
     from airflow.sdk.exceptions import AirflowException
 
@@ -119,6 +123,7 @@ def test_a_rayjob_name_owned_by_another_task_is_never_adopted(queues, rayjob_bod
         op.execute(task_context("train", try_number=2))
 
 
+@RAY_JOB_RUNS
 def test_the_driver_log_tail_ends_up_in_the_task_log(queues, rayjob_body, task_context, capfd):
     body = rayjob_body(cpu="1", memory="4G", submission_mode="K8sJobMode")
     operator(queues, body, log_tail_lines=200).execute(task_context("train"))
@@ -129,6 +134,7 @@ def test_the_driver_log_tail_ends_up_in_the_task_log(queues, rayjob_body, task_c
     assert not re.search(r"(?<![\w-])b['\"]", tail), "log lines, not the repr of bytes"
 
 
+@QUEUE_POSITION
 def test_waiting_in_the_worker_reports_the_queue_position_and_times_out(
     queues, rayjob_body, task_context, capfd
 ):
