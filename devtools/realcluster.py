@@ -72,6 +72,11 @@ def run_realcluster(workdir: str | Path | None = None) -> Iterator[RealCluster]:
     from kubernetes import client
 
     bins = binaries_dir()
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        raise RealClusterUnavailable(
+            "`unshare --mount` is not permitted here (it needs root or CAP_SYS_ADMIN): Kueue's manager reads "
+            f"its metrics certificate from {KUEUE_METRICS_CERTS} and the harness mounts it there privately"
+        )
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="realcluster-"))
