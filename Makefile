@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run airflow test test-full lint demo bench bench-full venv clean
+.PHONY: run airflow test test-full test-real realcluster lint demo bench bench-full venv clean
 
 venv: $(STAMP)
 
@@ -28,10 +28,16 @@ airflow: venv
 # Airflow in the other. Their Airflows mostly wait on simulated time, so two at once fit on two cores.
 E2E_PYTEST := $(BIN)/python -m pytest -n 2 --dist loadgroup tests/browser tests/e2e
 
+# The real-stack subset (realcluster/README.md) runs where a Go toolchain is; elsewhere it is skipped, saying so.
+GO_TOOLCHAIN := $(shell command -v go || ls /usr/local/go/bin/go 2>/dev/null)
+REAL_PYTEST := $(BIN)/python -m pytest -p no:xdist --cluster=real tests/integration/kueue_ray
+
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
 	$(E2E_PYTEST)
+	@if [ -n "$(GO_TOOLCHAIN)" ]; then $(MAKE) --no-print-directory test-real; \
+	else echo "make test: SKIPPED the real-stack suite (no Go toolchain; see realcluster/README.md)"; fi
 
 demo: venv
 	$(BIN)/python -m devtools.demo
@@ -41,6 +47,15 @@ test-full: venv
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
 	E2E_FULL=1 $(E2E_PYTEST)
+
+# The real control plane's programs (realcluster/go.mod), built into ~/.cache/airflow-kueue-ray/realcluster/.
+realcluster:
+	PATH="$(PATH):/usr/local/go/bin" realcluster/build.sh
+
+# The integration tests that use only the Kubernetes API, against the real control plane
+# (realcluster/README.md); builds the binaries first when they are missing.
+test-real: venv realcluster
+	$(REAL_PYTEST)
 
 lint: venv
 	$(BIN)/ruff check .

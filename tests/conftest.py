@@ -67,8 +67,22 @@ def run_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-def pytest_collection_modifyitems(items):
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cluster",
+        choices=("kubesim", "real"),
+        default="kubesim",
+        help="backend of the integration tests' `kubesim` fixture: kubesim, or the real control plane of "
+        "devtools/realcluster.py (etcd, kube-apiserver, Kueue, KubeRay; built by `make realcluster`)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    real = config.getoption("cluster") == "real"
     for item in items:
+        only = item.get_closest_marker("kubesim_only")
+        if real and only:
+            item.add_marker(pytest.mark.skip(reason=f"kubesim-only: {only.args[0]}"))
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
         if parts and parts[0] in ("unit", "integration", "browser", "e2e"):
             item.add_marker(getattr(pytest.mark, parts[0]))

@@ -20,7 +20,23 @@ TIME_SCALE = float(os.environ.get("KUBESIM_TIME_SCALE", "20"))
 
 
 @pytest.fixture(scope="session")
-def kubesim():
+def kubesim(request):
+    """The shared cluster: kubesim, or with ``--cluster=real`` the real control plane (skipped, saying
+    why, when its binaries are not built)."""
+    if request.config.getoption("cluster") == "real":
+        from devtools.realcluster import RealClusterUnavailable, run_realcluster
+        from tests.integration.real_backend import RealBackend
+
+        try:
+            stack = run_realcluster()
+            real = stack.__enter__()
+        except RealClusterUnavailable as exc:
+            pytest.skip(str(exc))
+        try:
+            yield RealBackend(real)
+        finally:
+            stack.__exit__(None, None, None)
+        return
     with run_kubesim(time_scale=TIME_SCALE) as sim:
         yield sim
 

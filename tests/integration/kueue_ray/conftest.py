@@ -78,10 +78,11 @@ def queues(api, unique_name, connection) -> Queues:
     )
     core.create_namespace({"metadata": {"name": setup.namespace}})
     cluster_scoped = [
-        ("resourceflavors", {"metadata": {"name": f"{unique_name}-flavor"}}),
+        ("resourceflavors", {"kind": "ResourceFlavor", "metadata": {"name": f"{unique_name}-flavor"}}),
         (
             "clusterqueues",
             {
+                "kind": "ClusterQueue",
                 "metadata": {"name": setup.cluster_queue},
                 "spec": {
                     "namespaceSelector": {},
@@ -104,8 +105,14 @@ def queues(api, unique_name, connection) -> Queues:
                 },
             },
         ),
-        ("workloadpriorityclasses", {"metadata": {"name": setup.high}, "value": 1000}),
-        ("workloadpriorityclasses", {"metadata": {"name": setup.low}, "value": 100}),
+        (
+            "workloadpriorityclasses",
+            {"kind": "WorkloadPriorityClass", "metadata": {"name": setup.high}, "value": 1000},
+        ),
+        (
+            "workloadpriorityclasses",
+            {"kind": "WorkloadPriorityClass", "metadata": {"name": setup.low}, "value": 100},
+        ),
     ]
     for plural, body in cluster_scoped:
         custom.create_cluster_custom_object(*KUEUE, plural, {"apiVersion": "/".join(KUEUE), **body})

@@ -12,6 +12,8 @@ from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.sensors import RayJobSensor
 from kueue_ray.trigger import RayJobTrigger
 
+from tests.integration.real_backend import DELETED_BEHIND_TRIGGER, PENDING_CONDITION
+
 
 @pytest.fixture(autouse=True)
 def quick_reconnects(monkeypatch):
@@ -153,6 +155,7 @@ def test_triggers_and_sensor_pokes_succeed_through_a_faulty_api_server(
     assert poked_result["uid"] == poked.uid
 
 
+@DELETED_BEHIND_TRIGGER
 def test_a_rayjob_deleted_behind_the_trigger_ends_the_wait(queues, rayjob_body, task_context):
     [trigger] = submit_many(queues, rayjob_body, task_context, count=1, duration="inf")
 
@@ -178,6 +181,7 @@ async def _gather(triggers):
     return await asyncio.gather(*(first_event(t) for t in triggers))
 
 
+@PENDING_CONDITION
 def test_queued_triggers_share_one_queue_position_read_per_local_queue(
     kubesim, queues, rayjob_body, task_context, eventually, capfd, monkeypatch
 ):
@@ -202,6 +206,7 @@ def test_queued_triggers_share_one_queue_position_read_per_local_queue(
     assert all(f"of {count} pending in its LocalQueue" in line for line in queued_lines)
 
 
+@PENDING_CONDITION
 def test_the_safety_net_relists_per_namespace_instead_of_reading_per_trigger(
     kubesim, queues, rayjob_body, task_context, eventually
 ):
@@ -228,6 +233,7 @@ def test_the_safety_net_relists_per_namespace_instead_of_reading_per_trigger(
         assert 2 <= len(lists) < count, (resource, len(lists))
 
 
+@PENDING_CONDITION
 def test_a_trigger_joining_a_watched_namespace_starts_from_the_cache(
     kubesim, queues, rayjob_body, task_context, eventually
 ):

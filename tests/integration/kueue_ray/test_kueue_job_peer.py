@@ -11,13 +11,18 @@ import time
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
 from kubernetes.client import models as k8s
 
+from tests.integration.real_backend import CONTAINERS_RUN
+
 
 def kueue_job(name: str, namespace: str, queue: str, priority: str) -> k8s.V1Job:
     container = k8s.V1Container(
         name="base",
         image="busybox",
         command=["sh", "-c", "echo pi is 3.14; sleep 5"],
-        resources=k8s.V1ResourceRequirements(requests={"cpu": "2", "memory": "8G", "nvidia.com/gpu": "1"}),
+        # A real API server requires a limit for an extended resource (422 without it).
+        resources=k8s.V1ResourceRequirements(
+            requests={"cpu": "2", "memory": "8G", "nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "1"}
+        ),
     )
     labels = {"kueue.x-k8s.io/queue-name": queue, "kueue.x-k8s.io/priority-class": priority}
     return k8s.V1Job(
@@ -34,6 +39,7 @@ def kueue_job(name: str, namespace: str, queue: str, priority: str) -> k8s.V1Job
     )
 
 
+@CONTAINERS_RUN
 def test_the_providers_hooks_submit_a_kueue_job_and_wait_for_it_to_complete(queues, connection):
     hook = KubernetesHook(conn_id=connection)
     name = f"job-{queues.namespace}"

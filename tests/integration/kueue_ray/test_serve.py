@@ -25,6 +25,7 @@ from tests.integration.kueue_ray.serve_support import (
     wait_deferred,
     workloads,
 )
+from tests.integration.real_backend import RAY_SERVE
 
 
 @pytest.fixture
@@ -49,6 +50,7 @@ def smoke_server():
     server.shutdown()
 
 
+@RAY_SERVE
 def test_a_new_service_is_queued_admitted_and_serves_then_the_smoke_request_reaches_it(
     queues, rayjob_body, task_context, smoke_server, capfd
 ):
@@ -97,6 +99,7 @@ def test_a_new_service_is_queued_admitted_and_serves_then_the_smoke_request_reac
     assert paths == [f"/{queues.namespace}/{name}-serve-svc"], "one smoke request, its URL filled in"
 
 
+@RAY_SERVE
 def test_a_retry_adopts_the_service_the_earlier_try_deployed(queues, capfd):
     first = run_context("manual__1", try_number=1)
     trigger = defer(deploy_op(queues, service_body()), first)
@@ -111,6 +114,7 @@ def test_a_retry_adopts_the_service_the_earlier_try_deployed(queues, capfd):
     assert "adopted from try 1" in capfd.readouterr().out
 
 
+@RAY_SERVE
 def test_deploy_failed_fails_with_serves_message_and_deletes_the_service_it_created(queues, capfd):
     body = service_body(
         annotations={
@@ -132,6 +136,7 @@ def test_deploy_failed_fails_with_serves_message_and_deletes_the_service_it_crea
     assert rayservices(queues) == [], "a service that never served is not left holding quota"
 
 
+@RAY_SERVE
 def test_the_shipped_config_refuses_a_cluster_upgrade_of_a_serving_service_and_changes_nothing(queues):
     first = deploy_op(queues, service_body("/models/v1"), deferrable=False).execute(run_context("manual__1"))
     [before] = rayservices(queues)
@@ -146,6 +151,7 @@ def test_the_shipped_config_refuses_a_cluster_upgrade_of_a_serving_service_and_c
     assert after["metadata"]["generation"] == before["metadata"]["generation"]
 
 
+@RAY_SERVE
 def test_a_new_serve_config_alone_is_deployed_in_place_on_the_same_cluster(queues, capfd):
     first = deploy_op(queues, service_body(), deferrable=False).execute(run_context("manual__1"))
     body = service_body()

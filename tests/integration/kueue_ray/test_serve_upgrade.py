@@ -25,6 +25,11 @@ from tests.integration.kueue_ray.serve_support import (
     workloads,
 )
 
+pytestmark = pytest.mark.kubesim_only(
+    "runs a kubesim of its own with Kueue admitting RayServices through their RayClusters, and needs Ray "
+    "Serve, which the real stack does not have (realcluster/README.md)"
+)
+
 BY_CLUSTER = """\
 apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration

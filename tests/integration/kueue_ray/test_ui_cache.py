@@ -16,6 +16,7 @@ from kueue_ray.ui.views import Links, TaskRef, service_cluster_queue, task_view
 
 from tests.integration.kueue_ray.serve_support import defer, deploy_op, run_context, service_body
 from tests.integration.kueue_ray.test_hub import quota_reserved
+from tests.integration.real_backend import PENDING_CONDITION, QUEUE_POSITION, RAY_SERVE
 
 QUICK = CacheSettings(backoff_initial=0.05, backoff_max=0.3, visibility_min_interval=0.2)
 
@@ -44,6 +45,7 @@ def in_namespace(kubesim, queues, since: int = 0) -> list[dict]:
     return [r for r in kubesim.requests()[since:] if r["namespace"] == queues.namespace]
 
 
+@PENDING_CONDITION
 def test_pages_read_the_cache_not_the_cluster(kubesim, queues, rayjob_body, task_context, connection):
     blocker = submit(queues, rayjob_body, task_context, "blocker", "inf")
     queued = [submit(queues, rayjob_body, task_context, f"queued-{i}", "inf") for i in range(3)]
@@ -81,6 +83,7 @@ def test_pages_read_the_cache_not_the_cluster(kubesim, queues, rayjob_body, task
     ]
 
 
+@QUEUE_POSITION
 def test_positions_and_the_timeline_follow_the_cluster_live(
     kubesim, queues, rayjob_body, task_context, connection
 ):
@@ -131,6 +134,7 @@ def test_positions_and_the_timeline_follow_the_cluster_live(
     assert [t["phase"] for t in second_timeline["transitions"]][0] == "QUEUED"
 
 
+@RAY_SERVE
 def test_a_deploy_tasks_tab_follows_its_rayservice_from_queued_to_serving(
     queues, rayjob_body, task_context, connection
 ):
