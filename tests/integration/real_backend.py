@@ -83,3 +83,9 @@ class RealBackend:
 
     def call(self, fn, *args):
         self._kubesim_only("the in-process cluster")
+
+    def __getattr__(self, name: str):
+        """Any other of kubesim's test helpers (added users, clock offset, page caps, ...)."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        self._kubesim_only(f"kubesim's {name}")

@@ -221,6 +221,7 @@ def test_a_deletion_whose_answer_was_lost_is_reported_done(kubesim, queues, rayj
     wait_for(lambda: phase_of(queues, orphan["uid"]) == "gone")
 
 
+@RAY_JOB_RUNS
 def test_another_deployments_rayjobs_are_never_judged_even_while_they_run(
     queues, rayjob_body, task_context, monkeypatch
 ):

@@ -205,6 +205,7 @@ def test_deferred_waits_make_no_requests_while_nothing_changes(kubesim, queues, 
     ]
 
 
+@RAY_SERVE
 def test_another_deployments_service_is_refused_naming_its_owner_and_taken_over_only_when_told(
     queues, monkeypatch, capfd
 ):
@@ -245,6 +246,7 @@ def test_another_deployments_service_is_refused_naming_its_owner_and_taken_over_
     assert "take_over=True: RayService" in capfd.readouterr().out
 
 
+@RAY_SERVE
 def test_clearing_a_finished_deploy_under_the_shipped_config_checks_the_service_as_it_is_and_says_why(
     queues, capfd
 ):
