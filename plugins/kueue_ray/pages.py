@@ -87,21 +87,29 @@ def list_all(request: Callable[..., Any], *, limit: int = PAGE_SIZE, **kwargs: A
         token: str | None = None
         try:
             while True:
-                page_kwargs = dict(kwargs, limit=limit)
-                if token:
-                    page_kwargs["_continue"] = token
-                body, _, headers = request(**page_kwargs)
-                if listing.pages == 0:
-                    listing.server_time = server_time(headers)
-                listing.pages += 1
-                items, listing.resource_version, token = _page(body)
-                listing.items.extend(items)
+                body, _, headers = request(**_page_request(kwargs, limit, token))
+                token = _add_page(listing, body, headers)
                 if token is None:
                     return listing
         except Exception as exc:
             if token is None or not is_expired(exc) or attempt == EXPIRED_RESTARTS:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def _page_request(kwargs: dict[str, Any], limit: int, token: str | None) -> dict[str, Any]:
+    """The list call's arguments for the page after ``token`` (the first page without one)."""
+    return dict(kwargs, limit=limit, **({"_continue": token} if token else {}))
+
+
+def _add_page(listing: Listing, body: Any, headers: Any) -> str | None:
+    """Add one answered page to ``listing``; the continue token of the next page, None after the last."""
+    if listing.pages == 0:
+        listing.server_time = server_time(headers)
+    listing.pages += 1
+    items, listing.resource_version, token = _page(body)
+    listing.items.extend(items)
+    return token
 
 
 async def list_all_async(
@@ -113,15 +121,8 @@ async def list_all_async(
         token: str | None = None
         try:
             while True:
-                page_kwargs = dict(kwargs, limit=limit)
-                if token:
-                    page_kwargs["_continue"] = token
-                body, _, headers = await request(**page_kwargs)
-                if listing.pages == 0:
-                    listing.server_time = server_time(headers)
-                listing.pages += 1
-                items, listing.resource_version, token = _page(body)
-                listing.items.extend(items)
+                body, _, headers = await request(**_page_request(kwargs, limit, token))
+                token = _add_page(listing, body, headers)
                 if token is None:
                     return listing
         except Exception as exc:

@@ -68,6 +68,27 @@ def watches_of(e2e, tree: list[psutil.Process]) -> list[tuple[str, str]]:
     ]
 
 
+def start_second_triggerer(e2e) -> tuple[int, int, subprocess.Popen, dict]:
+    """Beside the session's one triggerer, a second: (first's job id, second's job id, the second's
+    process, job id -> a callable giving that triggerer's process tree now)."""
+    # The triggerer the session already runs, alone (a killed one's job stops counting as alive within
+    # the e2e health threshold of 6 s).
+    first_pids = [p.pid for p in e2e.airflow.component_processes("triggerer")]
+    (first_job,) = wait_until(
+        lambda: len(jobs := alive_triggerer_jobs(e2e)) == 1 and jobs,
+        timeout=60,
+        what="exactly one live triggerer before the second starts",
+    )
+    second = e2e.airflow.start_component("triggerer")
+    (second_job,) = wait_until(
+        lambda: len(jobs := alive_triggerer_jobs(e2e)) == 2 and jobs - {first_job},
+        timeout=90,
+        what="the second triggerer's job alive",
+    )
+    trees = {first_job: lambda: process_tree(first_pids), second_job: lambda: process_tree([second.pid])}
+    return first_job, second_job, second, trees
+
+
 def holders(e2e, run_ids: list[str]) -> dict[str, int | None]:
     """run id -> id of the triggerer job running its trigger (None once it is not deferred)."""
     held = {}
@@ -98,21 +119,7 @@ def test_two_triggerers_hold_few_watches_and_hand_over_waits_without_loss(e2e):
     from kueue_ray.timeline import to_epoch
 
     e2e.collect_requests()
-    # The triggerer the session already runs, alone (a killed one's job stops counting as alive within
-    # the e2e health threshold of 6 s).
-    first_pids = [p.pid for p in e2e.airflow.component_processes("triggerer")]
-    (first_job,) = wait_until(
-        lambda: len(jobs := alive_triggerer_jobs(e2e)) == 1 and jobs,
-        timeout=60,
-        what="exactly one live triggerer before the second starts",
-    )
-    second = e2e.airflow.start_component("triggerer")
-    (second_job,) = wait_until(
-        lambda: len(jobs := alive_triggerer_jobs(e2e)) == 2 and jobs - {first_job},
-        timeout=90,
-        what="the second triggerer's job alive",
-    )
-    trees = {first_job: lambda: process_tree(first_pids), second_job: lambda: process_tree([second.pid])}
+    first_job, second_job, second, trees = start_second_triggerer(e2e)
 
     try:
         run_ids = [e2e.start_run(DAG, {"values": {"sim_duration": "100"}}) for _ in range(RUNS)]

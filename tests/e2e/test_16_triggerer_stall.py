@@ -18,7 +18,12 @@ import psutil
 import pytest
 
 from tests.e2e.harness import rayjob_creations, wait_until
-from tests.e2e.test_12_two_triggerers import alive_triggerer_jobs, kill, process_tree
+from tests.e2e.test_12_two_triggerers import (
+    alive_triggerer_jobs,
+    kill,
+    process_tree,
+    start_second_triggerer,
+)
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -40,19 +45,7 @@ def signal_tree(tree: list[psutil.Process], signum: int) -> None:
 
 def test_a_stalled_triggerer_that_recovers_leaves_the_taken_over_rayjob_alone(e2e):
     e2e.collect_requests()
-    first_pids = [p.pid for p in e2e.airflow.component_processes("triggerer")]
-    (first_job,) = wait_until(
-        lambda: len(jobs := alive_triggerer_jobs(e2e)) == 1 and jobs,
-        timeout=60,
-        what="exactly one live triggerer before the second starts",
-    )
-    second = e2e.airflow.start_component("triggerer")
-    (second_job,) = wait_until(
-        lambda: len(jobs := alive_triggerer_jobs(e2e)) == 2 and jobs - {first_job},
-        timeout=90,
-        what="the second triggerer's job alive",
-    )
-    trees = {first_job: lambda: process_tree(first_pids), second_job: lambda: process_tree([second.pid])}
+    first_job, second_job, second, trees = start_second_triggerer(e2e)
     stalled: list[psutil.Process] = []
     try:
         # 25 epochs of 20 simulated seconds: 50 s here, longer than the stall and the hand-over.
