@@ -114,7 +114,7 @@ def build_rayjob(
     managed-by / identity labels and the full identity annotations (used for ownership checks).
     """
     body = render_template(
-        template, {"name": name, "namespace": namespace, **dict(values or {})}, template_searchpath
+        template, values, template_searchpath, implicit={"name": name, "namespace": namespace}
     )
     _expect_kind(body, "RayJob")
     spec = body.setdefault("spec", {})
@@ -167,7 +167,7 @@ def build_rayservice(
     """Like ``build_rayjob`` for a Kueue-managed RayService (serving); ``runtime_env`` is merged into
     every application of ``serveConfigV2``. ``total_request`` counts the head and worker groups."""
     body = render_template(
-        template, {"name": name, "namespace": namespace, **dict(values or {})}, template_searchpath
+        template, values, template_searchpath, implicit={"name": name, "namespace": namespace}
     )
     _expect_kind(body, "RayService")
     spec = body.setdefault("spec", {})

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.meta
 import yaml
 
 from kueue_ray.errors import ManifestError
@@ -105,17 +106,49 @@ def resolve_template(template: str | os.PathLike, searchpath: SearchPath = None)
     )
 
 
+def unread_values(source: str, values: Mapping[str, Any]) -> list[str]:
+    """The keys of ``values`` a template's text never reads: a misspelt or stale key would otherwise be
+    dropped silently and the RayJob run with the template's default."""
+    read = jinja2.meta.find_undeclared_variables(_ENV.parse(source))
+    return sorted(set(values) - read)
+
+
 def render_template(
     template: str | os.PathLike | Mapping,
     values: Mapping[str, Any] | None = None,
     searchpath: SearchPath = None,
+    *,
+    implicit: Mapping[str, Any] | None = None,
 ) -> dict:
-    """Render a template file (found by ``resolve_template``) or copy a ready dict into a manifest dict."""
+    """Render a template file (found by ``resolve_template``) or copy a ready dict into a manifest dict.
+
+    ``values`` are the user's: each must be read by the template. ``implicit`` ones (the object's name and
+    namespace) are offered to every template, which may ignore them.
+    """
     if isinstance(template, Mapping):
         return copy.deepcopy(dict(template))
     path = resolve_template(template, searchpath)
+    source = path.read_text()
+    values = dict(values or {})
     try:
-        text = _ENV.from_string(path.read_text()).render(**dict(values or {}))
+        unread = unread_values(source, values)
+    except jinja2.TemplateError as exc:
+        raise ManifestError(
+            f"template {path.name} does not render: {exc}",
+            field="template",
+            value=str(template),
+            fix="fix the Jinja syntax",
+        ) from exc
+    if unread:
+        read = sorted(jinja2.meta.find_undeclared_variables(_ENV.parse(source)) - set(implicit or {}))
+        raise ManifestError(
+            f"template {path.name} does not read {unread}",
+            field="values",
+            value=unread,
+            fix=f"use the values it reads: {read}" if read else "remove values: this template reads none",
+        )
+    try:
+        text = _ENV.from_string(source).render(**{**dict(implicit or {}), **values})
     except jinja2.UndefinedError as exc:
         raise ManifestError(
             f"template {path.name} needs a value: {exc.message}",

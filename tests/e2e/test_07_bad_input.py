@@ -32,6 +32,8 @@ CASES = {
         {"values": {"submission_mode": "InteractiveMode"}},
         ["InteractiveMode", "K8sJobMode"],
     ),
+    # A misspelt value would otherwise be dropped and the run trained with the template's default.
+    "value-the-template-never-reads": ({"values": {"num_epoch": 2}}, ["num_epoch", "'num_epochs'"]),
     # RayJob names are hashed from the run (never too long); a queue name is copied into a label.
     "oversized-queue-name": ({"queue": "q" * 300}, ["kueue.x-k8s.io/queue-name", "63"]),
 }

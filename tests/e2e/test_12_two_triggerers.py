@@ -122,7 +122,7 @@ def test_two_triggerers_hold_few_watches_and_hand_over_waits_without_loss(e2e):
     first_job, second_job, second, trees = start_second_triggerer(e2e)
 
     try:
-        run_ids = [e2e.start_run(DAG, {"values": {"sim_duration": "100"}}) for _ in range(RUNS)]
+        run_ids = [e2e.start_run(DAG) for _ in range(RUNS)]
         held = wait_until(
             lambda: all((h := holders(e2e, run_ids)).values()) and h,
             timeout=120,

@@ -26,7 +26,6 @@ with DAG(
         namespace="ray",
         local_queue="team-b",
         priority="dev-priority",
-        values={"sim_duration": "30"},
         deferrable=False,
         poll_interval=1.0,
     )

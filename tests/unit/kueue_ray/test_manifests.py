@@ -84,9 +84,14 @@ def test_format_quantity_is_kubernetes_canonical():
 # ---------------------------------------------------------------------------------------------- building
 
 
+def required_values(path) -> dict:
+    """The values a shipped template cannot render without (each documents its own)."""
+    return {"model_path": "/mnt/models/x"} if "model_path" in path.read_text() else {}
+
+
 def test_every_template_builds():
-    values = {"model_path": "/mnt/models/x"}
     for path in sorted(TEMPLATES_DIR.glob("*.yaml.j2")):
+        values = required_values(path)
         builder = build_rayservice if "serve" in path.name else build_rayjob
         built = builder(
             path,
@@ -562,12 +567,29 @@ def test_every_template_is_valid_against_the_real_crds():
             queue="user-queue",
             priority="dev-priority",
             identity=IDENTITY,
-            values={"model_path": "/mnt/models/x"},
+            values=required_values(path),
         ).body
         schema = schemas[("ray.io", "rayservices" if is_service else "rayjobs")]
         assert validate(body, schema) == [], path.name
         body["spec"]["entrypointTypo"] = "python x.py"
         assert [e.field for e in validate(body, schema)] == ["spec.entrypointTypo"], path.name
+
+
+def test_a_value_the_template_never_reads_is_refused_naming_the_ones_it_reads():
+    with pytest.raises(ManifestError) as err:
+        build_rayjob(
+            "text-classifier",
+            name=NAME,
+            namespace="default",
+            queue="user-queue",
+            priority="dev-priority",
+            identity=IDENTITY,
+            values={"num_epochs": 2, "sim_duration": "30"},
+        )
+    assert err.value.field == "values"
+    assert err.value.value == ["sim_duration"]
+    # The fix lists what the user may pass, not the name and namespace the operator always offers.
+    assert "'num_epochs'" in err.value.fix and "'name'" not in err.value.fix
 
 
 def test_explain_capacity_shortfall_for_memory_reads_naturally():
