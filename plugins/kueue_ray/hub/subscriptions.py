@@ -187,7 +187,7 @@ class Subscription:
                 raise ended
             try:
                 return await self._read_current(reread_rayjob, reread_workload)
-            except (ApiNotServed, asyncio.CancelledError):
+            except (ApiNotServed, RefusedTooLong, asyncio.CancelledError):
                 raise
             except Exception as exc:  # noqa: BLE001 - whatever the API did, waiting goes on
                 read = (read_of(exc) or ("get", self.resource.qualified))[:2]
