@@ -11,7 +11,8 @@ What waiting costs is therefore per namespace, not per trigger, and grows with s
 with time:
 
 * A subscriber starts from the cache once the loop has listed (a burst of triggers starting together waits
-  for that one LIST); only a RayJob missing from the cache costs one GET (``Subscription.current``).
+  for that one LIST, however slow, up to ``first_list_budget_seconds``); only a RayJob missing from the
+  cache costs a GET, one per name in flight however many subscribers ask (``kueue_ray.hub.reads``).
 * The safety net against a missed event is one relist per loop every ``resync_interval`` (the shortest of
   the namespace's subscribers, jittered), not a re-read per trigger: the relist refreshes the cache for
   every subscriber at once, and anything that changed or vanished is delivered.
@@ -23,9 +24,9 @@ watches resume from the last resourceVersion, relist on 410 Gone, back off with 
 answered with anything but 200 as the refusal it is (401 loads the credentials again, 429 waits for
 ``Retry-After``, a 403 to the watch alone turns the loop into one list per ``degraded_list_interval``).
 While a loop polls, every waiting task is told so in its log, with the ``kubectl auth can-i`` check that
-shows what is missing. A subscriber's reads retry transient failures (5xx, 429, dropped connections,
-timeouts) with backoff until they succeed, so an API server having a bad minute delays a trigger but never
-ends it. A 401/403 in a row to a loop's list or watch, or to a subscriber's read, for ``refusal_timeout``
+shows what is missing. While a loop fails (5xx, 429, dropped connections, timeouts, 401/403), its
+subscribers read nothing themselves: they wait on its next outcome, so an outage costs the loop's retries
+per resource, not a retry per waiting task, and delays a trigger but never ends it. A 401/403 in a row to a loop's list or watch, or to a subscriber's read, for ``refusal_timeout``
 (``HubSettings``; ``[kueue_ray] refusal_timeout``) ends every wait that needs it, and so does a 404 that
 discovery confirms is an API group the cluster does not serve (``Subscription.access``). The (connection, namespace) has one ApiClient (``SharedApiClient``), lent to its watch loops and
 to every read. Objects only replace cached ones with a higher resourceVersion, so a slow GET cannot roll
