@@ -14,8 +14,9 @@ loop, as a triggerer restarting with N deferred tasks does:
   ``slow_list_s`` seconds before serving it (``{"delay_s": ..., "count": 2}``).
 
 Counted: kubesim's requests (the harness's own left out) from the worker's start until kubesim has been
-quiet for ``QUIET_S`` after the condition ended, by verb and resource. Then the worker is stopped and the
-next code runs against the same cluster.
+quiet for ``QUIET_S`` after the condition ended, by verb and resource; kubesim logs a watch when its stream
+ends, so the watches still open then are counted apart (``watches_opened``). Then the worker is stopped
+and the next code runs against the same cluster.
 
 ``python -m bench.outage --before /tmp/outage-before --out bench/results/outage.json``
 """
@@ -83,6 +84,8 @@ async def _one(
         "code": code,
         "requests": _delta(after, before, api),
         "by_verb": _by_verb(after, before),
+        # kubesim logs a watch when its stream ends: the ones still open are counted here
+        "watches_opened": after["watches_opened_total"] - before["watches_opened_total"],
         "fired": len(worker.fired),
         "worker_started_s": round(triggers_started, 1),
         "counted_s": round(time.monotonic() - started, 1),
@@ -126,8 +129,9 @@ def run_condition(n: int, condition: dict, codes: dict[str, Path], log_dir: Path
 
 def render(results: list[dict]) -> str:
     lines = [
-        "| condition | N waiting tasks | code | requests | by verb and resource | triggers started after |",
-        "|---|---|---|---|---|---|",
+        "| condition | N waiting tasks | code | requests (ended) | watches opened | by verb and resource (ended) "
+        "| triggers started after |",
+        "|---|---|---|---|---|---|---|",
     ]
     for result in results:
         condition = result["condition"]
@@ -139,8 +143,8 @@ def render(results: list[dict]) -> str:
         for row in result["runs"]:
             verbs = ", ".join(f"{k}: {v}" for k, v in row["by_verb"].items())
             lines.append(
-                f"| {what} | {result['n']} | {row['code']} | {row['requests']} | {verbs} | "
-                f"{row['worker_started_s']} s |"
+                f"| {what} | {result['n']} | {row['code']} | {row['requests']} | {row['watches_opened']} | "
+                f"{verbs} | {row['worker_started_s']} s |"
             )
     return "\n".join(lines)
 
