@@ -13,8 +13,8 @@ loop, as a triggerer restarting with N deferred tasks does:
 * **slow first list**: a rule holds the next list of RayJobs and of Workloads in the namespace
   ``slow_list_s`` seconds before serving it (``{"delay_s": ..., "count": 2}``).
 
-Counted: kubesim's requests (the harness's own left out) from the worker's start until kubesim has been
-quiet for ``QUIET_S`` after the condition ended, by verb and resource; kubesim logs a watch when its stream
+Counted: kubesim's requests (the harness's own left out) from the worker's start until both of its
+watches are open again after the condition ended and kubesim has been quiet for ``QUIET_S``, by verb and resource; kubesim logs a watch when its stream
 ends, so the watches still open then are counted apart (``watches_opened``). Then the worker is stopped
 and the next code runs against the same cluster.
 
@@ -48,6 +48,7 @@ from bench.trigger_scale import (
     _by_verb,
     _delta,
     setup_jobs,
+    wait_until,
 )
 from kubesim.testing import run_kubesim
 
@@ -78,6 +79,11 @@ async def _one(
     await asyncio.sleep(condition["seconds"])
     if condition["kind"] == "outage":
         await _faults(api, [])
+
+    async def watching() -> bool:  # both loops recovered (the last backoff step may be 30 s away)
+        return (await api.stats())["watches_open"] >= before["watches_open"] + len(WATCHED)
+
+    await wait_until(watching, timeout_s=600)
     after = await api.quiet(quiet_s=QUIET_S, timeout_s=600)
     final = await worker.stop()
     return {
