@@ -263,27 +263,19 @@ class Subscription:
         polling interval, behind). While a loop fails, nothing is read: the loop's retries are everyone's.
         Whatever is read goes through the hub, so every subscriber of it benefits.
         """
-        await self._settle_reads(
-            {
-                RAYJOB: (self.hub.cached(self, RAYJOB) is not None, reread_rayjob, False),
-                WORKLOAD: (self.hub.cached(self, WORKLOAD) is not None, reread_workload, True),
-            }
-        )
+        await self._settle_reads({RAYJOB: (reread_rayjob, False), WORKLOAD: (reread_workload, True)})
         return self.hub.cached(self, RAYJOB), self.hub.cached(self, WORKLOAD)
 
-    async def _settle_reads(self, wanted: dict[str, tuple[bool, bool, bool]]) -> None:
+    async def _settle_reads(self, wanted: dict[str, tuple[bool, bool]]) -> None:
         """Wait on the scope's loops until none is waited for, then make the reads still needed (each
-        shared by the scope). ``wanted``: kind -> (cached, reread, absent_is_answer) as first asked;
-        whether it is cached is asked again after each wait."""
+        shared by the scope). ``wanted``: kind -> (reread, absent_is_answer), see ``plan_read``."""
         started = time.monotonic()
         while True:
             steps = {}
-            for kind, (cached, reread, absent_is_answer) in wanted.items():
-                if not reread:
-                    cached = self._holds(kind)
+            for kind, (reread, absent_is_answer) in wanted.items():
                 steps[kind] = plan_read(
                     self._loop_state(kind, started),
-                    cached=cached,
+                    cached=self._holds(kind),
                     reread=reread,
                     absent_is_answer=absent_is_answer,
                     first_list_budget=self.hub.settings.first_list_budget_seconds,
@@ -366,14 +358,8 @@ class ServiceSubscription(Subscription):
     async def _read_current(  # type: ignore[override]
         self, reread_rayjob: bool, reread_workload: bool
     ) -> tuple[dict | None, list[dict]]:
-        service, _ = self.snapshot()
-        await self._settle_reads(
-            {
-                RAYSERVICE: (service is not None, reread_rayjob, False),
-                # The namespace's job Workloads: the loop's list answers them (never "cached" alone).
-                WORKLOAD: (False, reread_workload, True),
-            }
-        )
+        # The namespace's job Workloads (never "cached" alone): the Workload loop's list answers them.
+        await self._settle_reads({RAYSERVICE: (reread_rayjob, False), WORKLOAD: (reread_workload, True)})
         return self.snapshot()
 
     def _what(self, kind: str) -> str:
