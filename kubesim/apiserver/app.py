@@ -88,7 +88,11 @@ async def _faults_and_accounting(request: web.Request, handler: Callable) -> web
     elif faults.unserved_path(request.path):
         # The API server's not-found handler: plain text, no Status (no operator serves the group).
         response = web.Response(status=404, text="404 page not found\n", content_type="text/plain")
-    elif (rule := faults.take_rule(record)) is not None:
+    elif (rule := faults.take_rule(record)) is not None and rule.code is None:
+        await asyncio.sleep(rule.delay_s)  # a slow answer, then served as usual
+        response = await _serve(request, handler)
+    elif rule is not None:
+        await asyncio.sleep(rule.delay_s)
         if rule.served and record.verb != "watch":
             await _serve(request, handler)  # the server acts; only its answer is lost
         answer = refusal(

@@ -40,6 +40,7 @@ RULE_FIELDS = {
     "served",
     "watch_event",
     "subjects",
+    "delay_s",
 }
 
 
@@ -60,13 +61,18 @@ class FaultRule:
     ``subjects``, when set, limits the rule to requests authenticated as one of these users (``Auth``):
     one ServiceAccount's grant revoked while the others keep theirs.
 
+    ``delay_s`` holds each matching request that long before it is answered: with ``code``, refused late (a
+    proxy's timeout); without, served late (a slow API server: a list of a large namespace, or one throttled
+    by API Priority and Fairness, e.g. the first list of a triggerer that just started).
+
     ``served`` serves the request first and replaces only its answer: the answer was lost on its way back
     (a proxy timed out, the connection dropped) after the server acted, so a client that retries finds
     its own work done. ``watch_event`` False sends a 410 to a watch as an HTTP 410 (a server or proxy that
     refuses the watch request itself) instead of the API server's ERROR event.
     """
 
-    code: int
+    code: int | None
+    """None: serve the request (after ``delay_s``)."""
     verbs: frozenset[str] = frozenset()
     resources: frozenset[str] = frozenset()
     namespace: str | None = None
@@ -79,6 +85,7 @@ class FaultRule:
     served: bool = False
     watch_event: bool = True
     subjects: frozenset[str] = frozenset()
+    delay_s: float = 0.0
     hits: int = 0
 
     @classmethod
@@ -88,9 +95,14 @@ class FaultRule:
         unknown = set(spec) - RULE_FIELDS
         if unknown:
             raise FaultSettingsError(f"unknown rule fields: {sorted(unknown)}; known: {sorted(RULE_FIELDS)}")
-        code = spec.get("code")
-        if code not in RULE_CODES:
-            raise FaultSettingsError(f"rule code must be one of {list(RULE_CODES)}, got {code!r}")
+        code, delay = spec.get("code"), spec.get("delay_s", 0)
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+            raise FaultSettingsError(f"rule delay_s must be a number of seconds >= 0, got {delay!r}")
+        if code not in RULE_CODES and not (code is None and delay > 0):
+            raise FaultSettingsError(
+                f"rule code must be one of {list(RULE_CODES)} (or left out with a delay_s > 0: a slow answer), "
+                f"got {code!r}"
+            )
         verbs, resources = spec.get("verbs") or [], spec.get("resources") or []
         for name, values in (("verbs", verbs), ("resources", resources)):
             if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
@@ -129,6 +141,7 @@ class FaultRule:
             served=spec.get("served", False),
             watch_event=spec.get("watch_event", True),
             subjects=frozenset(subjects),
+            delay_s=float(delay),
         )
 
     def matches(self, record: RequestRecord) -> bool:
@@ -157,6 +170,7 @@ class FaultRule:
             "served": self.served,
             "watch_event": self.watch_event,
             "subjects": sorted(self.subjects),
+            "delay_s": self.delay_s,
             "hits": self.hits,
         }
 

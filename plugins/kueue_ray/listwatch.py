@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 SERVER_TIMEOUT_GRACE_SECONDS = 15.0
 """How long past its ``timeoutSeconds`` a watch may stay open before the loop ends it itself, so a server
 or proxy that never closes a silent stream cannot postpone the relist forever."""
+LIST_REQUEST_TIMEOUT_SECONDS = 60.0
+"""The client's total timeout on one page of a list (the cncf provider's ApiClient default, stated here
+so that it holds with any ApiClient): a list that hangs fails and is retried with backoff."""
 
 
 @dataclass
@@ -456,7 +459,9 @@ class ListWatchLoop:
                 paging["_continue"] = token
             try:
                 # Not preloaded: the client would decode every full object at once (``kueue_ray.listbody``).
-                response = await self.target.request(api, _preload_content=False, **paging)
+                response = await self.target.request(
+                    api, _preload_content=False, _request_timeout=LIST_REQUEST_TIMEOUT_SECONDS, **paging
+                )
             except ApiException as exc:
                 raise Refused.from_api_exception("list", exc) from exc
             try:

@@ -11,7 +11,8 @@ What waiting costs is therefore per namespace, not per trigger, and grows with s
 with time:
 
 * A subscriber starts from the cache once the loop has listed (a burst of triggers starting together waits
-  for that one LIST); only a RayJob missing from the cache costs one GET (``Subscription.current``).
+  for that one LIST, however slow, up to ``first_list_budget_seconds``); only a RayJob missing from the
+  cache costs a GET, one per name in flight however many subscribers ask (``kueue_ray.hub.reads``).
 * The safety net against a missed event is one relist per loop every ``resync_interval`` (the shortest of
   the namespace's subscribers, jittered), not a re-read per trigger: the relist refreshes the cache for
   every subscriber at once, and anything that changed or vanished is delivered.
@@ -23,9 +24,9 @@ watches resume from the last resourceVersion, relist on 410 Gone, back off with 
 answered with anything but 200 as the refusal it is (401 loads the credentials again, 429 waits for
 ``Retry-After``, a 403 to the watch alone turns the loop into one list per ``degraded_list_interval``).
 While a loop polls, every waiting task is told so in its log, with the ``kubectl auth can-i`` check that
-shows what is missing. A subscriber's reads retry transient failures (5xx, 429, dropped connections,
-timeouts) with backoff until they succeed, so an API server having a bad minute delays a trigger but never
-ends it. A 401/403 in a row to a loop's list or watch, or to a subscriber's read, for ``refusal_timeout``
+shows what is missing. While a loop fails (5xx, 429, dropped connections, timeouts, 401/403), its
+subscribers read nothing themselves: they wait on its next outcome, so an outage costs the loop's retries
+per resource, not a retry per waiting task, and delays a trigger but never ends it. A 401/403 in a row to a loop's list or watch, or to a subscriber's read, for ``refusal_timeout``
 (``HubSettings``; ``[kueue_ray] refusal_timeout``) ends every wait that needs it, and so does a 404 that
 discovery confirms is an API group the cluster does not serve (``Subscription.access``). The (connection, namespace) has one ApiClient (``SharedApiClient``), lent to its watch loops and
 to every read. Objects only replace cached ones with a higher resourceVersion, so a slow GET cannot roll
@@ -55,6 +56,7 @@ from typing import Any
 from kueue_ray import metrics
 from kueue_ray.api_errors import may_be_missing_api, not_served_message, read_of, reading
 from kueue_ray.essential import resource_version_newer
+from kueue_ray.hub.reads import JOB_WORKLOADS, shared_read
 from kueue_ray.hub.resources import (
     RAYJOB,
     RAYJOBS,
@@ -74,7 +76,7 @@ from kueue_ray.hub.subscriptions import (
     Subscription,
     Update,
 )
-from kueue_ray.listwatch import ListWatchSettings, RefusalMemory
+from kueue_ray.listwatch import LIST_REQUEST_TIMEOUT_SECONDS, ListWatchSettings, RefusalMemory
 from kueue_ray.refusals import ApiNotServed
 from kueue_ray.shared_client import SharedApiClient, provider_connection
 from kueue_ray.wait_policy import DEFAULT_RESYNC_SECONDS
@@ -106,7 +108,11 @@ __all__ = [
 class HubSettings(ListWatchSettings):
     """Tunables; tests shorten them, production keeps the defaults (the loop's own in ``ListWatchSettings``)."""
 
-    connect_wait_seconds: float = 5.0
+    first_list_budget_seconds: float = 2 * LIST_REQUEST_TIMEOUT_SECONDS
+    """How long a read waits for its loop's first list before reading by itself: longer than that list's
+    own request timeout, so a slow first list (a large namespace, a throttled API server) is waited for by
+    every subscriber, not replaced by a GET each. A first list that fails makes the loop failing, and the
+    reads wait on its retries (``kueue_ray.hub.reads``)."""
     pending_workloads_ttl_seconds: float = 5.0
     """How long one visibility read of a LocalQueue answers every trigger asking for a queue position."""
     refusal_timeout: float | None = None
@@ -230,6 +236,8 @@ class WatchHub:
             del self._scopes[subscription.scope]
             for read in scope.pending_reads.values():
                 read.task.cancel()
+            for task in scope.reads.values():
+                task.cancel()
             for loop in scope.loops.values():
                 await loop.stop()
             await scope.client.retire()
@@ -284,15 +292,23 @@ class WatchHub:
             return None
         return obj
 
-    async def read_through(self, subscription: Subscription, *, rayjob: bool, workload: bool) -> None:
-        """Read the subscription's objects from the API server and offer them to the cache."""
-        from kueue_ray.hook import AsyncRayJobHook
+    async def read(self, subscription: Subscription, what: str) -> None:
+        """Read one of ``subscription``'s objects from the API server and offer it to the cache: ``RAYJOB``
+        or ``RAYSERVICE`` (by name), ``WORKLOAD`` (by its owner's uid) or ``JOB_WORKLOADS`` (the
+        namespace's, for a RayService). One request per object is in flight in a scope, shared by every
+        subscriber that asks meanwhile (``kueue_ray.hub.reads.shared_read``)."""
+        scope = self._scopes.get(subscription.scope)
+        if scope is None:
+            await self._read_one(subscription, what)
+            return
+        key = (what, subscription.uid if what == WORKLOAD else subscription.name)
+        await shared_read(scope.reads, key, lambda: self._read_one(subscription, what))
 
-        hook = AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id)
-        # The scope's shared client (no TLS setup per trigger), held until both reads are done.
+    async def _read_one(self, subscription: Subscription, what: str) -> None:
+        # The scope's shared client (no TLS setup per read).
         async with self._lease(subscription) as client:
             try:
-                await self._read(hook, subscription, client, rayjob=rayjob, workload=workload)
+                await self._fetch(subscription, what, client)
             except Exception as exc:
                 await self._retire_refused(subscription, client, exc)
                 await self._ask_discovery(client, exc)
@@ -319,49 +335,37 @@ class WatchHub:
             if getattr(probe, "status", None) == 404:
                 raise ApiNotServed(group, version, not_served_message(group, version)) from exc
 
-    async def _read(
-        self, hook: Any, subscription: Subscription, client: Any, *, rayjob: bool, workload: bool
-    ) -> None:
-        if rayjob:
+    async def _fetch(self, subscription: Subscription, what: str, client: Any) -> None:
+        from kueue_ray.hook import AsyncRayJobHook
+        from kueue_ray.service_hook import AsyncRayServiceHook
+
+        conn_id, namespace = subscription.conn_id, subscription.namespace
+        if what == RAYJOB:
             with reading("get", *_coordinates(RAYJOBS)):
-                obj = await hook.get_rayjob(subscription.name, subscription.namespace, api_client=client)
+                hook = AsyncRayJobHook(kubernetes_conn_id=conn_id)
+                obj = await hook.get_rayjob(subscription.name, namespace, api_client=client)
             self.offer_read(self.loop_of(subscription, RAYJOB), subscription.name, obj)
-        if workload:
+        elif what == RAYSERVICE:
+            with reading("get", *_coordinates(RAYSERVICES)):
+                hook = AsyncRayServiceHook(kubernetes_conn_id=conn_id)
+                obj = await hook.get_rayservice(subscription.name, namespace, api_client=client)
+            self.offer_read(self.loop_of(subscription, RAYSERVICE), subscription.name, obj)
+        elif what == WORKLOAD:
             with reading("list", *_coordinates(WORKLOADS)):
-                obj = await hook.find_workload(subscription.uid, subscription.namespace, api_client=client)
+                hook = AsyncRayJobHook(kubernetes_conn_id=conn_id)
+                obj = await hook.find_workload(subscription.uid, namespace, api_client=client)
             loop = self.loop_of(subscription, WORKLOAD)
             if loop is not None and obj is not None:
                 self.offer(loop, subscription.uid, obj)
-
-    async def read_service_through(self, subscription: ServiceSubscription, *, workloads: bool) -> None:
-        """Read the RayService (and, before the Workload watch listed, the namespace's job Workloads) from
-        the API server and offer them to the cache."""
-        from kueue_ray.service_hook import AsyncRayServiceHook
-
-        hook = AsyncRayServiceHook(kubernetes_conn_id=subscription.conn_id)
-        async with self._lease(subscription) as client:
-            try:
-                await self._read_service(hook, subscription, client, workloads=workloads)
-            except Exception as exc:
-                await self._retire_refused(subscription, client, exc)
-                await self._ask_discovery(client, exc)
-                raise
-
-    async def _read_service(
-        self, hook: Any, subscription: ServiceSubscription, client: Any, *, workloads: bool
-    ) -> None:
-        with reading("get", *_coordinates(RAYSERVICES)):
-            obj = await hook.get_rayservice(subscription.name, subscription.namespace, api_client=client)
-        self.offer_read(self.loop_of(subscription, RAYSERVICE), subscription.name, obj)
-        if workloads:
+        elif what == JOB_WORKLOADS:
             with reading("list", *_coordinates(WORKLOADS)):
-                items = await hook.list_job_workloads(subscription.namespace, api_client=client)
+                hook = AsyncRayServiceHook(kubernetes_conn_id=conn_id)
+                items = await hook.list_job_workloads(namespace, api_client=client)
             loop = self.loop_of(subscription, WORKLOAD)
-            if loop is not None:
-                for item in items:
-                    key = WORKLOADS.key_of(item)
-                    if key is not None:
-                        self.offer(loop, key, item)
+            for item in items if loop is not None else ():
+                key = WORKLOADS.key_of(item)
+                if key is not None:
+                    self.offer(loop, key, item)
 
     def _lease(self, subscription: Subscription) -> contextlib.AbstractAsyncContextManager[Any]:
         """The subscription's scope's shared ApiClient; None (the hook opens its own) outside a scope."""

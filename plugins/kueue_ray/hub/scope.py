@@ -58,6 +58,21 @@ class _WatchLoop(ListWatchLoop):
         self.not_served: ApiNotServed | None = None
         """Set when a 404 to the list turned out (discovery) to mean the API group/version is not served."""
         self._probe: asyncio.Task | None = None
+        self.failing = False
+        """The loop's last request failed and nothing succeeded since: reads wait on it (``hub.reads``)."""
+        self._outcome: asyncio.Event | None = None
+
+    def outcome(self) -> asyncio.Event:
+        """Set at the loop's next outcome (a request that succeeded or failed), or when it stops: what a
+        read waits on instead of asking the API server itself (``kueue_ray.hub.reads``)."""
+        if self._outcome is None:
+            self._outcome = asyncio.Event()
+        return self._outcome
+
+    def _settle(self) -> None:
+        if self._outcome is not None:
+            self._outcome.set()
+            self._outcome = None
 
     def resync_interval(self) -> float:
         return self.scope.resync_interval()
@@ -85,6 +100,15 @@ class _WatchLoop(ListWatchLoop):
             self.hub.offer(self, key, obj)
 
     def failed(self, exc: BaseException) -> None:
+        """Whatever failed, the loop is failing until a request succeeds: the reads waiting on it are told
+        (they judge again, e.g. whether a refusal lasted the window), and new ones wait too."""
+        self.failing = True
+        try:
+            self._judge(exc)
+        finally:
+            self._settle()
+
+    def _judge(self, exc: BaseException) -> None:
         """A 401/403 starts or continues the refusal row (the first one is told to every subscriber); a
         404 to the list asks discovery, once, whether the API group is served at all."""
         if not isinstance(exc, Refused):
@@ -117,6 +141,8 @@ class _WatchLoop(ListWatchLoop):
         return self.window.pace(delay, time.monotonic())
 
     def succeeded(self) -> None:
+        self.failing = False
+        self._settle()
         if self.window.since is not None:
             log.info("The API server answers %s %s again", self.target.qualified, self.target.where)
             self.window.cleared()
@@ -135,10 +161,12 @@ class _WatchLoop(ListWatchLoop):
                 self.not_served = ApiNotServed(group, version, not_served_message(group, version))
                 log.error(self.not_served.message)
                 self.hub.notify(self.scope, self.not_served.message)
+                self._settle()  # the reads waiting on this loop end with the reason
                 return
         self._probe = None  # served (or unknown): a later 404 asks again
 
     async def stop(self) -> None:
+        self._settle()
         if self._probe is not None:
             self._probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -178,6 +206,9 @@ class _Scope:
     """RayService subscriptions by name (a RayJob and a RayService may share a name)."""
     loops: dict[str, _WatchLoop] = field(default_factory=dict)
     pending_reads: dict[str, _PendingRead] = field(default_factory=dict)
+    reads: dict[tuple[str, str], asyncio.Task] = field(default_factory=dict)
+    """The reads in flight by (resource kind, name or uid), each shared by whoever asks meanwhile
+    (``kueue_ray.hub.reads.shared_read``)."""
     workload_changes: int = 0
     """Workload changes cached so far (``Subscription.workloads_version``)."""
 

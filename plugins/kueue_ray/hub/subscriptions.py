@@ -24,6 +24,7 @@ from kueue_ray.api_errors import (
     refusal_message,
     retry_after_seconds,
 )
+from kueue_ray.hub.reads import JOB_WORKLOADS, READ, LoopState, plan_read, wait_for
 from kueue_ray.hub.resources import RAYJOB, RAYJOBS, RAYSERVICE, RAYSERVICES, WORKLOAD
 from kueue_ray.refusals import ApiNotServed, Backoff, Denial, RefusalWindow, RefusedTooLong, refusal_timeout
 
@@ -173,8 +174,9 @@ class Subscription:
         """(RayJob, Workload) as known now: from the hub's cache, or read from the API server.
 
         A read that fails (API errors, dropped connections, timeouts, beyond what the hook's own retries
-        absorb) is retried with backoff until it succeeds: a trigger waits through an unhealthy API server
-        instead of dying with it.
+        absorb) is retried until it succeeds: a trigger waits through an unhealthy API server instead of
+        dying with it. While the scope's loop is failing too, the retry waits on the loop's (one backoff
+        per scope and resource); otherwise on this read's own backoff.
         """
         settings = self.hub.settings
         backoff = Backoff(settings.backoff_initial, settings.backoff_max)
@@ -185,7 +187,7 @@ class Subscription:
                 raise ended
             try:
                 return await self._read_current(reread_rayjob, reread_workload)
-            except (ApiNotServed, asyncio.CancelledError):
+            except (ApiNotServed, RefusedTooLong, asyncio.CancelledError):
                 raise
             except Exception as exc:  # noqa: BLE001 - whatever the API did, waiting goes on
                 read = (read_of(exc) or ("get", self.resource.qualified))[:2]
@@ -200,18 +202,20 @@ class Subscription:
                 hint = ""
                 if getattr(exc, "status", None) == 403:
                     hint = f" (check: {can_i(read[0], read[1], self.namespace, self._identity())})"
+                shared = self.failing()  # the next attempt waits on the failing loop's retries instead
                 # The read that failed, which is not always the waited-for object's own (the Workload list).
                 log.warning(
-                    "Reading %s for %s %s/%s failed (%s)%s; retrying in %.1fs",
+                    "Reading %s for %s %s/%s failed (%s)%s; %s",
                     f"{read[1]} ({read[0]})",
                     self.noun,
                     self.namespace,
                     self.name,
                     describe_error(exc),
                     hint,
-                    delay,
+                    "waiting for the shared watch to answer again" if shared else f"retrying in {delay:.1f}s",
                 )
-                await asyncio.sleep(delay)
+                if not shared:
+                    await asyncio.sleep(delay)
 
     def _identity(self) -> str | None:
         scope = self.hub._scopes.get(self.scope)
@@ -249,24 +253,68 @@ class Subscription:
     ) -> tuple[dict | None, dict | None]:
         """One attempt of ``current``.
 
-        A subscription waits for its loops' first list (a burst of triggers starting together costs one
-        LIST per resource, not a GET each). After that the cache is authoritative up to the watch's
-        position: a missing Workload simply does not exist yet (its ADDED event will come), and only a
-        missing RayJob is read (just created, or outside the watch's label selector). ``reread_rayjob``
-        reads the RayJob anyway, for a RayJob the watch does not cover; with ``reread_workload`` too, both
-        are what the API server says now (the cache may be an event, or a polling interval, behind).
+        Each of the RayJob and its Workload is answered from the scope's cache, waited for on the scope's
+        loop, or read, as ``kueue_ray.hub.reads.plan_read`` decides: a burst of triggers starting together
+        waits for the loops' first list (one LIST per resource, not a GET each); after it the cache is
+        authoritative up to the watch's position, so a missing Workload does not exist yet (its ADDED
+        event will come) and only a missing RayJob is read (just created, or outside the watch's label
+        selector). ``reread_rayjob`` reads the RayJob anyway, for a RayJob the watch does not cover; with
+        ``reread_workload`` too, both are what the API server says now (the cache may be an event, or a
+        polling interval, behind). While a loop fails, nothing is read: the loop's retries are everyone's.
         Whatever is read goes through the hub, so every subscriber of it benefits.
         """
-        listed = {kind: await self._wait_for_list(kind) for kind in (RAYJOB, WORKLOAD)}
-        rayjob = self.hub.cached(self, RAYJOB)
-        workload = self.hub.cached(self, WORKLOAD)
-        read_rayjob = reread_rayjob or rayjob is None
-        read_workload = reread_workload or (workload is None and not listed[WORKLOAD])
-        if read_rayjob or read_workload:
-            await self.hub.read_through(self, rayjob=read_rayjob, workload=read_workload)
-            rayjob = self.hub.cached(self, RAYJOB)
-            workload = self.hub.cached(self, WORKLOAD)
-        return rayjob, workload
+        await self._settle_reads({RAYJOB: (reread_rayjob, False), WORKLOAD: (reread_workload, True)})
+        return self.hub.cached(self, RAYJOB), self.hub.cached(self, WORKLOAD)
+
+    async def _settle_reads(self, wanted: dict[str, tuple[bool, bool]]) -> None:
+        """Wait on the scope's loops until none is waited for, then make the reads still needed (each
+        shared by the scope). ``wanted``: kind -> (reread, absent_is_answer), see ``plan_read``."""
+        started = time.monotonic()
+        while True:
+            steps = {}
+            for kind, (reread, absent_is_answer) in wanted.items():
+                steps[kind] = plan_read(
+                    self._loop_state(kind, started),
+                    cached=self._holds(kind),
+                    reread=reread,
+                    absent_is_answer=absent_is_answer,
+                    first_list_budget=self.hub.settings.first_list_budget_seconds,
+                )
+            waited_on = wait_for(steps)
+            if waited_on is None:
+                break
+            ended = self.access()
+            if ended is not None:
+                raise ended
+            await self._wait_on_loop(waited_on)
+        for kind, step in steps.items():
+            if step == READ:
+                await self.hub.read(self, self._what(kind))
+
+    def _what(self, kind: str) -> str:
+        return kind
+
+    def _holds(self, kind: str) -> bool:
+        return self.hub.cached(self, kind) is not None
+
+    def _loop_state(self, kind: str, started: float) -> LoopState | None:
+        loop = self.hub.loop_of(self, kind)
+        if loop is None:
+            return None
+        return LoopState(loop.listed.is_set(), loop.failing, time.monotonic() - started)
+
+    async def _wait_on_loop(self, kind: str) -> None:
+        """Until the scope's ``kind`` loop's next outcome (at most the first-list budget, then judge again)."""
+        loop = self.hub.loop_of(self, kind)
+        if loop is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(loop.outcome().wait(), self.hub.settings.first_list_budget_seconds)
+
+    def failing(self) -> bool:
+        """Whether a loop this wait reads through is failing: its retries pace everyone's, so a failed read
+        of this wait's own waits on them instead of retrying on its own."""
+        return any((loop := self.hub.loop_of(self, kind)) is not None and loop.failing for kind in self.kinds)
 
     def rayjob_by_uid(self, uid: str) -> dict | None:
         """A RayJob of this namespace the hub's watch holds, found by uid (e.g. the preemptor that Kueue's
@@ -286,16 +334,6 @@ class Subscription:
         hence in this namespace) can only move when this moves, so an unchanged number needs no new read."""
         scope = self.hub._scopes.get(self.scope)
         return scope.workload_changes if scope is not None else 0
-
-    async def _wait_for_list(self, kind: str) -> bool:
-        """True once the loop's first list is in the cache (waiting for it a bounded time)."""
-        loop = self.hub.loop_of(self, kind)
-        if loop is None:
-            return False
-        if not loop.listed.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(loop.listed.wait(), self.hub.settings.connect_wait_seconds)
-        return loop.listed.is_set()
 
 
 class ServiceSubscription(Subscription):
@@ -320,12 +358,15 @@ class ServiceSubscription(Subscription):
     async def _read_current(  # type: ignore[override]
         self, reread_rayjob: bool, reread_workload: bool
     ) -> tuple[dict | None, list[dict]]:
-        listed = {kind: await self._wait_for_list(kind) for kind in (RAYSERVICE, WORKLOAD)}
-        service, _ = self.snapshot()
-        read_workloads = reread_workload or not listed[WORKLOAD]
-        if service is None or reread_rayjob or read_workloads:
-            await self.hub.read_service_through(self, workloads=read_workloads)
+        # The namespace's job Workloads (never "cached" alone): the Workload loop's list answers them.
+        await self._settle_reads({RAYSERVICE: (reread_rayjob, False), WORKLOAD: (reread_workload, True)})
         return self.snapshot()
+
+    def _what(self, kind: str) -> str:
+        return JOB_WORKLOADS if kind == WORKLOAD else kind
+
+    def _holds(self, kind: str) -> bool:
+        return kind == RAYSERVICE and self.hub.cached(self, RAYSERVICE) is not None
 
     def snapshot(self) -> tuple[dict | None, list[dict]]:
         """(RayService, its Workloads) from the cache alone."""

@@ -209,6 +209,24 @@ def test_a_timed_rule_ends_by_itself(api_faults, api_client):
     assert core.list_namespace().items
 
 
+def test_a_rule_without_a_code_serves_its_matches_late(api_faults, api_client):
+    """A slow first list (a large namespace, a throttled API server): the next list is served, late; the
+    request after it is not held."""
+    core = client.CoreV1Api(api_client)
+    api_faults.set_faults(
+        rules=[{"delay_s": 1.0, "verbs": ["list"], "resources": ["namespaces"], "count": 1}]
+    )
+    started = time.monotonic()
+    assert core.list_namespace().items, "served, not refused"
+    assert time.monotonic() - started >= 1.0
+    assert core.read_namespace("default").metadata.name == "default"
+    assert [r["code"] for r in api_faults.requests()[-2:]] == [200, 200]
+    assert _faults(api_faults)["rules"] == [], "its one match taken"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        api_faults.set_faults(rules=[{"verbs": ["list"]}])
+    assert refused.value.code == 400 and "delay_s > 0" in refused.value.read().decode()
+
+
 def test_too_many_requests_carries_retry_after(api_faults):
     api_faults.refuse(429, verbs=["list"], retry_after_s=7)
     code, headers, body = _http(f"{api_faults.url}/apis/kueue.x-k8s.io/v1beta2/namespaces/ray/workloads")

@@ -42,7 +42,7 @@ def hub_settings(monkeypatch):
     settings = HubSettings(
         backoff_initial=0.05,
         backoff_max=0.5,
-        connect_wait_seconds=2,
+        first_list_budget_seconds=2,
         degraded_list_interval=POLL_INTERVAL,
         degraded_watch_retry_every=WATCH_RETRY_EVERY,
     )

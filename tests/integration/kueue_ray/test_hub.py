@@ -19,7 +19,7 @@ from tests.integration.real_backend import DELETED_BEHIND_TRIGGER, PENDING_CONDI
 def quick_reconnects(monkeypatch):
     """Production backs off up to 30 s; here the same logic runs with short delays."""
     monkeypatch.setattr(
-        HUB, "settings", HubSettings(backoff_initial=0.05, backoff_max=0.5, connect_wait_seconds=2)
+        HUB, "settings", HubSettings(backoff_initial=0.05, backoff_max=0.5, first_list_budget_seconds=2)
     )
 
 

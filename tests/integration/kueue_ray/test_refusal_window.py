@@ -25,7 +25,7 @@ def hub_settings(monkeypatch):
     settings = HubSettings(
         backoff_initial=0.05,
         backoff_max=2.0,
-        connect_wait_seconds=2,
+        first_list_budget_seconds=2,
         degraded_list_interval=0.5,
         refusal_timeout=WINDOW,
     )
