@@ -132,7 +132,11 @@ def run_realcluster(workdir: str | Path | None = None) -> Iterator[RealCluster]:
         client.CoreV1Api(api_client).create_namespace({"metadata": {"name": "kueue-system"}})
         webhook_port, visibility_port = _free_port(), _free_port()
         kueue_config = _write_kueue_config(work, webhook_port, visibility_port, pki)
-        start("kueue", _kueue_command(bins / "kueue", kueue_config, pki["webhook"], work, kubeconfig), kubeconfig)
+        start(
+            "kueue",
+            _kueue_command(bins / "kueue", kueue_config, pki["webhook"], work, kubeconfig),
+            kubeconfig,
+        )
         _register_webhooks(api_client, webhook_port, pki["ca.crt"].read_bytes())
         _register_visibility(api_client, visibility_port, pki["ca.crt"].read_bytes())
         start(
@@ -363,7 +367,7 @@ def _kueue_command(kueue: Path, config: Path, certs: Path, work: Path, kubeconfi
         ' && mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1,workdir=$2" /etc'
         f' && mkdir -p {Path(KUEUE_METRICS_CERTS).parent} && ln -s "$3" {KUEUE_METRICS_CERTS}'
         ' && root=$4 && mount -t tmpfs kueue-root "$root"'
-        ' && for entry in /*; do'
+        " && for entry in /*; do"
         ' if [ -L "$entry" ]; then cp -P "$entry" "$root$entry";'
         ' elif [ -d "$entry" ]; then mkdir "$root$entry" && mount --rbind "$entry" "$root$entry"; fi;'
         " done"

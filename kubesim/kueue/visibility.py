@@ -26,8 +26,8 @@ RESOURCES = [
         "name": "clusterqueues",
         "singularName": "clusterqueue",
         "namespaced": False,
-        "kind": "ClusterQueue",
-        "verbs": ["get"],
+        "kind": "PendingWorkloadsSummary",
+        "verbs": [],
     },
     {
         "name": "clusterqueues/pendingworkloads",
@@ -40,8 +40,8 @@ RESOURCES = [
         "name": "localqueues",
         "singularName": "localqueue",
         "namespaced": True,
-        "kind": "LocalQueue",
-        "verbs": ["get"],
+        "kind": "PendingWorkloadsSummary",
+        "verbs": [],
     },
     {
         "name": "localqueues/pendingworkloads",
@@ -53,12 +53,14 @@ RESOURCES = [
 ]
 
 
-def not_found(resource: str, name: str) -> ApiError:
+def not_found(kind: str, name: str) -> ApiError:
+    """Kueue's storage answers with the singular (``clusterqueue``, ``localqueue``), where a forbidden
+    request's 403 (the API server's) names the plural resource."""
     return ApiError(
         404,
         "NotFound",
-        f'{resource}.{GROUP} "{name}" not found',
-        {"name": name, "group": GROUP, "kind": resource},
+        f'{kind}.{GROUP} "{name}" not found',
+        {"name": name, "group": GROUP, "kind": kind},
     )
 
 
@@ -125,7 +127,7 @@ def make_handler(current_world: Callable[[], World], seq: dict[str, int]):
         world = current_world()
         if len(parts) == 3 and parts[0] == "clusterqueues" and parts[2] == "pendingworkloads":
             if parts[1] not in world.cluster_queues:
-                raise not_found("clusterqueues", parts[1])
+                raise not_found("clusterqueue", parts[1])
             return summary(_page(pending_items(world, parts[1], seq), query))
         if (
             len(parts) == 5
@@ -136,7 +138,7 @@ def make_handler(current_world: Callable[[], World], seq: dict[str, int]):
             namespace, name = parts[1], parts[3]
             lq = world.local_queues.get((namespace, name))
             if lq is None:
-                raise not_found("localqueues", name)
+                raise not_found("localqueue", name)
             cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
             items = [
                 item
