@@ -9,7 +9,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from kueue_ray.operators import SubmitRayJobOperator
 
-from tests.integration.real_backend import QUEUE_POSITION, RAY_JOB_RUNS
+from tests.integration.real_backend import RAY_JOB_RUNS
 
 
 def operator(queues, body, **kwargs):
@@ -286,7 +286,6 @@ def test_the_driver_log_tail_ends_up_in_the_task_log(queues, rayjob_body, task_c
     assert not re.search(r"(?<![\w-])b['\"]", tail), "log lines, not the repr of bytes"
 
 
-@QUEUE_POSITION
 def test_waiting_in_the_worker_reports_the_queue_position_and_times_out(
     queues, rayjob_body, task_context, capfd
 ):

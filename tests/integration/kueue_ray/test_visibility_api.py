@@ -9,11 +9,17 @@ their 0-based positions in the ClusterQueue and in their LocalQueue, ``limit``/`
 
 from __future__ import annotations
 
+import asyncio
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
+from kueue_ray.hook_common import QueuePosition
 
+from tests.deployment_files import component_service_accounts, load_values, render_rbac
 from tests.integration.kueue_ray.conftest import KUEUE, wait_for
 
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
@@ -199,3 +205,129 @@ def test_an_unknown_queue_is_a_404_naming_it(api, queues, path, kind):
     assert (code, status["kind"], status["reason"]) == (404, "Status", "NotFound")
     assert status["message"] == f'{kind}.visibility.kueue.x-k8s.io "{name}" not found'
     assert status["details"] == {"name": name, "group": "visibility.kueue.x-k8s.io", "kind": kind}
+
+
+RAYJOB_NAMESPACE = "ray"
+"""Where include/manifests/rbac/rbac.yaml's Roles grant the worker and the triggerer their rights."""
+
+
+@pytest.fixture
+def component_tokens(request, kubesim, api, unique_name, tmp_path, monkeypatch) -> dict[str, str]:
+    """rbac.yaml applied for an Airflow namespace of this test's own (its ServiceAccounts, Roles and
+    bindings), and an Airflow connection per component with its chart account's token (TokenRequest):
+    component -> connection id. Real only: kubesim enforces no RBAC (test_component_rights.py audits
+    the calls it logs against rbac.yaml instead)."""
+    if request.config.getoption("cluster") != "real":
+        pytest.skip(
+            "real-stack only: kubesim authorizes every request (test_component_rights.py audits them)"
+        )
+    airflow_namespace = f"{unique_name}-airflow"
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    for namespace in (airflow_namespace, RAYJOB_NAMESPACE):
+        try:
+            core.create_namespace({"metadata": {"name": namespace}})
+        except client.ApiException as exc:
+            if exc.status != 409:  # the RayJobs' namespace is shared by the session's tests
+                raise
+    create = {
+        "ServiceAccount": lambda d: core.create_namespaced_service_account(d["metadata"]["namespace"], d),
+        "Role": lambda d: rbac.create_namespaced_role(d["metadata"]["namespace"], d),
+        "RoleBinding": lambda d: rbac.create_namespaced_role_binding(d["metadata"]["namespace"], d),
+        "ClusterRole": rbac.create_cluster_role,
+        "ClusterRoleBinding": rbac.create_cluster_role_binding,
+    }
+    docs = render_rbac(airflow_namespace)
+    for doc in docs:
+        create[doc["kind"]](doc)
+    kubeconfig = yaml.safe_load(Path(kubesim.kubeconfig).read_text())
+    connections = {}
+    for component, account in component_service_accounts(load_values()).items():
+        token = core.create_namespaced_service_account_token(
+            account, airflow_namespace, {"spec": {"expirationSeconds": 3600}}
+        ).status.token
+        kubeconfig["users"][0]["user"] = {"token": token}
+        path = tmp_path / f"{component}.kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig))
+        conn_id = f"kueue_ray_{component.replace('-', '_')}"
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}",
+            json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(path)}}),
+        )
+        connections[component] = conn_id
+    yield connections
+    core.delete_namespace(airflow_namespace)
+    for doc in docs:
+        if doc["kind"] == "ServiceAccount":
+            continue  # with its namespace
+        if doc["kind"] == "ClusterRole":
+            rbac.delete_cluster_role(doc["metadata"]["name"])
+        elif doc["kind"] == "ClusterRoleBinding":
+            rbac.delete_cluster_role_binding(doc["metadata"]["name"])
+        else:
+            getattr(rbac, f"delete_namespaced_{'role' if doc['kind'] == 'Role' else 'role_binding'}")(
+                doc["metadata"]["name"], doc["metadata"]["namespace"]
+            )
+
+
+def test_each_component_reads_the_positions_its_role_grants_and_no_more(queues, component_tokens):
+    """Through Kueue's aggregated server, with the accounts and Roles of include/manifests/rbac/rbac.yaml:
+    the worker and the triggerer read their LocalQueue's positions in ``ray``, the api-server its
+    ClusterQueue's; and a read outside a Role's grant is refused, so the grants above are what allow."""
+    from kueue_ray.async_hook import AsyncRayJobHook
+    from kueue_ray.hook import RayJobHook
+    from kueue_ray.ui.cache import CacheSettings, ClusterCache
+
+    local_queue = queues.namespace  # a LocalQueue of this test's own in the shared namespace
+    queues.custom.create_namespaced_custom_object(
+        *KUEUE,
+        RAYJOB_NAMESPACE,
+        "localqueues",
+        {
+            "apiVersion": "/".join(KUEUE),
+            "kind": "LocalQueue",
+            "metadata": {"name": local_queue},
+            "spec": {"clusterQueue": queues.cluster_queue},
+        },
+    )
+    in_ray = replace(queues, namespace=RAYJOB_NAMESPACE)
+    jobs = []
+    try:
+        jobs.append(submit(in_ray, f"{local_queue}-holder", local_queue, queues.high))
+        jobs.append(submit(in_ray, f"{local_queue}-queued", local_queue, queues.low))
+        workload = wait_for(lambda: in_ray.workload(jobs[1]["metadata"]["uid"]))["metadata"]["name"]
+        expected = QueuePosition(in_local_queue=0, in_cluster_queue=0, pending_in_local_queue=1)
+
+        worker = RayJobHook(conn_id=component_tokens["worker"])
+        assert wait_for(lambda: worker.queue_position(RAYJOB_NAMESPACE, local_queue, workload)) == expected
+        triggerer = AsyncRayJobHook(conn_id=component_tokens["triggerer"])
+        positions = asyncio.run(triggerer.pending_positions(RAYJOB_NAMESPACE, local_queue))
+        assert positions == {workload: expected}
+
+        async def api_server_reads() -> dict:
+            cache = ClusterCache(component_tokens["api-server"], [RAYJOB_NAMESPACE], CacheSettings())
+            await cache.start()
+            try:
+                return (await cache.pending(queues.cluster_queue)).summary
+            finally:
+                await cache.stop()
+
+        summary = asyncio.run(api_server_reads())
+        assert [item["metadata"]["name"] for item in summary["items"]] == [workload]
+
+        # Outside the grants: the worker has no cluster-wide read, nor a Role in the queues' own namespace.
+        worker_api = worker.api_client
+        code, status = get(worker_api, f"{VISIBILITY}/clusterqueues/{queues.cluster_queue}/pendingworkloads")
+        assert (code, status["reason"]) == (403, "Forbidden")
+        assert 'cannot get resource "clusterqueues/pendingworkloads"' in status["message"]
+        code, _ = get(
+            worker_api,
+            f"{VISIBILITY}/namespaces/{queues.namespace}/localqueues/{queues.local_queue}/pendingworkloads",
+        )
+        assert code == 403
+        assert worker.queue_position(queues.namespace, queues.local_queue, workload) is None
+    finally:
+        for job in jobs:
+            queues.custom.delete_namespaced_custom_object(
+                "ray.io", "v1", RAYJOB_NAMESPACE, "rayjobs", job["metadata"]["name"]
+            )
+        queues.custom.delete_namespaced_custom_object(*KUEUE, RAYJOB_NAMESPACE, "localqueues", local_queue)
