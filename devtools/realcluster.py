@@ -1,7 +1,8 @@
-"""A real control plane in one call: etcd, kube-apiserver (token authentication, RBAC), the project's
-vendored CRDs, kube-controller-manager (Job controller, garbage collector, namespaces, service accounts),
-Kueue's manager with its webhooks registered by URL, the KubeRay operator, and the pod-lifecycle
-stand-in (devtools/realcluster_pods.py). Every server binds to 127.0.0.1.
+"""A real control plane in one call: etcd, kube-apiserver (token authentication, RBAC, the aggregation
+layer), the project's vendored CRDs, kube-controller-manager (Job controller, garbage collector,
+namespaces, service accounts), Kueue's manager with its webhooks registered by URL and its visibility API
+registered with the aggregator, the KubeRay operator, and the pod-lifecycle stand-in
+(devtools/realcluster_pods.py). Every server binds to 127.0.0.1.
 
 The binaries come from ``realcluster/build.sh`` (``make realcluster``), pinned by realcluster/go.mod.
 
