@@ -42,6 +42,7 @@ QUOTA_USAGE_IN_TIMEOUT = pytest.mark.kubesim_only(
     "the quota but not the ClusterQueue's usage against its quota (realcluster/README.md)"
 )
 
+
 class RealBackend:
     """``kubesim.testing.Kubesim``'s interface over a running ``RealCluster``."""
 

@@ -51,8 +51,10 @@ def queue_blockers(queues, rayjob_body, task_context, count: int, duration: str)
             wait_for_completion=False,
         ).execute(context)
     wait_for(
-        lambda: len(queues.custom.list_namespaced_custom_object(*KUEUE, queues.namespace, "workloads")["items"])
-        >= count
+        lambda: (
+            len(queues.custom.list_namespaced_custom_object(*KUEUE, queues.namespace, "workloads")["items"])
+            >= count
+        )
     )
     time.sleep(1.0)
 
