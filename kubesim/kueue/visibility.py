@@ -99,14 +99,16 @@ def pending_items(world: World, cq_name: str, seq: dict[str, int]) -> list[dict]
 
 
 def _page(items: list[dict], query: dict) -> list[dict]:
+    """``limit``/``offset`` as Kueue reads them: a ``limit`` of 0 (or none) is the default, 1000
+    (``SetDefaults_PendingWorkloadOptions``); then both are clamped, never refused (``boundedLimitOffset``:
+    a negative limit lists nothing, a negative offset starts at 0, a limit above 100000 is 100000)."""
     try:
-        limit = min(int(query.get("limit", DEFAULT_LIMIT)), MAX_LIMIT)
+        limit = int(query.get("limit", 0)) or DEFAULT_LIMIT
         offset = int(query.get("offset", 0))
     except ValueError as err:
         raise ApiError(400, "BadRequest", f"invalid limit or offset: {err}") from err
-    if limit < 0 or offset < 0:
-        raise ApiError(400, "BadRequest", "limit and offset must not be negative")
-    return items[offset : offset + limit]
+    limit = min(max(limit, 0), MAX_LIMIT)
+    return items[max(offset, 0) :][:limit]
 
 
 def summary(items: list[dict]) -> dict:

@@ -188,6 +188,11 @@ def test_a_local_queues_view_keeps_the_cluster_queue_position_and_pages(api, que
     code, page = get(api, f"{base}/{queues.local_queue}/pendingworkloads?limit=1&offset=1")
     assert code == 200
     assert [(i["metadata"]["name"], i["positionInLocalQueue"]) for i in page["items"]] == [(mine[1], 1)]
+    # Kueue clamps what it is given rather than refusing it: limit 0 is its default (1000), a negative
+    # offset starts at the head, a negative limit lists nothing.
+    for query, expected in (("limit=0", mine), ("offset=-5", mine), ("limit=-1", [])):
+        code, page = get(api, f"{base}/{queues.local_queue}/pendingworkloads?{query}")
+        assert (code, [i["metadata"]["name"] for i in page["items"]]) == (200, expected), query
 
 
 @pytest.mark.parametrize(
