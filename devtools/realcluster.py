@@ -1,7 +1,8 @@
-"""A real control plane in one call: etcd, kube-apiserver (token authentication, RBAC), the project's
-vendored CRDs, kube-controller-manager (Job controller, garbage collector, namespaces, service accounts),
-Kueue's manager with its webhooks registered by URL, the KubeRay operator, and the pod-lifecycle
-stand-in (devtools/realcluster_pods.py). Every server binds to 127.0.0.1.
+"""A real control plane in one call: etcd, kube-apiserver (token authentication, RBAC, the aggregation
+layer), the project's vendored CRDs, kube-controller-manager (Job controller, garbage collector,
+namespaces, service accounts), Kueue's manager with its webhooks registered by URL and its visibility API
+registered with the aggregator, the KubeRay operator, and the pod-lifecycle stand-in
+(devtools/realcluster_pods.py). Every server binds to 127.0.0.1.
 
 The binaries come from ``realcluster/build.sh`` (``make realcluster``), pinned by realcluster/go.mod.
 
@@ -107,7 +108,14 @@ def run_realcluster(workdir: str | Path | None = None) -> Iterator[RealCluster]:
              "--service-account-issuer=https://kubernetes.default.svc",
              f"--service-account-key-file={pki['sa.pub']}",
              f"--service-account-signing-key-file={pki['sa.key']}",
-             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true"],
+             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
+             # The aggregation layer, for Kueue's visibility API: the front proxy's CA and client.
+             f"--requestheader-client-ca-file={pki['front-proxy-ca.crt']}",
+             f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+             "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+             "--requestheader-uid-headers=X-Remote-Uid", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+             f"--proxy-client-cert-file={pki['front-proxy-client.crt']}",
+             f"--proxy-client-key-file={pki['front-proxy-client.key']}"],
         )  # fmt: skip
         kubeconfig = work / "kubeconfig"
         _write_kubeconfig(kubeconfig, url, token, pki["ca.crt"])
@@ -123,10 +131,15 @@ def run_realcluster(workdir: str | Path | None = None) -> Iterator[RealCluster]:
         )  # fmt: skip
         _apply_crds(api_client)
         client.CoreV1Api(api_client).create_namespace({"metadata": {"name": "kueue-system"}})
-        webhook_port = _free_port()
-        kueue_config = _write_kueue_config(work, webhook_port, pki)
-        start("kueue", _kueue_command(bins / "kueue", kueue_config, pki["webhook"], work), kubeconfig)
+        webhook_port, visibility_port = _free_port(), _free_port()
+        kueue_config = _write_kueue_config(work, webhook_port, visibility_port, pki)
+        start(
+            "kueue",
+            _kueue_command(bins / "kueue", kueue_config, pki["webhook"], work, kubeconfig),
+            kubeconfig,
+        )
         _register_webhooks(api_client, webhook_port, pki["ca.crt"].read_bytes())
+        _register_visibility(api_client, visibility_port, pki["ca.crt"].read_bytes())
         start(
             "kuberay-operator",
             [bins / "kuberay-operator", "--enable-leader-election=false", "--metrics-addr=0",
@@ -135,6 +148,7 @@ def run_realcluster(workdir: str | Path | None = None) -> Iterator[RealCluster]:
         )  # fmt: skip
         _start_pod_driver(stack, api_client)
         _wait_for_kueue(api_client)
+        _wait_for_visibility(api_client)
         yield RealCluster(url, str(kubeconfig), token, work / "logs")
 
 
@@ -190,21 +204,34 @@ def _make_pki(directory: Path) -> dict[str, Path]:
     def name(cn: str):
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
-    ca_key, server_key, sa_key = key(), key(), key()
-    ca = (
-        x509.CertificateBuilder().subject_name(name("realcluster-ca")).issuer_name(name("realcluster-ca"))
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=7))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
+    def certificate(subject: str, issuer, signing_key, public_key, extension, critical: bool):
+        return (
+            x509.CertificateBuilder().subject_name(name(subject)).issuer_name(issuer)
+            .public_key(public_key).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=7))
+            .add_extension(extension, critical=critical)
+            .sign(signing_key, hashes.SHA256())
+        )  # fmt: skip
+
+    ca_key, server_key, sa_key, proxy_ca_key, proxy_key = key(), key(), key(), key(), key()
+    is_ca = x509.BasicConstraints(ca=True, path_length=None)
+    ca = certificate("realcluster-ca", name("realcluster-ca"), ca_key, ca_key.public_key(), is_ca, True)
+    # The aggregator checks an APIService's server against the name <service>.<namespace>.svc.
+    sans = [x509.DNSName("localhost"), x509.DNSName(f"{VISIBILITY_SERVICE}.kueue-system.svc"),
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]  # fmt: skip
+    server = certificate(
+        "realcluster", ca.subject, ca_key, server_key.public_key(), x509.SubjectAlternativeName(sans), False
+    )
+    # The front proxy: kube-apiserver's aggregator authenticates to extension API servers (Kueue's
+    # visibility server) with this client certificate and passes the user in X-Remote-* headers; they
+    # trust those headers only from a certificate of this CA (kubeadm's front-proxy-ca, a CA of its own).
+    proxy_ca = certificate(
+        "realcluster-front-proxy-ca", name("realcluster-front-proxy-ca"), proxy_ca_key,
+        proxy_ca_key.public_key(), is_ca, True,
     )  # fmt: skip
-    sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    server = (
-        x509.CertificateBuilder().subject_name(name("realcluster")).issuer_name(ca.subject)
-        .public_key(server_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=7))
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .sign(ca_key, hashes.SHA256())
+    proxy_client = certificate(
+        FRONT_PROXY_CLIENT, proxy_ca.subject, proxy_ca_key, proxy_key.public_key(),
+        x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), False,
     )  # fmt: skip
 
     def pem_key(k) -> bytes:
@@ -222,6 +249,9 @@ def _make_pki(directory: Path) -> dict[str, Path]:
         "sa.pub": sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         ),
+        "front-proxy-ca.crt": proxy_ca.public_bytes(serialization.Encoding.PEM),
+        "front-proxy-client.crt": proxy_client.public_bytes(serialization.Encoding.PEM),
+        "front-proxy-client.key": pem_key(proxy_key),
     }
     paths = {}
     for filename, data in files.items():
@@ -291,7 +321,7 @@ def _apply_crds(api_client) -> None:
             time.sleep(0.2)
 
 
-def _write_kueue_config(work: Path, webhook_port: int, pki: dict[str, Path]) -> Path:
+def _write_kueue_config(work: Path, webhook_port: int, visibility_port: int, pki: dict[str, Path]) -> Path:
     config = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -299,6 +329,7 @@ def _write_kueue_config(work: Path, webhook_port: int, pki: dict[str, Path]) -> 
         "health": {"healthProbeBindAddress": f"127.0.0.1:{_free_port()}"},
         "metrics": {"bindAddress": "0"},
         "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(pki["webhook"])},
+        "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": visibility_port},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
@@ -311,22 +342,41 @@ def _write_kueue_config(work: Path, webhook_port: int, pki: dict[str, Path]) -> 
 KUEUE_METRICS_CERTS = "/etc/kueue/metrics/certs"
 """Where Kueue's manager reads its metrics server's certificate when it does not manage certificates
 itself: a fixed path (cmd/kueue/main.go), and a missing file stops it even with metrics disabled."""
+KUEUE_VISIBILITY_CERTS = "/visibility"
+"""Where Kueue's visibility server reads ``tls.crt`` and ``tls.key`` (pkg/visibility/server.go, a fixed
+path at the root of the file system; in a real install, the mounted secret)."""
+VISIBILITY_SERVICE = "visibility-server"
+"""The Service the release's APIServices name (config/components/visibility/), in kueue-system."""
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
-def _kueue_command(kueue: Path, config: Path, certs: Path, work: Path) -> list:
-    """Kueue's manager in a mount namespace of its own whose /etc is an overlay holding
-    ``KUEUE_METRICS_CERTS``: the machine's /etc is left as it is. Its visibility API server (pending
-    workloads) is off: it reads its certificate from /visibility and needs the API server's aggregation
-    layer (realcluster/README.md)."""
-    (work / "etc-upper").mkdir(exist_ok=True)
-    (work / "etc-work").mkdir(exist_ok=True)
+def _kueue_command(kueue: Path, config: Path, certs: Path, work: Path, kubeconfig: Path) -> list:
+    """Kueue's manager in a mount namespace of its own, where it finds its certificates at the fixed
+    paths it reads them from, and the machine's file system is left as it is:
+
+    - ``KUEUE_METRICS_CERTS``: /etc there is an overlay of the machine's /etc holding that path;
+    - ``KUEUE_VISIBILITY_CERTS``: at the root, where nothing can be added without changing the machine,
+      so Kueue runs chrooted in a root of its own (a tmpfs holding every top-level folder of the machine's
+      root, bound recursively, and ``/visibility``).
+
+    ``--kubeconfig`` is given as a flag: the visibility server reads the flag (not $KUBECONFIG) for its
+    delegated authentication and authorization (TokenReview, SubjectAccessReview)."""
+    for name in ("etc-upper", "etc-work", "root"):
+        (work / name).mkdir(exist_ok=True)
     script = (
-        'mount --make-rprivate / && mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1,workdir=$2" /etc'
+        "set -e; mount --make-rprivate /"
+        ' && mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1,workdir=$2" /etc'
         f' && mkdir -p {Path(KUEUE_METRICS_CERTS).parent} && ln -s "$3" {KUEUE_METRICS_CERTS}'
-        ' && shift 3 && exec "$@"'
+        ' && root=$4 && mount -t tmpfs kueue-root "$root"'
+        " && for entry in /*; do"
+        ' if [ -L "$entry" ]; then cp -P "$entry" "$root$entry";'
+        ' elif [ -d "$entry" ]; then mkdir "$root$entry" && mount --rbind "$entry" "$root$entry"; fi;'
+        " done"
+        f' && mkdir "$root{KUEUE_VISIBILITY_CERTS}" && mount --bind "$3" "$root{KUEUE_VISIBILITY_CERTS}"'
+        ' && shift 4 && exec chroot "$root" "$@"'
     )
     return ["unshare", "--mount", "sh", "-c", script, "kueue", work / "etc-upper", work / "etc-work", certs,
-            kueue, f"--config={config}", "--feature-gates=VisibilityOnDemand=false"]  # fmt: skip
+            work / "root", kueue, f"--config={config}", f"--kubeconfig={kubeconfig}"]  # fmt: skip
 
 
 def kueue_webhooks(manifests: list[dict], port: int, ca_bundle: bytes) -> list[dict]:
@@ -365,6 +415,68 @@ def _register_webhooks(api_client, port: int, ca_bundle: bytes) -> None:
             admission.create_mutating_webhook_configuration(doc)
         else:
             admission.create_validating_webhook_configuration(doc)
+
+
+def visibility_objects(port: int, ca_bundle: bytes) -> list[dict]:
+    """The release's Service and APIServices of Kueue's visibility API (config/components/visibility/),
+    pointed at the manager's visibility server on 127.0.0.1:``port``.
+
+    The aggregator dials an APIService's Service by its ClusterIP, or with ``--enable-aggregator-routing``
+    by an endpoint, and the API server refuses loopback endpoints; a Service of type ExternalName
+    ``localhost`` is dialled by that name and the APIService's port (k8s.io/apiserver's
+    ``proxy.ResolveCluster``). The release skips TLS verification (``insecureSkipTLSVerify``); here the
+    APIServices carry the harness's CA and the server's certificate names the Service."""
+    import base64
+
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": VISIBILITY_SERVICE, "namespace": "kueue-system"},
+        "spec": {"type": "ExternalName", "externalName": "localhost"},
+    }
+    apiservices = [
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": f"{version}.visibility.kueue.x-k8s.io"},
+            "spec": {
+                "group": "visibility.kueue.x-k8s.io",
+                "version": version,
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+                "caBundle": base64.b64encode(ca_bundle).decode(),
+                "service": {"name": VISIBILITY_SERVICE, "namespace": "kueue-system", "port": port},
+            },
+        }
+        for version in ("v1beta2", "v1beta1")
+    ]
+    return [service, *apiservices]
+
+
+def _register_visibility(api_client, port: int, ca_bundle: bytes) -> None:
+    from kubernetes import client
+
+    service, *apiservices = visibility_objects(port, ca_bundle)
+    client.CoreV1Api(api_client).create_namespaced_service("kueue-system", service)
+    registration = client.ApiregistrationV1Api(api_client)
+    for apiservice in apiservices:
+        registration.create_api_service(apiservice)
+
+
+def _wait_for_visibility(api_client) -> None:
+    """Until the aggregator has found Kueue's visibility server (the APIService's Available condition)."""
+    from kubernetes import client
+
+    registration = client.ApiregistrationV1Api(api_client)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        status = registration.read_api_service("v1beta2.visibility.kueue.x-k8s.io").status
+        available = [c for c in (status.conditions or []) if c.type == "Available"]
+        if available and available[0].status == "True":
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Kueue's visibility API is not available: {available}")
+        time.sleep(0.5)
 
 
 def _kueue_module() -> Path:

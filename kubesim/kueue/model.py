@@ -23,7 +23,7 @@ Entry points for the controller:
 * ``scheduler.schedule(snapshot, pending_by_cq, now=...) -> list[Decision]``: the same cycles
   repeated until settled, returning the latest decision per workload (one call per event).
 * ``scheduler.ordered(workloads) -> list[Workload]``: queue order (priority desc, then
-  ``queue_timestamp``, then ``creation_seq``), as used for heads and the visibility API.
+  ``queue_timestamp``, then ``uid``), as used for heads and the visibility API.
 """
 
 from __future__ import annotations
@@ -260,7 +260,8 @@ class Workload:
     ``cluster_queue``: the CQ its LocalQueue points to. ``priority``: ``spec.priority`` (0 if unset).
     ``queue_timestamp``: creation time, or the eviction time for workloads requeued after a
     PodsReady-timeout / admission-check eviction (upstream's queue ordering timestamp).
-    ``creation_seq``: a strictly increasing tie-breaker (e.g. the resourceVersion at creation).
+    ``creation_seq``: a strictly increasing tie-breaker of the scheduler's order of heads across
+    ClusterQueues (e.g. the resourceVersion at creation); a queue's own order breaks ties by ``uid``.
     ``admission``: set while the workload holds quota (QuotaReserved=True), else ``None``.
     ``evicted``: holds quota but an eviction is already under way (the job is being suspended);
     such workloads are preferred preemption victims and must not be evicted twice.

@@ -37,8 +37,11 @@ from kubesim.selectors import match_label_selector_obj
 
 
 def queue_order_key(workload: Workload) -> tuple:
-    """Kueue's queue order: higher priority first, then older queue timestamp, then creation."""
-    return (-workload.priority, workload.queue_timestamp, workload.creation_seq, workload.uid)
+    """Kueue's queue order (``baseCompareFunc`` in pkg/cache/queue/cluster_queue.go): higher priority
+    first, then the older queue timestamp, then the smaller UID. Timestamps have a second's precision, so
+    two Workloads of one priority created in the same second are in the order of their (random) UIDs,
+    not of their creation: real Kueue's visibility API lists them so, and admits them so."""
+    return (-workload.priority, workload.queue_timestamp, workload.uid)
 
 
 def ordered(workloads: Iterable[Workload]) -> list[Workload]:

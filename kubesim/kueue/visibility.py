@@ -26,8 +26,8 @@ RESOURCES = [
         "name": "clusterqueues",
         "singularName": "clusterqueue",
         "namespaced": False,
-        "kind": "ClusterQueue",
-        "verbs": ["get"],
+        "kind": "PendingWorkloadsSummary",
+        "verbs": [],
     },
     {
         "name": "clusterqueues/pendingworkloads",
@@ -40,8 +40,8 @@ RESOURCES = [
         "name": "localqueues",
         "singularName": "localqueue",
         "namespaced": True,
-        "kind": "LocalQueue",
-        "verbs": ["get"],
+        "kind": "PendingWorkloadsSummary",
+        "verbs": [],
     },
     {
         "name": "localqueues/pendingworkloads",
@@ -53,12 +53,14 @@ RESOURCES = [
 ]
 
 
-def not_found(resource: str, name: str) -> ApiError:
+def not_found(kind: str, name: str) -> ApiError:
+    """Kueue's storage answers with the singular (``clusterqueue``, ``localqueue``), where a forbidden
+    request's 403 (the API server's) names the plural resource."""
     return ApiError(
         404,
         "NotFound",
-        f'{resource}.{GROUP} "{name}" not found',
-        {"name": name, "group": GROUP, "kind": resource},
+        f'{kind}.{GROUP} "{name}" not found',
+        {"name": name, "group": GROUP, "kind": kind},
     )
 
 
@@ -97,14 +99,16 @@ def pending_items(world: World, cq_name: str, seq: dict[str, int]) -> list[dict]
 
 
 def _page(items: list[dict], query: dict) -> list[dict]:
+    """``limit``/``offset`` as Kueue reads them: a ``limit`` of 0 (or none) is the default, 1000
+    (``SetDefaults_PendingWorkloadOptions``); then both are clamped, never refused (``boundedLimitOffset``:
+    a negative limit lists nothing, a negative offset starts at 0, a limit above 100000 is 100000)."""
     try:
-        limit = min(int(query.get("limit", DEFAULT_LIMIT)), MAX_LIMIT)
+        limit = int(query.get("limit", 0)) or DEFAULT_LIMIT
         offset = int(query.get("offset", 0))
     except ValueError as err:
         raise ApiError(400, "BadRequest", f"invalid limit or offset: {err}") from err
-    if limit < 0 or offset < 0:
-        raise ApiError(400, "BadRequest", "limit and offset must not be negative")
-    return items[offset : offset + limit]
+    limit = min(max(limit, 0), MAX_LIMIT)
+    return items[max(offset, 0) :][:limit]
 
 
 def summary(items: list[dict]) -> dict:
@@ -125,7 +129,7 @@ def make_handler(current_world: Callable[[], World], seq: dict[str, int]):
         world = current_world()
         if len(parts) == 3 and parts[0] == "clusterqueues" and parts[2] == "pendingworkloads":
             if parts[1] not in world.cluster_queues:
-                raise not_found("clusterqueues", parts[1])
+                raise not_found("clusterqueue", parts[1])
             return summary(_page(pending_items(world, parts[1], seq), query))
         if (
             len(parts) == 5
@@ -136,7 +140,7 @@ def make_handler(current_world: Callable[[], World], seq: dict[str, int]):
             namespace, name = parts[1], parts[3]
             lq = world.local_queues.get((namespace, name))
             if lq is None:
-                raise not_found("localqueues", name)
+                raise not_found("localqueue", name)
             cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
             items = [
                 item

@@ -42,11 +42,6 @@ QUOTA_USAGE_IN_TIMEOUT = pytest.mark.kubesim_only(
     "the quota but not the ClusterQueue's usage against its quota (realcluster/README.md)"
 )
 
-QUEUE_POSITION = pytest.mark.kubesim_only(
-    "needs Kueue's visibility API (pending workloads), which the real stack does not serve yet "
-    "(realcluster/README.md)"
-)
-
 
 class RealBackend:
     """``kubesim.testing.Kubesim``'s interface over a running ``RealCluster``."""

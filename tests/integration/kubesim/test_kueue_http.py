@@ -261,7 +261,10 @@ def test_queue_status_and_visibility_positions(sim, custom, namespace):
     code, summary = get_json(sim, f"{VISIBILITY}/clusterqueues/vis-cq/pendingworkloads")
     assert code == 200 and summary["kind"] == "PendingWorkloadsSummary"
     owners = [item["metadata"]["ownerReferences"][0]["name"] for item in summary["items"]]
-    assert owners == ["second", "third"]
+    # One priority: the older Workload first, and within one second (timestamps' precision) the smaller
+    # UID, as real Kueue orders them, not the order they were created in.
+    pending = {name: workload_of(custom, namespace, uids[name])["metadata"] for name in ("second", "third")}
+    assert owners == sorted(pending, key=lambda n: (pending[n]["creationTimestamp"], pending[n]["uid"]))
     assert [item["positionInClusterQueue"] for item in summary["items"]] == [0, 1]
     assert summary["items"][0]["localQueueName"] == "q"
 

@@ -38,6 +38,7 @@ class Driver:
         self.api = client.CustomObjectsApi(config.new_client_from_config(config_file=kubeconfig))
         self.uids: dict[str, tuple[str, str]] = {}  # rayjob name -> (namespace, uid)
         self.preempted: set[str] = set()  # every RayJob seen preempted, finished ones included
+        self.last_change = 0.0  # time.monotonic() when the last RayJob's Workload was seen
 
     def apply(self, obj: dict) -> None:
         group, version = obj["apiVersion"].split("/")
@@ -66,6 +67,10 @@ class Driver:
             self.api.replace_cluster_custom_object(group, version, plural, name, body)
 
     def submit(self, name: str, spec: dict) -> None:
+        # Kueue orders one priority's Workloads by their creationTimestamp, to the second, then by their
+        # random UIDs (kubesim as real Kueue): a story's RayJobs are created in different seconds (kubesim's
+        # timestamps are the wall clock's too), so the story's order is the queue's.
+        time.sleep(max(0.0, self.last_change + 1.0 - time.monotonic()))
         namespace = spec.get("namespace", "default")
         created = self.api.create_namespaced_custom_object(
             "ray.io", "v1", namespace, "rayjobs", rayjob(name, spec)
@@ -78,6 +83,7 @@ class Driver:
             if time.monotonic() > deadline:
                 pytest.fail(f"no Workload for RayJob {name}")
             time.sleep(0.02)
+        self.last_change = time.monotonic()
 
     def workload(self, namespace: str, uid: str) -> dict | None:
         items = self.api.list_namespaced_custom_object(

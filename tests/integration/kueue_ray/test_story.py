@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 from datetime import datetime
 
 from kueue_ray import narration
 from kueue_ray.hub import HUB
 
+from tests.integration.kueue_ray.conftest import KUEUE, wait_for
 from tests.integration.kueue_ray.test_deferred import defer, first_event, submit, until
-from tests.integration.real_backend import QUEUE_POSITION, RAY_JOB_RUNS
+from tests.integration.real_backend import RAY_JOB_RUNS
 
 PHASE = re.compile(r"RayJob \S+: (?:still )?([A-Z]+)\b")
 
@@ -36,6 +38,9 @@ def stamp(line: str) -> datetime:
 
 
 def queue_blockers(queues, rayjob_body, task_context, count: int, duration: str) -> None:
+    """``count`` RayJobs of one priority, and a second more once Kueue has made their Workloads: Kueue
+    orders one priority's Workloads by their creationTimestamp, to the second, and then by their random
+    UIDs, so a RayJob submitted in the same second as a blocker could be queued before it."""
     for index in range(count):
         context = task_context(f"blocker{index}")
         submit(
@@ -45,6 +50,13 @@ def queue_blockers(queues, rayjob_body, task_context, count: int, duration: str)
             task_id=f"blocker{index}",
             wait_for_completion=False,
         ).execute(context)
+    wait_for(
+        lambda: (
+            len(queues.custom.list_namespaced_custom_object(*KUEUE, queues.namespace, "workloads")["items"])
+            >= count
+        )
+    )
+    time.sleep(1.0)
 
 
 def preempt_when_running(queues, rayjob_body, task_context) -> str:
@@ -69,13 +81,13 @@ def running(queues, task_id: str) -> bool:
     )
 
 
-@QUEUE_POSITION
+@RAY_JOB_RUNS
 def test_a_deferred_wait_relogs_the_queue_position_as_it_moves_at_most_once_per_interval(
     queues, rayjob_body, task_context, capfd, monkeypatch
 ):
     monkeypatch.setattr(narration, "POSITION_RELOG_SECONDS", 1.0)
     monkeypatch.setattr(HUB.settings, "pending_workloads_ttl_seconds", 0.2)
-    queue_blockers(queues, rayjob_body, task_context, count=3, duration="30")  # 1.5 s each at 20x
+    queue_blockers(queues, rayjob_body, task_context, count=3, duration="60")  # 3 s each at 20x
     context = task_context("train")
     trigger = defer(submit(queues, rayjob_body(duration="2"), context), context)
     capfd.readouterr()

@@ -16,7 +16,7 @@ from kueue_ray.ui.views import Links, TaskRef, service_cluster_queue, task_view
 
 from tests.integration.kueue_ray.serve_support import defer, deploy_op, run_context, service_body
 from tests.integration.kueue_ray.test_hub import quota_reserved
-from tests.integration.real_backend import PENDING_CONDITION, QUEUE_POSITION, RAY_SERVE
+from tests.integration.real_backend import PENDING_CONDITION, RAY_JOB_RUNS, RAY_SERVE
 
 QUICK = CacheSettings(backoff_initial=0.05, backoff_max=0.3, visibility_min_interval=0.2)
 
@@ -83,7 +83,47 @@ def test_pages_read_the_cache_not_the_cluster(kubesim, queues, rayjob_body, task
     ]
 
 
-@QUEUE_POSITION
+def test_the_pending_list_is_kueues_and_follows_a_withdrawal(queues, rayjob_body, task_context, connection):
+    """The queues page's list comes from Kueue's visibility API (on the real stack, Kueue's own aggregated
+    server): the RayJobs queued behind the one holding the quota, then one fewer when one is deleted."""
+    submit(queues, rayjob_body, task_context, "blocker", "inf")
+    queued = [submit(queues, rayjob_body, task_context, f"queued-{i}", "inf") for i in range(2)]
+
+    async def scenario():
+        cache = ClusterCache(connection, [queues.namespace], QUICK)
+        await cache.start()
+        try:
+            await until(lambda: cache.health().reachable, what="listed")
+
+            async def owners() -> list[tuple[int, str]]:
+                read = await cache.pending(queues.cluster_queue)
+                return [
+                    (item["positionInClusterQueue"], item["metadata"]["ownerReferences"][0]["name"])
+                    for item in (read.summary or {}).get("items") or ()
+                ]
+
+            async def settled(expected: int) -> list[tuple[int, str]]:
+                deadline = time.monotonic() + 60
+                while len(listed := await owners()) != expected:
+                    assert time.monotonic() < deadline, f"pending list {listed}, not {expected} long"
+                    await asyncio.sleep(0.1)
+                return listed
+
+            both = await settled(2)
+            queues.custom.delete_namespaced_custom_object(
+                "ray.io", "v1", queues.namespace, "rayjobs", queued[0]["name"]
+            )
+            return both, await settled(1)
+        finally:
+            await cache.stop()
+
+    both, one = asyncio.run(scenario())
+    assert sorted(name for _, name in both) == sorted(q["name"] for q in queued)
+    assert [position for position, _ in both] == [0, 1]
+    assert one == [(0, queued[1]["name"])]
+
+
+@RAY_JOB_RUNS
 def test_positions_and_the_timeline_follow_the_cluster_live(
     kubesim, queues, rayjob_body, task_context, connection
 ):

@@ -1,9 +1,9 @@
-"""The real-stack harness's pure parts: which of Kueue's webhooks it registers and how, and the status
-its pod driver writes."""
+"""The real-stack harness's pure parts: which of Kueue's webhooks it registers and how, how it points the
+aggregator at Kueue's visibility server, and the status its pod driver writes."""
 
 import base64
 
-from devtools.realcluster import kueue_webhooks
+from devtools.realcluster import kueue_webhooks, visibility_objects
 from devtools.realcluster_pods import running_status
 
 
@@ -51,3 +51,22 @@ def test_a_started_pod_is_running_and_ready_with_its_ip_and_every_container():
     assert (status["phase"], status["podIP"]) == ("Running", "10.244.0.7")
     assert {c["type"] for c in status["conditions"] if c["status"] == "True"} >= {"Ready", "ContainersReady"}
     assert [c["name"] for c in status["containerStatuses"] if c["ready"]] == ["ray-head", "sidecar"]
+
+
+def test_the_visibility_apiservices_reach_the_loopback_server_through_an_externalname_service():
+    service, *apiservices = visibility_objects(40123, b"CA")
+
+    # Endpoints on 127.0.0.1 are refused by the API server; an ExternalName is dialled by name.
+    assert service["spec"] == {"type": "ExternalName", "externalName": "localhost"}
+    assert (service["metadata"]["namespace"], service["metadata"]["name"]) == (
+        "kueue-system",
+        "visibility-server",
+    )
+    assert [a["metadata"]["name"] for a in apiservices] == [
+        "v1beta2.visibility.kueue.x-k8s.io",
+        "v1beta1.visibility.kueue.x-k8s.io",
+    ]
+    for apiservice in apiservices:
+        spec = apiservice["spec"]
+        assert spec["service"] == {"name": "visibility-server", "namespace": "kueue-system", "port": 40123}
+        assert spec["caBundle"] == base64.b64encode(b"CA").decode() and "insecureSkipTLSVerify" not in spec

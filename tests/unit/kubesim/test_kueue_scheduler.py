@@ -83,6 +83,15 @@ def test_queue_order_is_priority_then_age():
     ]
 
 
+def test_one_seconds_workloads_of_one_priority_are_in_uid_order_not_creation_order():
+    """Real Kueue v0.19.2 listed a Workload created after another of the same priority in the same second
+    before it (the real stack's test_visibility_api.py): its ties fall to the UID."""
+    first = replace(job("first", "1", priority=1, t=5), uid="f0")
+    second = replace(job("second", "1", priority=1, t=5), uid="0a", creation_seq=first.creation_seq + 1)
+    assert [w.key for w in ordered([first, second])] == ["default/second", "default/first"]
+    assert [p.position_in_cluster_queue for p in pending_positions([first, second])] == [0, 1]
+
+
 def test_pending_positions_count_per_local_queue_and_cluster_queue():
     a1 = job("a1", "1", t=1, local_queue="a")
     b1 = job("b1", "1", t=2, local_queue="b")
