@@ -64,9 +64,25 @@
 
   function owner(o) {
     if (o.foreign_deployment) return el("span", { class: "foreign-owner", "data-deployment": o.foreign_deployment, text: o.description });
+    if (o.not_airflow) return el("span", { class: "not-airflow", title: o.detail, text: o.description });
     return el("span", {},
       link(o.task_instance_url, `${o.dag_id} / ${o.run_id} / ${o.task_id}${o.map_index >= 0 ? ` [${o.map_index}]` : ""}`),
-      " ", el("a", { href: o.kueue_tab_url, target: "_top", class: "muted", text: "(Kueue tab)" }));
+      " ", el("a", { href: o.kueue_tab_url, target: "_top", class: "muted", text: "(Kueue tab)" }),
+      o.object ? el("div", { class: "muted owner-object", "data-kind": o.object.kind, "data-role": o.object.role || null }, objectWords(o.object)) : null);
+  }
+
+  // "RayCluster aurora-x (active) of RayService aurora", "RayJob name".
+  function objectWords(obj) {
+    const role = obj.role ? ` (${obj.role === "active" ? "serving" : "being brought up"})` : "";
+    return `${obj.kind} ${obj.name}${role}${obj.rayservice ? ` of RayService ${obj.rayservice}` : ""}`;
+  }
+
+  const RESOURCE_WORDS = { cpu: "CPU", memory: "memory" };
+
+  // [{resource, amount}] in the quota's units: "36 CPU · 272Gi memory · 4 nvidia.com/gpu".
+  function requests(list) {
+    if (!list || !list.length) return "–";
+    return list.map((r) => `${r.amount} ${RESOURCE_WORDS[r.resource] || r.resource}`).join(" · ");
   }
 
   function priority(p) {
@@ -128,11 +144,12 @@
     if (p.error) section.append(el("p", { class: "muted", text: `Positions as of ${clock(p.fetched_at)}; the latest read failed: ${p.error}` }));
     if (p.items.length) {
       section.append(el("table", {},
-        el("tr", {}, ["#", "in LocalQueue", "task instance", "priority", "LocalQueue", "workload", "waiting"].map((h) => el("th", { text: h }))),
-        p.items.map((item) => el("tr", { class: "pending-row", "data-position": item.position, "data-workload": item.workload, "data-run-id": item.owner.run_id },
+        el("tr", {}, ["#", "in LocalQueue", "owner", "requests", "priority", "LocalQueue", "workload", "waiting"].map((h) => el("th", { text: h }))),
+        p.items.map((item) => el("tr", { class: "pending-row", "data-position": item.position, "data-workload": item.workload, "data-run-id": item.owner.run_id, "data-task-id": item.owner.task_id },
           el("td", { class: "num", text: item.position }),
           el("td", { class: "num", text: item.position_in_local_queue }),
           el("td", {}, owner(item.owner)),
+          el("td", { class: "requests", text: requests(item.requests) }),
           el("td", { text: priority(item.priority) }),
           el("td", { text: `${item.namespace}/${item.local_queue}` }),
           el("td", { class: "muted", text: item.workload }),
@@ -140,7 +157,7 @@
     } else if (!p.hidden) {
       section.append(el("p", { class: "muted", text: "Nothing pending." }));
     }
-    if (p.hidden) section.append(el("p", { class: "hidden-count", "data-hidden": p.hidden, text: `${p.hidden} pending workload(s) of DAGs you cannot read, or not from Airflow.` }));
+    if (p.hidden) section.append(el("p", { class: "hidden-count", "data-hidden": p.hidden, text: `${p.hidden} pending workload(s) of DAGs you cannot read, requesting ${requests(p.hidden_requests)}.` }));
     return section;
   }
 
@@ -150,9 +167,10 @@
     section.append(el("h3", { text: `Admitted (${cq.counts.admitted ?? a.items.length + a.hidden})` }));
     if (a.items.length) {
       section.append(el("table", {},
-        el("tr", {}, ["task instance", "priority", "phase", "LocalQueue", "workload", "admitted for"].map((h) => el("th", { text: h }))),
-        a.items.map((item) => el("tr", { class: "admitted-row", "data-workload": item.workload, "data-run-id": item.owner.run_id },
+        el("tr", {}, ["owner", "requests", "priority", "phase", "LocalQueue", "workload", "admitted for"].map((h) => el("th", { text: h }))),
+        a.items.map((item) => el("tr", { class: "admitted-row", "data-workload": item.workload, "data-run-id": item.owner.run_id, "data-task-id": item.owner.task_id },
           el("td", {}, owner(item.owner)),
+          el("td", { class: "requests", text: requests(item.requests) }),
           el("td", { text: priority(item.priority) }),
           el("td", { text: item.phase || "–" }),
           el("td", { text: `${item.namespace}/${item.local_queue}` }),
@@ -161,7 +179,7 @@
     } else if (!a.hidden) {
       section.append(el("p", { class: "muted", text: "Nothing admitted." }));
     }
-    if (a.hidden) section.append(el("p", { class: "hidden-count", "data-hidden": a.hidden, text: `${a.hidden} admitted workload(s) of DAGs you cannot read, or not from Airflow.` }));
+    if (a.hidden) section.append(el("p", { class: "hidden-count", "data-hidden": a.hidden, text: `${a.hidden} admitted workload(s) of DAGs you cannot read, using ${requests(a.hidden_requests)}.` }));
     return section;
   }
 

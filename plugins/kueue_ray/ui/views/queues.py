@@ -12,21 +12,13 @@ import time
 from decimal import Decimal
 from typing import Any
 
-from kueue_ray.naming import JOB_UID_LABEL
-from kueue_ray.quantity import QuantityError, parse_quantity, readable_amount
+from kueue_ray.quantity import QuantityError, add_resources, parse_quantity, readable_amount
 from kueue_ray.status import observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
 from kueue_ray.ui.cache import PendingRead, Snapshot
-from kueue_ray.ui.views.common import (
-    Links,
-    conditions_of,
-    describe_owner,
-    iso_times,
-    metadata_of,
-    owner_of,
-    priority_of,
-)
+from kueue_ray.ui.views.common import Links, conditions_of, iso_times, metadata_of, priority_of
+from kueue_ray.ui.views.holders import attribute, job_uid, readable_requests, requested, workload_requests
 
 
 def _quantity(value: Any) -> Decimal | None:
@@ -189,18 +181,15 @@ def _pending(
             "items": [],
             "hidden": 0,
         }
-    items, hidden = [], 0
+    items, hidden, hidden_totals = [], 0, {}
     for entry in read.summary.get("items") or ():
         meta = entry.get("metadata") or {}
-        job_uid = next(
-            (ref.get("uid") for ref in meta.get("ownerReferences") or () if ref.get("kind") == "RayJob"),
-            None,
-        )
-        owner = describe_owner(owner_of(snapshot.identities, job_uid), access, links)
+        workload = workloads.get((meta.get("namespace"), meta.get("name")))
+        owner = attribute(meta, snapshot, access, links)
         if owner is None:
             hidden += 1
+            hidden_totals = add_resources(hidden_totals, requested(workload))
             continue
-        workload = workloads.get((meta.get("namespace"), meta.get("name")))
         created = meta.get("creationTimestamp")
         items.append(
             {
@@ -212,6 +201,7 @@ def _pending(
                 "priority": {**priority_of(workload, None), "value": entry.get("priority")},
                 "created": created,
                 "waiting_seconds": round(now - to_epoch(created), 1) if created else None,
+                "requests": workload_requests(workload),
                 "owner": owner,
             }
         )
@@ -222,6 +212,7 @@ def _pending(
         "total": len(read.summary.get("items") or ()),
         "items": items,
         "hidden": hidden,
+        "hidden_requests": readable_requests(hidden_totals),
     }
 
 
@@ -233,18 +224,18 @@ def _admitted_list(
     links: Links,
     now: float,
 ) -> dict[str, Any]:
-    items, hidden = [], 0
+    items, hidden, hidden_totals = [], 0, {}
     for workload in snapshot.workloads:
         admission = (workload.get("status") or {}).get("admission") or {}
         if admission.get("clusterQueue") != cluster_queue or not _admitted(workload):
             continue
-        job_uid = (metadata_of(workload).get("labels") or {}).get(JOB_UID_LABEL)
-        owner = describe_owner(owner_of(snapshot.identities, job_uid), access, links)
+        owner = attribute(metadata_of(workload), snapshot, access, links)
         if owner is None:
             hidden += 1
+            hidden_totals = add_resources(hidden_totals, requested(workload))
             continue
         since = (conditions_of(workload).get("QuotaReserved") or {}).get("lastTransitionTime")
-        rayjob = rayjobs_by_uid.get(job_uid)
+        rayjob = rayjobs_by_uid.get(job_uid(metadata_of(workload)))
         observation = observe(rayjob, workload) if rayjob else None
         items.append(
             {
@@ -255,8 +246,9 @@ def _admitted_list(
                 "admitted_at": since,
                 "age_seconds": round(now - to_epoch(since), 1) if since else None,
                 "phase": observation.phase.value if observation else None,
+                "requests": workload_requests(workload),
                 "owner": owner,
             }
         )
     items.sort(key=lambda item: item["admitted_at"] or "")
-    return {"items": items, "hidden": hidden}
+    return {"items": items, "hidden": hidden, "hidden_requests": readable_requests(hidden_totals)}
