@@ -252,7 +252,14 @@ def test_quota_rows_show_usage_against_nominal_and_the_borrowing_and_lending_lim
     view = queues_view(snapshot(), {}, READER, LINKS, now=T0 + 100)
     queue = view["cluster_queues"][0]
     assert queue["cohort"] == "shared"
-    assert view["cohorts"] == [{"name": "shared", "cluster_queues": ["cluster-queue"]}]
+    [cohort] = view["cohorts"]
+    assert (cohort["name"], cohort["cluster_queues"]) == ("shared", ["cluster-queue"])
+    assert cohort["members"][0]["usage"][0] == {"usage": "3.75", "nominal": "2.5", "borrowed": "1.25"}
+    # The priority classes the cluster's Workloads carry, lowest first.
+    assert queue["preemption_words"] == [
+        "dev-priority work here is never preempted.",
+        "prod-priority work here is never preempted.",
+    ]
     cpu, gpu = queue["quota"]
     assert (cpu["usage"], cpu["nominal"], cpu["borrowing_limit"], cpu["lending_limit"], cpu["borrowed"]) == (
         "3.75",

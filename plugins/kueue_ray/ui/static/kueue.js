@@ -183,10 +183,34 @@
     return section;
   }
 
+  function usageCell(c) {
+    if (!c) return el("td", { class: "num muted", text: "–" });
+    return el("td", { class: c.borrowed ? "num borrowing" : "num" },
+      `${c.usage} / ${c.nominal}`, c.borrowed ? el("div", { class: "muted", text: `${c.borrowed} borrowed` }) : null);
+  }
+
+  function cohortCard(c) {
+    return el("div", { class: "card cohort", id: `cohort-${c.name}`, "data-cohort": c.name },
+      el("h2", {}, `Cohort ${c.name}`, el("span", { class: "badge", text: `${c.cluster_queues.length} ClusterQueue(s)` })),
+      el("table", { class: "cohort-usage" },
+        el("tr", {}, el("th", { text: "ClusterQueue" }), c.resources.map((r) => el("th", { class: "num", text: `${r.resource} (${r.flavor})` }))),
+        c.members.map((m) => el("tr", { class: "cohort-member", "data-cq": m.cluster_queue },
+          el("td", {}, el("a", { href: `#cq-${m.cluster_queue}`, text: m.cluster_queue })),
+          m.usage.map(usageCell))),
+        el("tr", { class: "cohort-total" }, el("td", { text: "cohort" }), c.total.map(usageCell))));
+  }
+
+  function policySection(cq) {
+    return el("section", { class: "policy", "data-cq": cq.name },
+      el("h3", { text: "Who may preempt work here" }),
+      el("ul", {}, (cq.preemption_words || []).map((line) => el("li", { class: "policy-line", text: line }))),
+      cq.may_preempt ? el("p", { class: "muted may-preempt", text: cq.may_preempt }) : null);
+  }
+
   function renderQueues(data) {
     const cards = data.cluster_queues.map((cq) => el("div", { class: "card cluster-queue", id: `cq-${cq.name}`, "data-cq": cq.name },
       el("h2", {}, cq.name,
-        cq.cohort ? el("span", { class: "badge", title: "cohort", text: `cohort ${cq.cohort}` }) : el("span", { class: "badge", text: "no cohort" }),
+        cq.cohort ? el("a", { class: "badge", href: `#cohort-${cq.cohort}`, title: "cohort", text: `cohort ${cq.cohort}` }) : el("span", { class: "badge", text: "no cohort" }),
         el("span", { class: "badge", text: cq.queueing_strategy }),
         cq.active.status === "False" ? el("span", { class: "badge", text: `inactive: ${cq.active.message || cq.active.reason}` }) : null),
       el("div", { class: "muted" },
@@ -194,14 +218,13 @@
         cq.local_queues.map((q) => `${q.namespace}/${q.name}`).join(", ") || "none"),
       el("h3", { text: "Quota" }),
       quotaTable(cq.quota),
+      policySection(cq),
       pendingSection(cq),
       admittedSection(cq)));
-    const cohorts = data.cohorts.length
-      ? el("p", { class: "muted" }, "Cohorts: ", data.cohorts.map((c) => `${c.name} (${c.cluster_queues.join(", ")})`).join("; "))
-      : null;
+    const cohorts = data.cohorts.map(cohortCard);
     content.replaceChildren(
       el("p", { class: "muted" }, `Signed in as ${data.user}. Namespaces watched: ${data.namespaces.join(", ")}.`),
-      cohorts,
+      ...cohorts,
       ...(cards.length ? cards : [el("p", { class: "muted", text: "No ClusterQueues." })]));
     if (!scrolled && location.hash) {
       const target = document.getElementById(decodeURIComponent(location.hash.slice(1)));

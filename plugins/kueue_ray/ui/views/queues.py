@@ -17,6 +17,7 @@ from kueue_ray.status import observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
 from kueue_ray.ui.cache import PendingRead, Snapshot
+from kueue_ray.ui.policy import cohort_usage, may_preempt_words, preemption_words
 from kueue_ray.ui.views.common import Links, conditions_of, iso_times, metadata_of, priority_of
 from kueue_ray.ui.views.holders import attribute, job_uid, readable_requests, requested, workload_requests
 
@@ -90,6 +91,18 @@ def quota_rows(cluster_queue: dict) -> list[dict]:
     return rows
 
 
+def priority_classes(workloads: list[dict]) -> dict[str, int]:
+    """Priority class -> value, as the Workloads in the cluster carry them (``priorityClassRef``,
+    ``priority``): the classes the policy sentences speak of."""
+    found = {}
+    for workload in workloads:
+        spec = workload.get("spec") or {}
+        name = (spec.get("priorityClassRef") or {}).get("name")
+        if name and isinstance(spec.get("priority"), int):
+            found[name] = spec["priority"]
+    return found
+
+
 def _admitted(workload: dict) -> bool:
     conditions = conditions_of(workload)
     return (conditions.get("QuotaReserved") or {}).get("status") == "True" and (
@@ -120,6 +133,7 @@ def queues_view(
                 "admitted": status.get("admittedWorkloads", 0),
             }
         )
+    priorities = priority_classes(snapshot.workloads)
     queues = []
     for cq in sorted(snapshot.cluster_queues, key=lambda c: metadata_of(c).get("name") or ""):
         name = metadata_of(cq).get("name")
@@ -131,6 +145,8 @@ def queues_view(
                 "cohort": spec.get("cohortName") or None,
                 "queueing_strategy": spec.get("queueingStrategy") or "BestEffortFIFO",
                 "preemption": spec.get("preemption") or {},
+                "preemption_words": preemption_words(cq, snapshot.cluster_queues, priorities),
+                "may_preempt": may_preempt_words(cq, snapshot.cluster_queues),
                 "active": {
                     "status": active.get("status"),
                     "reason": active.get("reason"),
@@ -148,17 +164,18 @@ def queues_view(
                 "url": links.queue(name),
             }
         )
-    cohorts: dict[str, list[str]] = {}
-    for queue in queues:
-        if queue["cohort"]:
-            cohorts.setdefault(queue["cohort"], []).append(queue["name"])
+    cohorts: dict[str, list[dict]] = {}
+    for cq in snapshot.cluster_queues:
+        cohort = (cq.get("spec") or {}).get("cohortName")
+        if cohort:
+            cohorts.setdefault(cohort, []).append(cq)
     return {
         "now": to_iso(now),
         "version": snapshot.version,
         "user": access.user_name,
         "cluster": snapshot.health.to_dict() | iso_times(snapshot.health.to_dict()),
         "namespaces": snapshot.namespaces,
-        "cohorts": [{"name": c, "cluster_queues": members} for c, members in sorted(cohorts.items())],
+        "cohorts": [cohort_usage(c, members) for c, members in sorted(cohorts.items())],
         "cluster_queues": queues,
     }
 
