@@ -351,6 +351,35 @@ def test_a_preemptor_is_named_only_to_users_who_may_read_its_dag():
     assert OTHER not in str(tab(READER, preempted_timeline("u-secret")))
 
 
+def test_the_preemptors_tab_lists_whom_it_preempted_under_the_same_reading_rule():
+    """The prod run (u-first here) preempted a readable dev run and one of a DAG the user may not read."""
+    shot = snapshot()
+    at = T0 + 50
+    shot.preempted_by["u-first"] = [
+        {"job_uid": "u-running", "at": at, "reason": "InClusterQueue", "message": "Preempted ..."},
+        {"job_uid": "u-secret", "at": at + 1, "reason": "InClusterQueue", "message": "Preempted ..."},
+    ]
+    view = task_view(
+        TaskRef(DAG, FIRST.run_id, "submit"),
+        rayjob_xcom={"name": "rj-first", "namespace": "ray", "uid": "u-first", "queue": "default"},
+        timeline_xcom=None,
+        dashboard_link=None,
+        snapshot=shot,
+        live_timeline=None,
+        pending=PENDING,
+        access=READER,
+        links=LINKS,
+        now=T0 + 100,
+    )
+    readable, hidden = view["preempted"]
+    assert readable["at"] == datetime.fromtimestamp(at, UTC).isoformat()
+    assert readable["victim"]["description"] == f"DAG {DAG}, run {RUNNING.run_id}, task submit"
+    assert readable["victim"]["kueue_tab_url"] == "/airflow" + kueue_tab_path(DAG, RUNNING.run_id, "submit")
+    assert hidden["victim"] == {"description": HIDDEN_OWNER}
+    assert OTHER not in str(view)
+    assert tab(READER, None)["preempted"] == []  # it preempted nobody
+
+
 def test_the_tasks_own_timeline_xcom_wins_over_the_live_one_once_written():
     finished = preempted_timeline("u-running")
     finished["transitions"].append({"at": iso(90), "phase": "SUCCEEDED", "reason": "", "message": ""})

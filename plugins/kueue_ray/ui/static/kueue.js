@@ -257,6 +257,17 @@
         el("td", { class: "message", title: s.message, text: [s.reason, s.message].filter(Boolean).join(": ") }))));
   }
 
+  // Whom this task's RayJob or RayService preempted (as this API server saw it): [] when nobody.
+  function victims(data) {
+    const list = data.preempted || [];
+    if (!list.length) return [];
+    return [el("div", { class: "card", id: "preempted" },
+      el("h3", { text: `Preempted by this task (${list.length})` }),
+      el("ul", {}, list.map((v) => el("li", { class: "victim" },
+        v.victim.kueue_tab_url ? link(v.victim.kueue_tab_url, v.victim.description) : v.victim.description,
+        el("span", { class: "muted", text: ` at ${clock(v.at)}${v.reason ? ` (${v.reason})` : ""}` })))))];
+  }
+
   function renderService(data) {
     const s = data.rayservice;
     const pos = data.position;
@@ -285,7 +296,7 @@
       : null;
     const links = el("p", {},
       data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${s.cluster_queue} on the Kueue queues page` }) : "");
-    content.replaceChildren(phase, ...(recorded ? [recorded] : []), links);
+    content.replaceChildren(phase, ...(recorded ? [recorded] : []), ...victims(data), links);
   }
 
   function renderTask(data) {
@@ -324,7 +335,7 @@
       data.links.ray_dashboard ? el("a", { href: data.links.ray_dashboard, target: "_blank", rel: "noopener", id: "ray-dashboard", text: "Ray dashboard" }) : el("span", { class: "muted", text: "No Ray dashboard (no Ray cluster now)" }),
       " · ",
       data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${r.cluster_queue} on the Kueue queues page` }) : "");
-    content.replaceChildren(phase, timeline, links);
+    content.replaceChildren(phase, timeline, ...victims(data), links);
   }
 
   // ----- polling ---------------------------------------------------------------------------------

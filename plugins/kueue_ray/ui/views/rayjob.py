@@ -30,6 +30,7 @@ from kueue_ray.ui.views.common import (
     phase_view,
     position_of,
     priority_of,
+    victims_of,
 )
 from kueue_ray.ui.views.rayservice import service_task_view
 
@@ -120,6 +121,7 @@ def task_view(
             "priority": priority,
             "submitted_by": describe_owner(snapshot.identities.get(uid or ""), access, links),
         },
+        "preempted": victims_of(snapshot, [uid], access, links),
         "phase": _phase(observation, timeline),
         "position": position_of(pending, workload),
         "timeline": {

@@ -25,6 +25,7 @@ from kueue_ray.ui.views.common import (
     phase_view,
     position_of,
     priority_of,
+    victims_of,
 )
 
 SERVICE_PHASE_WORDS = {
@@ -111,6 +112,12 @@ def service_task_view(
     if holder is not None and (holder.dag_id, holder.run_id) != (ref.dag_id, ref.run_id):
         now_held_by = describe_owner(holder, access, links) or {"description": HIDDEN_OWNER}
     recorded = rayservice_xcom.get("timeline") or {}
+    cluster_names = {observation.active_cluster, observation.pending_cluster} if observation else set()
+    cluster_uids = [
+        metadata_of(c).get("uid")
+        for c in snapshot.rayclusters
+        if metadata_of(c).get("namespace") == namespace and metadata_of(c).get("name") in cluster_names
+    ]
     return {
         "rayjob": None,
         "rayservice": {
@@ -133,6 +140,7 @@ def service_task_view(
             "serve_service": rayservice_xcom.get("serve_service"),
             "now_deployed_by": now_held_by,
         },
+        "preempted": victims_of(snapshot, [metadata_of(service).get("uid"), *cluster_uids], access, links),
         "phase": _service_phase(observation, recorded),
         "position": position_of(pending, workload)
         if observation and observation.phase in SERVICE_POSITION_PHASES
