@@ -554,6 +554,41 @@ def test_a_deleted_or_recreated_rayservice_shows_what_the_task_recorded():
     assert (view["timeline"]["source"], view["timeline"]["preemption_count"]) == ("xcom", 1)
 
 
+def test_a_deploy_tasks_recorded_timeline_is_drawn_as_spans_like_a_rayjobs():
+    service = rayservice(DEPLOY, active=cluster("aurora-serve-raycluster-b", "ready", "RUNNING"))
+    recorded = {
+        "submitted_at": iso(0),
+        "admissions": [{"at": iso(10), "cluster": "a"}, {"at": iso(40), "cluster": "b"}],
+        "preemptions": [{"at": iso(25), "cluster": "a", "message": "Preempted to accommodate a workload"}],
+        "serving_at": T0 + 70,
+        "finished_at": T0 + 70,
+        "final_phase": "SERVING",
+        "queued_seconds": 25.0,
+        "starting_seconds": 45.0,
+        "preemption_count": 1,
+    }
+    spans = deploy_tab([service], [], timeline=recorded)["timeline"]["spans"]
+    assert [(s["kind"], s["duration_seconds"]) for s in spans] == [
+        ("queued", 10),
+        ("admitted", 15),
+        ("preempted", 0),
+        ("requeued", 15),
+        ("admitted", 30),
+        ("finished", 0),
+    ]
+    assert spans[2]["message"] == "Preempted to accommodate a workload"
+    assert spans[-1]["phase"] == "SERVING" and spans[-1]["label"] == "Finished waiting: serving"
+
+
+def test_a_waiting_deploy_tasks_spans_come_from_its_workload_until_it_records_its_own():
+    service = rayservice(DEPLOY, active=cluster("aurora-serve-raycluster-a", "suspended"))
+    queued = owned_workload("rayservice-aurora-serve-1", "RayService", "aurora-serve", "u-svc")
+    view = deploy_tab([service], [queued])
+    assert view["timeline"]["source"] == "live"
+    [span] = view["timeline"]["spans"]
+    assert (span["kind"], span["ongoing"], span["duration_seconds"]) == ("queued", True, 100)
+
+
 SERVING_DAG = "aurora_finetune_and_serve"
 DEPLOYED = AirflowIdentity(SERVING_DAG, "deploy_serve", "scheduled__2026-12-01T00:00:00+00:00")
 UPGRADING = AirflowIdentity(SERVING_DAG, "deploy_serve", "manual__2026-12-02T09:00:00+00:00")

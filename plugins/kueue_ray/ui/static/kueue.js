@@ -290,13 +290,18 @@
         pos ? `Position ${pos.in_cluster_queue} of ${pos.pending_in_cluster_queue} pending in ClusterQueue ${s.cluster_queue} (${pos.in_local_queue} in its LocalQueue)` : ""),
       facts);
     const t = data.timeline;
-    const recorded = t.source === "xcom"
-      ? el("p", { class: "muted", id: "service-timeline" },
-        `Recorded by the task: ${duration(t.queued_seconds || 0)} queued, ${duration(t.starting_seconds || 0)} starting, ${t.preemption_count || 0} preemption(s).`)
-      : null;
+    const recorded = el("div", { class: "card" },
+      el("h3", { text: "Timeline" }),
+      t.spans.length ? chart(t.spans) : el("p", { class: "muted", text: "No timeline yet." }),
+      el("div", { class: "legend" }, [...new Set(t.spans.map((x) => x.kind))].map((k) => el("span", {}, el("i", { class: `k-${k}` }), k))),
+      t.spans.length ? spansTable(t.spans) : null,
+      t.source === "xcom"
+        ? el("p", { class: "muted", id: "service-timeline" },
+          `Recorded by the task: ${duration(t.queued_seconds || 0)} queued, ${duration(t.starting_seconds || 0)} starting, ${t.preemption_count || 0} preemption(s).`)
+        : el("p", { class: "muted", text: t.source === "live" ? "From the Workload, until the task records its own." : "" }));
     const links = el("p", {},
       data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${s.cluster_queue} on the Kueue queues page` }) : "");
-    content.replaceChildren(phase, ...(recorded ? [recorded] : []), ...victims(data), links);
+    content.replaceChildren(phase, recorded, ...victims(data), links);
   }
 
   function renderTask(data) {

@@ -78,7 +78,7 @@ def task_view(
         "task": {**vars(ref), "url": links.task_instance(ref.identity())},
     }
     if (not rayjob_xcom or not rayjob_xcom.get("name")) and (rayservice_xcom or {}).get("name"):
-        return base | service_task_view(ref, rayservice_xcom, snapshot, pending, access, links)
+        return base | service_task_view(ref, rayservice_xcom, snapshot, pending, access, links, now)
     if not rayjob_xcom or not rayjob_xcom.get("name"):
         return base | {
             "rayjob": None,
