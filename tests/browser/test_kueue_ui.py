@@ -38,6 +38,7 @@ pytestmark = pytest.mark.timeout(1200)
 DAG = "text_classifier_finetune"
 QUEUE = "cluster-queue"
 QUEUES_PAGE = "/plugin/kueue-queues"
+QUEUES_FRAME = "Kueue"  # the navigation label, which Airflow gives the page's iframe as its title
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 SERVING_DAG = "aurora_finetune_and_serve"
 
@@ -99,7 +100,7 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
     # The serving pipeline's scheduled run (unpausing makes it) runs beside the walkthrough, on the team
     # queues (team-a), not the single queue.
     ui.unpause(SERVING_DAG)
-    ops.open_in_airflow(QUEUES_PAGE, "Kueue queues")
+    ops.open_in_airflow(QUEUES_PAGE, QUEUES_FRAME)
 
     def before_prod() -> None:
         # 0. The running backfill run's wait task saw its RayJob run (then its timeline shows the
@@ -130,7 +131,7 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
         )
         seen["admitted_after_prod"] = ops.js(PAGE_ADMITTED)
         ops.screenshot(SCREENSHOTS / "kueue-queues.png")
-        outsider.open_in_airflow(QUEUES_PAGE, "Kueue queues")
+        outsider.open_in_airflow(QUEUES_PAGE, QUEUES_FRAME)
         outsider.wait(
             lambda: outsider.js("return document.querySelectorAll('.hidden-count').length"), 30, "counts"
         )
@@ -235,7 +236,7 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
     #    keeps showing them, with the age of what it shows.
     holder = ui.start_run(DAG, {"priority": "prod-priority", "epochs": 50})
     waiter = ui.start_run(DAG, {"priority": "dev-priority"})
-    ops.open_in_airflow(QUEUES_PAGE, "Kueue queues")
+    ops.open_in_airflow(QUEUES_PAGE, QUEUES_FRAME)
     ops.wait(lambda: holder in ops.js(PAGE_ADMITTED), 120, "the long prod run admitted")
     ops.wait(lambda: waiter in [row[2] for row in ops.js(PAGE_PENDING)], 120, "the dev run pending behind it")
     keep_request_log(pytestconfig, ui_kubesim)

@@ -345,10 +345,22 @@
 
   // ----- polling ---------------------------------------------------------------------------------
 
+  // A mapped task's index, from the Airflow page this tab is shown in (.../mapped/<index>/plugin/...):
+  // the tab's own URL carries none (Airflow leaves {MAP_INDEX} unreplaced on unmapped tasks). -1 if none.
+  function mapIndexAround() {
+    try {
+      const match = window.top.location.pathname.match(/\/mapped\/(\d+)\/plugin\//);
+      return match ? match[1] : "-1";
+    } catch (error) {
+      return "-1"; // not inside Airflow's page (another origin): an unmapped task
+    }
+  }
+
   function apiUrl() {
     const base = new URL(page === "queues" ? "api/v1/queues" : "api/v1/task-instance", location.href);
     if (page === "task") {
       for (const [key, value] of new URLSearchParams(location.search)) base.searchParams.set(key, value);
+      if (!base.searchParams.has("map_index")) base.searchParams.set("map_index", mapIndexAround());
     }
     return base;
   }
