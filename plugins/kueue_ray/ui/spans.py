@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kueue_ray.narration import readable_quantities
 from kueue_ray.phases import TERMINAL_PHASES, Phase
 from kueue_ray.timeline import to_epoch, to_iso
 
@@ -121,7 +122,7 @@ def build_spans(
             "duration_seconds": round(end - start, 3),
             "ongoing": kind != "finished" and index + 1 == len(transitions),
             "reason": transition.get("reason") or "",
-            "message": transition.get("message") or "",
+            "message": readable_quantities(transition.get("message") or ""),
         }
         if kind == "finished" and transition["phase"] not in {p.value for p in TERMINAL_PHASES}:
             span["label"] = f"Finished waiting: {transition['phase'].replace('_', ' ').lower()}"

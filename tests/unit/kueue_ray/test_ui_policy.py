@@ -154,3 +154,11 @@ def test_a_cohort_shows_each_members_usage_against_its_nominal_quota_and_who_bor
     assert team_b["usage"][1] == {"usage": "7.63Gi", "nominal": "384Gi", "borrowed": None}
     assert team_b["usage"][2] == {"usage": "0", "nominal": "4", "borrowed": None}
     assert cohort["total"][2] == {"usage": "6", "nominal": "8", "borrowed": None}
+
+
+def test_the_module_examples_hold():
+    import doctest
+
+    from kueue_ray.ui import policy
+
+    assert doctest.testmod(policy).failed == 0

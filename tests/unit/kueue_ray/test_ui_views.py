@@ -707,3 +707,11 @@ def test_admitted_requests_are_kueues_usage_in_binary_units_not_kubernetes_raw_o
         {"resource": "cpu", "amount": "3.5"},
         {"resource": "memory", "amount": "14.9Gi"},
     ]
+
+
+def test_the_holders_module_examples_hold():
+    import doctest
+
+    from kueue_ray.ui.views import holders
+
+    assert doctest.testmod(holders).failed == 0

@@ -43,10 +43,40 @@
 
   function since(iso) { return iso ? (now() - Date.parse(iso)) / 1000 : null; }
 
+  // The time zone chosen in Airflow's UI (its selector keeps it in this origin's localStorage under
+  // "timezone", JSON-encoded), else the browser's, as Airflow itself defaults.
+  const AIRFLOW_TIMEZONE_KEY = "timezone";
+
+  function selectedTimezone() {
+    try {
+      const chosen = JSON.parse(localStorage.getItem(AIRFLOW_TIMEZONE_KEY) || "null");
+      if (chosen) {
+        new Intl.DateTimeFormat("en", { timeZone: chosen }); // throws on a zone this browser does not know
+        return chosen;
+      }
+    } catch (error) { /* unreadable or unknown: the browser's own zone */ }
+    return Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  }
+
+  // Airflow's format, 24-hour: "2026-12-04 15:02:07" in the selected zone; the date left out for today.
   function clock(iso) {
     if (!iso) return "–";
-    return new Date(iso).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    const zone = selectedTimezone();
+    const format = (date) => {
+      const parts = Object.fromEntries(new Intl.DateTimeFormat("en-GB", {
+        timeZone: zone, year: "numeric", month: "2-digit", day: "2-digit",
+        hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23",
+      }).formatToParts(date).map((p) => [p.type, p.value]));
+      return [`${parts.year}-${parts.month}-${parts.day}`, `${parts.hour}:${parts.minute}:${parts.second}`];
+    };
+    const [day, time] = format(new Date(iso));
+    return day === format(new Date(now()))[0] ? time : `${day} ${time}`;
   }
+
+  // Airflow's selector changed the zone (in the page around this one): draw the times again.
+  window.addEventListener("storage", (event) => {
+    if (event.key === AIRFLOW_TIMEZONE_KEY && lastData) render(lastData);
+  });
 
   // An element whose text is "N ago" / a running duration, refreshed every second.
   function age(iso, suffix) {
@@ -97,7 +127,10 @@
     const cluster = data.cluster || {};
     if (cluster.reachable) {
       banner.hidden = true;
-      freshness.textContent = "live";
+      // "live" while there is something to follow: always on the queues page, on a tab while its task waits.
+      const settled = page === "task" && (!(data.rayjob || data.rayservice) || (data.phase && data.phase.terminal));
+      freshness.textContent = settled ? "" : "live";
+      freshness.title = settled ? "" : `times in ${selectedTimezone()}`;
       return;
     }
     banner.hidden = false;
@@ -345,6 +378,11 @@
 
   // ----- polling ---------------------------------------------------------------------------------
 
+  function render(data) {
+    (page === "queues" ? renderQueues : renderTask)(data);
+    renderFreshness(data);
+  }
+
   // A mapped task's index, from the Airflow page this tab is shown in (.../mapped/<index>/plugin/...):
   // the tab's own URL carries none (Airflow leaves {MAP_INDEX} unreplaced on unmapped tasks). -1 if none.
   function mapIndexAround() {
@@ -407,8 +445,7 @@
       lastData = data;
       version = data.version;
       fullAt = Date.now();
-      (page === "queues" ? renderQueues : renderTask)(data);
-      renderFreshness(data);
+      render(data);
       document.body.dataset.version = String(version);
       await pause(POLL_MS);
     }

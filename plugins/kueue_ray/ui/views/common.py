@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from kueue_ray.links import kueue_tab_path, task_instance_path
 from kueue_ray.naming import PRIORITY_CLASS_LABEL, AirflowIdentity
+from kueue_ray.narration import readable_quantities
 from kueue_ray.timeline import to_iso
 from kueue_ray.ui.access import Access
 from kueue_ray.ui.cache import PendingRead, Snapshot
@@ -171,7 +172,7 @@ def phase_view(
         "phase": phase,
         "words": words.get(phase, phase.replace("_", " ").capitalize()),
         "reason": observation.reason,
-        "message": observation.message,
+        "message": readable_quantities(observation.message or ""),
         "terminal": terminal,
     }
 
