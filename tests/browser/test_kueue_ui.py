@@ -13,6 +13,8 @@ what a user sees there:
 * a user who may not read the DAG sees counts only on the queues page and nothing on its tasks' tab,
   while seeing their own DAG's RayJob;
 * a deploy task's Kueue tab shows its RayService serving, admitted through its RayCluster's Workload;
+* the queues page links that Workload to the deploy task, with what it uses, beside the team queue's
+  preemption policy in words and its cohort;
 * with the cluster gone, the page says so and keeps the last state with its age.
 
 The screenshots in docs/screenshots/ (README.md) are taken here, at those moments.
@@ -51,6 +53,14 @@ return [...document.querySelectorAll('.admitted[data-cq="{QUEUE}"] .admitted-row
 """
 PAGE_HIDDEN = f"""
 return [...document.querySelectorAll('[data-cq="{QUEUE}"] .hidden-count')].map(n => Number(n.dataset.hidden))
+"""
+TEAM_A_ADMITTED = """
+return [...document.querySelectorAll('.admitted[data-cq="team-a-cq"] .admitted-row')].map(r => ({
+  run: r.dataset.runId || null, task: r.dataset.taskId || null, workload: r.dataset.workload,
+  requests: r.querySelector('.requests').innerText,
+  object: r.querySelector('.owner-object') ? r.querySelector('.owner-object').innerText : null,
+  tab: r.querySelector('a.muted') ? r.querySelector('a.muted').getAttribute('href') : null,
+}))
 """
 RECORD_POSITIONS = """
 window.__positions = [];
@@ -209,6 +219,26 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
     }
     ops_tab.screenshot(SCREENSHOTS / "kueue-tab-rayservice.png")
 
+    # 4c. The queues page: who holds team-a's quota. The RayService's Workload is linked to the deploy
+    #     task, with what it uses; the team queue's policy and its cohort are drawn.
+    ops.open_in_airflow(QUEUES_PAGE, QUEUES_FRAME)
+    seen["serving_rows"] = ops.wait(
+        lambda: [row for row in ops.js(TEAM_A_ADMITTED) if row["task"] == "deploy_serve"],
+        60,
+        "the deploy task's Workload admitted on team-a-cq",
+    )
+    seen["serving_workloads"] = ui.custom.list_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "ray", "workloads"
+    )["items"]
+    seen["team_a_policy"] = ops.js(
+        "return [...document.querySelectorAll('.policy[data-cq=\"team-a-cq\"] .policy-line')].map(n => n.innerText)"
+    )
+    seen["cohort_members"] = ops.js(
+        "return [...document.querySelectorAll('.cohort-member')].map(r => r.dataset.cq)"
+    )
+    ops.js("document.querySelector('.admitted[data-cq=\"team-a-cq\"]').scrollIntoView({block: 'center'})")
+    ops.screenshot(SCREENSHOTS / "kueue-queues-rayservice.png")
+
     # 5. The outsider on a walkthrough task (the iframe's own page, as Airflow would load it) and on
     #    their own DAG's task.
     outsider.open_bare(f"/kueue/task-instance?dag_id={DAG}&run_id={preempted[0]}&task_id=wait&map_index=-1")
@@ -354,6 +384,32 @@ def test_a_deploy_tasks_tab_shows_its_rayservice_serving_through_its_clusters_wo
     assert tab["queue_href"].endswith("#cq-team-a-cq"), tab["queue_href"]
     assert "RUNNING" in tab["applications"], tab["applications"]
     assert "queued" in tab["recorded"] and "preemption(s)" in tab["recorded"]
+
+
+def test_the_queues_page_links_the_rayservices_workload_to_its_deploy_task_with_its_requests(walkthrough):
+    serving_run = walkthrough["serving_run"]["dag_run_id"]
+    [row] = [row for row in walkthrough["serving_rows"] if row["run"] == serving_run]
+    [service] = [
+        s
+        for s in walkthrough["service_tab"]["rayservices"]
+        if (s["metadata"].get("annotations") or {}).get("airflow.apache.org/dag-id") == SERVING_DAG
+    ]
+    assert row["tab"] == kueue_tab_path(SERVING_DAG, serving_run, "deploy_serve")
+    # Admitted through the RayService's RayCluster (or the RayService itself), named as such.
+    assert service["metadata"]["name"] in row["object"], row
+    # What it holds, as Kueue counts it: the admission's resource usage, in the quota's units.
+    [workload] = [w for w in walkthrough["serving_workloads"] if w["metadata"]["name"] == row["workload"]]
+    gpus = sum(
+        int((a.get("resourceUsage") or {}).get("nvidia.com/gpu", 0))
+        for a in workload["status"]["admission"]["podSetAssignments"]
+    )
+    assert gpus and f"{gpus} nvidia.com/gpu" in row["requests"], row
+    assert " CPU" in row["requests"] and "Gi memory" in row["requests"] and "Ki" not in row["requests"], row
+    # The team queue's policy in words, and its cohort with both teams.
+    assert any("reclaimed by team-b-cq" in line for line in walkthrough["team_a_policy"]), walkthrough[
+        "team_a_policy"
+    ]
+    assert {"team-a-cq", "team-b-cq"} <= set(walkthrough["cohort_members"])
 
 
 def test_a_user_who_may_not_read_the_dag_sees_counts_only(walkthrough):
