@@ -84,11 +84,18 @@ def kueue_pending(ui) -> list[list]:
     return [[i["positionInClusterQueue"] + 1, i["metadata"]["name"]] for i in summary.get("items") or ()]
 
 
+LAST_COMPARED: dict = {}
+"""What ``page_matches_kueue`` compared last: said when a wait for it runs out."""
+
+
 def page_matches_kueue(browser, ui, backfill_runs: int):
     """The page's (position, workload) rows equal Kueue's list, with ``backfill_runs`` of the backfill's
     runs among them (the DAG's own scheduled run may be queued too)."""
     rows = browser.js(PAGE_PENDING)
     expected = kueue_pending(ui)
+    LAST_COMPARED.update(
+        page=rows, kueue=expected, banner=browser.js("return document.getElementById('banner').innerText")
+    )
     shown = [[position, workload] for position, workload, _ in rows]
     backfill = sum(run_id.startswith("backfill__") for _, _, run_id in rows)
     return backfill == backfill_runs and shown == expected and rows
@@ -136,9 +143,12 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
         # 2. The prod run arrives and preempts the running dev run.
         seen["prod_id"] = prod_id
         ops.wait(lambda: prod_id in ops.js(PAGE_ADMITTED), 120, "the prod run admitted on the queues page")
-        seen["after_prod"] = ops.wait(
-            lambda: page_matches_kueue(ops, ui, 3), 60, "the preempted run pending again"
-        )
+        try:
+            seen["after_prod"] = ops.wait(
+                lambda: page_matches_kueue(ops, ui, 3), 60, "the preempted run pending again"
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last compared: {LAST_COMPARED}") from exc
         seen["admitted_after_prod"] = ops.js(PAGE_ADMITTED)
         ops.screenshot(SCREENSHOTS / "kueue-queues.png")
         outsider.open_in_airflow(QUEUES_PAGE, QUEUES_FRAME)
