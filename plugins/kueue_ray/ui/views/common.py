@@ -65,10 +65,6 @@ def priority_of(workload: dict | None, rayjob: dict | None) -> dict[str, Any]:
     return {"class": name, "value": spec.get("priority")}
 
 
-def owner_of(identities: dict[str, AirflowIdentity], job_uid: str | None) -> AirflowIdentity | None:
-    return identities.get(job_uid) if job_uid else None
-
-
 def another_airflow(deployment: str) -> str:
     return f"another Airflow: {deployment}"
 

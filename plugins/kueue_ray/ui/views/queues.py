@@ -1,6 +1,8 @@
-"""The "Kueue queues" page: every ClusterQueue with its cohort, its quota per flavor and resource
-(nominal quota, borrowing and lending limits, what is admitted and reserved), its pending workloads in
-Kueue's order with their positions, and its admitted workloads with their age.
+"""The "Kueue queues" page: every cohort with its members' usage; every ClusterQueue with its cohort, its
+quota per flavor and resource (nominal quota, borrowing and lending limits, what is admitted and
+reserved), its preemption policy in words (``kueue_ray.ui.policy``), its pending workloads in Kueue's
+order with their positions, and its admitted workloads with their age; each workload with its owner and
+what it requests (``kueue_ray.ui.views.holders``).
 
 Apart from the task views because it reads the cluster by ClusterQueue, not by one task's objects, and
 shares with them only ``kueue_ray.ui.views.common``.
