@@ -150,9 +150,22 @@ def test_the_cache_knows_whom_a_rayjob_preempted_and_the_queues_page_attributes_
             )
             prod = submit(queues, rayjob_body, task_context, "prod", "inf", priority=queues.high)
             await until(lambda: cache.snapshot().preempted_by.get(prod["uid"]), what="the preemption seen")
-            snapshot = cache.snapshot()
-            read = await cache.pending(queues.cluster_queue)
-            return prod, snapshot, queues_view(snapshot, {queues.cluster_queue: read}, reader, Links())
+
+            async def view() -> dict:
+                read = await cache.pending(queues.cluster_queue)
+                return queues_view(cache.snapshot(), {queues.cluster_queue: read}, reader, Links())
+
+            async def victim_pending() -> dict | None:
+                shown = await view()
+                [queue] = [q for q in shown["cluster_queues"] if q["name"] == queues.cluster_queue]
+                tasks = [row["owner"].get("task_id") for row in queue["pending"]["items"]]
+                return shown if tasks == ["victim"] else None
+
+            deadline = time.monotonic() + 60
+            while not (shown := await victim_pending()):
+                assert time.monotonic() < deadline, "the preempted RayJob not shown pending again"
+                await asyncio.sleep(0.2)
+            return prod, cache.snapshot(), shown
         finally:
             await cache.stop()
 
@@ -160,8 +173,11 @@ def test_the_cache_knows_whom_a_rayjob_preempted_and_the_queues_page_attributes_
     [preemption] = snapshot.preempted_by[prod["uid"]]
     assert preemption["job_uid"] == victim["uid"] and "Preempted to accommodate" in preemption["message"]
     [queue] = [q for q in view["cluster_queues"] if q["name"] == queues.cluster_queue]
+    # The page's rows: prod admitted, the victim pending again in position 1, both with their requests.
+    assert [row["owner"]["task_id"] for row in queue["admitted"]["items"]] == ["prod"]
+    [pending] = queue["pending"]["items"]
+    assert (pending["owner"]["task_id"], pending["position"]) == ("victim", 1)
     rows = queue["admitted"]["items"] + queue["pending"]["items"]
-    assert {row["owner"]["task_id"] for row in rows} >= {"prod"}
     assert all(row["requests"] for row in rows), rows
 
 
