@@ -7,14 +7,16 @@ to what the pages show:
 
 * one list+watch per watched namespace of this project's RayJobs, RayServices and RayClusters (the
   hub's label selector: KubeRay copies a RayService's labels and annotations onto the RayClusters it
-  creates, so they carry the deploy task's identity), of Kueue Workloads (those Kueue made for a job: the ``kueue.x-k8s.io/job-uid`` label, which
-  covers a RayService's Workload and its RayClusters' as well as a RayJob's) and of LocalQueues, and one
-  cluster-wide list+watch of ClusterQueues;
+  creates, so they carry the deploy task's identity), of Kueue Workloads (those Kueue made for a job:
+  the ``kueue.x-k8s.io/job-uid`` label, which covers a RayService's Workload and its RayClusters' as
+  well as a RayJob's) and of LocalQueues, and one cluster-wide list+watch of ClusterQueues;
 * Kueue's visibility API (pending workloads in queue order, with positions) read once per ClusterQueue
   and shared by every viewer: re-read only when a Workload or ClusterQueue changed since, at most once per
   ``visibility_min_interval``, and at least every ``visibility_max_age`` while someone looks;
 * a live :class:`~kueue_ray.timeline.Timeline` per RayJob, fed by the same ``status.observe`` as the
   trigger, so a task that is still waiting already has its timeline;
+* who preempted whom (``Snapshot.preempted_by``), from those live timelines;
+* who preempted whom (``Snapshot.preempted_by``), read from those live timelines;
 * a change counter (``version``): a page that already shows the current version is answered "no
   change" without building anything.
 
