@@ -132,7 +132,7 @@ def measure(tabs: int, minutes: float, churn_seconds: float) -> dict:
                         browser.driver.switch_to.new_window("tab")
                     started = time.monotonic()
                     try:
-                        browser.open_in_airflow(PAGE, "Kueue queues")
+                        browser.open_in_airflow(PAGE, "Kueue")
                     except AssertionError:
                         browser.screenshot(Path(workdir) / "failed-tab.png")
                         Path("/tmp/kueue-ui-bench-failed-tab.png").write_bytes(

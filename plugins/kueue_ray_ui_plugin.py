@@ -2,7 +2,7 @@
 
 * a "Kueue" tab on every task instance (``destination: task_instance``): the RayJob the task submitted
   or waits for, live, with its timeline; tasks without a RayJob say so;
-* a "Kueue queues" page in the navigation: every ClusterQueue's quota, cohort, pending and admitted
+* a "Kueue queues" page in the navigation (labelled "Kueue"): every ClusterQueue's quota, cohort, pending and admitted
   workloads;
 * their JSON API under ``/kueue/api/v1``.
 
@@ -30,6 +30,8 @@ def _root() -> str:
 
 
 _ROOT = _root()
+NAV_LABEL = "Kueue"
+"""The queues page's entry in Airflow's navigation: short enough to be shown whole."""
 """The path of ``[api] base_url`` ("" at the root): the views' addresses are absolute paths."""
 
 
@@ -44,7 +46,9 @@ class KueueRayUIPlugin(AirflowPlugin):
 
     external_views = [
         {
-            "name": "Kueue queues",
+            # Airflow's navigation cuts labels beyond about eight characters ("Kueue qu…"); the page's own
+            # title says "Kueue queues".
+            "name": NAV_LABEL,
             "href": f"{_ROOT}/kueue/queues",
             "destination": "nav",
             "url_route": "kueue-queues",
@@ -53,10 +57,10 @@ class KueueRayUIPlugin(AirflowPlugin):
         },
         {
             "name": "Kueue",
-            "href": (
-                f"{_ROOT}/kueue/task-instance?dag_id={{DAG_ID}}&run_id={{RUN_ID}}"
-                "&task_id={TASK_ID}&map_index={MAP_INDEX}"
-            ),
+            # No map_index: Airflow replaces {MAP_INDEX} only on a mapped task's page and leaves the
+            # placeholder in the URL of every other one. The page reads a mapped task's index from the
+            # Airflow page around it (.../mapped/<index>/plugin/kueue).
+            "href": f"{_ROOT}/kueue/task-instance?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}",
             "destination": "task_instance",
             "url_route": "kueue",
             "icon": f"{_ROOT}/kueue/static/kueue.svg",

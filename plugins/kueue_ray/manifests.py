@@ -358,7 +358,7 @@ def pod_sets(body: dict) -> list[dict]:
     is_job = body.get("kind") != "RayService"
     cluster = (spec.get("rayClusterSpec") if is_job else spec.get("rayClusterConfig")) or {}
     mode = spec.get("submissionMode", "K8sJobMode") if is_job else None
-    head = _pod_requests(((cluster.get("headGroupSpec") or {}).get("template")) or {})
+    head = pod_requests(((cluster.get("headGroupSpec") or {}).get("template")) or {})
     if cluster.get("enableInTreeAutoscaling"):
         options = (cluster.get("autoscalerOptions") or {}).get("resources")
         head = add_resources(head, _container_requests(options) if options else AUTOSCALER_REQUESTS)
@@ -374,13 +374,13 @@ def pod_sets(body: dict) -> list[dict]:
             count *= hosts
         sets.append(
             _pod_set(
-                str(group.get("groupName", "")).lower(), count, _pod_requests(group.get("template") or {})
+                str(group.get("groupName", "")).lower(), count, pod_requests(group.get("template") or {})
             )
         )
     if mode == "K8sJobMode":
         template = spec.get("submitterPodTemplate")
         sets.append(
-            _pod_set("submitter", 1, _pod_requests(template) if template else dict(SUBMITTER_REQUESTS))
+            _pod_set("submitter", 1, pod_requests(template) if template else dict(SUBMITTER_REQUESTS))
         )
     return sets
 
@@ -399,7 +399,7 @@ def _pod_set(name: str, count: int, requests: Mapping[str, Decimal]) -> dict:
     return {"name": name, "count": count, "requests": format_resources(requests, order=RESOURCE_ORDER)}
 
 
-def _pod_requests(template: Mapping) -> dict[str, Decimal]:
+def pod_requests(template: Mapping) -> dict[str, Decimal]:
     """A pod's effective requests: max(sum of containers, each init container) + overhead."""
     spec = template.get("spec") or {}
     main = add_resources(*(_container_requests(c.get("resources")) for c in spec.get("containers") or []))

@@ -30,7 +30,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from kueue_ray.quantity import human_quantity, parse_quantity
+from kueue_ray.quantity import parse_quantity, readable_amount
 
 if TYPE_CHECKING:
     from kueue_ray.waiting import Verdict
@@ -55,7 +55,7 @@ def usage(cluster_queue: dict) -> list[str]:
                 nominal = parse_quantity(resource.get("nominalQuota") or "0")
                 taken = used.get(key, Decimal(0))
                 lines.append(
-                    f"{key[1]} {human_quantity(taken)} of {human_quantity(nominal)} (flavor {key[0]})"
+                    f"{key[1]} {readable_amount(key[1], taken)} of {readable_amount(key[1], nominal)} (flavor {key[0]})"
                 )
     return lines
 

@@ -13,6 +13,8 @@ what a user sees there:
 * a user who may not read the DAG sees counts only on the queues page and nothing on its tasks' tab,
   while seeing their own DAG's RayJob;
 * a deploy task's Kueue tab shows its RayService serving, admitted through its RayCluster's Workload;
+* the queues page links that Workload to the deploy task, with what it uses, beside the team queue's
+  preemption policy in words and its cohort;
 * with the cluster gone, the page says so and keeps the last state with its age.
 
 The screenshots in docs/screenshots/ (README.md) are taken here, at those moments.
@@ -38,6 +40,7 @@ pytestmark = pytest.mark.timeout(1200)
 DAG = "text_classifier_finetune"
 QUEUE = "cluster-queue"
 QUEUES_PAGE = "/plugin/kueue-queues"
+QUEUES_FRAME = "Kueue"  # the navigation label, which Airflow gives the page's iframe as its title
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 SERVING_DAG = "aurora_finetune_and_serve"
 
@@ -50,6 +53,14 @@ return [...document.querySelectorAll('.admitted[data-cq="{QUEUE}"] .admitted-row
 """
 PAGE_HIDDEN = f"""
 return [...document.querySelectorAll('[data-cq="{QUEUE}"] .hidden-count')].map(n => Number(n.dataset.hidden))
+"""
+TEAM_A_ADMITTED = """
+return [...document.querySelectorAll('.admitted[data-cq="team-a-cq"] .admitted-row')].map(r => ({
+  run: r.dataset.runId || null, task: r.dataset.taskId || null, workload: r.dataset.workload,
+  requests: r.querySelector('.requests').innerText,
+  object: r.querySelector('.owner-object') ? r.querySelector('.owner-object').innerText : null,
+  tab: r.querySelector('a.muted') ? r.querySelector('a.muted').getAttribute('href') : null,
+}))
 """
 RECORD_POSITIONS = """
 window.__positions = [];
@@ -73,11 +84,18 @@ def kueue_pending(ui) -> list[list]:
     return [[i["positionInClusterQueue"] + 1, i["metadata"]["name"]] for i in summary.get("items") or ()]
 
 
+LAST_COMPARED: dict = {}
+"""What ``page_matches_kueue`` compared last: said when a wait for it runs out."""
+
+
 def page_matches_kueue(browser, ui, backfill_runs: int):
     """The page's (position, workload) rows equal Kueue's list, with ``backfill_runs`` of the backfill's
     runs among them (the DAG's own scheduled run may be queued too)."""
     rows = browser.js(PAGE_PENDING)
     expected = kueue_pending(ui)
+    LAST_COMPARED.update(
+        page=rows, kueue=expected, banner=browser.js("return document.getElementById('banner').innerText")
+    )
     shown = [[position, workload] for position, workload, _ in rows]
     backfill = sum(run_id.startswith("backfill__") for _, _, run_id in rows)
     return backfill == backfill_runs and shown == expected and rows
@@ -99,7 +117,7 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
     # The serving pipeline's scheduled run (unpausing makes it) runs beside the walkthrough, on the team
     # queues (team-a), not the single queue.
     ui.unpause(SERVING_DAG)
-    ops.open_in_airflow(QUEUES_PAGE, "Kueue queues")
+    ops.open_in_airflow(QUEUES_PAGE, QUEUES_FRAME)
 
     def before_prod() -> None:
         # 0. The running backfill run's wait task saw its RayJob run (then its timeline shows the
@@ -125,12 +143,15 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
         # 2. The prod run arrives and preempts the running dev run.
         seen["prod_id"] = prod_id
         ops.wait(lambda: prod_id in ops.js(PAGE_ADMITTED), 120, "the prod run admitted on the queues page")
-        seen["after_prod"] = ops.wait(
-            lambda: page_matches_kueue(ops, ui, 3), 60, "the preempted run pending again"
-        )
+        try:
+            seen["after_prod"] = ops.wait(
+                lambda: page_matches_kueue(ops, ui, 3), 60, "the preempted run pending again"
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last compared: {LAST_COMPARED}") from exc
         seen["admitted_after_prod"] = ops.js(PAGE_ADMITTED)
         ops.screenshot(SCREENSHOTS / "kueue-queues.png")
-        outsider.open_in_airflow(QUEUES_PAGE, "Kueue queues")
+        outsider.open_in_airflow(QUEUES_PAGE, QUEUES_FRAME)
         outsider.wait(
             lambda: outsider.js("return document.querySelectorAll('.hidden-count').length"), 30, "counts"
         )
@@ -208,6 +229,26 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
     }
     ops_tab.screenshot(SCREENSHOTS / "kueue-tab-rayservice.png")
 
+    # 4c. The queues page: who holds team-a's quota. The RayService's Workload is linked to the deploy
+    #     task, with what it uses; the team queue's policy and its cohort are drawn.
+    ops.open_in_airflow(QUEUES_PAGE, QUEUES_FRAME)
+    seen["serving_rows"] = ops.wait(
+        lambda: [row for row in ops.js(TEAM_A_ADMITTED) if row["task"] == "deploy_serve"],
+        60,
+        "the deploy task's Workload admitted on team-a-cq",
+    )
+    seen["serving_workloads"] = ui.custom.list_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "ray", "workloads"
+    )["items"]
+    seen["team_a_policy"] = ops.js(
+        "return [...document.querySelectorAll('.policy[data-cq=\"team-a-cq\"] .policy-line')].map(n => n.innerText)"
+    )
+    seen["cohort_members"] = ops.js(
+        "return [...document.querySelectorAll('.cohort-member')].map(r => r.dataset.cq)"
+    )
+    ops.js("document.querySelector('.admitted[data-cq=\"team-a-cq\"]').scrollIntoView({block: 'center'})")
+    ops.screenshot(SCREENSHOTS / "kueue-queues-rayservice.png")
+
     # 5. The outsider on a walkthrough task (the iframe's own page, as Airflow would load it) and on
     #    their own DAG's task.
     outsider.open_bare(f"/kueue/task-instance?dag_id={DAG}&run_id={preempted[0]}&task_id=wait&map_index=-1")
@@ -235,7 +276,7 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
     #    keeps showing them, with the age of what it shows.
     holder = ui.start_run(DAG, {"priority": "prod-priority", "epochs": 50})
     waiter = ui.start_run(DAG, {"priority": "dev-priority"})
-    ops.open_in_airflow(QUEUES_PAGE, "Kueue queues")
+    ops.open_in_airflow(QUEUES_PAGE, QUEUES_FRAME)
     ops.wait(lambda: holder in ops.js(PAGE_ADMITTED), 120, "the long prod run admitted")
     ops.wait(lambda: waiter in [row[2] for row in ops.js(PAGE_PENDING)], 120, "the dev run pending behind it")
     keep_request_log(pytestconfig, ui_kubesim)
@@ -353,6 +394,32 @@ def test_a_deploy_tasks_tab_shows_its_rayservice_serving_through_its_clusters_wo
     assert tab["queue_href"].endswith("#cq-team-a-cq"), tab["queue_href"]
     assert "RUNNING" in tab["applications"], tab["applications"]
     assert "queued" in tab["recorded"] and "preemption(s)" in tab["recorded"]
+
+
+def test_the_queues_page_links_the_rayservices_workload_to_its_deploy_task_with_its_requests(walkthrough):
+    serving_run = walkthrough["serving_run"]["dag_run_id"]
+    [row] = [row for row in walkthrough["serving_rows"] if row["run"] == serving_run]
+    [service] = [
+        s
+        for s in walkthrough["service_tab"]["rayservices"]
+        if (s["metadata"].get("annotations") or {}).get("airflow.apache.org/dag-id") == SERVING_DAG
+    ]
+    assert row["tab"] == kueue_tab_path(SERVING_DAG, serving_run, "deploy_serve")
+    # Admitted through the RayService's RayCluster (or the RayService itself), named as such.
+    assert service["metadata"]["name"] in row["object"], row
+    # What it holds, as Kueue counts it: the admission's resource usage, in the quota's units.
+    [workload] = [w for w in walkthrough["serving_workloads"] if w["metadata"]["name"] == row["workload"]]
+    gpus = sum(
+        int((a.get("resourceUsage") or {}).get("nvidia.com/gpu", 0))
+        for a in workload["status"]["admission"]["podSetAssignments"]
+    )
+    assert gpus and f"{gpus} nvidia.com/gpu" in row["requests"], row
+    assert " CPU" in row["requests"] and "Gi memory" in row["requests"] and "Ki" not in row["requests"], row
+    # The team queue's policy in words, and its cohort with both teams.
+    assert any("reclaimed by team-b-cq" in line for line in walkthrough["team_a_policy"]), walkthrough[
+        "team_a_policy"
+    ]
+    assert {"team-a-cq", "team-b-cq"} <= set(walkthrough["cohort_members"])
 
 
 def test_a_user_who_may_not_read_the_dag_sees_counts_only(walkthrough):

@@ -5,15 +5,18 @@ read the cluster itself, twenty open tabs would cost twenty sets of API calls pe
 api-server process keeps one informer-like cache, the triggerer's watch hub (``kueue_ray.hub``) applied
 to what the pages show:
 
-* one list+watch per watched namespace of this project's RayJobs and RayServices (the hub's label
-  selector), of Kueue Workloads (those Kueue made for a job: the ``kueue.x-k8s.io/job-uid`` label, which
-  covers a RayService's Workload and its RayClusters' as well as a RayJob's) and of LocalQueues, and one
-  cluster-wide list+watch of ClusterQueues;
+* one list+watch per watched namespace of this project's RayJobs, RayServices and RayClusters (the
+  hub's label selector: KubeRay copies a RayService's labels and annotations onto the RayClusters it
+  creates, so they carry the deploy task's identity), of Kueue Workloads (those Kueue made for a job:
+  the ``kueue.x-k8s.io/job-uid`` label, which covers a RayService's Workload and its RayClusters' as
+  well as a RayJob's) and of LocalQueues, and one cluster-wide list+watch of ClusterQueues;
 * Kueue's visibility API (pending workloads in queue order, with positions) read once per ClusterQueue
   and shared by every viewer: re-read only when a Workload or ClusterQueue changed since, at most once per
   ``visibility_min_interval``, and at least every ``visibility_max_age`` while someone looks;
 * a live :class:`~kueue_ray.timeline.Timeline` per RayJob, fed by the same ``status.observe`` as the
   trigger, so a task that is still waiting already has its timeline;
+* who preempted whom (``Snapshot.preempted_by``), from those live timelines;
+* who preempted whom (``Snapshot.preempted_by``), read from those live timelines;
 * a change counter (``version``): a page that already shows the current version is answered "no
   change" without building anything.
 
@@ -46,6 +49,7 @@ from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, AirflowIdentity
 from kueue_ray.shared_client import SharedApiClient, provider_connection
 from kueue_ray.status import observe
 from kueue_ray.timeline import Timeline, to_epoch
+from kueue_ray.ui.spans import preemptor_job_uid
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +60,20 @@ RAYJOBS, WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES = (
     api.CLUSTER_QUEUE.plural,
 )
 RAYSERVICES = api.RAYSERVICE.plural
+RAYCLUSTERS = api.RAYCLUSTER.plural
+IDENTIFIED = (RAYJOBS, RAYSERVICES, RAYCLUSTERS)
+"""The kinds whose annotations name the task instance that owns them, and whose uid a Workload's
+``kueue.x-k8s.io/job-uid`` label (and owner reference) carries: Kueue makes a Workload for a RayJob, for a
+RayService (its shipped configuration) or for each RayCluster of a RayService (``ray.io/rayservice`` left
+out of its frameworks)."""
 CLUSTER_QUEUE_PENDING_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{name}/pendingworkloads"
 VISIBILITY_LIMIT = 100000
 """Kueue's cap for ``limit``: the whole queue, so positions and counts stay exact."""
 
 
 def watched_resources(conn_id: str, namespaces: list[str]) -> list[Target]:
-    """The loops one cache runs: per namespace RayJobs, RayServices, Workloads and LocalQueues;
-    ClusterQueues once.
+    """The loops one cache runs: per namespace RayJobs, RayServices, RayClusters, Workloads and
+    LocalQueues; ClusterQueues once.
 
     RayServices are watched, not read when a deploy task's tab asks: what that tab shows changes with the
     RayService alone (its clusters' states, the Serve applications, the traffic switch) while its
@@ -71,12 +81,18 @@ def watched_resources(conn_id: str, namespaces: list[str]) -> list[Target]:
     they show bumps it. Reading on demand would either cost a read per open tab per poll or, cached with
     an age, answer "unchanged" over a switch that happened. The watch costs one connection per namespace
     and carries only this project's RayServices (the label selector), a few objects that change rarely.
+
+    RayClusters are watched for who owns a RayService's cluster Workloads: each carries the annotations of
+    the deploy try that created it, so during an upgrade the serving cluster stays attributed to the run
+    that deployed it and the new one to the run upgrading it (the RayService's own annotations name only
+    the latter). Same label selector: a RayJob's cluster carries it too, a few objects per running job.
     """
     loops = [Target(conn_id, api.KUEUE_GROUP, api.KUEUE_VERSION, CLUSTER_QUEUES, None)]
     for namespace in namespaces:
         loops += [
             Target(conn_id, api.RAY_GROUP, api.RAY_VERSION, RAYJOBS, namespace, MANAGED_BY_SELECTOR),
             Target(conn_id, api.RAY_GROUP, api.RAY_VERSION, RAYSERVICES, namespace, MANAGED_BY_SELECTOR),
+            Target(conn_id, api.RAY_GROUP, api.RAY_VERSION, RAYCLUSTERS, namespace, MANAGED_BY_SELECTOR),
             Target(conn_id, api.KUEUE_GROUP, api.KUEUE_VERSION, WORKLOADS, namespace, JOB_UID_LABEL),
             Target(conn_id, api.KUEUE_GROUP, api.KUEUE_VERSION, LOCAL_QUEUES, namespace),
         ]
@@ -93,7 +109,8 @@ class CacheSettings(ListWatchSettings):
     visibility_min_interval: float = 2.0
     visibility_max_age: float = 30.0
     max_timelines: int = 5000
-    """Timelines (and identities) of RayJobs kept after they are gone, oldest dropped first."""
+    """Timelines of RayJobs (and identities of RayJobs, RayServices and RayClusters) kept after they are
+    gone, oldest dropped first."""
 
 
 @dataclass(frozen=True)
@@ -135,12 +152,18 @@ class Snapshot:
     workloads: list[dict]
     rayjobs: list[dict]
     identities: dict[str, AirflowIdentity]
-    """RayJob uid -> the task instance that owns it, also for RayJobs already deleted."""
+    """RayJob, RayService or RayCluster uid -> the task instance that owns it (its annotations), also for
+    objects already deleted."""
     namespaces: list[str]
     health: Health
     version: int
     rayservices: list[dict] = field(default_factory=list)
     """This project's RayServices (deploy tasks)."""
+    rayclusters: list[dict] = field(default_factory=list)
+    """This project's RayClusters (a RayService's, a RayJob's)."""
+    preempted_by: dict[str, list[dict]] = field(default_factory=dict)
+    """Preemptor job uid -> the preemptions of RayJobs it caused, as their live timelines recorded them:
+    [{"job_uid", "at" (epoch), "reason", "message"}], oldest first."""
 
 
 def describe_error(exc: BaseException) -> str:
@@ -234,6 +257,7 @@ class ClusterCache:
         self._by_uid: dict[tuple[str, str | None, str], str] = {}
         """(kind, namespace, RayJob uid) -> name: the RayJob with that uid, and the Workload Kueue made for
         it (its ``job-uid`` label)."""
+        self._victims: tuple[int, dict[str, list[dict]]] = (-1, {})
         self._started = False
 
     # ----- lifecycle -------------------------------------------------------------------------------
@@ -265,11 +289,27 @@ class ClusterCache:
             workloads=objects(WORKLOADS),
             rayjobs=objects(RAYJOBS),
             rayservices=objects(RAYSERVICES),
+            rayclusters=objects(RAYCLUSTERS),
+            preempted_by=self._preempted_by(),
             identities=dict(self._identities),
             namespaces=list(self.namespaces),
             health=self.health(),
             version=self.version,
         )
+
+    def _preempted_by(self) -> dict[str, list[dict]]:
+        """``Snapshot.preempted_by``, from every timeline this process keeps (built once per version)."""
+        if self._victims[0] != self.version:
+            victims: dict[str, list[dict]] = {}
+            for uid, timeline in self._timelines.items():
+                for preemption in timeline.preemptions:
+                    preemptor = preemptor_job_uid(preemption.get("message"))
+                    if preemptor:
+                        victims.setdefault(preemptor, []).append({"job_uid": uid, **preemption})
+            for found in victims.values():
+                found.sort(key=lambda p: p.get("at") or 0)
+            self._victims = (self.version, victims)
+        return self._victims[1]
 
     def health(self) -> Health:
         # (failing since, error, last success) of every loop and visibility read that currently fails
@@ -366,7 +406,7 @@ class ClusterCache:
                         self._queue_versions[known] += 1
                 else:
                     self._queue_versions[cluster_queue] += 1
-        if target.plural == RAYJOBS:
+        if target.plural in IDENTIFIED:
             self._remember(obj)
         uid = self._rayjob_uid(target.plural, obj)
         if uid is not None:
@@ -429,8 +469,8 @@ class ClusterCache:
             and self._loop(WORKLOADS, namespace).listed.is_set()
         )
 
-    def _remember(self, rayjob: dict) -> None:
-        metadata = rayjob.get("metadata") or {}
+    def _remember(self, obj: dict) -> None:
+        metadata = obj.get("metadata") or {}
         identity = AirflowIdentity.from_annotations(metadata.get("annotations"))
         uid = metadata.get("uid")
         if identity is not None and uid:

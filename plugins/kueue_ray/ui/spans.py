@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kueue_ray.narration import readable_quantities
 from kueue_ray.phases import TERMINAL_PHASES, Phase
 from kueue_ray.timeline import to_epoch, to_iso
 
@@ -48,10 +49,10 @@ LABELS = {
 _JOB_UID = re.compile(r"JobUID: ([^,\s)]+)")
 
 
-def kind_of(phase: str) -> str:
+def kind_of(phase: str, terminal: frozenset[str] = frozenset(p.value for p in TERMINAL_PHASES)) -> str:
     """The span kind of a phase; phases this module does not know yet (a newer status model) keep their
-    own name, lower-cased, and terminal ones are "finished"."""
-    if phase in {p.value for p in TERMINAL_PHASES}:
+    own name, lower-cased, and ``terminal`` ones (a RayJob's by default) are "finished"."""
+    if phase in terminal:
         return "finished"
     if phase in _KIND:
         return _KIND[phase]
@@ -88,7 +89,11 @@ def transitions_of(timeline: dict[str, Any]) -> list[dict]:
     return [{"reason": "", "message": "", **m} for m in moments]
 
 
-def build_spans(timeline: dict[str, Any], now: float) -> list[dict]:
+def build_spans(
+    timeline: dict[str, Any],
+    now: float,
+    terminal: frozenset[str] = frozenset(p.value for p in TERMINAL_PHASES),
+) -> list[dict]:
     """Spans from the transitions: each lasts until the next one (the current one until ``now``); the
     terminal phase is a zero-length "finished" span carrying the outcome.
 
@@ -98,7 +103,7 @@ def build_spans(timeline: dict[str, Any], now: float) -> list[dict]:
     spans: list[dict] = []
     preempted_before = False
     for index, transition in enumerate(transitions):
-        kind = kind_of(transition["phase"])
+        kind = kind_of(transition["phase"], terminal)
         if kind == "queued" and preempted_before:
             kind = "requeued"
         start = transition["at"]
@@ -117,11 +122,52 @@ def build_spans(timeline: dict[str, Any], now: float) -> list[dict]:
             "duration_seconds": round(end - start, 3),
             "ongoing": kind != "finished" and index + 1 == len(transitions),
             "reason": transition.get("reason") or "",
-            "message": transition.get("message") or "",
+            "message": readable_quantities(transition.get("message") or ""),
         }
+        if kind == "finished" and transition["phase"] not in {p.value for p in TERMINAL_PHASES}:
+            span["label"] = f"Finished waiting: {transition['phase'].replace('_', ' ').lower()}"
         if kind in ("preempted", "evicted"):
             preempted_before = True
         if kind == "preempted":
             span["preemptor_job_uid"] = preemptor_job_uid(span["message"])
         spans.append(span)
     return spans
+
+
+def service_transitions(timeline: dict[str, Any]) -> list[dict]:
+    """A deploy task's RayService timeline (``service_waiting.ServiceTimeline`` as recorded in its XCom,
+    or one made from the cluster's objects while it waits) as transitions ``build_spans`` draws: queued
+    from the deploy, admitted (the cluster starting and Serve deploying) at each admission, preempted and
+    requeued at each preemption, and the phase the wait ended in.
+
+    >>> [t["phase"] for t in service_transitions({"submitted_at": "2026-12-01T10:00:00Z",
+    ...     "admissions": [{"at": "2026-12-01T10:00:30Z"}], "serving_at": "2026-12-01T10:01:00Z",
+    ...     "final_phase": "SERVING"})]
+    ['QUEUED', 'ADMITTED', 'SERVING']
+    """
+    moments: list[dict] = []
+    if timeline.get("submitted_at"):
+        moments.append({"at": to_epoch(timeline["submitted_at"]), "phase": Phase.QUEUED.value})
+    for admission in timeline.get("admissions") or ():
+        if admission.get("at"):
+            moments.append({"at": to_epoch(admission["at"]), "phase": Phase.ADMITTED.value})
+    for preemption in timeline.get("preemptions") or ():
+        if not preemption.get("at"):
+            continue
+        at = to_epoch(preemption["at"])
+        words = {
+            "reason": preemption.get("reason") or "Preempted",
+            "message": preemption.get("message") or "",
+        }
+        moments.append({"at": at, "phase": Phase.PREEMPTED.value, **words})
+        moments.append({"at": at, "phase": Phase.QUEUED.value})
+    end = timeline.get("serving_at") or timeline.get("finished_at")
+    if end and timeline.get("final_phase"):
+        moments.append({"at": to_epoch(end), "phase": timeline["final_phase"]})
+    moments.sort(key=lambda m: m["at"])  # stable: a preemption's requeue stays after it
+    return [{"reason": "", "message": "", **m} for m in moments]
+
+
+def service_spans(timeline: dict[str, Any], now: float, terminal: frozenset[str]) -> list[dict]:
+    """``build_spans`` of ``service_transitions``; ``terminal``: the RayService phases that end a wait."""
+    return build_spans({"transitions": service_transitions(timeline)}, now, terminal) if timeline else []

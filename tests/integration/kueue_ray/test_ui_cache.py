@@ -12,7 +12,7 @@ from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.serving import RAYSERVICE_XCOM_KEY
 from kueue_ray.ui.access import Access
 from kueue_ray.ui.cache import CacheSettings, ClusterCache
-from kueue_ray.ui.views import Links, TaskRef, service_cluster_queue, task_view
+from kueue_ray.ui.views import Links, TaskRef, queues_view, service_cluster_queue, task_view
 
 from tests.integration.kueue_ray.serve_support import defer, deploy_op, run_context, service_body
 from tests.integration.kueue_ray.test_hub import quota_reserved
@@ -172,6 +172,53 @@ def test_positions_and_the_timeline_follow_the_cluster_live(
         assert phases[-1] == "SUCCEEDED", phases
         assert "RUNNING" in phases
     assert [t["phase"] for t in second_timeline["transitions"]][0] == "QUEUED"
+
+
+@RAY_JOB_RUNS
+def test_the_cache_knows_whom_a_rayjob_preempted_and_the_queues_page_attributes_both(
+    queues, rayjob_body, task_context, connection
+):
+    victim = submit(queues, rayjob_body, task_context, "victim", "inf")
+    reader = Access(user_name="ops", dag_ids=frozenset({"ml_pipeline"}))
+
+    async def scenario():
+        cache = ClusterCache(connection, [queues.namespace], QUICK)
+        await cache.start()
+        try:
+            await until(
+                lambda: any(quota_reserved(w) for w in cache.snapshot().workloads), what="the victim admitted"
+            )
+            prod = submit(queues, rayjob_body, task_context, "prod", "inf", priority=queues.high)
+            await until(lambda: cache.snapshot().preempted_by.get(prod["uid"]), what="the preemption seen")
+
+            async def view() -> dict:
+                read = await cache.pending(queues.cluster_queue)
+                return queues_view(cache.snapshot(), {queues.cluster_queue: read}, reader, Links())
+
+            async def victim_pending() -> dict | None:
+                shown = await view()
+                [queue] = [q for q in shown["cluster_queues"] if q["name"] == queues.cluster_queue]
+                tasks = [row["owner"].get("task_id") for row in queue["pending"]["items"]]
+                return shown if tasks == ["victim"] else None
+
+            deadline = time.monotonic() + 60
+            while not (shown := await victim_pending()):
+                assert time.monotonic() < deadline, "the preempted RayJob not shown pending again"
+                await asyncio.sleep(0.2)
+            return prod, cache.snapshot(), shown
+        finally:
+            await cache.stop()
+
+    prod, snapshot, view = asyncio.run(scenario())
+    [preemption] = snapshot.preempted_by[prod["uid"]]
+    assert preemption["job_uid"] == victim["uid"] and "Preempted to accommodate" in preemption["message"]
+    [queue] = [q for q in view["cluster_queues"] if q["name"] == queues.cluster_queue]
+    # The page's rows: prod admitted, the victim pending again in position 1, both with their requests.
+    assert [row["owner"]["task_id"] for row in queue["admitted"]["items"]] == ["prod"]
+    [pending] = queue["pending"]["items"]
+    assert (pending["owner"]["task_id"], pending["position"]) == ("victim", 1)
+    rows = queue["admitted"]["items"] + queue["pending"]["items"]
+    assert all(row["requests"] for row in rows), rows
 
 
 @RAY_SERVE

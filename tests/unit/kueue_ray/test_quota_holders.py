@@ -88,3 +88,22 @@ def test_an_unreadable_cluster_queue_adds_nothing():
 
 def test_the_module_example_holds():
     assert doctest.testmod(module).failed == 0
+
+
+def test_memory_usage_is_spelled_in_binary_units_beside_a_binary_quota():
+    """Not "~343.81G of 384Gi": both sides in the one spelling the Kueue pages use too."""
+    from kueue_ray.quota_holders import usage
+
+    cq = {
+        "spec": {
+            "resourceGroups": [
+                {"flavors": [{"name": "default", "resources": [{"name": "memory", "nominalQuota": "384Gi"}]}]}
+            ]
+        },
+        "status": {
+            "flavorsReservation": [
+                {"name": "default", "resources": [{"name": "memory", "total": "335750000Ki"}]}
+            ]
+        },
+    }
+    assert usage(cq) == ["memory 320.2Gi of 384Gi (flavor default)"]

@@ -89,3 +89,21 @@ def test_preemptor_uid_is_read_from_kueues_message_only_when_kueue_knew_it():
     assert preemptor_job_uid(PREEMPTED) == "9d2e-job"
     assert preemptor_job_uid("Preempted to accommodate a workload (UID: x, JobUID: UNKNOWN) due to") is None
     assert preemptor_job_uid("Exceeded the PodsReady timeout ray/wl") is None
+
+
+def test_kueues_raw_binary_amounts_are_spelled_as_the_queues_page_spells_them():
+    message = (
+        "couldn't assign flavors to pod set workers: insufficient unused quota for memory in flavor default, "
+        "7812500Ki more needed"
+    )
+    [span] = build_spans({"transitions": [transition(0, "QUEUED", "Pending", message)]}, now=T0 + 10)
+    assert span["message"].endswith("memory in flavor default, 7.45Gi more needed"), span["message"]
+    assert "Ki" not in span["message"]
+
+
+def test_the_module_examples_hold():
+    import doctest
+
+    from kueue_ray.ui import spans
+
+    assert doctest.testmod(spans).failed == 0

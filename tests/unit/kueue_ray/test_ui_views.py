@@ -42,7 +42,12 @@ def rayjob(name: str, uid: str, owner: AirflowIdentity | None, *, queue: str = "
 
 
 def workload(
-    name: str, job_uid: str, *, admitted_at: float | None = None, priority=("dev-priority", 100)
+    name: str,
+    job_uid: str,
+    *,
+    admitted_at: float | None = None,
+    priority=("dev-priority", 100),
+    owner_kind: str = "RayJob",
 ) -> dict:
     conditions = []
     status: dict = {"conditions": conditions}
@@ -57,23 +62,34 @@ def workload(
         )
     else:
         conditions.append({"type": "QuotaReserved", "status": "True", "lastTransitionTime": iso(admitted_at)})
-        status["admission"] = {"clusterQueue": "cluster-queue", "podSetAssignments": []}
+        status["admission"] = {
+            "clusterQueue": "cluster-queue",
+            "podSetAssignments": [
+                {"name": "head", "resourceUsage": {"cpu": "1", "memory": "8G"}},
+                {"name": "workers", "resourceUsage": {"cpu": "2500m", "memory": "7812500Ki"}},
+            ],
+        }
     return {
         "kind": "Workload",
         "metadata": {
             "name": name,
             "namespace": "ray",
             "labels": {"kueue.x-k8s.io/job-uid": job_uid},
-            "ownerReferences": [{"kind": "RayJob", "uid": job_uid}],
+            "ownerReferences": [{"kind": owner_kind, "name": name.removeprefix("wl-"), "uid": job_uid}],
             "creationTimestamp": iso(0),
         },
         "spec": {
+            "podSets": [{"name": "head", "count": 1, "template": pod(cpu="1", memory="2Gi")}],
             "queueName": "default",
             "priority": priority[1],
             "priorityClassRef": {"name": priority[0], "kind": "WorkloadPriorityClass"},
         },
         "status": status,
     }
+
+
+def pod(**requests: str) -> dict:
+    return {"spec": {"containers": [{"name": "ray", "resources": {"requests": requests}}]}}
 
 
 CLUSTER_QUEUE = {
@@ -121,8 +137,8 @@ SECRET = identity(OTHER, "manual__1")
 THIRD = identity(DAG, "backfill__2026-10-03T00:00:00+00:00")
 
 
-def pending_entry(name: str, job_uid: str | None, position: int, priority: int = 100) -> dict:
-    refs = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "uid": job_uid}] if job_uid else []
+def pending_entry(name: str, job_uid: str, position: int, priority: int = 100, kind: str = "RayJob") -> dict:
+    refs = [{"apiVersion": "ray.io/v1", "kind": kind, "name": name.removeprefix("wl-"), "uid": job_uid}]
     return {
         "metadata": {"name": name, "namespace": "ray", "creationTimestamp": iso(0), "ownerReferences": refs},
         "priority": priority,
@@ -144,7 +160,7 @@ def snapshot(healthy: bool = True) -> Snapshot:
         workload("wl-first", "u-first"),
         workload("wl-secret", "u-secret", priority=("prod-priority", 1000)),
         workload("wl-third", "u-third"),
-        workload("wl-batch-job", "u-plain-job", admitted_at=7),
+        workload("wl-batch-job", "u-plain-job", admitted_at=7, owner_kind="Job"),
     ]
     health = Health(True, T0 + 100, None, None) if healthy else Health(False, T0 + 40, T0 + 45, "refused")
     return Snapshot(
@@ -165,7 +181,7 @@ PENDING = PendingRead(
             pending_entry("wl-secret", "u-secret", 0, 1000),
             pending_entry("wl-first", "u-first", 1),
             pending_entry("wl-third", "u-third", 2),
-            pending_entry("wl-someone-elses-job", None, 3),
+            pending_entry("wl-someone-elses-job", "u-someone", 3, kind="Job"),
         ]
     },
     fetched_at=T0 + 99,
@@ -177,11 +193,20 @@ def test_pending_workloads_keep_kueues_order_and_positions_and_unreadable_ones_a
     view = queues_view(snapshot(), {"cluster-queue": PENDING}, READER, LINKS, now=T0 + 100)
     [queue] = view["cluster_queues"]
     pending = queue["pending"]
-    assert [(item["position"], item["owner"]["run_id"]) for item in pending["items"]] == [
+    assert [(item["position"], item["owner"].get("run_id")) for item in pending["items"]] == [
         (2, FIRST.run_id),
         (3, THIRD.run_id),
+        (4, None),
     ]
-    assert pending["hidden"] == 2 and pending["total"] == 4
+    # A workload Airflow did not submit is a row of its own, labelled, never a DAG's.
+    assert pending["items"][2]["owner"]["not_airflow"] is True
+    assert pending["items"][2]["owner"]["description"] == "not from Airflow: Job ray/someone-elses-job"
+    # The unreadable DAG's workload: counted, with what it asks for, nothing else.
+    assert pending["hidden"] == 1 and pending["total"] == 4
+    assert pending["hidden_requests"] == [
+        {"resource": "cpu", "amount": "1"},
+        {"resource": "memory", "amount": "2Gi"},
+    ]
     assert pending["items"][0]["waiting_seconds"] == 100
     assert pending["items"][0]["owner"]["kueue_tab_url"] == "/airflow" + kueue_tab_path(
         DAG, FIRST.run_id, "submit"
@@ -193,9 +218,15 @@ def test_pending_workloads_keep_kueues_order_and_positions_and_unreadable_ones_a
 def test_admitted_workloads_have_their_age_and_foreign_ones_are_counted():
     view = queues_view(snapshot(), {"cluster-queue": PENDING}, READER, LINKS, now=T0 + 100)
     admitted = view["cluster_queues"][0]["admitted"]
-    assert [(item["workload"], item["age_seconds"]) for item in admitted["items"]] == [("wl-running", 95)]
+    assert [(item["workload"], item["age_seconds"]) for item in admitted["items"]] == [
+        ("wl-running", 95),
+        ("wl-batch-job", 93),
+    ]
     assert admitted["items"][0]["priority"] == {"class": "dev-priority", "value": 100}
-    assert admitted["hidden"] == 1  # the batch Job's workload: not from Airflow
+    assert admitted["hidden"] == 0
+    [plain] = [item for item in admitted["items"] if item["owner"].get("not_airflow")]
+    assert plain["workload"] == "wl-batch-job"
+    assert plain["owner"]["description"] == "not from Airflow: Job ray/batch-job"
 
 
 def test_another_deployments_workloads_are_named_as_such_and_never_linked():
@@ -221,7 +252,14 @@ def test_quota_rows_show_usage_against_nominal_and_the_borrowing_and_lending_lim
     view = queues_view(snapshot(), {}, READER, LINKS, now=T0 + 100)
     queue = view["cluster_queues"][0]
     assert queue["cohort"] == "shared"
-    assert view["cohorts"] == [{"name": "shared", "cluster_queues": ["cluster-queue"]}]
+    [cohort] = view["cohorts"]
+    assert (cohort["name"], cohort["cluster_queues"]) == ("shared", ["cluster-queue"])
+    assert cohort["members"][0]["usage"][0] == {"usage": "3.75", "nominal": "2.5", "borrowed": "1.25"}
+    # The priority classes the cluster's Workloads carry, lowest first.
+    assert queue["preemption_words"] == [
+        "dev-priority work here is never preempted.",
+        "prod-priority work here is never preempted.",
+    ]
     cpu, gpu = queue["quota"]
     assert (cpu["usage"], cpu["nominal"], cpu["borrowing_limit"], cpu["lending_limit"], cpu["borrowed"]) == (
         "3.75",
@@ -246,9 +284,9 @@ def test_a_user_who_reads_every_dag_sees_every_airflow_workload():
     pending = queues_view(snapshot(), {"cluster-queue": PENDING}, everyone, LINKS, now=T0 + 100)[
         "cluster_queues"
     ][0]["pending"]
-    assert [item["position"] for item in pending["items"]] == [1, 2, 3]
+    assert [item["position"] for item in pending["items"]] == [1, 2, 3, 4]
     assert pending["items"][0]["priority"] == {"class": "prod-priority", "value": 1000}
-    assert pending["hidden"] == 1
+    assert pending["hidden"] == 0
 
 
 def test_an_unreachable_cluster_is_reported_with_the_age_of_the_state_shown():
@@ -311,6 +349,35 @@ def test_a_preemptor_is_named_only_to_users_who_may_read_its_dag():
     hidden = tab(READER, preempted_timeline("u-secret"))["timeline"]["spans"][2]["preemptor"]
     assert hidden == {"known": False, "description": HIDDEN_OWNER}
     assert OTHER not in str(tab(READER, preempted_timeline("u-secret")))
+
+
+def test_the_preemptors_tab_lists_whom_it_preempted_under_the_same_reading_rule():
+    """The prod run (u-first here) preempted a readable dev run and one of a DAG the user may not read."""
+    shot = snapshot()
+    at = T0 + 50
+    shot.preempted_by["u-first"] = [
+        {"job_uid": "u-running", "at": at, "reason": "InClusterQueue", "message": "Preempted ..."},
+        {"job_uid": "u-secret", "at": at + 1, "reason": "InClusterQueue", "message": "Preempted ..."},
+    ]
+    view = task_view(
+        TaskRef(DAG, FIRST.run_id, "submit"),
+        rayjob_xcom={"name": "rj-first", "namespace": "ray", "uid": "u-first", "queue": "default"},
+        timeline_xcom=None,
+        dashboard_link=None,
+        snapshot=shot,
+        live_timeline=None,
+        pending=PENDING,
+        access=READER,
+        links=LINKS,
+        now=T0 + 100,
+    )
+    readable, hidden = view["preempted"]
+    assert readable["at"] == datetime.fromtimestamp(at, UTC).isoformat()
+    assert readable["victim"]["description"] == f"DAG {DAG}, run {RUNNING.run_id}, task submit"
+    assert readable["victim"]["kueue_tab_url"] == "/airflow" + kueue_tab_path(DAG, RUNNING.run_id, "submit")
+    assert hidden["victim"] == {"description": HIDDEN_OWNER}
+    assert OTHER not in str(view)
+    assert tab(READER, None)["preempted"] == []  # it preempted nobody
 
 
 def test_the_tasks_own_timeline_xcom_wins_over_the_live_one_once_written():
@@ -485,3 +552,166 @@ def test_a_deleted_or_recreated_rayservice_shows_what_the_task_recorded():
     assert view["rayservice"]["active_cluster"] == "aurora-serve-raycluster-a"
     assert view["phase"]["words"].startswith("Serving") and "no longer exists" in view["phase"]["words"]
     assert (view["timeline"]["source"], view["timeline"]["preemption_count"]) == ("xcom", 1)
+
+
+def test_a_deploy_tasks_recorded_timeline_is_drawn_as_spans_like_a_rayjobs():
+    service = rayservice(DEPLOY, active=cluster("aurora-serve-raycluster-b", "ready", "RUNNING"))
+    recorded = {
+        "submitted_at": iso(0),
+        "admissions": [{"at": iso(10), "cluster": "a"}, {"at": iso(40), "cluster": "b"}],
+        "preemptions": [{"at": iso(25), "cluster": "a", "message": "Preempted to accommodate a workload"}],
+        "serving_at": T0 + 70,
+        "finished_at": T0 + 70,
+        "final_phase": "SERVING",
+        "queued_seconds": 25.0,
+        "starting_seconds": 45.0,
+        "preemption_count": 1,
+    }
+    spans = deploy_tab([service], [], timeline=recorded)["timeline"]["spans"]
+    assert [(s["kind"], s["duration_seconds"]) for s in spans] == [
+        ("queued", 10),
+        ("admitted", 15),
+        ("preempted", 0),
+        ("requeued", 15),
+        ("admitted", 30),
+        ("finished", 0),
+    ]
+    assert spans[2]["message"] == "Preempted to accommodate a workload"
+    assert spans[-1]["phase"] == "SERVING" and spans[-1]["label"] == "Finished waiting: serving"
+
+
+def test_a_waiting_deploy_tasks_spans_come_from_its_workload_until_it_records_its_own():
+    service = rayservice(DEPLOY, active=cluster("aurora-serve-raycluster-a", "suspended"))
+    queued = owned_workload("rayservice-aurora-serve-1", "RayService", "aurora-serve", "u-svc")
+    view = deploy_tab([service], [queued])
+    assert view["timeline"]["source"] == "live"
+    [span] = view["timeline"]["spans"]
+    assert (span["kind"], span["ongoing"], span["duration_seconds"]) == ("queued", True, 100)
+
+
+SERVING_DAG = "aurora_finetune_and_serve"
+DEPLOYED = AirflowIdentity(SERVING_DAG, "deploy_serve", "scheduled__2026-12-01T00:00:00+00:00")
+UPGRADING = AirflowIdentity(SERVING_DAG, "deploy_serve", "manual__2026-12-02T09:00:00+00:00")
+
+
+def cluster_of_service(name: str, uid: str, service_uid: str) -> dict:
+    """A RayCluster KubeRay made for RayService ``aurora``: owned by it (its annotations are in the cache's
+    identities, as KubeRay copies the RayService's)."""
+    return {
+        "kind": "RayCluster",
+        "metadata": {
+            "name": name,
+            "namespace": "ray",
+            "uid": uid,
+            "ownerReferences": [
+                {"kind": "RayService", "name": "aurora", "uid": service_uid, "controller": True}
+            ],
+        },
+    }
+
+
+def serving_snapshot() -> Snapshot:
+    """Aurora during an upgrade: the scheduled run's cluster serves (admitted, 2 GPUs), the manual run's
+    new cluster waits for quota (4 GPUs); Kueue admits each RayCluster through a Workload of its own."""
+    service = {
+        "kind": "RayService",
+        "metadata": {
+            "name": "aurora",
+            "namespace": "ray",
+            "uid": "u-svc",
+            "annotations": UPGRADING.annotations(),
+        },
+        "status": {
+            "activeServiceStatus": {"rayClusterName": "aurora-old"},
+            "pendingServiceStatus": {"rayClusterName": "aurora-new"},
+        },
+    }
+    serving = workload("wl-aurora-old", "u-old", admitted_at=5, owner_kind="RayCluster")
+    serving["status"]["admission"]["podSetAssignments"] = [
+        {"name": "head", "resourceUsage": {"cpu": "4", "memory": "16Gi"}},
+        {"name": "gpu", "resourceUsage": {"cpu": "16", "memory": "128Gi", "nvidia.com/gpu": "2"}},
+    ]
+    waiting = workload("wl-aurora-new", "u-new", owner_kind="RayCluster")
+    waiting["spec"]["podSets"] = [
+        {"name": "head", "count": 1, "template": pod(cpu="4", memory="16Gi")},
+        {"name": "gpu", "count": 4, "template": pod(**{"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"})},
+    ]
+    return Snapshot(
+        cluster_queues=[CLUSTER_QUEUE],
+        local_queues=[LOCAL_QUEUE],
+        workloads=[serving, waiting],
+        rayjobs=[],
+        rayservices=[service],
+        rayclusters=[
+            cluster_of_service("aurora-old", "u-old", "u-svc"),
+            cluster_of_service("aurora-new", "u-new", "u-svc"),
+        ],
+        identities={"u-svc": UPGRADING, "u-old": DEPLOYED, "u-new": UPGRADING},
+        namespaces=["ray"],
+        health=Health(True, T0 + 100, None, None),
+        version=3,
+    )
+
+
+SERVING_PENDING = PendingRead(
+    summary={"items": [pending_entry("wl-aurora-new", "u-new", 0, kind="RayCluster")]}, fetched_at=T0 + 99
+)
+
+
+def test_a_rayservices_cluster_workloads_are_linked_to_the_deploy_task_of_the_run_that_made_each():
+    reader = Access(user_name="ops", dag_ids=frozenset({SERVING_DAG}))
+    view = queues_view(serving_snapshot(), {"cluster-queue": SERVING_PENDING}, reader, LINKS, now=T0 + 100)
+    [queue] = view["cluster_queues"]
+    [admitted] = queue["admitted"]["items"]
+    [pending] = queue["pending"]["items"]
+    # During the upgrade the serving cluster is still the scheduled run's, the new one the manual run's.
+    assert (admitted["owner"]["run_id"], admitted["owner"]["task_id"]) == (DEPLOYED.run_id, "deploy_serve")
+    assert admitted["owner"]["object"] == {
+        "kind": "RayCluster",
+        "name": "aurora-old",
+        "rayservice": "aurora",
+        "role": "active",
+    }
+    assert admitted["owner"]["kueue_tab_url"] == "/airflow" + kueue_tab_path(
+        SERVING_DAG, DEPLOYED.run_id, "deploy_serve"
+    )
+    assert (pending["owner"]["run_id"], pending["owner"]["object"]["role"]) == (UPGRADING.run_id, "pending")
+    # What each asks for, in the quota's units: admitted usage, or the pending pod sets' total.
+    assert admitted["requests"] == [
+        {"resource": "cpu", "amount": "20"},
+        {"resource": "memory", "amount": "144Gi"},
+        {"resource": "nvidia.com/gpu", "amount": "2"},
+    ]
+    assert pending["requests"] == [
+        {"resource": "cpu", "amount": "36"},
+        {"resource": "memory", "amount": "272Gi"},
+        {"resource": "nvidia.com/gpu", "amount": "4"},
+    ]
+    assert queue["pending"]["hidden"] == queue["admitted"]["hidden"] == 0
+
+
+def test_a_rayservices_cluster_workloads_are_counted_with_their_requests_for_other_users():
+    view = queues_view(serving_snapshot(), {"cluster-queue": SERVING_PENDING}, READER, LINKS, now=T0 + 100)
+    [queue] = view["cluster_queues"]
+    assert queue["admitted"]["items"] == [] and queue["pending"]["items"] == []
+    assert queue["admitted"]["hidden"] == queue["pending"]["hidden"] == 1
+    assert queue["pending"]["hidden_requests"][-1] == {"resource": "nvidia.com/gpu", "amount": "4"}
+    assert "aurora" not in str(view) and SERVING_DAG not in str(view)
+
+
+def test_admitted_requests_are_kueues_usage_in_binary_units_not_kubernetes_raw_ones():
+    view = queues_view(snapshot(), {}, READER, LINKS, now=T0 + 100)
+    [running, _] = view["cluster_queues"][0]["admitted"]["items"]
+    # 1 + 2.5 CPU; 8G + 7812500Ki (8G again) of memory, read as Gi.
+    assert running["requests"] == [
+        {"resource": "cpu", "amount": "3.5"},
+        {"resource": "memory", "amount": "14.9Gi"},
+    ]
+
+
+def test_the_holders_module_examples_hold():
+    import doctest
+
+    from kueue_ray.ui.views import holders
+
+    assert doctest.testmod(holders).failed == 0

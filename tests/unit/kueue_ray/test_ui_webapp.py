@@ -121,3 +121,25 @@ def test_loading_the_plugin_in_a_worker_imports_neither_fastapi_nor_the_ui(tmp_p
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_plugins_urls_hold_no_placeholder_airflow_may_leave_and_its_nav_label_fits():
+    """Airflow replaces {MAP_INDEX} only on a mapped task's page (the literal stayed in every other tab's
+    URL), and its navigation cuts labels after about eight characters ("Kueue qu…")."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "plugins" / "kueue_ray_ui_plugin.py"
+    spec = importlib.util.spec_from_file_location("kueue_ray_ui_plugin_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    views = {view["destination"]: view for view in module.KueueRayUIPlugin.external_views}
+    assert len(views["nav"]["name"]) <= 8, views["nav"]["name"]
+    assert "{" not in views["nav"]["href"]
+    # The task instance's route always has these three; a map index only when the task is mapped.
+    assert set(re.findall(r"\{[A-Z_]+\}", views["task_instance"]["href"])) == {
+        "{DAG_ID}",
+        "{RUN_ID}",
+        "{TASK_ID}",
+    }

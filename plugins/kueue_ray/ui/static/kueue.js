@@ -43,10 +43,40 @@
 
   function since(iso) { return iso ? (now() - Date.parse(iso)) / 1000 : null; }
 
+  // The time zone chosen in Airflow's UI (its selector keeps it in this origin's localStorage under
+  // "timezone", JSON-encoded), else the browser's, as Airflow itself defaults.
+  const AIRFLOW_TIMEZONE_KEY = "timezone";
+
+  function selectedTimezone() {
+    try {
+      const chosen = JSON.parse(localStorage.getItem(AIRFLOW_TIMEZONE_KEY) || "null");
+      if (chosen) {
+        new Intl.DateTimeFormat("en", { timeZone: chosen }); // throws on a zone this browser does not know
+        return chosen;
+      }
+    } catch (error) { /* unreadable or unknown: the browser's own zone */ }
+    return Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  }
+
+  // Airflow's format, 24-hour: "2026-12-04 15:02:07" in the selected zone; the date left out for today.
   function clock(iso) {
     if (!iso) return "–";
-    return new Date(iso).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    const zone = selectedTimezone();
+    const format = (date) => {
+      const parts = Object.fromEntries(new Intl.DateTimeFormat("en-GB", {
+        timeZone: zone, year: "numeric", month: "2-digit", day: "2-digit",
+        hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23",
+      }).formatToParts(date).map((p) => [p.type, p.value]));
+      return [`${parts.year}-${parts.month}-${parts.day}`, `${parts.hour}:${parts.minute}:${parts.second}`];
+    };
+    const [day, time] = format(new Date(iso));
+    return day === format(new Date(now()))[0] ? time : `${day} ${time}`;
   }
+
+  // Airflow's selector changed the zone (in the page around this one): draw the times again.
+  window.addEventListener("storage", (event) => {
+    if (event.key === AIRFLOW_TIMEZONE_KEY && lastData) render(lastData);
+  });
 
   // An element whose text is "N ago" / a running duration, refreshed every second.
   function age(iso, suffix) {
@@ -64,9 +94,25 @@
 
   function owner(o) {
     if (o.foreign_deployment) return el("span", { class: "foreign-owner", "data-deployment": o.foreign_deployment, text: o.description });
+    if (o.not_airflow) return el("span", { class: "not-airflow", title: o.detail, text: o.description });
     return el("span", {},
       link(o.task_instance_url, `${o.dag_id} / ${o.run_id} / ${o.task_id}${o.map_index >= 0 ? ` [${o.map_index}]` : ""}`),
-      " ", el("a", { href: o.kueue_tab_url, target: "_top", class: "muted", text: "(Kueue tab)" }));
+      " ", el("a", { href: o.kueue_tab_url, target: "_top", class: "muted", text: "(Kueue tab)" }),
+      o.object ? el("div", { class: "muted owner-object", "data-kind": o.object.kind, "data-role": o.object.role || null }, objectWords(o.object)) : null);
+  }
+
+  // "RayCluster aurora-x (active) of RayService aurora", "RayJob name".
+  function objectWords(obj) {
+    const role = obj.role ? ` (${obj.role === "active" ? "serving" : "being brought up"})` : "";
+    return `${obj.kind} ${obj.name}${role}${obj.rayservice ? ` of RayService ${obj.rayservice}` : ""}`;
+  }
+
+  const RESOURCE_WORDS = { cpu: "CPU", memory: "memory" };
+
+  // [{resource, amount}] in the quota's units: "36 CPU · 272Gi memory · 4 nvidia.com/gpu".
+  function requests(list) {
+    if (!list || !list.length) return "–";
+    return list.map((r) => `${r.amount} ${RESOURCE_WORDS[r.resource] || r.resource}`).join(" · ");
   }
 
   function priority(p) {
@@ -81,7 +127,10 @@
     const cluster = data.cluster || {};
     if (cluster.reachable) {
       banner.hidden = true;
-      freshness.textContent = "live";
+      // "live" while there is something to follow: always on the queues page, on a tab while its task waits.
+      const settled = page === "task" && (!(data.rayjob || data.rayservice) || (data.phase && data.phase.terminal));
+      freshness.textContent = settled ? "" : "live";
+      freshness.title = settled ? "" : `times in ${selectedTimezone()}`;
       return;
     }
     banner.hidden = false;
@@ -128,11 +177,12 @@
     if (p.error) section.append(el("p", { class: "muted", text: `Positions as of ${clock(p.fetched_at)}; the latest read failed: ${p.error}` }));
     if (p.items.length) {
       section.append(el("table", {},
-        el("tr", {}, ["#", "in LocalQueue", "task instance", "priority", "LocalQueue", "workload", "waiting"].map((h) => el("th", { text: h }))),
-        p.items.map((item) => el("tr", { class: "pending-row", "data-position": item.position, "data-workload": item.workload, "data-run-id": item.owner.run_id },
+        el("tr", {}, ["#", "in LocalQueue", "owner", "requests", "priority", "LocalQueue", "workload", "waiting"].map((h) => el("th", { text: h }))),
+        p.items.map((item) => el("tr", { class: "pending-row", "data-position": item.position, "data-workload": item.workload, "data-run-id": item.owner.run_id, "data-task-id": item.owner.task_id },
           el("td", { class: "num", text: item.position }),
           el("td", { class: "num", text: item.position_in_local_queue }),
           el("td", {}, owner(item.owner)),
+          el("td", { class: "requests", text: requests(item.requests) }),
           el("td", { text: priority(item.priority) }),
           el("td", { text: `${item.namespace}/${item.local_queue}` }),
           el("td", { class: "muted", text: item.workload }),
@@ -140,7 +190,7 @@
     } else if (!p.hidden) {
       section.append(el("p", { class: "muted", text: "Nothing pending." }));
     }
-    if (p.hidden) section.append(el("p", { class: "hidden-count", "data-hidden": p.hidden, text: `${p.hidden} pending workload(s) of DAGs you cannot read, or not from Airflow.` }));
+    if (p.hidden) section.append(el("p", { class: "hidden-count", "data-hidden": p.hidden, text: `${p.hidden} pending workload(s) of DAGs you cannot read, requesting ${requests(p.hidden_requests)}.` }));
     return section;
   }
 
@@ -150,9 +200,10 @@
     section.append(el("h3", { text: `Admitted (${cq.counts.admitted ?? a.items.length + a.hidden})` }));
     if (a.items.length) {
       section.append(el("table", {},
-        el("tr", {}, ["task instance", "priority", "phase", "LocalQueue", "workload", "admitted for"].map((h) => el("th", { text: h }))),
-        a.items.map((item) => el("tr", { class: "admitted-row", "data-workload": item.workload, "data-run-id": item.owner.run_id },
+        el("tr", {}, ["owner", "requests", "priority", "phase", "LocalQueue", "workload", "admitted for"].map((h) => el("th", { text: h }))),
+        a.items.map((item) => el("tr", { class: "admitted-row", "data-workload": item.workload, "data-run-id": item.owner.run_id, "data-task-id": item.owner.task_id },
           el("td", {}, owner(item.owner)),
+          el("td", { class: "requests", text: requests(item.requests) }),
           el("td", { text: priority(item.priority) }),
           el("td", { text: item.phase || "–" }),
           el("td", { text: `${item.namespace}/${item.local_queue}` }),
@@ -161,14 +212,38 @@
     } else if (!a.hidden) {
       section.append(el("p", { class: "muted", text: "Nothing admitted." }));
     }
-    if (a.hidden) section.append(el("p", { class: "hidden-count", "data-hidden": a.hidden, text: `${a.hidden} admitted workload(s) of DAGs you cannot read, or not from Airflow.` }));
+    if (a.hidden) section.append(el("p", { class: "hidden-count", "data-hidden": a.hidden, text: `${a.hidden} admitted workload(s) of DAGs you cannot read, using ${requests(a.hidden_requests)}.` }));
     return section;
+  }
+
+  function usageCell(c) {
+    if (!c) return el("td", { class: "num muted", text: "–" });
+    return el("td", { class: c.borrowed ? "num borrowing" : "num" },
+      `${c.usage} / ${c.nominal}`, c.borrowed ? el("div", { class: "muted", text: `${c.borrowed} borrowed` }) : null);
+  }
+
+  function cohortCard(c) {
+    return el("div", { class: "card cohort", id: `cohort-${c.name}`, "data-cohort": c.name },
+      el("h2", {}, `Cohort ${c.name}`, el("span", { class: "badge", text: `${c.cluster_queues.length} ClusterQueue(s)` })),
+      el("table", { class: "cohort-usage" },
+        el("tr", {}, el("th", { text: "ClusterQueue" }), c.resources.map((r) => el("th", { class: "num", text: `${r.resource} (${r.flavor})` }))),
+        c.members.map((m) => el("tr", { class: "cohort-member", "data-cq": m.cluster_queue },
+          el("td", {}, el("a", { href: `#cq-${m.cluster_queue}`, text: m.cluster_queue })),
+          m.usage.map(usageCell))),
+        el("tr", { class: "cohort-total" }, el("td", { text: "cohort" }), c.total.map(usageCell))));
+  }
+
+  function policySection(cq) {
+    return el("section", { class: "policy", "data-cq": cq.name },
+      el("h3", { text: "Who may preempt work here" }),
+      el("ul", {}, (cq.preemption_words || []).map((line) => el("li", { class: "policy-line", text: line }))),
+      cq.may_preempt ? el("p", { class: "muted may-preempt", text: cq.may_preempt }) : null);
   }
 
   function renderQueues(data) {
     const cards = data.cluster_queues.map((cq) => el("div", { class: "card cluster-queue", id: `cq-${cq.name}`, "data-cq": cq.name },
       el("h2", {}, cq.name,
-        cq.cohort ? el("span", { class: "badge", title: "cohort", text: `cohort ${cq.cohort}` }) : el("span", { class: "badge", text: "no cohort" }),
+        cq.cohort ? el("a", { class: "badge", href: `#cohort-${cq.cohort}`, title: "cohort", text: `cohort ${cq.cohort}` }) : el("span", { class: "badge", text: "no cohort" }),
         el("span", { class: "badge", text: cq.queueing_strategy }),
         cq.active.status === "False" ? el("span", { class: "badge", text: `inactive: ${cq.active.message || cq.active.reason}` }) : null),
       el("div", { class: "muted" },
@@ -176,14 +251,13 @@
         cq.local_queues.map((q) => `${q.namespace}/${q.name}`).join(", ") || "none"),
       el("h3", { text: "Quota" }),
       quotaTable(cq.quota),
+      policySection(cq),
       pendingSection(cq),
       admittedSection(cq)));
-    const cohorts = data.cohorts.length
-      ? el("p", { class: "muted" }, "Cohorts: ", data.cohorts.map((c) => `${c.name} (${c.cluster_queues.join(", ")})`).join("; "))
-      : null;
+    const cohorts = data.cohorts.map(cohortCard);
     content.replaceChildren(
       el("p", { class: "muted" }, `Signed in as ${data.user}. Namespaces watched: ${data.namespaces.join(", ")}.`),
-      cohorts,
+      ...cohorts,
       ...(cards.length ? cards : [el("p", { class: "muted", text: "No ClusterQueues." })]));
     if (!scrolled && location.hash) {
       const target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
@@ -216,6 +290,17 @@
         el("td", { class: "message", title: s.message, text: [s.reason, s.message].filter(Boolean).join(": ") }))));
   }
 
+  // Whom this task's RayJob or RayService preempted (as this API server saw it): [] when nobody.
+  function victims(data) {
+    const list = data.preempted || [];
+    if (!list.length) return [];
+    return [el("div", { class: "card", id: "preempted" },
+      el("h3", { text: `Preempted by this task (${list.length})` }),
+      el("ul", {}, list.map((v) => el("li", { class: "victim" },
+        v.victim.kueue_tab_url ? link(v.victim.kueue_tab_url, v.victim.description) : v.victim.description,
+        el("span", { class: "muted", text: ` at ${clock(v.at)}${v.reason ? ` (${v.reason})` : ""}` })))))];
+  }
+
   function renderService(data) {
     const s = data.rayservice;
     const pos = data.position;
@@ -238,13 +323,18 @@
         pos ? `Position ${pos.in_cluster_queue} of ${pos.pending_in_cluster_queue} pending in ClusterQueue ${s.cluster_queue} (${pos.in_local_queue} in its LocalQueue)` : ""),
       facts);
     const t = data.timeline;
-    const recorded = t.source === "xcom"
-      ? el("p", { class: "muted", id: "service-timeline" },
-        `Recorded by the task: ${duration(t.queued_seconds || 0)} queued, ${duration(t.starting_seconds || 0)} starting, ${t.preemption_count || 0} preemption(s).`)
-      : null;
+    const recorded = el("div", { class: "card" },
+      el("h3", { text: "Timeline" }),
+      t.spans.length ? chart(t.spans) : el("p", { class: "muted", text: "No timeline yet." }),
+      el("div", { class: "legend" }, [...new Set(t.spans.map((x) => x.kind))].map((k) => el("span", {}, el("i", { class: `k-${k}` }), k))),
+      t.spans.length ? spansTable(t.spans) : null,
+      t.source === "xcom"
+        ? el("p", { class: "muted", id: "service-timeline" },
+          `Recorded by the task: ${duration(t.queued_seconds || 0)} queued, ${duration(t.starting_seconds || 0)} starting, ${t.preemption_count || 0} preemption(s).`)
+        : el("p", { class: "muted", text: t.source === "live" ? "From the Workload, until the task records its own." : "" }));
     const links = el("p", {},
       data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${s.cluster_queue} on the Kueue queues page` }) : "");
-    content.replaceChildren(phase, ...(recorded ? [recorded] : []), links);
+    content.replaceChildren(phase, recorded, ...victims(data), links);
   }
 
   function renderTask(data) {
@@ -283,15 +373,32 @@
       data.links.ray_dashboard ? el("a", { href: data.links.ray_dashboard, target: "_blank", rel: "noopener", id: "ray-dashboard", text: "Ray dashboard" }) : el("span", { class: "muted", text: "No Ray dashboard (no Ray cluster now)" }),
       " · ",
       data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${r.cluster_queue} on the Kueue queues page` }) : "");
-    content.replaceChildren(phase, timeline, links);
+    content.replaceChildren(phase, timeline, ...victims(data), links);
   }
 
   // ----- polling ---------------------------------------------------------------------------------
+
+  function render(data) {
+    (page === "queues" ? renderQueues : renderTask)(data);
+    renderFreshness(data);
+  }
+
+  // A mapped task's index, from the Airflow page this tab is shown in (.../mapped/<index>/plugin/...):
+  // the tab's own URL carries none (Airflow leaves {MAP_INDEX} unreplaced on unmapped tasks). -1 if none.
+  function mapIndexAround() {
+    try {
+      const match = window.top.location.pathname.match(/\/mapped\/(\d+)\/plugin\//);
+      return match ? match[1] : "-1";
+    } catch (error) {
+      return "-1"; // not inside Airflow's page (another origin): an unmapped task
+    }
+  }
 
   function apiUrl() {
     const base = new URL(page === "queues" ? "api/v1/queues" : "api/v1/task-instance", location.href);
     if (page === "task") {
       for (const [key, value] of new URLSearchParams(location.search)) base.searchParams.set(key, value);
+      if (!base.searchParams.has("map_index")) base.searchParams.set("map_index", mapIndexAround());
     }
     return base;
   }
@@ -338,8 +445,7 @@
       lastData = data;
       version = data.version;
       fullAt = Date.now();
-      (page === "queues" ? renderQueues : renderTask)(data);
-      renderFreshness(data);
+      render(data);
       document.body.dataset.version = String(version);
       await pause(POLL_MS);
     }

@@ -25,7 +25,6 @@ from kueue_ray.ui.views.common import (
     Links,
     TaskRef,
     describe_owner,
-    owner_of,
 )
 from kueue_ray.ui.views.queues import queues_view, quota_rows
 from kueue_ray.ui.views.rayjob import PHASE_WORDS, task_cluster_queue, task_view
@@ -47,7 +46,6 @@ __all__ = [
     "TaskRef",
     "describe_owner",
     "find_rayservice",
-    "owner_of",
     "queues_view",
     "quota_rows",
     "service_cluster_queue",

@@ -15,9 +15,10 @@ from urllib.parse import quote
 
 from kueue_ray.links import kueue_tab_path, task_instance_path
 from kueue_ray.naming import PRIORITY_CLASS_LABEL, AirflowIdentity
+from kueue_ray.narration import readable_quantities
 from kueue_ray.timeline import to_iso
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import PendingRead
+from kueue_ray.ui.cache import PendingRead, Snapshot
 
 APP_PREFIX = "/kueue"
 QUEUES_ROUTE = "kueue-queues"
@@ -64,10 +65,6 @@ def priority_of(workload: dict | None, rayjob: dict | None) -> dict[str, Any]:
     return {"class": name, "value": spec.get("priority")}
 
 
-def owner_of(identities: dict[str, AirflowIdentity], job_uid: str | None) -> AirflowIdentity | None:
-    return identities.get(job_uid) if job_uid else None
-
-
 def another_airflow(deployment: str) -> str:
     return f"another Airflow: {deployment}"
 
@@ -103,6 +100,33 @@ class TaskRef:
 
     def identity(self) -> AirflowIdentity:
         return AirflowIdentity(self.dag_id, self.task_id, self.run_id, self.map_index)
+
+
+def victims_of(
+    snapshot: Snapshot, job_uids: Iterable[str | None], access: Access, links: Links
+) -> list[dict[str, Any]]:
+    """Whom the objects with these uids preempted (``Snapshot.preempted_by``: what this api-server saw
+    since it started), oldest first: when, Kueue's reason, and the victim's task instance under the same
+    reading rule as a preemptor."""
+    found = []
+    for uid in {u for u in job_uids if u}:
+        for preemption in snapshot.preempted_by.get(uid, ()):
+            identity = snapshot.identities.get(preemption["job_uid"])
+            owner = describe_owner(identity, access, links) if identity else None
+            if owner is None:
+                owner = {"description": HIDDEN_OWNER if identity else FOREIGN_OWNER}
+            elif "foreign_deployment" not in owner and identity is not None:
+                owner["description"] = (
+                    f"DAG {identity.dag_id}, run {identity.run_id}, task {identity.task_id}"
+                )
+            found.append(
+                {
+                    "at": to_iso(preemption.get("at")),
+                    "reason": preemption.get("reason") or "",
+                    "victim": owner,
+                }
+            )
+    return sorted(found, key=lambda v: v["at"] or "")
 
 
 def iso_times(health: dict) -> dict:
@@ -144,7 +168,7 @@ def phase_view(
         "phase": phase,
         "words": words.get(phase, phase.replace("_", " ").capitalize()),
         "reason": observation.reason,
-        "message": observation.message,
+        "message": readable_quantities(observation.message or ""),
         "terminal": terminal,
     }
 

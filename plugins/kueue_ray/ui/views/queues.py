@@ -1,6 +1,8 @@
-"""The "Kueue queues" page: every ClusterQueue with its cohort, its quota per flavor and resource
-(nominal quota, borrowing and lending limits, what is admitted and reserved), its pending workloads in
-Kueue's order with their positions, and its admitted workloads with their age.
+"""The "Kueue queues" page: every cohort with its members' usage; every ClusterQueue with its cohort, its
+quota per flavor and resource (nominal quota, borrowing and lending limits, what is admitted and
+reserved), its preemption policy in words (``kueue_ray.ui.policy``), its pending workloads in Kueue's
+order with their positions, and its admitted workloads with their age; each workload with its owner and
+what it requests (``kueue_ray.ui.views.holders``).
 
 Apart from the task views because it reads the cluster by ClusterQueue, not by one task's objects, and
 shares with them only ``kueue_ray.ui.views.common``.
@@ -12,21 +14,14 @@ import time
 from decimal import Decimal
 from typing import Any
 
-from kueue_ray.naming import JOB_UID_LABEL
-from kueue_ray.quantity import QuantityError, parse_quantity, readable_amount
+from kueue_ray.quantity import QuantityError, add_resources, parse_quantity, readable_amount
 from kueue_ray.status import observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
 from kueue_ray.ui.cache import PendingRead, Snapshot
-from kueue_ray.ui.views.common import (
-    Links,
-    conditions_of,
-    describe_owner,
-    iso_times,
-    metadata_of,
-    owner_of,
-    priority_of,
-)
+from kueue_ray.ui.policy import cohort_usage, may_preempt_words, preemption_words
+from kueue_ray.ui.views.common import Links, conditions_of, iso_times, metadata_of, priority_of
+from kueue_ray.ui.views.holders import attribute, job_uid, readable_requests, requested, workload_requests
 
 
 def _quantity(value: Any) -> Decimal | None:
@@ -98,6 +93,18 @@ def quota_rows(cluster_queue: dict) -> list[dict]:
     return rows
 
 
+def priority_classes(workloads: list[dict]) -> dict[str, int]:
+    """Priority class -> value, as the Workloads in the cluster carry them (``priorityClassRef``,
+    ``priority``): the classes the policy sentences speak of."""
+    found = {}
+    for workload in workloads:
+        spec = workload.get("spec") or {}
+        name = (spec.get("priorityClassRef") or {}).get("name")
+        if name and isinstance(spec.get("priority"), int):
+            found[name] = spec["priority"]
+    return found
+
+
 def _admitted(workload: dict) -> bool:
     conditions = conditions_of(workload)
     return (conditions.get("QuotaReserved") or {}).get("status") == "True" and (
@@ -128,6 +135,7 @@ def queues_view(
                 "admitted": status.get("admittedWorkloads", 0),
             }
         )
+    priorities = priority_classes(snapshot.workloads)
     queues = []
     for cq in sorted(snapshot.cluster_queues, key=lambda c: metadata_of(c).get("name") or ""):
         name = metadata_of(cq).get("name")
@@ -139,6 +147,8 @@ def queues_view(
                 "cohort": spec.get("cohortName") or None,
                 "queueing_strategy": spec.get("queueingStrategy") or "BestEffortFIFO",
                 "preemption": spec.get("preemption") or {},
+                "preemption_words": preemption_words(cq, snapshot.cluster_queues, priorities),
+                "may_preempt": may_preempt_words(cq, snapshot.cluster_queues),
                 "active": {
                     "status": active.get("status"),
                     "reason": active.get("reason"),
@@ -156,17 +166,18 @@ def queues_view(
                 "url": links.queue(name),
             }
         )
-    cohorts: dict[str, list[str]] = {}
-    for queue in queues:
-        if queue["cohort"]:
-            cohorts.setdefault(queue["cohort"], []).append(queue["name"])
+    cohorts: dict[str, list[dict]] = {}
+    for cq in snapshot.cluster_queues:
+        cohort = (cq.get("spec") or {}).get("cohortName")
+        if cohort:
+            cohorts.setdefault(cohort, []).append(cq)
     return {
         "now": to_iso(now),
         "version": snapshot.version,
         "user": access.user_name,
         "cluster": snapshot.health.to_dict() | iso_times(snapshot.health.to_dict()),
         "namespaces": snapshot.namespaces,
-        "cohorts": [{"name": c, "cluster_queues": members} for c, members in sorted(cohorts.items())],
+        "cohorts": [cohort_usage(c, members) for c, members in sorted(cohorts.items())],
         "cluster_queues": queues,
     }
 
@@ -189,18 +200,15 @@ def _pending(
             "items": [],
             "hidden": 0,
         }
-    items, hidden = [], 0
+    items, hidden, hidden_totals = [], 0, {}
     for entry in read.summary.get("items") or ():
         meta = entry.get("metadata") or {}
-        job_uid = next(
-            (ref.get("uid") for ref in meta.get("ownerReferences") or () if ref.get("kind") == "RayJob"),
-            None,
-        )
-        owner = describe_owner(owner_of(snapshot.identities, job_uid), access, links)
+        workload = workloads.get((meta.get("namespace"), meta.get("name")))
+        owner = attribute(meta, snapshot, access, links)
         if owner is None:
             hidden += 1
+            hidden_totals = add_resources(hidden_totals, requested(workload))
             continue
-        workload = workloads.get((meta.get("namespace"), meta.get("name")))
         created = meta.get("creationTimestamp")
         items.append(
             {
@@ -212,6 +220,7 @@ def _pending(
                 "priority": {**priority_of(workload, None), "value": entry.get("priority")},
                 "created": created,
                 "waiting_seconds": round(now - to_epoch(created), 1) if created else None,
+                "requests": workload_requests(workload),
                 "owner": owner,
             }
         )
@@ -222,6 +231,7 @@ def _pending(
         "total": len(read.summary.get("items") or ()),
         "items": items,
         "hidden": hidden,
+        "hidden_requests": readable_requests(hidden_totals),
     }
 
 
@@ -233,18 +243,18 @@ def _admitted_list(
     links: Links,
     now: float,
 ) -> dict[str, Any]:
-    items, hidden = [], 0
+    items, hidden, hidden_totals = [], 0, {}
     for workload in snapshot.workloads:
         admission = (workload.get("status") or {}).get("admission") or {}
         if admission.get("clusterQueue") != cluster_queue or not _admitted(workload):
             continue
-        job_uid = (metadata_of(workload).get("labels") or {}).get(JOB_UID_LABEL)
-        owner = describe_owner(owner_of(snapshot.identities, job_uid), access, links)
+        owner = attribute(metadata_of(workload), snapshot, access, links)
         if owner is None:
             hidden += 1
+            hidden_totals = add_resources(hidden_totals, requested(workload))
             continue
         since = (conditions_of(workload).get("QuotaReserved") or {}).get("lastTransitionTime")
-        rayjob = rayjobs_by_uid.get(job_uid)
+        rayjob = rayjobs_by_uid.get(job_uid(metadata_of(workload)))
         observation = observe(rayjob, workload) if rayjob else None
         items.append(
             {
@@ -255,8 +265,9 @@ def _admitted_list(
                 "admitted_at": since,
                 "age_seconds": round(now - to_epoch(since), 1) if since else None,
                 "phase": observation.phase.value if observation else None,
+                "requests": workload_requests(workload),
                 "owner": owner,
             }
         )
     items.sort(key=lambda item: item["admitted_at"] or "")
-    return {"items": items, "hidden": hidden}
+    return {"items": items, "hidden": hidden, "hidden_requests": readable_requests(hidden_totals)}

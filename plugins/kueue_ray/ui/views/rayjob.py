@@ -30,6 +30,7 @@ from kueue_ray.ui.views.common import (
     phase_view,
     position_of,
     priority_of,
+    victims_of,
 )
 from kueue_ray.ui.views.rayservice import service_task_view
 
@@ -77,7 +78,7 @@ def task_view(
         "task": {**vars(ref), "url": links.task_instance(ref.identity())},
     }
     if (not rayjob_xcom or not rayjob_xcom.get("name")) and (rayservice_xcom or {}).get("name"):
-        return base | service_task_view(ref, rayservice_xcom, snapshot, pending, access, links)
+        return base | service_task_view(ref, rayservice_xcom, snapshot, pending, access, links, now)
     if not rayjob_xcom or not rayjob_xcom.get("name"):
         return base | {
             "rayjob": None,
@@ -120,6 +121,7 @@ def task_view(
             "priority": priority,
             "submitted_by": describe_owner(snapshot.identities.get(uid or ""), access, links),
         },
+        "preempted": victims_of(snapshot, [uid], access, links),
         "phase": _phase(observation, timeline),
         "position": position_of(pending, workload),
         "timeline": {

@@ -9,12 +9,19 @@ and has clusters and applications where a RayJob has a timeline; both build on
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kueue_ray.naming import QUEUE_LABEL, AirflowIdentity
-from kueue_ray.service_status import SERVICE_POSITION_PHASES, ServiceObservation, observe_service
+from kueue_ray.service_status import (
+    SERVICE_POSITION_PHASES,
+    TERMINAL_SERVICE_PHASES,
+    ServiceObservation,
+    observe_service,
+)
 from kueue_ray.ui.access import Access
 from kueue_ray.ui.cache import PendingRead, Snapshot
+from kueue_ray.ui.spans import service_spans
 from kueue_ray.ui.views.common import (
     HIDDEN_OWNER,
     Links,
@@ -25,8 +32,10 @@ from kueue_ray.ui.views.common import (
     phase_view,
     position_of,
     priority_of,
+    victims_of,
 )
 
+SERVICE_TERMINAL = frozenset(p.value for p in TERMINAL_SERVICE_PHASES)
 SERVICE_PHASE_WORDS = {
     "SUBMITTED": "Submitted; KubeRay or Kueue has not acted on the spec yet",
     "QUEUED": "Queued: its Ray cluster waits for quota in its ClusterQueue",
@@ -74,6 +83,7 @@ def service_task_view(
     pending: PendingRead | None,
     access: Access,
     links: Links,
+    now: float | None = None,
 ) -> dict[str, Any]:
     """A deploy task's RayService as the deploy operator's trigger sees it (``observe_service``): the
     Workload Kueue admits (the RayService's own, or its target RayCluster's), queues, priority, phase,
@@ -111,6 +121,13 @@ def service_task_view(
     if holder is not None and (holder.dag_id, holder.run_id) != (ref.dag_id, ref.run_id):
         now_held_by = describe_owner(holder, access, links) or {"description": HIDDEN_OWNER}
     recorded = rayservice_xcom.get("timeline") or {}
+    live = _live_timeline(workload, observation) if not recorded else {}
+    cluster_names = {observation.active_cluster, observation.pending_cluster} if observation else set()
+    cluster_uids = [
+        metadata_of(c).get("uid")
+        for c in snapshot.rayclusters
+        if metadata_of(c).get("namespace") == namespace and metadata_of(c).get("name") in cluster_names
+    ]
     return {
         "rayjob": None,
         "rayservice": {
@@ -133,19 +150,30 @@ def service_task_view(
             "serve_service": rayservice_xcom.get("serve_service"),
             "now_deployed_by": now_held_by,
         },
+        "preempted": victims_of(snapshot, [metadata_of(service).get("uid"), *cluster_uids], access, links),
         "phase": _service_phase(observation, recorded),
         "position": position_of(pending, workload)
         if observation and observation.phase in SERVICE_POSITION_PHASES
         else None,
         "timeline": {
-            "source": "xcom" if recorded else None,
+            "source": "xcom" if recorded else ("live" if live else None),
             "queued_seconds": recorded.get("queued_seconds"),
             "starting_seconds": recorded.get("starting_seconds"),
             "preemption_count": recorded.get("preemption_count"),
-            "spans": [],
+            "spans": service_spans(recorded or live, time.time() if now is None else now, SERVICE_TERMINAL),
         },
         "links": {"ray_dashboard": None, "queue": links.queue(cluster_queue) if cluster_queue else None},
     }
+
+
+def _live_timeline(workload: dict | None, observation: ServiceObservation | None) -> dict[str, Any]:
+    """While the deploy task waits (it records its timeline only when done): queued since the target
+    cluster's Workload was made, admitted since Kueue admitted it, as the objects say."""
+    created = metadata_of(workload).get("creationTimestamp")
+    if not created or observation is None:
+        return {}
+    admitted = observation.admitted_at or observation.quota_reserved_at
+    return {"submitted_at": created, "admissions": [{"at": admitted}] if admitted else []}
 
 
 def _service_phase(observation: ServiceObservation | None, recorded: dict) -> dict[str, Any]:
