@@ -49,6 +49,7 @@ from kubesim.kueue.cache import (
 )
 from kubesim.kueue.conditions import find_condition, set_condition
 from kubesim.kueue.config import KueueConfig
+from kubesim.kueue.equivalence import Parked
 from kubesim.kueue.eviction import Eviction
 from kubesim.kueue.job_sync import JobSync
 from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY
@@ -74,7 +75,7 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
         self.store = cluster.store
         self.clock = cluster.clock
         self.wake = asyncio.Event()
-        self.parked: set[str] = set()
+        self.parked = Parked()
         self.seq: dict[str, int] = {}
         self.config_versions: dict[tuple[str, str], object] = {}
         self.warned: set[tuple[str, str]] = set()

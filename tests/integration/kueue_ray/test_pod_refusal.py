@@ -59,7 +59,9 @@ def test_a_rayjob_created_by_hand_is_admitted_and_its_head_pod_refused(queues, r
     eventually(admitted)
 
     def replica_failure() -> dict | None:
-        clusters = queues.custom.list_namespaced_custom_object("ray.io", "v1", queues.namespace, "rayclusters")
+        clusters = queues.custom.list_namespaced_custom_object(
+            "ray.io", "v1", queues.namespace, "rayclusters"
+        )
         for cluster in clusters["items"]:
             for condition in (cluster.get("status") or {}).get("conditions") or []:
                 if condition["type"] == "ReplicaFailure" and condition["status"] == "True":
