@@ -27,11 +27,6 @@ CONTAINERS_RUN = pytest.mark.kubesim_only(
     "(realcluster/README.md)"
 )
 
-DELETED_BEHIND_TRIGGER = pytest.mark.kubesim_only(
-    "difference found, not yet explained: on the real stack a RayJob deleted behind the trigger ends its "
-    "wait as 'failed', on kubesim as 'deleted' (realcluster/README.md)"
-)
-
 QUOTA_USAGE_IN_TIMEOUT = pytest.mark.kubesim_only(
     "difference found, not yet explained: on the real stack the queue-timeout message names the holder of "
     "the quota but not the ClusterQueue's usage against its quota (realcluster/README.md)"

@@ -12,8 +12,6 @@ from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.sensors import RayJobSensor
 from kueue_ray.trigger import RayJobTrigger
 
-from tests.integration.real_backend import DELETED_BEHIND_TRIGGER
-
 
 @pytest.fixture(autouse=True)
 def quick_reconnects(monkeypatch):
@@ -158,8 +156,9 @@ def test_triggers_and_sensor_pokes_succeed_through_a_faulty_api_server(
     assert poked_result["uid"] == poked.uid
 
 
-@DELETED_BEHIND_TRIGGER
 def test_a_rayjob_deleted_behind_the_trigger_ends_the_wait(queues, rayjob_body, task_context):
+    # On real Kueue the Workload is often finished (reason OwnerNotFound) before the RayJob's own deletion
+    # reaches the hub: that, too, is the RayJob deleted, not a failure.
     [trigger] = submit_many(queues, rayjob_body, task_context, count=1, duration="inf")
 
     async def scenario():
