@@ -27,11 +27,6 @@ CONTAINERS_RUN = pytest.mark.kubesim_only(
     "(realcluster/README.md)"
 )
 
-QUOTA_USAGE_IN_TIMEOUT = pytest.mark.kubesim_only(
-    "difference found, not yet explained: on the real stack the queue-timeout message names the holder of "
-    "the quota but not the ClusterQueue's usage against its quota (realcluster/README.md)"
-)
-
 QUEUE_POSITION = pytest.mark.kubesim_only(
     "needs Kueue's visibility API (pending workloads), which the real stack does not serve yet "
     "(realcluster/README.md)"
