@@ -78,6 +78,14 @@ class AdmissionCycle:
             cached = self._models[uid] = (inputs, built)
         return replace(cached[1], inadmissible=True) if inadmissible else cached[1]
 
+    def _shape(self, wl: dict) -> str:
+        """``scheduling_shape`` of ``wl``, recomputed only when the Workload changed."""
+        uid, version = wl["metadata"]["uid"], wl["metadata"].get("resourceVersion")
+        cached = self._shapes.get(uid)
+        if cached is None or cached[0] != version:
+            cached = self._shapes[uid] = (version, scheduling_shape(wl))
+        return cached[1]
+
     def _seq(self, wl: dict) -> int:
         return self.seq.get(wl["metadata"]["uid"], int_or_zero(wl["metadata"].get("resourceVersion")))
 
@@ -108,7 +116,7 @@ class AdmissionCycle:
                 continue
             uid = wl["metadata"]["uid"]
             where[uid] = (wl["metadata"]["namespace"], wl["metadata"]["name"])
-            shapes[uid] = (cq_name, scheduling_shape(wl))
+            shapes[uid] = (cq_name, self._shape(wl))
             if shapes[uid] in self.parked.shapes:
                 self.parked.add(uid)  # its class was parked: upstream never evaluates it, nor writes why
             queues.setdefault(cq_name, []).append(self._model(wl, cq_name))

@@ -84,6 +84,7 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
         self.reserved_at: dict[str, float] = {}
         # uid -> (what the model was built from, model.Workload): building one parses every quantity.
         self._models: dict[str, tuple[tuple, model.Workload]] = {}
+        self._shapes: dict[str, tuple[str | None, str]] = {}  # uid -> (resourceVersion, scheduling shape)
         self.view: ClusterView | None = None
         # What changed since a phase last looked: jobs as (key, namespace, name), Workloads as (namespace,
         # name). A pass reconciles only those, unless the configuration changed (``_full``): then every
@@ -165,6 +166,7 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
         if key == WORKLOAD_KEY and type_ == "DELETED":
             self.parked.clear()
             self._models.pop(meta.get("uid", ""), None)
+            self._shapes.pop(meta.get("uid", ""), None)
         if key in CONFIG_KEYS:
             ident = (key, f"{meta.get('namespace', '')}/{meta.get('name', '')}")
             version = (
