@@ -43,15 +43,16 @@ def submit_many(
 
 def queued_behind_a_blocker(queues, rayjob_body, task_context, eventually, count: int) -> list[dict]:
     """A RayJob holding the whole ClusterQueue for ever, then ``count`` RayJobs pending behind it: the
-    serialized kwargs of their triggers, once each has its Workload and Kueue has said why the first one
-    waits. (The others have the first one's shape: Kueue parks them with it unevaluated, without a
-    QuotaReserved condition; kubesim.kueue.equivalence.)"""
+    serialized kwargs of their triggers, once each has its Workload and Kueue has said why the head of the
+    queue waits. (The others have its shape: Kueue parks them with it unevaluated, without a QuotaReserved
+    condition until an event requeues them; kubesim.kueue.equivalence.)"""
     [blocker] = submit_many(queues, rayjob_body, task_context, 1, "inf", whole_queue=True, prefix="blocker")
     eventually(lambda: quota_reserved(queues.workload(blocker.uid)) == "True")
     queued = submit_many(queues, rayjob_body, task_context, count, "inf", whole_queue=True, prefix="queued")
-    eventually(lambda: quota_reserved(queues.workload(queued[0].uid)) == "False")
     for trigger in queued:
         eventually(lambda uid=trigger.uid: queues.workload(uid) is not None)
+    # Created within a second of each other, they have no defined order: any of them may be the head.
+    eventually(lambda: any(quota_reserved(queues.workload(t.uid)) == "False" for t in queued))
     return [trigger.serialize()[1] for trigger in queued]
 
 

@@ -54,12 +54,13 @@ def test_pages_read_the_cache_not_the_cluster(kubesim, queues, rayjob_body, task
         await cache.start()
         try:
             await until(lambda: cache.health().reachable, what="listed")
-            # Kueue says why only the queue's head waits: the two others, of the same shape, are parked
-            # with it unevaluated (scheduling equivalence) and carry no QuotaReserved condition.
+            # Kueue says why the queue's head waits; the others, of the same shape, are parked with it
+            # unevaluated (scheduling equivalence) until an event requeues them, so they may carry no
+            # QuotaReserved condition yet.
             await until(
                 lambda: (
                     len(cache.snapshot().workloads) == 4
-                    and sorted(quota_reserved(w) for w in cache.snapshot().workloads if quota_reserved(w))
+                    and sorted({quota_reserved(w) for w in cache.snapshot().workloads} - {None})
                     == ["False", "True"]
                 ),
                 what="four Workloads: the blocker's quota reserved, the head of the queue told why it waits",
