@@ -30,7 +30,7 @@ E2E_PYTEST := $(BIN)/python -m pytest -n 2 --dist loadgroup tests/browser tests/
 
 # The real-stack subset (realcluster/README.md) runs where a Go toolchain is; elsewhere it is skipped, saying so.
 GO_TOOLCHAIN := $(shell command -v go || ls /usr/local/go/bin/go 2>/dev/null)
-REAL_PYTEST := $(BIN)/python -m pytest -p no:xdist --cluster=real tests/integration/kueue_ray
+REAL_PYTEST := $(BIN)/python -m pytest -p no:xdist --cluster=real tests/integration/kueue_ray tests/integration/kubesim/test_scenarios.py
 
 test: venv
 	$(BIN)/ruff check .

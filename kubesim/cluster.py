@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from kubesim import pod_strategy
 from kubesim.batch.container import ContainerProgram
 from kubesim.batch.strategy import admission_hook as job_strategy
 from kubesim.clock import Clock
@@ -64,6 +65,7 @@ class Cluster:
         # The API server's own strategy for batch/v1 Jobs (defaulting, selector, validation): built in, so
         # it runs before any controller's admission hook and even without controllers.
         self.store.add_admission_hook(job_strategy)
+        self.store.add_admission_hook(pod_strategy.admission_hook)
         self.logs = PodLogs()
         # Programs the kubelet can run in a container besides what its command line says by itself
         # (``kubesim.batch.container``). Controller modules add the programs of the images they simulate

@@ -56,8 +56,18 @@ class ResourceType:
         return f"{self.kind}.{self.group}" if self.group else self.kind
 
     @property
+    def custom(self) -> bool:
+        """Served from a CustomResourceDefinition on a real cluster (RayJob, ClusterQueue, ...): the API
+        server decodes its objects without a scheme, so ``apiVersion`` and ``kind`` are required."""
+        return self.group not in BUILTIN_GROUPS
+
+    @property
     def has_status(self) -> bool:
         return "status" in self.subresources
+
+
+BUILTIN_GROUPS = frozenset({"", "batch", "rbac.authorization.k8s.io"})
+"""The API groups kubesim serves that a real API server compiles in; every other group is a CRD's."""
 
 
 def _builtin(group, version, kind, plural, namespaced, *, short=(), categories=(), sub=()) -> ResourceType:

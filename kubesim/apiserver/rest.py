@@ -165,6 +165,54 @@ async def _serve_resource(
     raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
 
+def _check_type(body: dict, rt: ResourceType) -> None:
+    """``apiVersion`` and ``kind`` as a real API server checks them: a built-in kind may leave both out
+    (its scheme knows the type from the URL); a custom resource's object is decoded without a scheme, so
+    it must name both, and a wrong kind is a field error.
+
+    >>> from kubesim.resources import builtin_types
+    >>> rayjob = next(t for t in builtin_types() if t.kind == "RayJob")
+    >>> try:
+    ...     _check_type({"apiVersion": "ray.io/v1", "metadata": {"name": "x"}}, rayjob)
+    ... except ApiError as err:
+    ...     print(err.code, err.message[:68])
+    400 the object provided is unrecognized (must be of type RayJob): Object
+    """
+    if rt.custom:
+        if "kind" not in body:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the object provided is unrecognized (must be of type {rt.kind}): Object 'Kind' is missing in "
+                f"'{json.dumps(body)[:200]}'",
+            )
+        if body.get("apiVersion") != rt.api_version:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the API version in the data ({body.get('apiVersion', '')}) does not match the expected API "
+                f"version ({rt.api_version})",
+            )
+        if body["kind"] != rt.kind:
+            name = (body.get("metadata") or {}).get("name", "")
+            message = f'Invalid value: "{body["kind"]}": must be {rt.kind}'
+            details = {"name": name, "group": rt.group, "kind": body["kind"]}
+            details["causes"] = [{"reason": "FieldValueInvalid", "message": message, "field": "kind"}]
+            raise ApiError(
+                422, "Invalid", f'{body["kind"]}.{rt.group} "{name}" is invalid: kind: {message}', details
+            )
+        return
+    body.setdefault("apiVersion", rt.api_version)
+    body.setdefault("kind", rt.kind)
+    if body["apiVersion"] != rt.api_version or body["kind"] != rt.kind:
+        raise ApiError(
+            400,
+            "BadRequest",
+            f'{body["kind"]} in version "{body["apiVersion"].rpartition("/")[2]}" cannot be handled as a '
+            f"{rt.kind}",
+        )
+
+
 async def _body(request: web.Request, rt: ResourceType, target: Target) -> dict:
     """The request object, checked against the URL the way the API server does before storing."""
     try:
@@ -173,21 +221,7 @@ async def _body(request: web.Request, rt: ResourceType, target: Target) -> dict:
         raise ApiError(400, "BadRequest", f"the body of the request could not be decoded: {exc}") from None
     if not isinstance(body, dict):
         raise ApiError(400, "BadRequest", "the body of the request must be a JSON object")
-    body.setdefault("apiVersion", rt.api_version)
-    body.setdefault("kind", rt.kind)
-    if body["apiVersion"] != rt.api_version:
-        raise ApiError(
-            400,
-            "BadRequest",
-            f"the API version in the data ({body['apiVersion']}) does not match the expected API version "
-            f"({rt.api_version})",
-        )
-    if body["kind"] != rt.kind:
-        raise ApiError(
-            400,
-            "BadRequest",
-            f"the kind in the data ({body['kind']}) does not match the expected kind ({rt.kind})",
-        )
+    _check_type(body, rt)
     metadata = body.setdefault("metadata", {})
     if target.namespace:
         if metadata.get("namespace", target.namespace) != target.namespace:

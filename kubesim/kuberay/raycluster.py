@@ -127,8 +127,9 @@ def _is_true(conditions: list[dict], condition_type: str) -> bool:
     return any(c["type"] == condition_type and c["status"] == "True" for c in conditions)
 
 
-def raycluster_status(cluster: dict, pods: list[dict], now: str) -> dict:
-    """The RayCluster status KubeRay would write, given its live (not terminating) pods."""
+def raycluster_status(cluster: dict, pods: list[dict], now: str, failure: PodRefused | None = None) -> dict:
+    """The RayCluster status KubeRay would write, given its live (not terminating) pods and the refusal
+    of a pod it tried to create (``ReplicaFailure``, as ``failure_condition`` words it)."""
     spec = cluster.get("spec") or {}
     old = cluster.get("status") or {}
     status = copy.deepcopy(old)
@@ -163,6 +164,9 @@ def raycluster_status(cluster: dict, pods: list[dict], now: str) -> dict:
         status.pop("reason", None)
 
     conditions = status.setdefault("conditions", [])
+    conditions[:] = [c for c in conditions if c["type"] != REPLICA_FAILURE]
+    if failure is not None:
+        set_condition(conditions, failure_condition(failure), now)
     if heads:
         head_ready = next(
             (c for c in (heads[0].get("status") or {}).get("conditions") or [] if c["type"] == "Ready"), None
@@ -291,6 +295,24 @@ def raycluster_status(cluster: dict, pods: list[dict], now: str) -> dict:
     return status
 
 
+REPLICA_FAILURE = "ReplicaFailure"
+
+
+class PodRefused(Exception):
+    """The API server refused a Ray pod; ``reason`` is KubeRay's (``FailedCreateHeadPod`` or
+    ``FailedCreateWorkerPod``)."""
+
+    def __init__(self, reason: str, error: ApiError):
+        super().__init__(f"{reason}\n{error.message}")
+        self.reason, self.error = reason, error
+
+
+def failure_condition(failure: PodRefused) -> dict:
+    """KubeRay's ``ReplicaFailure`` condition: its message is the joined error (reason, newline, the API
+    server's message), as Go's ``errors.Join`` prints it."""
+    return {"type": REPLICA_FAILURE, "status": "True", "reason": failure.reason, "message": str(failure)}
+
+
 def _without_clock(status: dict) -> dict:
     return {k: v for k, v in status.items() if k != "lastUpdateTime"}
 
@@ -328,9 +350,21 @@ def build_pod(cluster: dict, template: dict, node_type: str, group: str) -> dict
 
 
 def _create_pod(ctx: Context, cluster: dict, template: dict, node_type: str, group: str) -> None:
-    pod = ctx.store.create(
-        PODS, build_pod(cluster, template, node_type, group), namespace=cluster["metadata"]["namespace"]
-    )
+    namespace = cluster["metadata"]["namespace"]
+    try:
+        pod = ctx.store.create(PODS, build_pod(cluster, template, node_type, group), namespace=namespace)
+    except ApiError as exc:
+        if exc.code != 422:
+            raise
+        # The API server validates the pod, not the RayCluster's template: e.g. a GPU request without an
+        # equal limit. KubeRay reports it and tries again on its next reconcile.
+        if node_type == "head":
+            message = f"Failed to create head Pod {namespace}/, {exc.message}"
+            ctx.event(cluster, "Warning", "FailedToCreateHeadPod", message)
+            raise PodRefused("FailedCreateHeadPod", exc) from None
+        message = f"Failed to create worker Pod for the cluster {namespace}/{cluster['metadata']['name']}, "
+        ctx.event(cluster, "Warning", "FailedToCreateWorkerPod", message + exc.message)
+        raise PodRefused("FailedCreateWorkerPod", exc) from None
     ctx.write_status(PODS, pod, pending_pod_status(pod, ctx.clock.timestamp()))
     start_pod_later(
         ctx,
@@ -395,15 +429,19 @@ def reconcile_raycluster(ctx: Context, namespace: str, name: str) -> None:
         return
     spec = cluster.get("spec") or {}
     pods = live_pods(ctx, namespace, name)
+    failure = None
     if spec.get("suspend"):
         for pod in pods:
             ctx.store.delete(PODS, pod["metadata"]["name"], namespace=namespace)
         ctx.dashboards.drop_cluster(namespace, name)
     else:
         _ensure_head_service(ctx, cluster)
-        _reconcile_pods(ctx, cluster, pods)
+        try:
+            _reconcile_pods(ctx, cluster, pods)
+        except PodRefused as refused:
+            failure = refused
     pods = live_pods(ctx, namespace, name)
-    status = raycluster_status(cluster, pods, ctx.clock.timestamp())
+    status = raycluster_status(cluster, pods, ctx.clock.timestamp(), failure)
     if _without_clock(status) != _without_clock(cluster.get("status") or {}):
         ctx.write_status(RAYCLUSTERS, cluster, status)
 

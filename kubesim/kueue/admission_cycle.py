@@ -30,6 +30,7 @@ from kubesim.kueue.convert import (
     model_workload,
     resource_requests,
 )
+from kubesim.kueue.equivalence import scheduling_shape
 from kubesim.kueue.jobs import WORKLOAD_KEY
 from kubesim.kueue.queue_status import queue_blocker
 
@@ -77,6 +78,14 @@ class AdmissionCycle:
             cached = self._models[uid] = (inputs, built)
         return replace(cached[1], inadmissible=True) if inadmissible else cached[1]
 
+    def _shape(self, wl: dict) -> str:
+        """``scheduling_shape`` of ``wl``, recomputed only when the Workload changed."""
+        uid, version = wl["metadata"]["uid"], wl["metadata"].get("resourceVersion")
+        cached = self._shapes.get(uid)
+        if cached is None or cached[0] != version:
+            cached = self._shapes[uid] = (version, scheduling_shape(wl))
+        return cached[1]
+
     def _seq(self, wl: dict) -> int:
         return self.seq.get(wl["metadata"]["uid"], int_or_zero(wl["metadata"].get("resourceVersion")))
 
@@ -94,6 +103,7 @@ class AdmissionCycle:
         now = self.clock.timestamp()
         queues: dict[str, list[model.Workload]] = {}
         where: dict[str, tuple[str, str]] = {}
+        shapes: dict[str, tuple[str, str]] = {}  # uid -> (ClusterQueue, scheduling shape)
         queued = self.view.index.queued
         clock_now = self.clock.now()
         for ident in sorted(queued):
@@ -104,7 +114,11 @@ class AdmissionCycle:
             if blocked:
                 self._set_pending(wl, "Inadmissible", blocked, now)
                 continue
-            where[wl["metadata"]["uid"]] = (wl["metadata"]["namespace"], wl["metadata"]["name"])
+            uid = wl["metadata"]["uid"]
+            where[uid] = (wl["metadata"]["namespace"], wl["metadata"]["name"])
+            shapes[uid] = (cq_name, self._shape(wl))
+            if shapes[uid] in self.parked.shapes:
+                self.parked.add(uid)  # its class was parked: upstream never evaluates it, nor writes why
             queues.setdefault(cq_name, []).append(self._model(wl, cq_name))
         queues = {name: scheduler.ordered(queue) for name, queue in queues.items()}
         admitted: set[str] = set()
@@ -114,11 +128,15 @@ class AdmissionCycle:
                 head = next((w for w in queue if w.uid not in admitted and w.uid not in self.parked), None)
                 if head is not None:
                     heads[name] = [head]
-            if not heads or not self._schedule_cycle(heads, where, admitted):
+            if not heads or not self._schedule_cycle(heads, where, admitted, shapes):
                 return
 
     def _schedule_cycle(
-        self, heads: dict[str, list[model.Workload]], where: dict[str, tuple[str, str]], admitted: set[str]
+        self,
+        heads: dict[str, list[model.Workload]],
+        where: dict[str, tuple[str, str]],
+        admitted: set[str],
+        shapes: dict[str, tuple[str, str]],
     ) -> bool:
         """One admission cycle; True when it admitted or parked something (worth another cycle)."""
         now = self.clock.timestamp()
@@ -139,6 +157,9 @@ class AdmissionCycle:
                 if decision.inadmissible and uid not in self.parked:
                     self.parked.add(uid)
                     progressed = True
+                if decision.inadmissible and decision.no_fit and uid in shapes:
+                    self.parked.shapes.add(shapes[uid])
+                    self.parked.update(other for other, shape in shapes.items() if shape == shapes[uid])
         return progressed
 
     def _current(self, ident: tuple[str, str] | None) -> dict | None:

@@ -49,6 +49,7 @@ from kubesim.kueue.cache import (
 )
 from kubesim.kueue.conditions import find_condition, set_condition
 from kubesim.kueue.config import KueueConfig
+from kubesim.kueue.equivalence import Parked
 from kubesim.kueue.eviction import Eviction
 from kubesim.kueue.job_sync import JobSync
 from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY
@@ -74,7 +75,7 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
         self.store = cluster.store
         self.clock = cluster.clock
         self.wake = asyncio.Event()
-        self.parked: set[str] = set()
+        self.parked = Parked()
         self.seq: dict[str, int] = {}
         self.config_versions: dict[tuple[str, str], object] = {}
         self.warned: set[tuple[str, str]] = set()
@@ -83,6 +84,7 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
         self.reserved_at: dict[str, float] = {}
         # uid -> (what the model was built from, model.Workload): building one parses every quantity.
         self._models: dict[str, tuple[tuple, model.Workload]] = {}
+        self._shapes: dict[str, tuple[str | None, str]] = {}  # uid -> (resourceVersion, scheduling shape)
         self.view: ClusterView | None = None
         # What changed since a phase last looked: jobs as (key, namespace, name), Workloads as (namespace,
         # name). A pass reconciles only those, unless the configuration changed (``_full``): then every
@@ -164,6 +166,7 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
         if key == WORKLOAD_KEY and type_ == "DELETED":
             self.parked.clear()
             self._models.pop(meta.get("uid", ""), None)
+            self._shapes.pop(meta.get("uid", ""), None)
         if key in CONFIG_KEYS:
             ident = (key, f"{meta.get('namespace', '')}/{meta.get('name', '')}")
             version = (

@@ -355,6 +355,9 @@ class NoFit:
     message: str
     inadmissible: bool
     reason: str = "Pending"
+    no_fit: bool = False
+    """The head does not fit (no quota, no preemption candidates): every pending workload of its shape in
+    its queue would fail the same way (``kubesim.kueue.equivalence``)."""
 
 
 Decision = Admit | Preempt | NoFit

@@ -180,12 +180,12 @@ def schedule_cycle(
         workload, cq, assignment = entry.workload, entry.cq, entry.assignment
         park = cq.queueing_strategy == BEST_EFFORT_FIFO
         if assignment.mode == NO_FIT:
-            decisions.append(NoFit(workload, assignment.message(), inadmissible=park))
+            decisions.append(NoFit(workload, assignment.message(), inadmissible=park, no_fit=True))
             continue
         if assignment.mode == PREEMPT and not entry.targets:
             if cq.preemption.reclaim_within_cohort != ANY:
                 tree.add_usage(cq.name, _reserved_for_unreclaimable(entry, tree))
-            decisions.append(NoFit(workload, assignment.message(), inadmissible=park))
+            decisions.append(NoFit(workload, assignment.message(), inadmissible=park, no_fit=True))
             continue
         if any(t.workload.key in preempted for t in entry.targets):
             decisions.append(

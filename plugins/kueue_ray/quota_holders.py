@@ -39,21 +39,43 @@ MAX_LISTED = 5
 """Admitted Workloads named in the message; the rest are counted."""
 
 
-def usage(cluster_queue: dict) -> list[str]:
+def usage(cluster_queue: dict, admitted: Iterable[dict] = ()) -> list[str]:
     """``nvidia.com/gpu 1 of 1 (flavor gpu)`` per flavor and resource with a nominal quota: what is
-    reserved (``status.flavorsReservation``, else ``flavorsUsage``) against ``nominalQuota``."""
+    reserved against ``nominalQuota``, the greater of the ClusterQueue's ``status.flavorsReservation``
+    (else ``flavorsUsage``) and what the ``admitted`` Workloads' admissions charge. Kueue writes the
+    ClusterQueue's status a moment after it admits (Kueue v0.19.2 still reported 0 a second after
+    admitting a Workload that filled the queue), so the Workloads read at the same time count too.
+
+    >>> cq = {"spec": {"resourceGroups": [{"flavors": [{"name": "gpu", "resources": [
+    ...     {"name": "nvidia.com/gpu", "nominalQuota": "1"}]}]}]}, "status": {}}
+    >>> held = {"status": {"admission": {"podSetAssignments": [
+    ...     {"flavors": {"nvidia.com/gpu": "gpu"}, "resourceUsage": {"nvidia.com/gpu": "1"}}]}}}
+    >>> usage(cq), usage(cq, [held])
+    (['nvidia.com/gpu 0 of 1 (flavor gpu)'], ['nvidia.com/gpu 1 of 1 (flavor gpu)'])
+    """
     status = cluster_queue.get("status") or {}
-    used: dict[tuple[str, str], Decimal] = {}
+    reported: dict[tuple[str, str], Decimal] = {}
     for flavor in status.get("flavorsReservation") or status.get("flavorsUsage") or ():
         for resource in flavor.get("resources") or ():
-            used[(flavor.get("name"), resource.get("name"))] = parse_quantity(resource.get("total") or "0")
+            reported[(flavor.get("name"), resource.get("name"))] = parse_quantity(
+                resource.get("total") or "0"
+            )
+    charged: dict[tuple[str, str], Decimal] = {}
+    for workload in admitted:
+        for assignment in ((workload.get("status") or {}).get("admission") or {}).get(
+            "podSetAssignments"
+        ) or ():
+            flavors = assignment.get("flavors") or {}
+            for resource, amount in (assignment.get("resourceUsage") or {}).items():
+                key = (flavors.get(resource), resource)
+                charged[key] = charged.get(key, Decimal(0)) + parse_quantity(amount)
     lines = []
     for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or ():
         for flavor in group.get("flavors") or ():
             for resource in flavor.get("resources") or ():
                 key = (flavor.get("name"), resource.get("name"))
                 nominal = parse_quantity(resource.get("nominalQuota") or "0")
-                taken = used.get(key, Decimal(0))
+                taken = max(reported.get(key, Decimal(0)), charged.get(key, Decimal(0)))
                 lines.append(
                     f"{key[1]} {readable_amount(key[1], taken)} of {readable_amount(key[1], nominal)} (flavor {key[0]})"
                 )
@@ -100,7 +122,7 @@ def quota_holders(
             f"{workload['metadata']['name']} ({klass} {_priority(workload)}, {verdict} by this task's "
             f"priority {own_priority if own_priority is not None else 'unknown'})"
         )
-    sentence = f"ClusterQueue {name} at the end: {', '.join(usage(cluster_queue)) or 'no quota'}"
+    sentence = f"ClusterQueue {name} at the end: {', '.join(usage(cluster_queue, admitted)) or 'no quota'}"
     if told:
         sentence += "; admitted: " + ", ".join(told)
     total = (cluster_queue.get("status") or {}).get("admittedWorkloads")

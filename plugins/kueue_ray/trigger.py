@@ -78,6 +78,7 @@ from kueue_ray.waiting import (
     access_verdict,
     deleted_verdict,
     describe_transition,
+    owner_deleted,
 )
 
 if TYPE_CHECKING:
@@ -303,7 +304,7 @@ class RayJobTrigger(WaitTrigger):
             ended = subscription.access()
             if ended is not None:
                 raise ended
-            if rayjob is None:
+            if rayjob is None or owner_deleted(workload):
                 verdict = deleted_verdict("RayJob", self.namespace, self.name, self.uid, "before it finished")
                 self.log.error(verdict.message)
                 progress.metrics.ended(verdict.status, verdict.reason, None)

@@ -268,3 +268,40 @@ def _validate_pod_template(template: Any, field: str) -> None:
             for section in ("requests", "limits"):
                 for resource, amount in (((container.get("resources") or {}).get(section)) or {}).items():
                     check_quantity(amount, f"{path}.resources.{section}[{resource}]")
+            _validate_not_overcommitted(container.get("resources") or {}, f"{path}.resources")
+
+
+def overcommit_allowed(resource: str) -> bool:
+    """Kubernetes' ``IsOvercommitAllowed``: a native resource (no domain, or a ``kubernetes.io/`` one) but
+    hugepages. Any other (``nvidia.com/gpu``) must have a limit equal to its request.
+
+    >>> overcommit_allowed("cpu"), overcommit_allowed("nvidia.com/gpu"), overcommit_allowed("hugepages-2Mi")
+    (True, False, False)
+    """
+    native = "/" not in resource or "kubernetes.io/" in resource
+    return native and not resource.startswith("hugepages-")
+
+
+def _validate_not_overcommitted(resources: Mapping, field: str) -> None:
+    """The API server validates the pods KubeRay creates, not the RayJob's templates: a GPU request without
+    an equal limit is accepted in the RayJob, admitted by Kueue (holding its quota) and then every head or
+    worker pod is refused ("Limit must be set for non overcommitable resources")."""
+    limits = resources.get("limits") or {}
+    for resource, amount in (resources.get("requests") or {}).items():
+        if overcommit_allowed(resource):
+            continue
+        if resource not in limits:
+            raise ManifestError(
+                "Kubernetes refuses the pod: an extended resource's request needs an equal limit",
+                field=f"{field}.limits[{resource}]",
+                value=None,
+                fix=f"set limits {resource}: {amount} (or give it under limits only)",
+            )
+        if parse_quantity(str(amount)) != parse_quantity(str(limits[resource])):
+            raise ManifestError(
+                f"Kubernetes refuses the pod: an extended resource's request must equal its limit "
+                f"({limits[resource]})",
+                field=f"{field}.requests[{resource}]",
+                value=amount,
+                fix=f"set the request and the limit of {resource} to the same amount",
+            )

@@ -250,6 +250,25 @@ def event_payload(
     return payload
 
 
+OWNER_NOT_FOUND = "OwnerNotFound"
+"""The ``Finished`` reason Kueue (``FinishOrphanedWorkloads``, v0.19) gives a Workload whose job is gone."""
+
+
+def owner_deleted(workload: dict | None) -> bool:
+    """Whether Kueue finished ``workload`` because its RayJob no longer exists: the RayJob was deleted,
+    even when the RayJob's own deletion has not reached the waiter yet (real Kueue writes this within
+    milliseconds, often before the RayJob's DELETED event arrives).
+
+    >>> finished = {"type": "Finished", "status": "True", "reason": "OwnerNotFound"}
+    >>> owner_deleted({"status": {"conditions": [finished]}}), owner_deleted(None)
+    (True, False)
+    """
+    for condition in ((workload or {}).get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Finished" and condition.get("status") == "True":
+            return condition.get("reason") == OWNER_NOT_FOUND
+    return False
+
+
 def deleted_verdict(kind: str, namespace: str, name: str, uid: str, what: str) -> Verdict:
     """The verdict for an object deleted under a waiting task (``what``: when, e.g. "before it finished")."""
     return Verdict(DELETED, f"{kind}Deleted", f"{kind} {namespace}/{name} (uid {uid}) was deleted {what}")
@@ -384,7 +403,7 @@ class WorkerWait:
                 describe_error(exc),
             )
             return None
-        if rayjob is None:
+        if rayjob is None or owner_deleted(workload):
             verdict = deleted_verdict(
                 "RayJob", target.namespace, target.name, target.uid, "before it finished"
             )

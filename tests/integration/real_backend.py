@@ -27,21 +27,6 @@ CONTAINERS_RUN = pytest.mark.kubesim_only(
     "(realcluster/README.md)"
 )
 
-PENDING_CONDITION = pytest.mark.kubesim_only(
-    "difference found: real Kueue v0.19.2 leaves a Workload queued behind its ClusterQueue's head without "
-    "a QuotaReserved condition, where kubesim sets QuotaReserved=False on each (realcluster/README.md)"
-)
-
-DELETED_BEHIND_TRIGGER = pytest.mark.kubesim_only(
-    "difference found, not yet explained: on the real stack a RayJob deleted behind the trigger ends its "
-    "wait as 'failed', on kubesim as 'deleted' (realcluster/README.md)"
-)
-
-QUOTA_USAGE_IN_TIMEOUT = pytest.mark.kubesim_only(
-    "difference found, not yet explained: on the real stack the queue-timeout message names the holder of "
-    "the quota but not the ClusterQueue's usage against its quota (realcluster/README.md)"
-)
-
 
 class RealBackend:
     """``kubesim.testing.Kubesim``'s interface over a running ``RealCluster``."""

@@ -112,7 +112,15 @@ def test_a_rayjobs_submitter_job_runs_as_a_job_without_a_workload_of_its_own_eve
     cq = f"{namespace}-cq"
     queues(custom, namespace, cq, cpu="4")
     custom.create_namespaced_custom_object(
-        *KUEUE, namespace, "localqueues", {"metadata": {"name": "default"}, "spec": {"clusterQueue": cq}}
+        *KUEUE,
+        namespace,
+        "localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "default"},
+            "spec": {"clusterQueue": cq},
+        },
     )
     submitter = {"name": "ray-job-submitter", "image": "ray", "resources": {"requests": {"cpu": "500m"}}}
     manifest = rayjob(

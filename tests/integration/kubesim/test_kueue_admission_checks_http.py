@@ -58,6 +58,8 @@ def admission_check(custom, name: str, **annotations: str) -> None:
         *KUEUE,
         "admissionchecks",
         {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "AdmissionCheck",
             "metadata": {
                 "name": name,
                 "annotations": {f"kubesim.dev/{k}": v for k, v in annotations.items()},
@@ -68,11 +70,21 @@ def admission_check(custom, name: str, **annotations: str) -> None:
 
 
 def checked_queue(custom, ns: str, cq: str, checks: list[str]) -> None:
-    custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {"metadata": {"name": f"{cq}-flavor"}})
+    custom.create_cluster_custom_object(
+        *KUEUE,
+        "resourceflavors",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": f"{cq}-flavor"},
+        },
+    )
     custom.create_cluster_custom_object(
         *KUEUE,
         "clusterqueues",
         {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
             "metadata": {"name": cq},
             "spec": {
                 "namespaceSelector": {},
@@ -89,7 +101,15 @@ def checked_queue(custom, ns: str, cq: str, checks: list[str]) -> None:
         },
     )
     custom.create_namespaced_custom_object(
-        *KUEUE, ns, "localqueues", {"metadata": {"name": "q"}, "spec": {"clusterQueue": cq}}
+        *KUEUE,
+        ns,
+        "localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "q"},
+            "spec": {"clusterQueue": cq},
+        },
     )
 
 
@@ -279,11 +299,17 @@ def tainted(tmp_path_factory):
 
 
 def plain_queue(custom, ns: str) -> None:
-    custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {"metadata": {"name": "spot"}})
+    custom.create_cluster_custom_object(
+        *KUEUE,
+        "resourceflavors",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "spot"}},
+    )
     custom.create_cluster_custom_object(
         *KUEUE,
         "clusterqueues",
         {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
             "metadata": {"name": "spot-cq"},
             "spec": {
                 "namespaceSelector": {},
@@ -297,7 +323,15 @@ def plain_queue(custom, ns: str) -> None:
         },
     )
     custom.create_namespaced_custom_object(
-        *KUEUE, ns, "localqueues", {"metadata": {"name": "q"}, "spec": {"clusterQueue": "spot-cq"}}
+        *KUEUE,
+        ns,
+        "localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "q"},
+            "spec": {"clusterQueue": "spot-cq"},
+        },
     )
 
 

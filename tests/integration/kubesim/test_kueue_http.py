@@ -48,12 +48,19 @@ def queues(custom, ns: str, cq: str, *, cpu: str = "2", flavor_labels: dict | No
     custom.create_cluster_custom_object(
         *KUEUE,
         "resourceflavors",
-        {"metadata": {"name": f"{cq}-flavor"}, "spec": {"nodeLabels": flavor_labels or {}}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": f"{cq}-flavor"},
+            "spec": {"nodeLabels": flavor_labels or {}},
+        },
     )
     custom.create_cluster_custom_object(
         *KUEUE,
         "clusterqueues",
         {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
             "metadata": {"name": cq},
             "spec": {
                 "namespaceSelector": {},
@@ -69,7 +76,15 @@ def queues(custom, ns: str, cq: str, *, cpu: str = "2", flavor_labels: dict | No
         },
     )
     custom.create_namespaced_custom_object(
-        *KUEUE[:2], ns, "localqueues", {"metadata": {"name": "q"}, "spec": {"clusterQueue": cq}}
+        *KUEUE[:2],
+        ns,
+        "localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "q"},
+            "spec": {"clusterQueue": cq},
+        },
     )
 
 
@@ -187,7 +202,14 @@ def test_missing_priority_class_creates_no_workload_until_it_exists(api, custom,
     )
     assert not custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
     custom.create_cluster_custom_object(
-        *KUEUE, "workloadpriorityclasses", {"metadata": {"name": "urgent-class"}, "value": 500}
+        *KUEUE,
+        "workloadpriorityclasses",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": "urgent-class"},
+            "value": 500,
+        },
     )
     wl = eventually(lambda: workload_of(custom, namespace, job["metadata"]["uid"]))
     assert wl["spec"]["priority"] == 500
@@ -198,7 +220,14 @@ def test_relabelled_running_job_moves_its_workload_to_the_new_class(api, custom,
     queues(custom, namespace, "relabel-cq")
     for name, value in (("relabel-low", 10), ("relabel-high", 900)):
         custom.create_cluster_custom_object(
-            *KUEUE, "workloadpriorityclasses", {"metadata": {"name": name}, "value": value}
+            *KUEUE,
+            "workloadpriorityclasses",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
         )
     job = submit(custom, namespace, rayjob("tune", labels={"kueue.x-k8s.io/priority-class": "relabel-low"}))
     uid = job["metadata"]["uid"]

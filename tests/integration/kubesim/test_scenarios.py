@@ -1,6 +1,8 @@
 """Every admission scenario of tests/scenarios, driven through the Kubernetes API only.
 
-Each scenario gets its own kubesim (so cluster-scoped queues never collide). The test talks to it with the
+Each scenario gets its own kubesim (so cluster-scoped queues never collide); with ``--cluster=real`` every
+scenario runs on the session's real control plane instead (real Kueue v0.19.2, the reference), one after
+another, each deleting what it created before the next begins. The test talks to it with the
 official ``kubernetes`` client exactly as against a real cluster: it creates the queue objects, submits
 RayJobs without ``spec.suspend`` (Kueue's webhook defaults it), deletes them to finish them, and polls
 Workloads (found by the ``kueue.x-k8s.io/job-uid`` label) until each step's expectation holds.
@@ -34,11 +36,13 @@ PLURALS = {
 class Driver:
     """Applies scenario steps with the Kubernetes client and reads back what Kueue decided."""
 
-    def __init__(self, kubeconfig: str) -> None:
+    def __init__(self, kubeconfig: str, second: float) -> None:
         self.api = client.CustomObjectsApi(config.new_client_from_config(config_file=kubeconfig))
+        self.second = second
+        """Real seconds per second of the cluster's clock: 1 on a real cluster, 1/TIME_SCALE on kubesim."""
+        self.last_change = 0.0  # time.monotonic() of the last RayJob created or step settled
         self.uids: dict[str, tuple[str, str]] = {}  # rayjob name -> (namespace, uid)
         self.preempted: set[str] = set()  # every RayJob seen preempted, finished ones included
-        self.last_change = 0.0  # time.monotonic() when the last RayJob's Workload was seen
 
     def apply(self, obj: dict) -> None:
         group, version = obj["apiVersion"].split("/")
@@ -68,9 +72,10 @@ class Driver:
 
     def submit(self, name: str, spec: dict) -> None:
         # Kueue orders one priority's Workloads by their creationTimestamp, to the second, then by their
-        # random UIDs (kubesim as real Kueue): a story's RayJobs are created in different seconds (kubesim's
-        # timestamps are the wall clock's too), so the story's order is the queue's.
-        time.sleep(max(0.0, self.last_change + 1.0 - time.monotonic()))
+        # random UIDs (kubesim as real Kueue): a story's RayJobs are created in different seconds of the wall
+        # clock (kubesim's timestamps are the wall clock's too, whatever its time scale), so the story's order
+        # is the queue's.
+        time.sleep(max(0.0, self.last_change + self.second - time.monotonic()))
         namespace = spec.get("namespace", "default")
         created = self.api.create_namespaced_custom_object(
             "ray.io", "v1", namespace, "rayjobs", rayjob(name, spec)
@@ -104,6 +109,41 @@ class Driver:
         namespace, _ = self.uids[name]
         body = {"metadata": {"labels": {KUEUE_LABELS["priority"]: priority_class}}}
         self.api.patch_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name, body)
+
+    def clean_up(self, scenario: Scenario) -> None:
+        """Delete the scenario's RayJobs, then its Kueue objects (queues before flavors and classes), and
+        wait until they are gone: on a shared cluster the next scenario reuses the names."""
+        for name, spec in scenario.rayjobs.items():
+            self._delete(("ray.io", "v1", "rayjobs", spec.get("namespace", "default"), name))
+        objects = list(scenario.kueue) + [obj for step in scenario.story for obj in step.apply]
+        order = ["LocalQueue", "ClusterQueue", "Cohort", "ResourceFlavor", "WorkloadPriorityClass"]
+        for kind in order:
+            for obj in objects:
+                if obj["kind"] == kind:
+                    group, version = obj["apiVersion"].split("/")
+                    where = (group, version, PLURALS[kind], obj["metadata"].get("namespace"))
+                    self._delete((*where, obj["metadata"]["name"]))
+        self.uids.clear()
+
+    def _delete(self, ref: tuple) -> None:
+        group, version, plural, namespace, name = ref
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        try:
+            if namespace:
+                self.api.delete_namespaced_custom_object(group, version, namespace, plural, name)
+            else:
+                self.api.delete_cluster_custom_object(group, version, plural, name)
+            while time.monotonic() < deadline:
+                if namespace:
+                    self.api.get_namespaced_custom_object(group, version, namespace, plural, name)
+                else:
+                    self.api.get_cluster_custom_object(group, version, plural, name)
+                time.sleep(0.1)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            return
+        pytest.fail(f"{plural}/{name} still there {SETTLE_TIMEOUT_S} s after its deletion")
 
     def cluster_queue(self, name: str) -> dict:
         return self.api.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", name)
@@ -244,31 +284,48 @@ def settle(driver: Driver, step: Step) -> None:
             driver, step.queues
         )
         if not problems:
+            driver.last_change = time.monotonic()
             return
         if time.monotonic() > deadline:
             pytest.fail("; ".join(problems))
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_scenario(scenario: Scenario) -> None:
+@pytest.fixture
+def driver(request):
+    """A driver for a fresh kubesim, or for with ``--cluster=real`` the session's real control plane."""
+    if request.config.getoption("cluster") == "real":
+        yield Driver(request.getfixturevalue("kubesim").kubeconfig, second=1.0)
+        return
     with run_kubesim(time_scale=TIME_SCALE) as sim:
-        driver = Driver(sim.kubeconfig)
-        for obj in scenario.kueue:
+        yield Driver(sim.kubeconfig, second=1.0 / TIME_SCALE)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_scenario(scenario: Scenario, driver: Driver) -> None:
+    driver.clean_up(scenario)  # what a failed run before may have left on a shared cluster
+    try:
+        play(driver, scenario)
+    finally:
+        driver.clean_up(scenario)
+
+
+def play(driver: Driver, scenario: Scenario) -> None:
+    for obj in scenario.kueue:
+        driver.apply(obj)
+    for index, step in enumerate(scenario.story):
+        for name in step.submit:
+            driver.submit(name, scenario.rayjobs[name])
+        for name in step.finish:
+            driver.finish(name)
+        for obj in step.apply:
             driver.apply(obj)
-        for index, step in enumerate(scenario.story):
-            for name in step.submit:
-                driver.submit(name, scenario.rayjobs[name])
-            for name in step.finish:
-                driver.finish(name)
-            for obj in step.apply:
-                driver.apply(obj)
-            for name, priority_class in step.relabel.items():
-                driver.relabel(name, priority_class)
-            if step.pause:
-                time.sleep(step.pause)
-            if step.then or step.queues:
-                try:
-                    settle(driver, step)
-                except pytest.fail.Exception as failure:
-                    raise AssertionError(f"step {index}: {failure}") from None
+        for name, priority_class in step.relabel.items():
+            driver.relabel(name, priority_class)
+        if step.pause:
+            time.sleep(step.pause)
+        if step.then or step.queues:
+            try:
+                settle(driver, step)
+            except pytest.fail.Exception as failure:
+                raise AssertionError(f"step {index}: {failure}") from None

@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.trigger import RayJobTrigger
 
-from tests.integration.real_backend import QUOTA_USAGE_IN_TIMEOUT, RAY_JOB_RUNS
+from tests.integration.real_backend import RAY_JOB_RUNS
 
 EVENT_TIMEOUT = 60
 
@@ -222,7 +222,6 @@ def test_inadmissible_after_the_grace_period_withdraws_the_rayjob(queues, rayjob
     assert trigger.uid not in remaining
 
 
-@QUOTA_USAGE_IN_TIMEOUT
 def test_queue_timeout_ends_a_wait_that_never_gets_admitted(queues, rayjob_body, task_context):
     blocker_context = task_context("blocker")
     submit(

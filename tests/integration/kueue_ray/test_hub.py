@@ -12,8 +12,6 @@ from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.sensors import RayJobSensor
 from kueue_ray.trigger import RayJobTrigger
 
-from tests.integration.real_backend import DELETED_BEHIND_TRIGGER, PENDING_CONDITION
-
 
 @pytest.fixture(autouse=True)
 def quick_reconnects(monkeypatch):
@@ -45,12 +43,16 @@ def submit_many(
 
 def queued_behind_a_blocker(queues, rayjob_body, task_context, eventually, count: int) -> list[dict]:
     """A RayJob holding the whole ClusterQueue for ever, then ``count`` RayJobs pending behind it: the
-    serialized kwargs of their triggers, once Kueue has said why each one waits."""
+    serialized kwargs of their triggers, once each has its Workload and Kueue has said why the head of the
+    queue waits. (The others have its shape: Kueue parks them with it unevaluated, without a QuotaReserved
+    condition until an event requeues them; kubesim.kueue.equivalence.)"""
     [blocker] = submit_many(queues, rayjob_body, task_context, 1, "inf", whole_queue=True, prefix="blocker")
     eventually(lambda: quota_reserved(queues.workload(blocker.uid)) == "True")
     queued = submit_many(queues, rayjob_body, task_context, count, "inf", whole_queue=True, prefix="queued")
     for trigger in queued:
-        eventually(lambda uid=trigger.uid: quota_reserved(queues.workload(uid)) == "False")
+        eventually(lambda uid=trigger.uid: queues.workload(uid) is not None)
+    # Created within a second of each other, they have no defined order: any of them may be the head.
+    eventually(lambda: any(quota_reserved(queues.workload(t.uid)) == "False" for t in queued))
     return [trigger.serialize()[1] for trigger in queued]
 
 
@@ -155,8 +157,9 @@ def test_triggers_and_sensor_pokes_succeed_through_a_faulty_api_server(
     assert poked_result["uid"] == poked.uid
 
 
-@DELETED_BEHIND_TRIGGER
 def test_a_rayjob_deleted_behind_the_trigger_ends_the_wait(queues, rayjob_body, task_context):
+    # On real Kueue the Workload is often finished (reason OwnerNotFound) before the RayJob's own deletion
+    # reaches the hub: that, too, is the RayJob deleted, not a failure.
     [trigger] = submit_many(queues, rayjob_body, task_context, count=1, duration="inf")
 
     async def scenario():
@@ -181,7 +184,6 @@ async def _gather(triggers):
     return await asyncio.gather(*(first_event(t) for t in triggers))
 
 
-@PENDING_CONDITION
 def test_queued_triggers_share_one_queue_position_read_per_local_queue(
     kubesim, queues, rayjob_body, task_context, eventually, capfd, monkeypatch
 ):
@@ -206,7 +208,6 @@ def test_queued_triggers_share_one_queue_position_read_per_local_queue(
     assert all(f"of {count} pending in its LocalQueue" in line for line in queued_lines)
 
 
-@PENDING_CONDITION
 def test_the_safety_net_relists_per_namespace_instead_of_reading_per_trigger(
     kubesim, queues, rayjob_body, task_context, eventually
 ):
@@ -233,7 +234,6 @@ def test_the_safety_net_relists_per_namespace_instead_of_reading_per_trigger(
         assert 2 <= len(lists) < count, (resource, len(lists))
 
 
-@PENDING_CONDITION
 def test_a_trigger_joining_a_watched_namespace_starts_from_the_cache(
     kubesim, queues, rayjob_body, task_context, eventually
 ):

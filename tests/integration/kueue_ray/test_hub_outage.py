@@ -20,12 +20,10 @@ from tests.integration.kueue_ray.test_hub import (
     queued_behind_a_blocker,
     trigger_log,
 )
-from tests.integration.real_backend import PENDING_CONDITION
 
 WAITING = 30
 """Triggers per test: more than the requests the shared loops may make, so a read per task shows."""
 WATCHED = ["rayjobs.ray.io", "workloads.kueue.x-k8s.io"]
-pytestmark = PENDING_CONDITION
 
 
 @pytest.fixture(autouse=True)

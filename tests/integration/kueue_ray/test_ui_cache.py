@@ -16,7 +16,7 @@ from kueue_ray.ui.views import Links, TaskRef, queues_view, service_cluster_queu
 
 from tests.integration.kueue_ray.serve_support import defer, deploy_op, run_context, service_body
 from tests.integration.kueue_ray.test_hub import quota_reserved
-from tests.integration.real_backend import PENDING_CONDITION, RAY_JOB_RUNS, RAY_SERVE
+from tests.integration.real_backend import RAY_JOB_RUNS, RAY_SERVE
 
 QUICK = CacheSettings(backoff_initial=0.05, backoff_max=0.3, visibility_min_interval=0.2)
 
@@ -45,7 +45,6 @@ def in_namespace(kubesim, queues, since: int = 0) -> list[dict]:
     return [r for r in kubesim.requests()[since:] if r["namespace"] == queues.namespace]
 
 
-@PENDING_CONDITION
 def test_pages_read_the_cache_not_the_cluster(kubesim, queues, rayjob_body, task_context, connection):
     blocker = submit(queues, rayjob_body, task_context, "blocker", "inf")
     queued = [submit(queues, rayjob_body, task_context, f"queued-{i}", "inf") for i in range(3)]
@@ -55,12 +54,16 @@ def test_pages_read_the_cache_not_the_cluster(kubesim, queues, rayjob_body, task
         await cache.start()
         try:
             await until(lambda: cache.health().reachable, what="listed")
+            # Kueue says why the queue's head waits; the others, of the same shape, are parked with it
+            # unevaluated (scheduling equivalence) until an event requeues them, so they may carry no
+            # QuotaReserved condition yet.
             await until(
                 lambda: (
                     len(cache.snapshot().workloads) == 4
-                    and all(quota_reserved(w) for w in cache.snapshot().workloads)
+                    and sorted({quota_reserved(w) for w in cache.snapshot().workloads} - {None})
+                    == ["False", "True"]
                 ),
-                what="four Workloads with their QuotaReserved condition",
+                what="four Workloads: the blocker's quota reserved, the head of the queue told why it waits",
             )
             kubesim.clear_requests()
             # Twenty tabs refreshing together: snapshots and the ClusterQueue's pending list.

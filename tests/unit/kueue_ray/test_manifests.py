@@ -328,6 +328,7 @@ def mutate(path, value):
 CLUSTER = ("spec", "rayClusterSpec")
 HEAD_CONTAINER = (*CLUSTER, "headGroupSpec", "template", "spec", "containers", 0)
 WORKER = (*CLUSTER, "workerGroupSpecs", 0)
+WORKER_CONTAINER = (*WORKER, "template", "spec", "containers", 0)
 
 
 def many_groups(body):
@@ -368,6 +369,18 @@ def many_groups(body):
             "500m",
         ),
         (mutate((*WORKER, "replicas"), -1), "spec.rayClusterSpec.workerGroupSpecs[0].replicas", ">= 0"),
+        # The API server refuses such pods (422 "Limit must be set for non overcommitable resources"), but
+        # only once KubeRay creates them: the RayJob itself would be accepted and admitted.
+        (
+            mutate((*WORKER_CONTAINER, "resources", "limits"), {"cpu": "16", "memory": "128Gi"}),
+            "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.limits[nvidia.com/gpu]",
+            "limits nvidia.com/gpu: 4",
+        ),
+        (
+            mutate((*WORKER_CONTAINER, "resources", "limits", "nvidia.com/gpu"), "8"),
+            "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources.requests[nvidia.com/gpu]",
+            "same amount",
+        ),
         (
             mutate(("metadata", "labels", QUEUE_LABEL), "user queue!"),
             f"metadata.labels[{QUEUE_LABEL}]",
