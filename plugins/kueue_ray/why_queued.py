@@ -86,11 +86,9 @@ class Holder:
     """Who submitted it, in words (DAG, run, task), when the caller knows and may say."""
 
     def describe(self) -> str:
-        owner = f"{self.owner_kind} {self.owner_name}" if self.owner_kind else "no owner"
-        text = f"{self.name} ({owner}"
-        if self.owner:
-            text += f", {self.owner}"
-        return text + ")"
+        said = [f"{self.owner_kind} {self.owner_name}" if self.owner_kind else "", self.owner or ""]
+        said = [part for part in said if part]
+        return f"{self.name} ({', '.join(said)})" if said else self.name
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -304,10 +302,13 @@ def explain_queued(
     cluster_queues: Iterable[Mapping] = (),
     cohorts: Iterable[Mapping] = (),
     describe: Callable[[Mapping], str | None] = lambda _workload: None,
+    conceal: Callable[[Mapping], str | None] = lambda _workload: None,
 ) -> WhyQueued:
     """Why ``workload`` (pending) waits in ``cluster_queue``. ``workloads``: every Workload that may hold
     quota of it or its cohort; ``cluster_queues``/``cohorts``: all of the cluster's (for the cohort);
-    ``describe``: who submitted a holder, in words the viewer may read (None: say nothing)."""
+    ``describe``: who submitted a holder, in words the viewer may read (None: say nothing); ``conceal``:
+    what to call a holder instead of its name and owner (whose names tell a DAG the viewer may not read),
+    None to name it."""
     name = cluster_queue["metadata"]["name"]
     spec = cluster_queue.get("spec") or {}
     preemption = spec.get("preemption") or {}
@@ -344,20 +345,21 @@ def explain_queued(
         may_take = admitted_to == name and can_preempt(within, own_priority, own_created, other)
         how = f"its priority may{'' if may_take else ' not'} preempt it (withinClusterQueue: {within})"
         owner = next(iter(meta.get("ownerReferences") or ()), {})
+        hidden = conceal(other)
         holders.append(
             Holder(
-                name=meta.get("name", ""),
+                name=hidden or meta.get("name", ""),
                 namespace=meta.get("namespace", ""),
                 cluster_queue=admitted_to,
                 priority=int((other.get("spec") or {}).get("priority") or 0),
                 priority_class=((other.get("spec") or {}).get("priorityClassRef") or {}).get("name"),
                 usage=relevant,
-                owner_kind=owner.get("kind"),
-                owner_name=owner.get("name"),
+                owner_kind=None if hidden else owner.get("kind"),
+                owner_name=None if hidden else owner.get("name"),
                 lasting=owner.get("kind") in LASTING_OWNERS,
                 may_take=may_take,
                 how=how,
-                owner=describe(other),
+                owner=None if hidden else describe(other),
             )
         )
     # Whether another ClusterQueue's workload may be reclaimed depends on whether that ClusterQueue

@@ -179,3 +179,18 @@ def test_requests_fall_back_to_pod_sets_when_kueue_has_not_summed_them():
         }
     }
     assert {k: str(v) for k, v in requests_of(workload).items()} == {"cpu": "6", "nvidia.com/gpu": "8"}
+
+
+def test_a_holder_of_a_dag_the_viewer_may_not_read_is_not_named():
+    why = explain_queued(
+        pending("8"),
+        A,
+        workloads=[SERVE],
+        cluster_queues=(A, B),
+        describe=lambda _w: "DAG secret",
+        conceal=lambda _w: "a workload of a DAG you cannot read",
+    )
+    assert why.stuck
+    text = " ".join(why.sentences())
+    assert "a workload of a DAG you cannot read" in text
+    assert "raycluster-serve" not in text and "secret" not in text

@@ -216,6 +216,28 @@
         el("td", { class: "message", title: s.message, text: [s.reason, s.message].filter(Boolean).join(": ") }))));
   }
 
+  // "Why still queued": the verdict first (data-stuck when waiting will not admit it), then the holders.
+  function whyQueued(w) {
+    if (!w) return null;
+    return el("div", { class: "card", id: "why-queued", "data-stuck": String(w.stuck) },
+      el("h3", { text: "Why still queued" }),
+      el("p", { id: "why-verdict", class: w.stuck ? "banner" : "", text: w.verdict }),
+      el("p", { text: w.sentences[1] }),
+      w.holders.length
+        ? el("table", { class: "holders" },
+          el("tr", {}, ["holding its quota", "ClusterQueue", "priority", "uses", "lasts", "may it take the quota?"].map((h) => el("th", { text: h }))),
+          w.holders.map((h) => el("tr", { class: "holder", "data-workload": h.workload, "data-may-take": String(h.may_take) },
+            el("td", {}, h.workload, h.owner ? el("div", { class: "muted", text: h.owner }) : null,
+              h.owner_kind ? el("div", { class: "muted", text: `${h.owner_kind} ${h.owner_name}` }) : null),
+            el("td", { text: h.cluster_queue }),
+            el("td", { text: priority(h.priority) }),
+            el("td", { text: Object.entries(h.uses).map(([r, a]) => `${a} ${r}`).join(", ") }),
+            el("td", { text: h.lasting ? "until deleted" : "ends by itself" }),
+            el("td", { text: `${h.may_take ? "yes" : "no"}: ${h.how}` }))))
+        : el("p", { class: "muted", text: "Nothing admitted holds its quota." }),
+      el("p", { id: "why-borrowing", text: `Borrowing: ${w.borrowing}` }));
+  }
+
   function renderService(data) {
     const s = data.rayservice;
     const pos = data.position;
@@ -283,7 +305,7 @@
       data.links.ray_dashboard ? el("a", { href: data.links.ray_dashboard, target: "_blank", rel: "noopener", id: "ray-dashboard", text: "Ray dashboard" }) : el("span", { class: "muted", text: "No Ray dashboard (no Ray cluster now)" }),
       " · ",
       data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${r.cluster_queue} on the Kueue queues page` }) : "");
-    content.replaceChildren(phase, timeline, links);
+    content.replaceChildren(...[phase, whyQueued(data.why_queued), timeline, links].filter(Boolean));
   }
 
   // ----- polling ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from kueue_ray.naming import JOB_UID_LABEL, QUEUE_LABEL
-from kueue_ray.phases import TERMINAL_PHASES
+from kueue_ray.phases import POSITION_PHASES, TERMINAL_PHASES
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
@@ -31,6 +31,7 @@ from kueue_ray.ui.views.common import (
     position_of,
     priority_of,
 )
+from kueue_ray.ui.views.queued import why_queued_view
 from kueue_ray.ui.views.rayservice import service_task_view
 
 PHASE_WORDS = {
@@ -122,6 +123,9 @@ def task_view(
         },
         "phase": _phase(observation, timeline),
         "position": position_of(pending, workload),
+        "why_queued": why_queued_view(workload, cluster_queue, snapshot, access, links)
+        if observation is not None and observation.phase in POSITION_PHASES
+        else None,
         "timeline": {
             "source": source,
             "observed_since": to_iso(to_epoch(timeline["transitions"][0]["at"]))
