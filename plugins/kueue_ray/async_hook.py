@@ -114,6 +114,26 @@ class AsyncRayJobHook(AsyncKubernetesHook):
             )
             return None, []
 
+    async def cohort_queues(self, cluster_queue: dict | None, api_client: Any = None) -> list[dict]:
+        """Every ClusterQueue when ``cluster_queue`` is in a cohort (what its cohort may lend: the "why
+        still queued" explanation, ``kueue_ray.why_queued``), else none; [] when the read fails."""
+        if not ((cluster_queue or {}).get("spec") or {}).get("cohortName"):
+            return []
+        try:
+            async with self._client(api_client) as client:
+                listing = await list_all_async(
+                    partial(
+                        AsyncCustomObjectsApi(client).list_cluster_custom_object_with_http_info,
+                        KUEUE_GROUP,
+                        KUEUE_VERSION,
+                        "clusterqueues",
+                    )
+                )
+            return listing.items
+        except Exception as exc:  # noqa: BLE001 - the explanation then leaves the cohort out
+            log.info("The ClusterQueues of the cohort could not be read: %s", describe_error(exc))
+            return []
+
     async def delete_rayjob(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
     ) -> DeleteResult:

@@ -89,6 +89,9 @@ class Story:
     position: str | None = None
     position_told_at: float | None = None
     """Monotonic time the position was last logged (or checked unchanged)."""
+    why_told: str | None = None
+    """The "why still queued" verdict last written (``kueue_ray.why_queued``): written again only when it
+    changes."""
     position_version: int | None = None
     """The queue's version (``Subscription.workloads_version``) when the position was last read."""
     spread: float = 0.0
@@ -113,6 +116,15 @@ class Story:
         )
         self.last_message = observation.message
         return not repeat
+
+    def why_lines(self, namespace: str, name: str, sentences: list[str], force: bool = False) -> list[str]:
+        """The "why still queued" lines to write (verdict first; one log line each, so that every line
+        carries the RayJob), none when the verdict was already told and ``force`` is not set (a
+        transition line was just written)."""
+        if not sentences or (sentences[0] == self.why_told and not force):
+            return []
+        self.why_told = sentences[0]
+        return [f"RayJob {namespace}/{name}: why still queued: {sentence}" for sentence in sentences]
 
     def told_position(self, position: str | None, now: float, version: int | None = None) -> None:
         """The line just written carried ``position`` (None: none known), read at queue ``version``."""

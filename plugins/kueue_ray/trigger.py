@@ -79,6 +79,7 @@ from kueue_ray.waiting import (
     deleted_verdict,
     describe_transition,
 )
+from kueue_ray.why_queued import why_queued_sentences
 
 if TYPE_CHECKING:
     from kueue_ray.hook import AsyncRayJobHook
@@ -446,6 +447,7 @@ class RayJobTrigger(WaitTrigger):
             preemptor = subscription.rayjob_by_uid(uid) if uid else None
             self.log.info(describe_transition(self.namespace, self.name, observation, position, preemptor))
             story.told_position(position, now, version)
+            await self._why_queued(story, rayjob, observation, subscription, force=True)
             return
         check = story.position_check_in(observation, now)
         # A position only moves when a Workload of the queue changes: with none since the last read, the
@@ -455,6 +457,36 @@ class RayJobTrigger(WaitTrigger):
             line = story.position_line(self.namespace, self.name, observation.phase, position, now, version)
             if line:
                 self.log.info(line)
+            await self._why_queued(story, rayjob, observation, subscription)
+
+    async def _why_queued(
+        self, story: Story, rayjob: dict, observation: Observation, subscription: Any, force: bool = False
+    ) -> None:
+        """While it waits for quota: who holds it, whether this priority may take it, whether borrowing
+        helps, and whether waiting can admit it at all (``kueue_ray.why_queued``). Read with the position:
+        after a transition line, and when a Workload of the namespace changed since the last check."""
+        if observation.phase not in POSITION_PHASES or not observation.workload_name:
+            return
+        queue = self.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+        if not queue:
+            return
+        try:
+            async with subscription.api_client() as client:
+                cluster_queue, workloads = await self.hook.quota_state(
+                    queue, self.namespace, api_client=client
+                )
+                queues = await self.hook.cohort_queues(cluster_queue, api_client=client)
+        except Exception:  # noqa: BLE001 - no shared client now: the explanation waits for the next check
+            return
+        for line in story.why_lines(
+            self.namespace,
+            self.name,
+            why_queued_sentences(
+                cluster_queue, workloads, queues, observation.workload_name, subscription.rayjob_by_uid
+            ),
+            force,
+        ):
+            self.log.info(line)
 
     async def _position(self, rayjob: dict, observation: Observation, subscription: Any) -> str | None:
         """The queue position for a QUEUED / INADMISSIBLE log line, from the LocalQueue's shared

@@ -54,6 +54,7 @@ from decimal import Decimal
 from typing import Any
 
 from kueue_ray.capacity import max_capacity, quotas_of
+from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 from kueue_ray.quantity import parse_quantity, readable_amount
 from kueue_ray.quota_holders import can_preempt
 
@@ -473,3 +474,28 @@ def _label(resource: str) -> str:
 
 def _order(resource: str) -> tuple[int, str]:
     return ({"cpu": 0, "memory": 1}.get(resource, 2) if "gpu" not in resource else -1, resource)
+
+
+def why_queued_sentences(
+    cluster_queue: Mapping | None,
+    workloads: list[dict],
+    cluster_queues: Iterable[Mapping],
+    own_workload: str,
+    rayjob_by_uid: Callable[[str], dict | None],
+) -> list[str]:
+    """The task log's "why still queued" for Workload ``own_workload`` (empty when it or its ClusterQueue
+    could not be read, or it is admitted). A holder's submitter is named from its RayJob's annotations when
+    ``rayjob_by_uid`` (the watch hub's cache) has it, as the log names a preemptor."""
+    own = next((w for w in workloads if (w.get("metadata") or {}).get("name") == own_workload), None)
+    if not cluster_queue or own is None or (own.get("status") or {}).get("admission"):
+        return []
+
+    def describe(holder: Mapping) -> str | None:
+        uid = ((holder.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
+        rayjob = rayjob_by_uid(uid) if uid else None
+        identity = AirflowIdentity.from_annotations(((rayjob or {}).get("metadata") or {}).get("annotations"))
+        return f"DAG {identity.dag_id}, run {identity.run_id}, task {identity.task_id}" if identity else None
+
+    return explain_queued(
+        own, cluster_queue, workloads=workloads, cluster_queues=cluster_queues, describe=describe
+    ).sentences()
