@@ -1,0 +1,82 @@
+"""The Kueue tab's "Why still queued" in a real browser, in the Aurora case: the serving pipeline's
+scheduled run deploys its RayService on team-a, then a manual run asks for 2 GPU workers (8 GPUs). The
+prod-priority serving RayCluster keeps one of the cohort's 8 GPUs until someone deletes it, and a
+dev-priority fine-tune may not preempt it: the tab names that holder with its deploy task and says it
+"will not be admitted by waiting", and the task log says the same.
+
+Runs before tests/browser/test_kueue_ui.py (file order) on the package's Airflow and kubesim, and lets go
+of its stuck run at the end (the wait task marked failed deletes its RayJob), so the walkthrough finds the
+team queues as the serving run left them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kueue_ray.links import kueue_tab_path
+
+from devtools.airflow import ROOT
+from tests.e2e.harness import wait_until
+
+pytestmark = pytest.mark.timeout(900)
+
+SERVING_DAG = "aurora_finetune_and_serve"
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+WHY = """
+const card = document.getElementById('why-queued');
+if (!card) return null;
+return {
+  stuck: card.dataset.stuck,
+  verdict: document.getElementById('why-verdict').innerText,
+  holders: [...card.querySelectorAll('tr.holder')].map(r => [r.dataset.workload, r.innerText]),
+  borrowing: document.getElementById('why-borrowing').innerText,
+};
+"""
+
+
+@pytest.fixture(scope="module")
+def stuck_aurora(ui, browsers):
+    ui.unpause(SERVING_DAG)
+    scheduled = wait_until(
+        lambda: [r for r in ui.runs(SERVING_DAG) if r["run_type"] == "scheduled"],
+        timeout=120,
+        what="the serving pipeline's scheduled run",
+    )[0]["dag_run_id"]
+    assert ui.wait_run(SERVING_DAG, scheduled, timeout=420)["state"] == "success"
+    run = ui.start_run(SERVING_DAG, {"gpu_workers": 2, "priority": "dev-priority"})
+    ui.wait_ti_state(SERVING_DAG, run, "finetune", {"success"}, timeout=240)
+    ops = browsers("ops", "why")
+    ops.open_in_airflow(kueue_tab_path(SERVING_DAG, run, "finetune"), "Kueue")
+    seen = ops.wait(lambda: (w := ops.js(WHY)) and w["holders"] and w, 120, "the 'why still queued' card")
+    ops.screenshot(SCREENSHOTS / "kueue-tab-why-queued.png")
+    log = wait_until(
+        lambda: (
+            (text := ui.every_try_log(SERVING_DAG, run, "wait_finetune"))
+            and "why still queued" in text
+            and text
+        ),
+        timeout=120,
+        what="the wait task's 'why still queued' lines",
+    )
+    yield {"tab": seen, "log": log, "scheduled": scheduled, "run": run}
+    ui.mark_failed(SERVING_DAG, run, "wait_finetune")
+    ui.wait_run(SERVING_DAG, run, timeout=240)
+
+
+def test_the_tab_names_the_serving_cluster_holding_the_gpu_and_says_waiting_will_not_admit_it(
+    stuck_aurora, ui
+):
+    tab = stuck_aurora["tab"]
+    assert tab["stuck"] == "true"
+    assert "will not be admitted by waiting" in tab["verdict"].lower()
+    assert "nvidia.com/gpu" in tab["verdict"]
+    serving = [name for name, text in tab["holders"] if "deploy_serve" in text]
+    assert serving, tab["holders"]
+    [row] = [text for name, text in tab["holders"] if name == serving[0]]
+    assert stuck_aurora["scheduled"] in row and "prod-priority" in row and "until deleted" in row
+    assert "may not preempt" in row
+
+
+def test_the_wait_tasks_log_says_it_will_not_be_admitted_by_waiting(stuck_aurora):
+    assert (
+        "why still queued: Will not be admitted by waiting: it needs 8 nvidia.com/gpu" in stuck_aurora["log"]
+    )
