@@ -62,6 +62,7 @@ from kueue_ray.naming import (
 )
 from kueue_ray.narration import Story, preemptor_job_uid
 from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
+from kueue_ray.pod_states import describe_pods, pod_states
 from kueue_ray.quota_holders import with_quota_holders
 from kueue_ray.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
@@ -314,6 +315,7 @@ class RayJobTrigger(WaitTrigger):
             progress.metrics.recorded(timeline, observation.cluster_queue)
             subscription.stage = QUEUED if observation.phase in WAITING_PHASES else ADMITTED
             await self._tell(progress.story, rayjob, observation, subscription)
+            await self._pods(progress.story, observation, subscription)
             verdict = watchdog.check(observation, workload, now)
             if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
                 # A clock ran out on what the hub's cache holds, which may be a watch event (or, while
@@ -341,6 +343,9 @@ class RayJobTrigger(WaitTrigger):
             position_check = progress.story.position_check_in(observation, time.monotonic())
             if position_check is not None:
                 waits.append(position_check)
+            pods_check = progress.story.pods_check_in(observation, time.monotonic())
+            if pods_check is not None:
+                waits.append(pods_check)
             # Nothing to time out on: the hub's watch, and its relist as the safety net, bring every change.
             update = await subscription.next_update(max(0.0, min(waits)) if waits else None)
             if update is None:
@@ -458,6 +463,27 @@ class RayJobTrigger(WaitTrigger):
             if line:
                 self.log.info(line)
             await self._why_queued(story, rayjob, observation, subscription)
+
+    async def _pods(self, story: Story, observation: Observation, subscription: Any) -> None:
+        """While the Ray cluster starts: its pods' phase and the scheduler's or kubelet's reason, written
+        when they change (``kueue_ray.pod_states``), read every ``POD_CHECK_SECONDS``."""
+        check = story.pods_check_in(observation, time.monotonic())
+        if check is None or check > 0:
+            return
+        try:
+            async with subscription.api_client() as client:
+                pods = await self.hook.cluster_pods(
+                    observation.ray_cluster, self.namespace, api_client=client
+                )
+        except Exception:  # noqa: BLE001 - the pods are told at the next check
+            story.pods_checked_at = time.monotonic()
+            return
+        if pods is None:
+            story.pods_checked_at = time.monotonic()
+            return
+        line = story.pods_line(self.namespace, self.name, describe_pods(pod_states(pods)), time.monotonic())
+        if line:
+            self.log.info(line)
 
     async def _why_queued(
         self, story: Story, rayjob: dict, observation: Observation, subscription: Any, force: bool = False
