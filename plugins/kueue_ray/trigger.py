@@ -62,7 +62,6 @@ from kueue_ray.naming import (
 )
 from kueue_ray.narration import Story, preemptor_job_uid
 from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
-from kueue_ray.pod_states import describe_pods, pod_states
 from kueue_ray.quota_holders import with_quota_holders
 from kueue_ray.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
@@ -70,6 +69,7 @@ from kueue_ray.server_clock import server_clock
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.trigger_base import WaitTrigger
+from kueue_ray.trigger_story import tell_pods, tell_why_queued
 from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.waiting import (
@@ -80,7 +80,6 @@ from kueue_ray.waiting import (
     deleted_verdict,
     describe_transition,
 )
-from kueue_ray.why_queued import why_queued_sentences
 
 if TYPE_CHECKING:
     from kueue_ray.hook import AsyncRayJobHook
@@ -315,7 +314,7 @@ class RayJobTrigger(WaitTrigger):
             progress.metrics.recorded(timeline, observation.cluster_queue)
             subscription.stage = QUEUED if observation.phase in WAITING_PHASES else ADMITTED
             await self._tell(progress.story, rayjob, observation, subscription)
-            await self._pods(progress.story, observation, subscription)
+            await tell_pods(self, progress.story, observation, subscription)
             verdict = watchdog.check(observation, workload, now)
             if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
                 # A clock ran out on what the hub's cache holds, which may be a watch event (or, while
@@ -452,7 +451,7 @@ class RayJobTrigger(WaitTrigger):
             preemptor = subscription.rayjob_by_uid(uid) if uid else None
             self.log.info(describe_transition(self.namespace, self.name, observation, position, preemptor))
             story.told_position(position, now, version)
-            await self._why_queued(story, rayjob, observation, subscription, force=True)
+            await tell_why_queued(self, story, rayjob, observation, subscription, force=True)
             return
         check = story.position_check_in(observation, now)
         # A position only moves when a Workload of the queue changes: with none since the last read, the
@@ -462,57 +461,7 @@ class RayJobTrigger(WaitTrigger):
             line = story.position_line(self.namespace, self.name, observation.phase, position, now, version)
             if line:
                 self.log.info(line)
-            await self._why_queued(story, rayjob, observation, subscription)
-
-    async def _pods(self, story: Story, observation: Observation, subscription: Any) -> None:
-        """While the Ray cluster starts: its pods' phase and the scheduler's or kubelet's reason, written
-        when they change (``kueue_ray.pod_states``), read every ``POD_CHECK_SECONDS``."""
-        check = story.pods_check_in(observation, time.monotonic())
-        if check is None or check > 0:
-            return
-        try:
-            async with subscription.api_client() as client:
-                pods = await self.hook.cluster_pods(
-                    observation.ray_cluster, self.namespace, api_client=client
-                )
-        except Exception:  # noqa: BLE001 - the pods are told at the next check
-            story.pods_checked_at = time.monotonic()
-            return
-        if pods is None:
-            story.pods_checked_at = time.monotonic()
-            return
-        line = story.pods_line(self.namespace, self.name, describe_pods(pod_states(pods)), time.monotonic())
-        if line:
-            self.log.info(line)
-
-    async def _why_queued(
-        self, story: Story, rayjob: dict, observation: Observation, subscription: Any, force: bool = False
-    ) -> None:
-        """While it waits for quota: who holds it, whether this priority may take it, whether borrowing
-        helps, and whether waiting can admit it at all (``kueue_ray.why_queued``). Read with the position:
-        after a transition line, and when a Workload of the namespace changed since the last check."""
-        if observation.phase not in POSITION_PHASES or not observation.workload_name:
-            return
-        queue = self.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
-        if not queue:
-            return
-        try:
-            async with subscription.api_client() as client:
-                cluster_queue, workloads = await self.hook.quota_state(
-                    queue, self.namespace, api_client=client
-                )
-                queues = await self.hook.cohort_queues(cluster_queue, api_client=client)
-        except Exception:  # noqa: BLE001 - no shared client now: the explanation waits for the next check
-            return
-        for line in story.why_lines(
-            self.namespace,
-            self.name,
-            why_queued_sentences(
-                cluster_queue, workloads, queues, observation.workload_name, subscription.rayjob_by_uid
-            ),
-            force,
-        ):
-            self.log.info(line)
+            await tell_why_queued(self, story, rayjob, observation, subscription)
 
     async def _position(self, rayjob: dict, observation: Observation, subscription: Any) -> str | None:
         """The queue position for a QUEUED / INADMISSIBLE log line, from the LocalQueue's shared

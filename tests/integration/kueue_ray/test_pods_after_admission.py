@@ -17,9 +17,9 @@ def test_the_log_tells_the_head_pod_waiting_on_an_image_pull(
     image = f"rayproject/ray:missing-{queues.namespace}"
     body = rayjob_body(duration="2")
     body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = image
+    kubesim.set_faults(unpullable_images=[image])
     context = task_context("train")
     trigger = defer(submit(queues, body, context), context)
-    kubesim.set_faults(unpullable_images=[image])
     out: list[str] = []
 
     async def scenario() -> dict:

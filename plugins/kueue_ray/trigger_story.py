@@ -1,0 +1,71 @@
+"""What the RayJob trigger tells in the task log besides transitions and positions: why the job is still
+queued (``kueue_ray.why_queued``) and, while its Ray cluster starts, its pods (``kueue_ray.pod_states``).
+
+Apart from ``kueue_ray.trigger`` because both read the cluster on their own rhythm (the explanation with
+the queue position, the pods every ``POD_CHECK_SECONDS`` while admitted); ``trigger`` is the
+``RayJobTrigger`` (its hook, log, namespace, name and queue).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kueue_ray.naming import QUEUE_LABEL
+from kueue_ray.narration import Story
+from kueue_ray.phases import POSITION_PHASES
+from kueue_ray.pod_states import describe_pods, pod_states
+from kueue_ray.status import Observation
+from kueue_ray.why_queued import why_queued_sentences
+
+
+async def tell_pods(trigger: Any, story: Story, observation: Observation, subscription: Any) -> None:
+    """While the Ray cluster starts: its pods' phase and the scheduler's or kubelet's reason, written
+    when they change (``kueue_ray.pod_states``), read every ``POD_CHECK_SECONDS``."""
+    check = story.pods_check_in(observation, time.monotonic())
+    if check is None or check > 0:
+        return
+    try:
+        async with subscription.api_client() as client:
+            pods = await trigger.hook.cluster_pods(
+                observation.ray_cluster, trigger.namespace, api_client=client
+            )
+    except Exception:  # noqa: BLE001 - the pods are told at the next check
+        story.pods_checked_at = time.monotonic()
+        return
+    if pods is None:
+        story.pods_checked_at = time.monotonic()
+        return
+    line = story.pods_line(trigger.namespace, trigger.name, describe_pods(pod_states(pods)), time.monotonic())
+    if line:
+        trigger.log.info(line)
+
+
+async def tell_why_queued(
+    trigger: Any, story: Story, rayjob: dict, observation: Observation, subscription: Any, force: bool = False
+) -> None:
+    """While it waits for quota: who holds it, whether this priority may take it, whether borrowing
+    helps, and whether waiting can admit it at all (``kueue_ray.why_queued``). Read with the position:
+    after a transition line, and when a Workload of the namespace changed since the last check."""
+    if observation.phase not in POSITION_PHASES or not observation.workload_name:
+        return
+    queue = trigger.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+    if not queue:
+        return
+    try:
+        async with subscription.api_client() as client:
+            cluster_queue, workloads = await trigger.hook.quota_state(
+                queue, trigger.namespace, api_client=client
+            )
+            queues = await trigger.hook.cohort_queues(cluster_queue, api_client=client)
+    except Exception:  # noqa: BLE001 - no shared client now: the explanation waits for the next check
+        return
+    for line in story.why_lines(
+        trigger.namespace,
+        trigger.name,
+        why_queued_sentences(
+            cluster_queue, workloads, queues, observation.workload_name, subscription.rayjob_by_uid
+        ),
+        force,
+    ):
+        trigger.log.info(line)
