@@ -38,6 +38,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kueue_ray.ui.access import ReadableDags
 from kueue_ray.ui.cache import ClusterCache
+from kueue_ray.ui.pods import PodReads
 from kueue_ray.ui.views import (
     APP_PREFIX,
     Links,
@@ -47,6 +48,7 @@ from kueue_ray.ui.views import (
     task_cluster_queue,
     task_view,
 )
+from kueue_ray.ui.views.rayjob import starting_cluster
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         app.state.deployment = await asyncio.to_thread(this_deployment)
         made = app.state.cache = cluster_cache or ClusterCache(*settings_from_airflow())
+        app.state.pods = PodReads(made)
         await made.start()
         try:
             yield
@@ -230,6 +233,8 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             cluster_queue = service_cluster_queue(snapshot, rayservice)
         if cluster_queue:
             pending = await cluster_cache.pending(cluster_queue)
+        starting = starting_cluster(snapshot, rayjob) if rayjob.get("name") else None
+        pods = await request.app.state.pods.pods(rayjob.get("namespace"), starting) if starting else None
         return task_view(
             ref,
             rayjob_xcom=rayjob or None,
@@ -241,6 +246,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             access=access,
             links=links(),
             rayservice_xcom=rayservice or None,
+            pods=pods,
         )
 
     @router.get("/api/v1/openapi.json", include_in_schema=False)

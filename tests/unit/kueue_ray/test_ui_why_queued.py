@@ -97,3 +97,61 @@ def test_a_holder_of_a_dag_the_viewer_may_not_read_is_not_named():
     # A reader of both DAGs sees it named.
     both = Access(user_name="admin", dag_ids=frozenset({DAG, SECRET.dag_id}))
     assert why(both, service_owner=SECRET)["holders"][0]["owner"].startswith(f"DAG {SECRET.dag_id}")
+
+
+def starting_tab(pods):
+    base = snapshot()
+    rayjobs = [dict(r) for r in base.rayjobs]
+    running = next(r for r in rayjobs if r["metadata"]["name"] == "rj-running")
+    running["spec"] = {"suspend": False}
+    running["status"] = {"jobDeploymentStatus": "Initializing", "rayClusterName": "rj-running-rc"}
+    workloads = [dict(w) for w in base.workloads]
+    admitted = next(w for w in workloads if w["metadata"]["name"] == "wl-running")
+    admitted["status"] = {
+        **admitted["status"],
+        "conditions": [*admitted["status"]["conditions"], {"type": "Admitted", "status": "True"}],
+    }
+    starting = Snapshot(**{**vars(base), "rayjobs": rayjobs, "workloads": workloads})
+    xcom = {"name": "rj-running", "namespace": "ray", "uid": "u-running", "queue": "default"}
+    from kueue_ray.ui.views.rayjob import starting_cluster
+
+    view = task_view(
+        TaskRef(DAG, "backfill__2026-10-01T00:00:00+00:00", "wait"),
+        rayjob_xcom=xcom,
+        timeline_xcom=None,
+        dashboard_link=None,
+        snapshot=starting,
+        live_timeline=None,
+        pending=PENDING,
+        access=READER,
+        links=LINKS,
+        now=T0 + 100,
+        pods=pods,
+    )
+    return starting_cluster(starting, xcom), view
+
+
+def test_a_starting_ray_clusters_pods_are_shown_with_the_schedulers_reason():
+    message = "0/1 nodes are available: 1 node(s) had untolerated taint {maintenance: true}."
+    pod = {
+        "metadata": {"name": "rj-running-rc-head-x", "labels": {"ray.io/node-type": "head"}},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+            ],
+        },
+    }
+    cluster, view = starting_tab([pod])
+    assert cluster == "rj-running-rc"
+    assert view["phase"]["phase"] == "ADMITTED"
+    assert view["pods"] == [
+        {
+            "role": "head",
+            "name": "rj-running-rc-head-x",
+            "phase": "Pending",
+            "reason": "Unschedulable",
+            "message": message,
+        }
+    ]
+    assert view["why_queued"] is None

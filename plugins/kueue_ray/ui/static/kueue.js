@@ -238,6 +238,22 @@
       el("p", { id: "why-borrowing", text: `Borrowing: ${w.borrowing}` }));
   }
 
+  // While the Ray cluster starts: its pods with the scheduler's or kubelet's reason.
+  function podsCard(pods) {
+    if (!pods) return null;
+    return el("div", { class: "card", id: "pods" },
+      el("h3", { text: "Ray cluster pods" }),
+      pods.length
+        ? el("table", { class: "pods" },
+          el("tr", {}, ["pod", "role", "phase", "reason"].map((h) => el("th", { text: h }))),
+          pods.map((p) => el("tr", { class: "pod", "data-pod": p.name, "data-reason": p.reason || "" },
+            el("td", { text: p.name }),
+            el("td", { text: p.role }),
+            el("td", { text: p.phase }),
+            el("td", { class: "message", text: p.reason ? `${p.reason}${p.message ? `: ${p.message}` : ""}` : "–" }))))
+        : el("p", { class: "muted", text: "KubeRay has not created the pods yet." }));
+  }
+
   function renderService(data) {
     const s = data.rayservice;
     const pos = data.position;
@@ -305,7 +321,7 @@
       data.links.ray_dashboard ? el("a", { href: data.links.ray_dashboard, target: "_blank", rel: "noopener", id: "ray-dashboard", text: "Ray dashboard" }) : el("span", { class: "muted", text: "No Ray dashboard (no Ray cluster now)" }),
       " · ",
       data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${r.cluster_queue} on the Kueue queues page` }) : "");
-    content.replaceChildren(...[phase, whyQueued(data.why_queued), timeline, links].filter(Boolean));
+    content.replaceChildren(...[phase, whyQueued(data.why_queued), podsCard(data.pods), timeline, links].filter(Boolean));
   }
 
   // ----- polling ---------------------------------------------------------------------------------
