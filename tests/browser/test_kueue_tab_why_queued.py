@@ -4,6 +4,10 @@ prod-priority serving RayCluster keeps one of the cohort's 8 GPUs until someone 
 dev-priority fine-tune may not preempt it: the tab names that holder with its deploy task and says it
 "will not be admitted by waiting", and the task log says the same.
 
+Then a node under maintenance (tainted, the only Node: kubesim then places pods only where the
+kube-scheduler's filters let them) keeps a sandbox run's admitted RayJob's pods Pending: its tab shows
+the head pod with the scheduler's Unschedulable reason until the node is gone and the job runs.
+
 Runs before tests/browser/test_kueue_ui.py (file order) on the package's Airflow and kubesim, and lets go
 of its stuck run at the end (the wait task marked failed deletes its RayJob), so the walkthrough finds the
 team queues as the serving run left them.
@@ -80,3 +84,49 @@ def test_the_wait_tasks_log_says_it_will_not_be_admitted_by_waiting(stuck_aurora
     assert (
         "why still queued: Will not be admitted by waiting: it needs 8 nvidia.com/gpu" in stuck_aurora["log"]
     )
+
+
+PODS = """
+return [...document.querySelectorAll('#pods tr.pod')].map(r => [r.dataset.pod, r.dataset.reason, r.innerText]);
+"""
+SANDBOX_DAG = "sandbox_rayjob"
+MAINTENANCE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {
+        "name": "browser-maintenance-0",
+        "labels": {"kubernetes.io/hostname": "browser-maintenance-0"},
+    },
+    "spec": {"taints": [{"key": "maintenance", "value": "true", "effect": "NoSchedule"}]},
+}
+
+
+@pytest.fixture(scope="module")
+def unschedulable_pods(stuck_aurora, ui, browsers):
+    from kubernetes import client
+
+    core = client.CoreV1Api(ui.custom.api_client)
+    core.create_node(MAINTENANCE)
+    try:
+        ui.unpause(SANDBOX_DAG)
+        run = ui.start_run(SANDBOX_DAG)
+        ops = browsers("ops", "why")
+        ops.open_in_airflow(kueue_tab_path(SANDBOX_DAG, run, "submit"), "Kueue")
+        seen = ops.wait(
+            lambda: (
+                (rows := ops.js(PODS)) and any(reason == "Unschedulable" for _, reason, _ in rows) and rows
+            ),
+            180,
+            "the head pod shown Unschedulable",
+        )
+        ops.screenshot(SCREENSHOTS / "kueue-tab-pods.png")
+    finally:
+        core.delete_node(MAINTENANCE["metadata"]["name"])
+    yield {"pods": seen, "run": run, "run_state": ui.wait_run(SANDBOX_DAG, run, timeout=300)["state"]}
+
+
+def test_an_admitted_jobs_pods_show_the_schedulers_reason_and_it_runs_once_they_fit(unschedulable_pods):
+    [head] = [row for row in unschedulable_pods["pods"] if row[1] == "Unschedulable"]
+    assert "head" in head[2]
+    assert "0/1 nodes are available: 1 node(s) had untolerated taint {maintenance: true}" in head[2]
+    assert unschedulable_pods["run_state"] == "success"
