@@ -91,6 +91,8 @@ class Story:
     position: str | None = None
     position_told_at: float | None = None
     """Monotonic time the position was last logged (or checked unchanged)."""
+    priority_seen: tuple[str | None, int | None] | None = None
+    """The Workload's (priority class, priority) last seen."""
     pods_told: str | None = None
     """The pods line last written (``kueue_ray.pod_states``)."""
     pods_checked_at: float | None = None
@@ -122,6 +124,25 @@ class Story:
         )
         self.last_message = observation.message
         return not repeat
+
+    def priority_line(
+        self, namespace: str, name: str, workload: dict | None, changed_by: str | None = None
+    ) -> str | None:
+        """The line to write when the Workload's priority changed since it was last seen (a relabelled
+        RayJob: Kueue carries the new class to its Workload, and Kueue reorders or preempts); None the
+        first time and while it stays."""
+        spec = (workload or {}).get("spec") or {}
+        if workload is None or "priority" not in spec:
+            return None
+        seen = ((spec.get("priorityClassRef") or {}).get("name"), spec.get("priority"))
+        before, self.priority_seen = self.priority_seen, seen
+        if before is None or before == seen:
+            return None
+        by = f" (changed from Airflow by {changed_by})" if changed_by else ""
+        return (
+            f"RayJob {namespace}/{name}: priority changed to {seen[0]} ({seen[1]}), from {before[0]} "
+            f"({before[1]}){by}; Kueue orders its queue and preempts by the new priority"
+        )
 
     def pods_check_in(self, observation: Observation, now: float) -> float | None:
         """Seconds until the pods should be read again; None when the Ray cluster is not starting."""

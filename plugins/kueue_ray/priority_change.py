@@ -24,9 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kueue_ray.naming import PRIORITY_CLASS_LABEL
 from kueue_ray.priority import normalize_run_type
-
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 
 
 @dataclass(frozen=True)
@@ -73,6 +72,16 @@ def may_change(
         )
         return ChangeDecision(False, f"priority {requested!r} is not allowed: {why}", options)
     return ChangeDecision(True, f"priority {current} -> {requested}", options)
+
+
+def priority_terms(policy: Mapping[str, Any] | None, dag_run: Any) -> dict[str, Any]:
+    """The task's priority policy and its run's type, kept in the ``rayjob`` XCom: what a change from the
+    Kueue tab is judged by (the tab cannot load the task's operator)."""
+    run_type = getattr(dag_run, "run_type", None)
+    return {
+        "priority_policy": dict(policy) if policy else None,
+        "run_type": normalize_run_type(run_type) if run_type is not None else None,
+    }
 
 
 def relabel_patch(requested: str) -> dict:

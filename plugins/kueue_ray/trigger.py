@@ -69,7 +69,7 @@ from kueue_ray.server_clock import server_clock
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.trigger_base import WaitTrigger
-from kueue_ray.trigger_story import tell_pods, tell_why_queued
+from kueue_ray.trigger_story import tell_pods, tell_priority, tell_why_queued
 from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.waiting import (
@@ -315,6 +315,7 @@ class RayJobTrigger(WaitTrigger):
             subscription.stage = QUEUED if observation.phase in WAITING_PHASES else ADMITTED
             await self._tell(progress.story, rayjob, observation, subscription)
             await tell_pods(self, progress.story, observation, subscription)
+            tell_priority(self, progress.story, rayjob, workload)
             verdict = watchdog.check(observation, workload, now)
             if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
                 # A clock ran out on what the hub's cache holds, which may be a watch event (or, while

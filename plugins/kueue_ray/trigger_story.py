@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kueue_ray.naming import PRIORITY_CHANGED_BY_ANNOTATION as CHANGED_BY_ANNOTATION
 from kueue_ray.naming import QUEUE_LABEL
 from kueue_ray.narration import Story
 from kueue_ray.phases import POSITION_PHASES
@@ -68,4 +69,14 @@ async def tell_why_queued(
         ),
         force,
     ):
+        trigger.log.info(line)
+
+
+def tell_priority(trigger: Any, story: Story, rayjob: dict, workload: dict | None) -> None:
+    """A priority change of the Workload (the RayJob relabelled, e.g. from the Kueue tab), once."""
+    annotations = (rayjob.get("metadata") or {}).get("annotations") or {}
+    line = story.priority_line(
+        trigger.namespace, trigger.name, workload, annotations.get(CHANGED_BY_ANNOTATION)
+    )
+    if line:
         trigger.log.info(line)

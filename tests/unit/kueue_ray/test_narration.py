@@ -208,3 +208,22 @@ def test_why_still_queued_is_told_again_only_when_its_verdict_changes_or_after_a
     assert len(story.why_lines("ray", "job", ["Can be admitted by waiting: x."], force=True)) == 1
     assert story.why_lines("ray", "job", ["Will not be admitted by waiting: y."])[0].endswith("waiting: y.")
     assert story.why_lines("ray", "job", []) == []
+
+
+def test_a_workload_priority_change_is_told_once_with_who_changed_it():
+    story = Story()
+
+    def workload(klass, value):
+        return {"spec": {"priority": value, "priorityClassRef": {"name": klass}}}
+
+    assert story.priority_line("ray", "job", workload("dev-priority", 100)) is None
+    assert story.priority_line("ray", "job", workload("dev-priority", 100)) is None
+    line = story.priority_line(
+        "ray", "job", workload("prod-priority", 1000), "admin: dev-priority -> prod-priority"
+    )
+    assert line == (
+        "RayJob ray/job: priority changed to prod-priority (1000), from dev-priority (100) (changed from Airflow "
+        "by admin: dev-priority -> prod-priority); Kueue orders its queue and preempts by the new priority"
+    )
+    assert story.priority_line("ray", "job", workload("prod-priority", 1000)) is None
+    assert story.priority_line("ray", "job", None) is None

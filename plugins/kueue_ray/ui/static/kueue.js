@@ -254,6 +254,30 @@
         : el("p", { class: "muted", text: "KubeRay has not created the pods yet." }));
   }
 
+  // For a user who may edit the DAG: change the RayJob's priority (the classes the task's policy allows).
+  let priorityResult = "";
+  function priorityControl(offer) {
+    if (!offer) return null;
+    const select = el("select", { id: "priority-select" },
+      offer.choices.map((c) => el("option", { value: c, text: c, selected: c === offer.current ? "selected" : null })));
+    const button = el("button", { id: "priority-change", type: "button", text: "Change priority" });
+    const result = el("span", { id: "priority-result", class: "muted", text: priorityResult });
+    button.addEventListener("click", async () => {
+      const url = new URL("api/v1/task-instance/priority", location.href);
+      for (const [key, value] of new URLSearchParams(location.search)) url.searchParams.set(key, value);
+      url.searchParams.set("priority", select.value);
+      button.disabled = true;
+      const response = await fetch(url, { method: "POST", credentials: "same-origin", headers: { Accept: "application/json" } });
+      const body = await response.json().catch(() => ({}));
+      priorityResult = body.message || body.detail || `answered ${response.status}`;
+      result.textContent = priorityResult;
+      result.dataset.status = String(response.status);
+      button.disabled = false;
+    });
+    return el("div", { class: "card", id: "priority-change-card" },
+      el("h3", { text: "Change priority" }), select, " ", button, " ", result);
+  }
+
   function renderService(data) {
     const s = data.rayservice;
     const pos = data.position;
@@ -321,7 +345,7 @@
       data.links.ray_dashboard ? el("a", { href: data.links.ray_dashboard, target: "_blank", rel: "noopener", id: "ray-dashboard", text: "Ray dashboard" }) : el("span", { class: "muted", text: "No Ray dashboard (no Ray cluster now)" }),
       " · ",
       data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${r.cluster_queue} on the Kueue queues page` }) : "");
-    content.replaceChildren(...[phase, whyQueued(data.why_queued), podsCard(data.pods), timeline, links].filter(Boolean));
+    content.replaceChildren(...[phase, whyQueued(data.why_queued), podsCard(data.pods), priorityControl(data.priority_change), timeline, links].filter(Boolean));
   }
 
   // ----- polling ---------------------------------------------------------------------------------

@@ -1,0 +1,47 @@
+"""The priority change on the Kueue tab: offered only to users who may edit the DAG, for a RayJob that
+has not finished, with the classes the task's policy allows; refused over HTTP otherwise."""
+
+from __future__ import annotations
+
+from kueue_ray.ui import webapp
+from kueue_ray.ui.priority_edit import offer
+
+from tests.unit.kueue_ray.test_ui_webapp import client, signed_in  # noqa: F401 - the fixture
+
+POLICY = {"allowed": ["dev-priority", "prod-priority"]}
+
+
+def view(*, exists=True, terminal=False):
+    return {
+        "rayjob": {"exists": exists, "priority": {"class": "dev-priority", "value": 100}},
+        "phase": {"terminal": terminal},
+    }
+
+
+def test_an_editor_is_offered_the_classes_the_policy_allows_for_the_runs_kind():
+    assert offer(view(), {"priority_policy": POLICY, "run_type": "manual"}, True) == {
+        "current": "dev-priority",
+        "choices": ["dev-priority", "prod-priority"],
+    }
+    assert offer(view(), {"priority_policy": POLICY, "run_type": "backfill"}, True)["choices"] == [
+        "dev-priority"
+    ]
+
+
+def test_nothing_is_offered_without_edit_rights_a_live_rayjob_or_a_policy():
+    xcom = {"priority_policy": POLICY, "run_type": "manual"}
+    assert offer(view(), xcom, False) is None
+    assert offer(view(exists=False), xcom, True) is None
+    assert offer(view(terminal=True), xcom, True) is None
+    assert offer(view(), {"priority_policy": None, "run_type": "manual"}, True) is None
+
+
+def test_a_user_who_may_not_edit_the_dag_is_refused_the_change(client, monkeypatch):  # noqa: F811
+    test_client, app, _ = client
+    signed_in(app)
+    monkeypatch.setattr(webapp, "editable_dag", lambda user, dag_id: False)
+    response = test_client.post(
+        "/api/v1/task-instance/priority",
+        params={"dag_id": "mine", "run_id": "r", "task_id": "t", "priority": "prod-priority"},
+    )
+    assert response.status_code == 403 and "may not edit DAG 'mine'" in response.json()["detail"]
