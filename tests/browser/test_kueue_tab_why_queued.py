@@ -130,3 +130,112 @@ def test_an_admitted_jobs_pods_show_the_schedulers_reason_and_it_runs_once_they_
     assert "head" in head[2]
     assert "0/1 nodes are available: 1 node(s) had untolerated taint {maintenance: true}" in head[2]
     assert unschedulable_pods["run_state"] == "success"
+
+
+LLM_DAG = "llm_train_and_batch_inference"
+POSITION = "return (document.getElementById('position') || {dataset: {}}).dataset.position"
+
+
+def pending_order(ui, cluster_queue: str) -> list[str]:
+    summary = ui.custom.api_client.call_api(
+        f"/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{cluster_queue}/pendingworkloads",
+        "GET",
+        response_types_map={200: "object"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
+    return [item["metadata"]["name"] for item in summary.get("items") or ()]
+
+
+@pytest.fixture(scope="module")
+def priority_changed(stuck_aurora, unschedulable_pods, ui, browsers):
+    """A second stuck run behind the Aurora one in team-a-cq (an 8-GPU LLM training, dev), made prod
+    from its tab by admin; ops, a viewer, looks at the same tab."""
+    ui.unpause(LLM_DAG)
+    scheduled = wait_until(
+        lambda: [r for r in ui.runs(LLM_DAG) if r["run_type"] == "scheduled"],
+        timeout=120,
+        what="LLM scheduled run",
+    )[0]["dag_run_id"]
+    ui.wait_run(LLM_DAG, scheduled, timeout=420)
+    run = ui.start_run(LLM_DAG, {"train_gpu_workers": 2, "priority": "dev-priority"})
+    ui.wait_ti_state(LLM_DAG, run, "train", {"success"}, timeout=240)
+    [rayjob] = [
+        r for r in ui.rayjobs() if r["metadata"]["annotations"].get("airflow.apache.org/run-id") == run
+    ]
+    workload = wait_until(
+        lambda: [
+            w["metadata"]["name"]
+            for w in ui.workloads()
+            if w["metadata"]["labels"].get("kueue.x-k8s.io/job-uid") == rayjob["metadata"]["uid"]
+        ],
+        timeout=60,
+        what="the LLM training's Workload",
+    )[0]
+    before = wait_until(
+        lambda: (order := pending_order(ui, "team-a-cq")) and workload in order and order,
+        timeout=120,
+        what="the LLM training pending in team-a-cq",
+    )
+    viewer = browsers("ops", "why")
+    viewer.open_in_airflow(kueue_tab_path(LLM_DAG, run, "train"), "Kueue")
+    viewer.wait(lambda: viewer.js("return document.getElementById('rayjob')"), 60, "the viewer's tab")
+    viewer_offered = viewer.js("return Boolean(document.getElementById('priority-change-card'))")
+    admin = browsers("admin")
+    admin.open_in_airflow(kueue_tab_path(LLM_DAG, run, "train"), "Kueue")
+    admin.wait(
+        lambda: admin.js("return document.getElementById('priority-select')"), 60, "the priority control"
+    )
+    choices = admin.js("return [...document.querySelectorAll('#priority-select option')].map(o => o.value)")
+    admin.js(
+        "document.getElementById('priority-select').value = 'prod-priority';"
+        "document.getElementById('priority-change').click();"
+    )
+    result = admin.wait(
+        lambda: (
+            (node := admin.js("return document.getElementById('priority-result').dataset.status")) and node
+        ),
+        60,
+        "the change's answer",
+    )
+    after = wait_until(
+        lambda: (order := pending_order(ui, "team-a-cq")) and order[0] == workload and order,
+        timeout=120,
+        what="the LLM training first in team-a-cq",
+    )
+    position = admin.wait(lambda: admin.js(POSITION) == "1" and "1", 90, "the tab showing position 1")
+    admin.screenshot(SCREENSHOTS / "kueue-tab-priority-change.png")
+    log = wait_until(
+        lambda: (
+            (text := ui.every_try_log(LLM_DAG, run, "wait_train"))
+            and "priority changed to prod-priority" in text
+            and text
+        ),
+        timeout=120,
+        what="the wait task's priority line",
+    )
+    yield {
+        "workload": workload,
+        "before": before,
+        "after": after,
+        "viewer_offered": viewer_offered,
+        "choices": choices,
+        "result": result,
+        "position": position,
+        "log": log,
+    }
+    ui.mark_failed(LLM_DAG, run, "wait_train")
+    ui.wait_run(LLM_DAG, run, timeout=240)
+
+
+def test_a_priority_change_from_the_tab_reorders_the_queue(priority_changed):
+    assert priority_changed["choices"] == ["dev-priority", "prod-priority"]
+    assert priority_changed["result"] == "200"
+    assert priority_changed["before"].index(priority_changed["workload"]) > 0
+    assert priority_changed["after"][0] == priority_changed["workload"]
+    assert priority_changed["position"] == "1"
+    assert "(changed from Airflow by admin: dev-priority -> prod-priority)" in priority_changed["log"]
+
+
+def test_a_user_without_edit_rights_is_not_offered_the_change(priority_changed):
+    assert priority_changed["viewer_offered"] is False
