@@ -430,12 +430,8 @@ class SubmitRayJobOperator(BaseOperator):
         rayjob = self.submit(hook, built.body, identity)
         metadata = rayjob["metadata"]
         self._owned = (metadata["name"], self.namespace, metadata["uid"], identity)
-        self.rayjob_details = rayjob_details(
-            rayjob,
-            queue=self.local_queue,
-            priority=priority,
-            **priority_terms(self.priority_policy, context.get("dag_run")),
-        )
+        terms = priority_terms(self.priority_policy, context.get("dag_run"))
+        self.rayjob_details = rayjob_details(rayjob, queue=self.local_queue, priority=priority, **terms)
         context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
         for line in where_to_look(dashboard_template(self), self.rayjob_details):
             self.log.info(line)
@@ -459,7 +455,7 @@ class SubmitRayJobOperator(BaseOperator):
                 policy=policy,
                 owner=vars(identity).copy(),
                 end_in_triggerer=trigger_ending(
-                    self, SubmitRayJobOperator, {"queue": self.local_queue, "priority": priority}
+                    self, SubmitRayJobOperator, {"queue": self.local_queue, "priority": priority, **terms}
                 ),
                 deferred_at=datetime.now(UTC).isoformat(),
             )

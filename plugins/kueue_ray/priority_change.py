@@ -76,8 +76,10 @@ def may_change(
 
 def priority_terms(policy: Mapping[str, Any] | None, dag_run: Any) -> dict[str, Any]:
     """The task's priority policy and its run's type, kept in the ``rayjob`` XCom: what a change from the
-    Kueue tab is judged by (the tab cannot load the task's operator)."""
+    Kueue tab is judged by (the tab cannot load the task's operator); nothing when there is neither."""
     run_type = getattr(dag_run, "run_type", None)
+    if not policy and run_type is None:
+        return {}
     return {
         "priority_policy": dict(policy) if policy else None,
         "run_type": normalize_run_type(run_type) if run_type is not None else None,
