@@ -11,21 +11,49 @@ task log quotes when the waiting trigger sees the Workload's new priority.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from kueue_ray import api
 from kueue_ray.naming import PRIORITY_CHANGED_BY_ANNOTATION
 from kueue_ray.priority_change import choices, may_change, relabel_patch
+from kueue_ray.ui.access import READABLE_TTL_SECONDS
 from kueue_ray.ui.cache import ClusterCache
 
 CHANGED_BY_ANNOTATION = PRIORITY_CHANGED_BY_ANNOTATION
 
 
-def editable_dag(user: Any, dag_id: str) -> bool:
-    """Whether ``user`` may edit DAG ``dag_id`` (blocking: the auth manager may query the database)."""
-    from airflow.api_fastapi.app import get_auth_manager
+class EditableDags:
+    """The DAG ids a user may edit (``PUT``), kept ``ttl`` seconds per user as ``access.ReadableDags``
+    keeps the readable ones: every open tab's full answer asks, one query per user serves them all."""
 
-    return dag_id in get_auth_manager().get_authorized_dag_ids(user=user, method="PUT")
+    def __init__(
+        self, ttl: float = READABLE_TTL_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ttl, self.clock = ttl, clock
+        self._cache: dict[tuple[str, str], tuple[float, frozenset[str]]] = {}
+
+    def may_edit(self, user: Any, dag_id: str) -> bool:
+        """Blocking (the auth manager may query the database): call from a worker thread."""
+        from airflow.api_fastapi.app import get_auth_manager
+
+        key, now = (type(user).__name__, str(user.get_id())), self.clock()
+        cached = self._cache.get(key)
+        if cached is None or now - cached[0] >= self.ttl:
+            dag_ids = frozenset(get_auth_manager().get_authorized_dag_ids(user=user, method="PUT"))
+            cached = self._cache[key] = (now, dag_ids)
+            if len(self._cache) > 1000:
+                self._cache = {k: v for k, v in self._cache.items() if now - v[0] < self.ttl}
+        return dag_id in cached[1]
+
+
+EDITABLE = EditableDags()
+
+
+def editable_dag(user: Any, dag_id: str) -> bool:
+    """Whether ``user`` may edit DAG ``dag_id`` (``EditableDags``; blocking)."""
+    return EDITABLE.may_edit(user, dag_id)
 
 
 def offer(view: dict[str, Any], rayjob_xcom: dict | None, editable: bool) -> dict[str, Any] | None:

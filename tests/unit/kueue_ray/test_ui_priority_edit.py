@@ -45,3 +45,25 @@ def test_a_user_who_may_not_edit_the_dag_is_refused_the_change(client, monkeypat
         params={"dag_id": "mine", "run_id": "r", "task_id": "t", "priority": "prod-priority"},
     )
     assert response.status_code == 403 and "may not edit DAG 'mine'" in response.json()["detail"]
+
+
+def test_edit_rights_are_asked_once_per_user_within_the_ttl(monkeypatch):
+    from types import SimpleNamespace
+
+    from kueue_ray.ui.priority_edit import EditableDags
+
+    asked = []
+
+    class AuthManager:
+        def get_authorized_dag_ids(self, *, user, method):
+            asked.append(method)
+            return {"mine"}
+
+    monkeypatch.setattr("airflow.api_fastapi.app.get_auth_manager", lambda: AuthManager())
+    now = [0.0]
+    editable = EditableDags(ttl=5, clock=lambda: now[0])
+    admin = SimpleNamespace(get_id=lambda: "admin")
+    assert editable.may_edit(admin, "mine") and not editable.may_edit(admin, "theirs")
+    now[0] = 6
+    assert editable.may_edit(admin, "mine")
+    assert asked == ["PUT", "PUT"]
