@@ -263,6 +263,24 @@ def test_the_log_says_why_it_is_still_queued_and_who_holds_the_quota(
     assert "ends by itself; its priority may not preempt it" in told
 
 
+@QUOTA_USAGE_IN_TIMEOUT
+def test_a_wait_in_a_worker_says_why_it_is_still_queued_too(queues, rayjob_body, task_context, capfd):
+    blocker_context = task_context("blocker")
+    submit(
+        queues, rayjob_body(duration="inf"), blocker_context, task_id="blocker", wait_for_completion=False
+    ).execute(blocker_context)
+    context = task_context("train")
+    op = submit(queues, rayjob_body(), context, queue_timeout=1.0, deferrable=False, poll_interval=0.2)
+    with pytest.raises(Exception, match="queue_timeout=1s"):
+        op.execute(context)
+    told = capfd.readouterr().out
+    assert (
+        "why still queued: Can be admitted by waiting: for 1 workload(s) holding its quota that end by"
+        in told
+    )
+    assert "(RayJob ml-pipeline-blocker-" in told and "task blocker)" in told
+
+
 def test_a_queue_timeout_in_a_worker_says_what_held_the_quota_too(queues, rayjob_body, task_context):
     blocker_context = task_context("blocker")
     submit(
