@@ -115,6 +115,17 @@ class AsyncRayJobHook(AsyncKubernetesHook):
             )
             return None, []
 
+    async def cluster_queue_of(self, local_queue: str, namespace: str, api_client: Any = None) -> dict | None:
+        """The ClusterQueue behind LocalQueue ``namespace/local_queue`` (raises when it cannot be read)."""
+        async with self._client(api_client) as client:
+            api = AsyncCustomObjectsApi(client)
+            lq = await api.get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", local_queue
+            )
+            return await api.get_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", lq["spec"]["clusterQueue"]
+            )
+
     async def cohort_queues(self, cluster_queue: dict | None, api_client: Any = None) -> list[dict]:
         """Every ClusterQueue when ``cluster_queue`` is in a cohort (what its cohort may lend: the "why
         still queued" explanation, ``kueue_ray.why_queued``), else none; [] when the read fails."""

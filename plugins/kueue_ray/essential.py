@@ -93,7 +93,8 @@ def essential_rayjob(rayjob: dict) -> dict:
 def essential_workload(workload: dict) -> dict:
     """The part of a Kueue Workload that ``observe`` reads: conditions, the admission's ClusterQueue,
     flavors and resource usage, scheduling and requeue stats, admission checks, ``spec.active`` and the
-    priority (``spec.priority``, the class's name); not the
+    priority (``spec.priority``, the class's name) and a pending one's ``resourceRequests`` (who holds
+    the quota it needs: ``kueue_ray.why_queued``); not the
     pod sets (a copy of every pod template) nor the resource requests.
     ``observe(r, essential_workload(w)) == observe(r, w)``."""
     spec = workload.get("spec") or {}
@@ -123,7 +124,7 @@ def essential_workload(workload: dict) -> dict:
                 for a in admission.get("podSetAssignments") or ()
             ],
         }
-    for key in ("schedulingStats", "requeueState", "admissionChecks"):
+    for key in ("schedulingStats", "requeueState", "admissionChecks", "resourceRequests"):
         if status.get(key):
             kept[key] = status[key]
     if kept:

@@ -42,6 +42,26 @@ async def tell_pods(trigger: Any, story: Story, observation: Observation, subscr
         trigger.log.info(line)
 
 
+QUEUE_STATE_TTL_SECONDS = 30.0
+"""How long one read of a LocalQueue's ClusterQueue (and its cohort's) serves every trigger waiting in it."""
+_queue_states: dict[tuple[str, str, str], tuple[float, Any]] = {}
+
+
+async def queue_state(trigger: Any, local_queue: str, subscription: Any) -> tuple[dict | None, list[dict]]:
+    """(the ClusterQueue behind ``local_queue``, the cohort's ClusterQueues), read once per
+    ``QUEUE_STATE_TTL_SECONDS`` for every trigger of this triggerer waiting in that LocalQueue: thousands
+    of queued tasks cost a read per queue, not per task. The Workloads come from the hub's watch."""
+    key = (trigger.kubernetes_conn_id or "", trigger.namespace, local_queue)
+    cached = _queue_states.get(key)
+    if cached is not None and time.monotonic() - cached[0] < QUEUE_STATE_TTL_SECONDS:
+        return cached[1]
+    async with subscription.api_client() as client:
+        cluster_queue = await trigger.hook.cluster_queue_of(local_queue, trigger.namespace, api_client=client)
+        state = (cluster_queue, await trigger.hook.cohort_queues(cluster_queue, api_client=client))
+    _queue_states[key] = (time.monotonic(), state)
+    return state
+
+
 async def tell_why_queued(
     trigger: Any, story: Story, rayjob: dict, observation: Observation, subscription: Any, force: bool = False
 ) -> None:
@@ -54,13 +74,10 @@ async def tell_why_queued(
     if not queue:
         return
     try:
-        async with subscription.api_client() as client:
-            cluster_queue, workloads = await trigger.hook.quota_state(
-                queue, trigger.namespace, api_client=client
-            )
-            queues = await trigger.hook.cohort_queues(cluster_queue, api_client=client)
+        cluster_queue, queues = await queue_state(trigger, queue, subscription)
     except Exception:  # noqa: BLE001 - no shared client now: the explanation waits for the next check
         return
+    workloads = subscription.workloads()
     for line in story.why_lines(
         trigger.namespace,
         trigger.name,
