@@ -4,8 +4,8 @@ prod-priority serving RayCluster keeps one of the cohort's 8 GPUs until someone 
 dev-priority fine-tune may not preempt it: the tab names that holder with its deploy task and says it
 "will not be admitted by waiting", and the task log says the same.
 
-Then a node under maintenance (tainted, the only Node: kubesim then places pods only where the
-kube-scheduler's filters let them) keeps a sandbox run's admitted RayJob's pods Pending: its tab shows
+Then a node under maintenance (tainted, without the labels the pods select, and the only Node: kubesim
+then places pods only where the kube-scheduler's filters let them) keeps a sandbox run's admitted RayJob's pods Pending: its tab shows
 the head pod with the scheduler's Unschedulable reason until the node is gone and the job runs.
 
 Runs before tests/browser/test_kueue_ui.py (file order) on the package's Airflow and kubesim, and lets go
@@ -128,7 +128,10 @@ def unschedulable_pods(stuck_aurora, ui, browsers):
 def test_an_admitted_jobs_pods_show_the_schedulers_reason_and_it_runs_once_they_fit(unschedulable_pods):
     [head] = [row for row in unschedulable_pods["pods"] if row[1] == "Unschedulable"]
     assert "head" in head[2]
-    assert "0/1 nodes are available: 1 node(s) had untolerated taint {maintenance: true}" in head[2]
+    # The kube-scheduler's words: the node neither carries the labels the pod selects nor lacks a taint it
+    # does not tolerate (the first failing filter is said).
+    assert "Unschedulable: 0/1 nodes are available: 1 node(s)" in head[2]
+    assert "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling." in head[2]
     assert unschedulable_pods["run_state"] == "success"
 
 
