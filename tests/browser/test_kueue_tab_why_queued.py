@@ -207,6 +207,11 @@ def priority_changed(stuck_aurora, unschedulable_pods, ui, browsers):
         what="the LLM training first in team-a-cq",
     )
     position = admin.wait(lambda: admin.js(POSITION) == "1" and "1", 90, "the tab showing position 1")
+    changed_by = admin.wait(
+        lambda: admin.js("return (document.getElementById('priority-changed-by') || {}).innerText"),
+        60,
+        "the tab saying who changed the priority",
+    )
     admin.screenshot(SCREENSHOTS / "kueue-tab-priority-change.png")
     log = wait_until(
         lambda: (
@@ -225,6 +230,7 @@ def priority_changed(stuck_aurora, unschedulable_pods, ui, browsers):
         "choices": choices,
         "result": result,
         "position": position,
+        "changed_by": changed_by,
         "log": log,
     }
     ui.mark_failed(LLM_DAG, run, "wait_train")
@@ -237,6 +243,7 @@ def test_a_priority_change_from_the_tab_reorders_the_queue(priority_changed):
     assert priority_changed["before"].index(priority_changed["workload"]) > 0
     assert priority_changed["after"][0] == priority_changed["workload"]
     assert priority_changed["position"] == "1"
+    assert priority_changed["changed_by"] == "from Airflow by admin: dev-priority -> prod-priority"
     assert "(changed from Airflow by admin: dev-priority -> prod-priority)" in priority_changed["log"]
 
 

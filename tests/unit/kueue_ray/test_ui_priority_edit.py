@@ -67,3 +67,35 @@ def test_edit_rights_are_asked_once_per_user_within_the_ttl(monkeypatch):
     now[0] = 6
     assert editable.may_edit(admin, "mine")
     assert asked == ["PUT", "PUT"]
+
+
+def test_the_tab_says_who_changed_the_priority_from_airflow():
+    from kueue_ray.naming import PRIORITY_CHANGED_BY_ANNOTATION
+    from kueue_ray.ui.cache import Snapshot
+    from kueue_ray.ui.views import TaskRef, task_view
+
+    from tests.unit.kueue_ray.test_ui_views import DAG, FIRST, LINKS, PENDING, READER, T0, snapshot
+
+    base = snapshot()
+    rayjobs = [dict(r) for r in base.rayjobs]
+    first = next(r for r in rayjobs if r["metadata"]["name"] == "rj-first")
+    first["metadata"] = {
+        **first["metadata"],
+        "annotations": {
+            **first["metadata"]["annotations"],
+            PRIORITY_CHANGED_BY_ANNOTATION: "admin: dev-priority -> prod-priority",
+        },
+    }
+    view = task_view(
+        TaskRef(DAG, FIRST.run_id, "wait"),
+        rayjob_xcom={"name": "rj-first", "namespace": "ray", "uid": "u-first", "queue": "default"},
+        timeline_xcom=None,
+        dashboard_link=None,
+        snapshot=Snapshot(**{**vars(base), "rayjobs": rayjobs}),
+        live_timeline=None,
+        pending=PENDING,
+        access=READER,
+        links=LINKS,
+        now=T0 + 100,
+    )
+    assert view["rayjob"]["priority_changed_by"] == "admin: dev-priority -> prod-priority"

@@ -325,7 +325,9 @@
       el("dt", { text: "Workload" }), el("dd", { id: "workload", text: r.workload || "not created yet" }),
       el("dt", { text: "LocalQueue" }), el("dd", { id: "local-queue", text: r.local_queue || "–" }),
       el("dt", { text: "ClusterQueue" }), el("dd", { id: "cluster-queue" }, r.cluster_queue ? link(r.cluster_queue_url, r.cluster_queue) : "–"),
-      el("dt", { text: "Priority" }), el("dd", { id: "priority", text: priority(r.priority) }));
+      el("dt", { text: "Priority" }), el("dd", { id: "priority", text: priority(r.priority) }),
+      r.priority_changed_by ? el("dt", { text: "Priority changed" }) : null,
+      r.priority_changed_by ? el("dd", { id: "priority-changed-by", text: `from Airflow by ${r.priority_changed_by}` }) : null);
     const phase = el("div", { class: "card" },
       el("div", { class: "phase", id: "phase", "data-phase": data.phase.phase || "" }, data.phase.words),
       data.phase.message ? el("div", { class: "message", id: "phase-message", title: data.phase.message, text: `${data.phase.reason}: ${data.phase.message}` }) : null,

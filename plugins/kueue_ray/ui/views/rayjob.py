@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kueue_ray.naming import JOB_UID_LABEL, QUEUE_LABEL
+from kueue_ray.naming import JOB_UID_LABEL, PRIORITY_CHANGED_BY_ANNOTATION, QUEUE_LABEL
 from kueue_ray.phases import POSITION_PHASES, TERMINAL_PHASES, Phase
 from kueue_ray.pod_states import pod_states
 from kueue_ray.status import Observation, observe
@@ -121,6 +121,9 @@ def task_view(
             "cluster_queue": cluster_queue,
             "cluster_queue_url": links.queue(cluster_queue) if cluster_queue else None,
             "priority": priority,
+            "priority_changed_by": (metadata_of(rayjob).get("annotations") or {}).get(
+                PRIORITY_CHANGED_BY_ANNOTATION
+            ),
             "submitted_by": describe_owner(snapshot.identities.get(uid or ""), access, links),
         },
         "phase": _phase(observation, timeline),
