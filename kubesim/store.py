@@ -33,6 +33,7 @@ from kubesim.errors import (
     object_details,
     resource_name,
 )
+from kubesim.images import ImageRegistry
 from kubesim.jsoncopy import fast_copy
 from kubesim.metadata import metadata_errors
 from kubesim.patch import JsonPatchError, json_patch, merge_patch, strip_directives
@@ -82,6 +83,8 @@ class Store(Deletion):
     def __init__(self, registry: Registry, clock: Clock, *, history: int = 20000) -> None:
         self.registry = registry
         self.clock = clock
+        # What the nodes' container runtime can pull (``kubesim.images``): cluster state the kubelets read.
+        self.images = ImageRegistry()
         self._objects: dict[
             str, dict[str, dict[str, dict]]
         ] = {}  # key -> namespace ("" if none) -> name -> obj

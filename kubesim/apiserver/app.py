@@ -206,6 +206,7 @@ async def _post_faults(request: web.Request) -> web.Response:
         if settings or not drop:
             request.app[FAULTS].update(settings)
             request.app[CLUSTER].clock.offset_s = request.app[FAULTS].clock_offset_s
+            request.app[CLUSTER].store.images.unpullable = request.app[FAULTS].unpullable_images
         if drop:  # once, now: every open watch ends, as when the API server restarts
             request.app[STREAMS].end_watches()
     except (ValueError, TypeError) as exc:
@@ -216,6 +217,7 @@ async def _post_faults(request: web.Request) -> web.Response:
 async def _delete_faults(request: web.Request) -> web.Response:
     request.app[FAULTS].reset()
     request.app[CLUSTER].clock.offset_s = 0.0
+    request.app[CLUSTER].store.images.unpullable = frozenset()
     return json_response(request.app[FAULTS].as_dict())
 
 

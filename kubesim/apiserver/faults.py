@@ -284,6 +284,9 @@ class Faults:
     """Age at which a continue token is answered 410 Expired (etcd's compaction interval upstream)."""
     clock_offset_s: float = 0.0
     """The cluster's clock minus the real one: timestamps in objects and the ``Date`` header (``Clock``)."""
+    unpullable_images: frozenset[str] = frozenset()
+    """Image references the registry does not have: pods using them wait in ``ErrImagePull`` /
+    ``ImagePullBackOff`` (``kubesim.images``) until cleared."""
     _random: random.Random = field(default_factory=random.Random, repr=False)
 
     def update(self, settings: dict) -> None:
@@ -303,6 +306,7 @@ class Faults:
             "max_page_size",
             "continue_ttl_s",
             "clock_offset_s",
+            "unpullable_images",
         }
         unknown = set(settings) - known
         if unknown:
@@ -344,6 +348,13 @@ class Faults:
             self.continue_ttl_s = max(0.0, float(settings["continue_ttl_s"]))
         if "clock_offset_s" in settings:
             self.clock_offset_s = float(settings["clock_offset_s"])
+        if "unpullable_images" in settings:
+            images = settings["unpullable_images"]
+            if not isinstance(images, list) or not all(isinstance(i, str) and i for i in images):
+                raise FaultSettingsError(
+                    f"unpullable_images must be a list of image references, got {images!r}"
+                )
+            self.unpullable_images = frozenset(images)
 
     def reset(self) -> None:
         self.error_rate = 0.0
@@ -357,6 +368,7 @@ class Faults:
         self.max_page_size = None
         self.continue_ttl_s = CONTINUE_TTL_S
         self.clock_offset_s = 0.0
+        self.unpullable_images = frozenset()
 
     def as_dict(self) -> dict:
         self._drop_expired()
@@ -370,6 +382,7 @@ class Faults:
             "max_page_size": self.max_page_size,
             "continue_ttl_s": self.continue_ttl_s,
             "clock_offset_s": self.clock_offset_s,
+            "unpullable_images": sorted(self.unpullable_images),
         }
 
     def serves(self, group: str) -> bool:

@@ -13,9 +13,11 @@ import uuid
 from collections.abc import Callable
 
 from kubesim.errors import ApiError
+from kubesim.images import PULL_RETRY, image_pull_status
 from kubesim.kuberay.context import PODS
 from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
 
+PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff"})
 SCHEDULE_RETRY = 10.0  # simulated seconds between two scheduling attempts of an unschedulable pod
 
 _ip_counter = 0
@@ -111,7 +113,22 @@ def schedule_pod(ctx, namespace: str, pod_name: str, seconds: float, start: Call
         message = unschedulable_message(pod.get("spec") or {}, nodes)
         scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
         if message is None:
-            if scheduled.get("status") == "False":
+            waiting = next(
+                (
+                    c["state"]["waiting"]
+                    for c in status.get("containerStatuses") or ()
+                    if "waiting" in c["state"]
+                ),
+                {},
+            )
+            failing = image_pull_status(
+                pod, ctx.store.images, ctx.clock.timestamp(), backoff=waiting.get("reason") in PULL_FAILURES
+            )
+            if failing is not None:  # the kubelet retries the pull with back-off until it succeeds
+                ctx.write_status(PODS, pod, failing)
+                ctx.call_after(PULL_RETRY, attempt)
+                return
+            if scheduled.get("status") == "False" or waiting.get("reason") in PULL_FAILURES:
                 ctx.write_status(PODS, pod, pending_pod_status(pod, ctx.clock.timestamp()))
             if seconds != float("inf"):
                 ctx.call_after(seconds, start)

@@ -46,6 +46,7 @@ from kueue_ray.hook_common import (
 from kueue_ray.listbody import ListBody
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 from kueue_ray.pages import list_all_async
+from kueue_ray.pod_states import CLUSTER_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,37 @@ class AsyncRayJobHook(AsyncKubernetesHook):
                 describe_error(exc),
             )
             return None, []
+
+    async def cluster_queue_of(self, local_queue: str, namespace: str, api_client: Any = None) -> dict | None:
+        """The ClusterQueue behind LocalQueue ``namespace/local_queue`` (raises when it cannot be read)."""
+        async with self._client(api_client) as client:
+            api = AsyncCustomObjectsApi(client)
+            lq = await api.get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", local_queue
+            )
+            return await api.get_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", lq["spec"]["clusterQueue"]
+            )
+
+    async def cohort_queues(self, cluster_queue: dict | None, api_client: Any = None) -> list[dict]:
+        """Every ClusterQueue when ``cluster_queue`` is in a cohort (what its cohort may lend: the "why
+        still queued" explanation, ``kueue_ray.why_queued``), else none; [] when the read fails."""
+        if not ((cluster_queue or {}).get("spec") or {}).get("cohortName"):
+            return []
+        try:
+            async with self._client(api_client) as client:
+                listing = await list_all_async(
+                    partial(
+                        AsyncCustomObjectsApi(client).list_cluster_custom_object_with_http_info,
+                        KUEUE_GROUP,
+                        KUEUE_VERSION,
+                        "clusterqueues",
+                    )
+                )
+            return listing.items
+        except Exception as exc:  # noqa: BLE001 - the explanation then leaves the cohort out
+            log.info("The ClusterQueues of the cohort could not be read: %s", describe_error(exc))
+            return []
 
     async def delete_rayjob(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None
@@ -219,6 +251,26 @@ class AsyncRayJobHook(AsyncKubernetesHook):
                 "Queue position in LocalQueue %s/%s unavailable: %s", namespace, queue, describe_error(exc)
             )
             return None
+
+    async def cluster_pods(
+        self, ray_cluster: str, namespace: str, api_client: Any = None
+    ) -> list[dict] | None:
+        """The pods of RayCluster ``ray_cluster`` (KubeRay's ``ray.io/cluster`` label) as plain API dicts,
+        for the pods' states between admission and the Ray job running (``kueue_ray.pod_states``); None
+        when they may not be read."""
+        from kubernetes_asyncio.client import CoreV1Api
+
+        async with self._client(api_client) as client:
+            try:
+                listing = await list_all_async(
+                    partial(CoreV1Api(client).list_namespaced_pod_with_http_info, namespace),
+                    label_selector=f"{CLUSTER_LABEL}={ray_cluster}",
+                )
+            except AsyncApiException as exc:
+                if exc.status in (403, 404):
+                    return None
+                raise
+            return [client.sanitize_for_serialization(pod) for pod in listing.items]
 
     async def submitter_log_tail(
         self, rayjob_name: str, namespace: str, tail_lines: int = 50, api_client: Any = None

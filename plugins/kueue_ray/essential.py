@@ -92,7 +92,9 @@ def essential_rayjob(rayjob: dict) -> dict:
 
 def essential_workload(workload: dict) -> dict:
     """The part of a Kueue Workload that ``observe`` reads: conditions, the admission's ClusterQueue,
-    flavors and resource usage, scheduling and requeue stats, admission checks, ``spec.active``; not the
+    flavors and resource usage, scheduling and requeue stats, admission checks, ``spec.active`` and the
+    priority (``spec.priority``, the class's name) and a pending one's ``resourceRequests`` (who holds
+    the quota it needs: ``kueue_ray.why_queued``); not the
     pod sets (a copy of every pod template) nor the resource requests.
     ``observe(r, essential_workload(w)) == observe(r, w)``."""
     spec = workload.get("spec") or {}
@@ -102,8 +104,12 @@ def essential_workload(workload: dict) -> dict:
     owners = _controller(metadata.get("ownerReferences"))
     if owners:
         slim["metadata"]["ownerReferences"] = owners
-    if "active" in spec:
-        slim["spec"] = {"active": spec["active"]}
+    # The priority, so that a waiting task tells a change of it (a relabelled RayJob).
+    kept_spec = {key: spec[key] for key in ("active", "priority") if key in spec}
+    if (spec.get("priorityClassRef") or {}).get("name"):
+        kept_spec["priorityClassRef"] = {"name": _shared(spec["priorityClassRef"]["name"])}
+    if kept_spec:
+        slim["spec"] = kept_spec
     kept: dict[str, Any] = {}
     if status.get("conditions"):
         kept["conditions"] = [
@@ -118,7 +124,7 @@ def essential_workload(workload: dict) -> dict:
                 for a in admission.get("podSetAssignments") or ()
             ],
         }
-    for key in ("schedulingStats", "requeueState", "admissionChecks"):
+    for key in ("schedulingStats", "requeueState", "admissionChecks", "resourceRequests"):
         if status.get(key):
             kept[key] = status[key]
     if kept:

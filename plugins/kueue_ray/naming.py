@@ -45,6 +45,8 @@ register wins, so a killed older try knows the RayJob is no longer its to delete
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+PRIORITY_CHANGED_BY_ANNOTATION = "kueue-ray.airflow.apache.org/priority-changed-by"
+"""``<user>: <previous class> -> <new class>``: set with the label by a change from the Kueue tab."""
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 

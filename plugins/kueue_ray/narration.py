@@ -32,6 +32,8 @@ from kueue_ray.phases import POSITION_PHASES, Phase
 from kueue_ray.quantity import readable_bytes
 from kueue_ray.status import Observation
 
+POD_CHECK_SECONDS = 10.0
+"""How often the Ray cluster's pods are read while it starts (admitted, the Ray job not running yet)."""
 POSITION_RELOG_SECONDS = 30.0
 """The shortest interval between two queue-position lines of one task."""
 
@@ -89,6 +91,15 @@ class Story:
     position: str | None = None
     position_told_at: float | None = None
     """Monotonic time the position was last logged (or checked unchanged)."""
+    priority_seen: tuple[str | None, int | None] | None = None
+    """The Workload's (priority class, priority) last seen."""
+    pods_told: str | None = None
+    """The pods line last written (``kueue_ray.pod_states``)."""
+    pods_checked_at: float | None = None
+    """Monotonic time the pods were last read; None when not checking (not starting)."""
+    why_told: str | None = None
+    """The "why still queued" verdict last written (``kueue_ray.why_queued``): written again only when it
+    changes."""
     position_version: int | None = None
     """The queue's version (``Subscription.workloads_version``) when the position was last read."""
     spread: float = 0.0
@@ -113,6 +124,51 @@ class Story:
         )
         self.last_message = observation.message
         return not repeat
+
+    def priority_line(
+        self, namespace: str, name: str, workload: dict | None, changed_by: str | None = None
+    ) -> str | None:
+        """The line to write when the Workload's priority changed since it was last seen (a relabelled
+        RayJob: Kueue carries the new class to its Workload, and Kueue reorders or preempts); None the
+        first time and while it stays."""
+        spec = (workload or {}).get("spec") or {}
+        if workload is None or "priority" not in spec:
+            return None
+        seen = ((spec.get("priorityClassRef") or {}).get("name"), spec.get("priority"))
+        before, self.priority_seen = self.priority_seen, seen
+        if before is None or before == seen:
+            return None
+        by = f" (changed from Airflow by {changed_by})" if changed_by else ""
+        return (
+            f"RayJob {namespace}/{name}: priority changed to {seen[0]} ({seen[1]}), from {before[0]} "
+            f"({before[1]}){by}; Kueue orders its queue and preempts by the new priority"
+        )
+
+    def pods_check_in(self, observation: Observation, now: float) -> float | None:
+        """Seconds until the pods should be read again; None when the Ray cluster is not starting."""
+        if observation.phase is not Phase.ADMITTED or not observation.ray_cluster:
+            self.pods_checked_at = None
+            return None
+        if self.pods_checked_at is None:
+            return 0.0
+        return max(0.0, self.pods_checked_at + POD_CHECK_SECONDS - now)
+
+    def pods_line(self, namespace: str, name: str, told: str, now: float) -> str | None:
+        """After a read of the pods: the line to write when what they say changed, else None."""
+        self.pods_checked_at = now
+        if told == self.pods_told:
+            return None
+        self.pods_told = told
+        return f"RayJob {namespace}/{name}: Ray cluster starting, pods: {told}"
+
+    def why_lines(self, namespace: str, name: str, sentences: list[str], force: bool = False) -> list[str]:
+        """The "why still queued" lines to write (verdict first; one log line each, so that every line
+        carries the RayJob), none when the verdict was already told and ``force`` is not set (a
+        transition line was just written)."""
+        if not sentences or (sentences[0] == self.why_told and not force):
+            return []
+        self.why_told = sentences[0]
+        return [f"RayJob {namespace}/{name}: why still queued: {sentence}" for sentence in sentences]
 
     def told_position(self, position: str | None, now: float, version: int | None = None) -> None:
         """The line just written carried ``position`` (None: none known), read at queue ``version``."""

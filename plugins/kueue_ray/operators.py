@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from kueue_ray.links import KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
 from kueue_ray.naming import AirflowIdentity
+from kueue_ray.priority_change import priority_terms
 from kueue_ray.results import RAYJOB_XCOM_KEY, finish
 from kueue_ray.verdicts import GAVE_UP
 
@@ -429,7 +430,8 @@ class SubmitRayJobOperator(BaseOperator):
         rayjob = self.submit(hook, built.body, identity)
         metadata = rayjob["metadata"]
         self._owned = (metadata["name"], self.namespace, metadata["uid"], identity)
-        self.rayjob_details = rayjob_details(rayjob, queue=self.local_queue, priority=priority)
+        terms = priority_terms(self.priority_policy, context.get("dag_run"))
+        self.rayjob_details = rayjob_details(rayjob, queue=self.local_queue, priority=priority, **terms)
         context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
         for line in where_to_look(dashboard_template(self), self.rayjob_details):
             self.log.info(line)
@@ -453,7 +455,7 @@ class SubmitRayJobOperator(BaseOperator):
                 policy=policy,
                 owner=vars(identity).copy(),
                 end_in_triggerer=trigger_ending(
-                    self, SubmitRayJobOperator, {"queue": self.local_queue, "priority": priority}
+                    self, SubmitRayJobOperator, {"queue": self.local_queue, "priority": priority, **terms}
                 ),
                 deferred_at=datetime.now(UTC).isoformat(),
             )
@@ -507,7 +509,10 @@ class SubmitRayJobOperator(BaseOperator):
         from kueue_ray.results import event_details
 
         self.rayjob_details = event_details(
-            event, queue=event.get("queue") or self.local_queue, priority=event.get("priority")
+            event,
+            queue=event.get("queue") or self.local_queue,
+            priority=event.get("priority"),
+            **priority_terms(self.priority_policy, context.get("dag_run")),
         )
         context["ti"].xcom_push(key=RAYJOB_XCOM_KEY, value=self.rayjob_details)
         if event["status"] in GAVE_UP:

@@ -69,6 +69,7 @@ from kueue_ray.server_clock import server_clock
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.trigger_base import WaitTrigger
+from kueue_ray.trigger_story import tell_pods, tell_priority, tell_why_queued
 from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.waiting import (
@@ -314,6 +315,8 @@ class RayJobTrigger(WaitTrigger):
             progress.metrics.recorded(timeline, observation.cluster_queue)
             subscription.stage = QUEUED if observation.phase in WAITING_PHASES else ADMITTED
             await self._tell(progress.story, rayjob, observation, subscription)
+            await tell_pods(self, progress.story, observation, subscription)
+            tell_priority(self, progress.story, rayjob, workload)
             verdict = watchdog.check(observation, workload, now)
             if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
                 # A clock ran out on what the hub's cache holds, which may be a watch event (or, while
@@ -341,6 +344,9 @@ class RayJobTrigger(WaitTrigger):
             position_check = progress.story.position_check_in(observation, time.monotonic())
             if position_check is not None:
                 waits.append(position_check)
+            pods_check = progress.story.pods_check_in(observation, time.monotonic())
+            if pods_check is not None:
+                waits.append(pods_check)
             # Nothing to time out on: the hub's watch, and its relist as the safety net, bring every change.
             update = await subscription.next_update(max(0.0, min(waits)) if waits else None)
             if update is None:
@@ -447,6 +453,7 @@ class RayJobTrigger(WaitTrigger):
             preemptor = subscription.rayjob_by_uid(uid) if uid else None
             self.log.info(describe_transition(self.namespace, self.name, observation, position, preemptor))
             story.told_position(position, now, version)
+            await tell_why_queued(self, story, rayjob, observation, subscription, force=True)
             return
         check = story.position_check_in(observation, now)
         # A position only moves when a Workload of the queue changes: with none since the last read, the
@@ -456,6 +463,7 @@ class RayJobTrigger(WaitTrigger):
             line = story.position_line(self.namespace, self.name, observation.phase, position, now, version)
             if line:
                 self.log.info(line)
+            await tell_why_queued(self, story, rayjob, observation, subscription)
 
     async def _position(self, rayjob: dict, observation: Observation, subscription: Any) -> str | None:
         """The queue position for a QUEUED / INADMISSIBLE log line, from the LocalQueue's shared

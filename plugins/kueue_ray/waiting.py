@@ -486,6 +486,7 @@ class WorkerWait:
                 describe_transition(target.namespace, target.name, observation, position, preemptor)
             )
             story.told_position(position, now)
+            self.why_queued(hook, rayjob, observation, force=True)
             return
         check = story.position_check_in(observation, now)
         if check is not None and check <= 0:
@@ -493,6 +494,30 @@ class WorkerWait:
             line = story.position_line(target.namespace, target.name, observation.phase, position, now)
             if line:
                 self.log.info(line)
+            self.why_queued(hook, rayjob, observation)
+
+    def why_queued(
+        self, hook: RayJobHook, rayjob: dict, observation: Observation, force: bool = False
+    ) -> None:
+        """As the trigger (``kueue_ray.trigger_story.tell_why_queued``): who holds the quota, and whether
+        waiting can admit it; read with the position."""
+        from kueue_ray.why_queued import why_queued_sentences
+
+        queue = self.target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
+        if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
+            return
+        cluster_queue, workloads = hook.quota_state(queue, self.target.namespace)
+        cohort = ((cluster_queue or {}).get("spec") or {}).get("cohortName")
+        try:
+            queues = hook.list_kueue_objects("clusterqueues") if cohort else []
+            rayjobs = {r["metadata"].get("uid"): r for r in hook.list_managed_rayjobs(self.target.namespace)}
+        except Exception:  # noqa: BLE001 - the explanation then leaves the cohort and the holders' tasks out
+            queues, rayjobs = [], {}
+        sentences = why_queued_sentences(
+            cluster_queue, workloads, queues, observation.workload_name, rayjobs.get
+        )
+        for line in self.story.why_lines(self.target.namespace, self.target.name, sentences, force):
+            self.log.info(line)
 
     def position(self, hook: RayJobHook, rayjob: dict, observation: Observation) -> str | None:
         queue = self.target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))

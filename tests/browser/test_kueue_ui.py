@@ -200,7 +200,8 @@ def walkthrough(ui, browsers, ui_kubesim, passwords, pytestconfig):
     ops_tab.screenshot(SCREENSHOTS / "kueue-tab.png")
 
     # 4b. The deploy task's Kueue tab: its RayService, serving, admitted through its RayCluster's Workload.
-    [serving] = ui.runs(SERVING_DAG)
+    # Its scheduled run (tests/browser/test_kueue_tab_why_queued.py may have added a manual one).
+    [serving] = [run for run in ui.runs(SERVING_DAG) if run["run_type"] == "scheduled"]
     serving_run = serving["dag_run_id"]
     seen["serving_run"] = ui.wait_run(SERVING_DAG, serving_run, timeout=300)
     ops_tab.open_in_airflow(tab(serving_run, "deploy_serve", SERVING_DAG), "Kueue")

@@ -323,6 +323,12 @@ class Subscription:
         objects = loop.objects.values() if loop is not None else ()
         return next((obj for obj in objects if (obj.get("metadata") or {}).get("uid") == uid), None)
 
+    def workloads(self) -> list[dict]:
+        """The Workloads of this namespace the hub's watch holds (trimmed: ``kueue_ray.essential``), e.g.
+        for who holds the quota a queued job needs, without a read of its own."""
+        loop = self.hub.loop_of(self, WORKLOAD)
+        return list(loop.objects.values()) if loop is not None else []
+
     async def pending_positions(self, queue: str) -> dict[str, Any] | None:
         """The positions of LocalQueue ``queue``'s pending Workloads by name (``kueue_ray.hook.QueuePosition``,
         shared, a few seconds old at most); None when the visibility API is not served, not allowed or

@@ -36,8 +36,10 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, 
 from fastapi.responses import FileResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
-from kueue_ray.ui.access import ReadableDags
+from kueue_ray.ui.access import Access, ReadableDags
 from kueue_ray.ui.cache import ClusterCache
+from kueue_ray.ui.pods import PodReads
+from kueue_ray.ui.priority_edit import change_priority, editable_dag, offer
 from kueue_ray.ui.views import (
     APP_PREFIX,
     Links,
@@ -47,6 +49,7 @@ from kueue_ray.ui.views import (
     task_cluster_queue,
     task_view,
 )
+from kueue_ray.ui.views.rayjob import starting_cluster
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +143,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         app.state.deployment = await asyncio.to_thread(this_deployment)
         made = app.state.cache = cluster_cache or ClusterCache(*settings_from_airflow())
+        app.state.pods = PodReads(made)
         await made.start()
         try:
             yield
@@ -230,7 +234,9 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             cluster_queue = service_cluster_queue(snapshot, rayservice)
         if cluster_queue:
             pending = await cluster_cache.pending(cluster_queue)
-        return task_view(
+        starting = starting_cluster(snapshot, rayjob) if rayjob.get("name") else None
+        pods = await request.app.state.pods.pods(rayjob.get("namespace"), starting) if starting else None
+        view = task_view(
             ref,
             rayjob_xcom=rayjob or None,
             timeline_xcom=xcoms.get("timeline"),
@@ -241,7 +247,58 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             access=access,
             links=links(),
             rayservice_xcom=rayservice or None,
+            pods=pods,
         )
+        editable = await run_in_threadpool(editable_dag, user, dag_id)
+        return view | {"priority_change": offer(view, rayjob or None, editable)}
+
+    @router.post(
+        "/api/v1/task-instance/priority",
+        summary="Change the priority of a task instance's RayJob (Kueue moves it in its queue)",
+        responses={
+            403: {"description": "the user may not edit the DAG"},
+            409: {"description": "not allowed"},
+        },
+    )
+    async def task_instance_priority(
+        request: Request,
+        user: User,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        priority: str,
+        map_index: str = "-1",
+    ) -> Any:
+        if not await run_in_threadpool(editable_dag, user, dag_id):
+            raise HTTPException(
+                403, f"You may not edit DAG {dag_id!r}, so you may not change its priorities."
+            )
+        ref = TaskRef(dag_id, run_id, task_id, parse_map_index(map_index))
+        rayjob = (await run_in_threadpool(read_task_xcoms, ref)).get("rayjob") or {}
+        if not rayjob.get("name"):
+            raise HTTPException(404, "This task instance has no RayJob.")
+        snapshot = request.app.state.cache.snapshot()
+        current = task_view(
+            ref,
+            rayjob_xcom=rayjob,
+            timeline_xcom=None,
+            dashboard_link=None,
+            snapshot=snapshot,
+            live_timeline=None,
+            pending=None,
+            access=Access(user_name=user.get_name(), dag_ids=frozenset({dag_id})),
+            links=Links(),
+        )
+        if offer(current, rayjob, True) is None:
+            raise HTTPException(
+                409, "Not changed: the RayJob has finished, is gone, or has a fixed priority."
+            )
+        status, message = await change_priority(
+            request.app.state.cache, rayjob, current["rayjob"]["priority"]["class"], priority, user.get_name()
+        )
+        if status != 200:
+            raise HTTPException(status, message)
+        return {"message": message}
 
     @router.get("/api/v1/openapi.json", include_in_schema=False)
     async def openapi() -> dict[str, Any]:

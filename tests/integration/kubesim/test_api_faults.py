@@ -63,9 +63,13 @@ def test_fault_settings_are_reported_and_validated(api_faults):
         "max_page_size": None,
         "continue_ttl_s": 300.0,
         "clock_offset_s": 0.0,
+        "unpullable_images": [],
     }
     with urllib.request.urlopen(api_faults.url + "/kubesim/faults") as response:
         assert json.loads(response.read()) == shown
+    with pytest.raises(urllib.error.HTTPError) as not_images:
+        api_faults.set_faults(unpullable_images="rayproject/ray:nope")
+    assert not_images.value.code == 400
 
     with pytest.raises(urllib.error.HTTPError) as rejected:
         api_faults.set_faults(error_rate=2)

@@ -73,3 +73,46 @@ def test_rayjob_completes_and_its_submitter_log_is_readable(api, unique_name):
     log = core.read_namespaced_pod_log(pods[0].metadata.name, "default", container="ray-job-submitter")
     assert f"Job '{status['jobId']}' submitted successfully" in log
     assert f"Job '{status['jobId']}' succeeded" in log
+
+
+def test_an_image_the_registry_lacks_keeps_the_head_pod_in_image_pull_back_off_until_it_can_pull(
+    api, unique_name
+):
+    import time
+
+    import httpx
+
+    image = f"rayproject/ray:missing-{unique_name}"
+    url = api.configuration.host
+    httpx.post(f"{url}/kubesim/faults", json={"unpullable_images": [image]}, verify=False).raise_for_status()
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    body = manifest(unique_name)
+    body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = image
+    custom.create_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", body)
+
+    def head_waiting(reason: str):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            for pod in core.list_namespaced_pod("default").items:
+                statuses = pod.status.container_statuses or []
+                if pod.metadata.name.startswith(unique_name) and "head" in pod.metadata.name and statuses:
+                    waiting = statuses[0].state.waiting
+                    if waiting is not None and waiting.reason == reason:
+                        return pod, waiting
+            time.sleep(0.05)
+        raise AssertionError(f"no head pod of {unique_name} waiting with {reason}")
+
+    ref = f"docker.io/rayproject/ray:missing-{unique_name}"
+    pod, waiting = head_waiting("ErrImagePull")
+    assert pod.status.phase == "Pending"
+    assert (
+        waiting.message
+        == f'failed to pull and unpack image "{ref}": failed to resolve reference "{ref}": {ref}: not found'
+    )
+    _, waiting = head_waiting("ImagePullBackOff")
+    assert waiting.message.startswith(f'Back-off pulling image "{image}": ErrImagePull: failed to pull')
+    httpx.post(f"{url}/kubesim/faults", json={"unpullable_images": []}, verify=False).raise_for_status()
+    deadline = time.monotonic() + 20
+    while core.read_namespaced_pod(pod.metadata.name, "default").status.phase != "Running":
+        assert time.monotonic() < deadline, "the head pod never ran once the image could be pulled"
+        time.sleep(0.05)

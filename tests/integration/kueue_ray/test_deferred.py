@@ -242,6 +242,44 @@ def test_queue_timeout_ends_a_wait_that_never_gets_admitted(queues, rayjob_body,
     assert "not preemptible by this task's priority" in event["message"]
 
 
+@QUOTA_USAGE_IN_TIMEOUT
+def test_the_log_says_why_it_is_still_queued_and_who_holds_the_quota(
+    queues, rayjob_body, task_context, capfd
+):
+    blocker_context = task_context("blocker")
+    submit(
+        queues, rayjob_body(duration="inf"), blocker_context, task_id="blocker", wait_for_completion=False
+    ).execute(blocker_context)
+    context = task_context("train")
+    trigger = defer(submit(queues, rayjob_body(), context, queue_timeout=2.0), context)
+    assert asyncio.run(first_event(trigger))["status"] == "queue_timeout"
+    [blocker] = [r for r in queues.rayjobs() if r["metadata"]["uid"] != trigger.uid]
+    holder = queues.workload(blocker["metadata"]["uid"])["metadata"]["name"]
+    told = "\n".join(trigger_log(capfd))
+    assert f"RayJob {queues.namespace}/{trigger.name}: why still queued: Can be admitted by waiting" in told
+    # The blocker ends by itself and, at the same priority, may not be preempted: both said, with its task.
+    assert f"{holder} (RayJob {blocker['metadata']['name']}, DAG " in told
+    assert "ends by itself; its priority may not preempt it" in told
+
+
+@QUOTA_USAGE_IN_TIMEOUT
+def test_a_wait_in_a_worker_says_why_it_is_still_queued_too(queues, rayjob_body, task_context, capfd):
+    blocker_context = task_context("blocker")
+    submit(
+        queues, rayjob_body(duration="inf"), blocker_context, task_id="blocker", wait_for_completion=False
+    ).execute(blocker_context)
+    context = task_context("train")
+    op = submit(queues, rayjob_body(), context, queue_timeout=1.0, deferrable=False, poll_interval=0.2)
+    with pytest.raises(Exception, match="queue_timeout=1s"):
+        op.execute(context)
+    told = capfd.readouterr().out
+    assert (
+        "why still queued: Can be admitted by waiting: for 1 workload(s) holding its quota that end by"
+        in told
+    )
+    assert "(RayJob ml-pipeline-blocker-" in told and "task blocker)" in told
+
+
 def test_a_queue_timeout_in_a_worker_says_what_held_the_quota_too(queues, rayjob_body, task_context):
     blocker_context = task_context("blocker")
     submit(

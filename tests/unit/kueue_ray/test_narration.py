@@ -195,3 +195,35 @@ def test_queued_triggers_check_their_positions_spread_within_one_shared_reads_fr
     assert all(0.0 <= s < freshness for s in spreads)
     tenths = [sum(1 for s in spreads if int(s / freshness * 50) == tenth) for tenth in range(50)]
     assert max(tenths) < 100, "about 1,000 / 50 in each fiftieth of the window, not all at once"
+
+
+def test_why_still_queued_is_told_again_only_when_its_verdict_changes_or_after_a_transition():
+    story = Story()
+    told = story.why_lines("ray", "job", ["Can be admitted by waiting: x.", "It needs 1 GPU."])
+    assert told == [
+        "RayJob ray/job: why still queued: Can be admitted by waiting: x.",
+        "RayJob ray/job: why still queued: It needs 1 GPU.",
+    ]
+    assert story.why_lines("ray", "job", ["Can be admitted by waiting: x.", "It needs 2 GPU."]) == []
+    assert len(story.why_lines("ray", "job", ["Can be admitted by waiting: x."], force=True)) == 1
+    assert story.why_lines("ray", "job", ["Will not be admitted by waiting: y."])[0].endswith("waiting: y.")
+    assert story.why_lines("ray", "job", []) == []
+
+
+def test_a_workload_priority_change_is_told_once_with_who_changed_it():
+    story = Story()
+
+    def workload(klass, value):
+        return {"spec": {"priority": value, "priorityClassRef": {"name": klass}}}
+
+    assert story.priority_line("ray", "job", workload("dev-priority", 100)) is None
+    assert story.priority_line("ray", "job", workload("dev-priority", 100)) is None
+    line = story.priority_line(
+        "ray", "job", workload("prod-priority", 1000), "admin: dev-priority -> prod-priority"
+    )
+    assert line == (
+        "RayJob ray/job: priority changed to prod-priority (1000), from dev-priority (100) (changed from Airflow "
+        "by admin: dev-priority -> prod-priority); Kueue orders its queue and preempts by the new priority"
+    )
+    assert story.priority_line("ray", "job", workload("prod-priority", 1000)) is None
+    assert story.priority_line("ray", "job", None) is None

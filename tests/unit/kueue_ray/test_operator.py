@@ -321,7 +321,13 @@ def test_a_success_ends_in_the_triggerer_by_default_with_the_operators_xcoms(clu
     trigger = deferred_trigger(operator(log_tail_lines=20))
     assert trigger.end_in_triggerer == {
         "log_tail_lines": 20,
-        "rayjob_extra": {"queue": "team-a", "priority": "prod-priority"},
+        # The run's type (and the task's priority policy, none here) for a priority change from the tab.
+        "rayjob_extra": {
+            "queue": "team-a",
+            "priority": "prod-priority",
+            "priority_policy": None,
+            "run_type": "manual",
+        },
         "links": {"_link_RayDashboardLink": None},
         "push_return_value": True,
     }

@@ -251,6 +251,8 @@ def test_api_server_only_reads_what_the_kueue_pages_cache_watches(rbac, accounts
     }
     pending = parse_target(CLUSTER_QUEUE_PENDING_PATH.format(name="q"))
     expected_cluster.add((pending.group, f"{pending.plural}/{pending.subresource}", "get"))
+    # Beyond the cache: a starting cluster's pods (ui/pods.py) and the priority change (ui/priority_edit.py).
+    expected_ns |= {("", "pods", "list"), ("ray.io", "rayjobs", "patch")}
     assert rights.namespaced == {RAYJOB_NAMESPACE: expected_ns}
     assert rights.cluster == expected_cluster
 
@@ -264,17 +266,25 @@ def test_triggerer_reads_and_deletes_and_watches_what_its_hub_watches(rbac, acco
     for watched in (RAYJOBS, RAYSERVICES, WORKLOADS):
         for verb in ("list", "watch"):
             assert (watched.group, watched.plural, verb) in rights.namespaced[RAYJOB_NAMESPACE]
-    assert not rights.cluster
+    # "Why still queued": the ClusterQueue behind a LocalQueue, and its cohort's (trigger_story.py).
+    assert rights.cluster == {
+        ("kueue.x-k8s.io", "clusterqueues", "get"),
+        ("kueue.x-k8s.io", "clusterqueues", "list"),
+    }
 
 
 def test_only_the_worker_creates_or_changes(rbac, accounts, install_namespace):
+    """And the api-server patches a RayJob's priority label, for a user the auth manager lets edit the DAG
+    (the Kueue tab's priority change): nothing else."""
     writes = {"create", "patch", "update"}
     writers = {
         component
         for component, account in accounts.items()
         if {verb for _, _, verb in rights_of(rbac, install_namespace, account).all()} & writes
     }
-    assert writers == {"worker"}
+    assert writers == {"worker", "api-server"}
+    api_server = rights_of(rbac, install_namespace, accounts["api-server"]).all()
+    assert {right for right in api_server if right[2] in writes} == {("ray.io", "rayjobs", "patch")}
     worker = rights_of(rbac, install_namespace, accounts["worker"]).namespaced[RAYJOB_NAMESPACE]
     assert {("ray.io", "rayjobs", "create"), ("ray.io", "rayjobs", "patch")} <= worker
 

@@ -301,6 +301,68 @@
         el("span", { class: "muted", text: ` at ${clock(v.at)}${v.reason ? ` (${v.reason})` : ""}` })))))];
   }
 
+  // "Why still queued": the verdict first (data-stuck when waiting will not admit it), then the holders.
+  function whyQueued(w) {
+    if (!w) return null;
+    return el("div", { class: "card", id: "why-queued", "data-stuck": String(w.stuck) },
+      el("h3", { text: "Why still queued" }),
+      el("p", { id: "why-verdict", class: w.stuck ? "banner" : "", text: w.verdict }),
+      el("p", { text: w.sentences[1] }),
+      w.holders.length
+        ? el("table", { class: "holders" },
+          el("tr", {}, ["holding its quota", "ClusterQueue", "priority", "uses", "lasts", "may it take the quota?"].map((h) => el("th", { text: h }))),
+          w.holders.map((h) => el("tr", { class: "holder", "data-workload": h.workload, "data-may-take": String(h.may_take) },
+            el("td", {}, h.workload, h.owner ? el("div", { class: "muted", text: h.owner }) : null,
+              h.owner_kind ? el("div", { class: "muted", text: `${h.owner_kind} ${h.owner_name}` }) : null),
+            el("td", { text: h.cluster_queue }),
+            el("td", { text: priority(h.priority) }),
+            el("td", { text: Object.entries(h.uses).map(([r, a]) => `${a} ${r}`).join(", ") }),
+            el("td", { text: h.lasting ? "until deleted" : "ends by itself" }),
+            el("td", { text: `${h.may_take ? "yes" : "no"}: ${h.how}` }))))
+        : el("p", { class: "muted", text: "Nothing admitted holds its quota." }),
+      el("p", { id: "why-borrowing", text: `Borrowing: ${w.borrowing}` }));
+  }
+
+  // While the Ray cluster starts: its pods with the scheduler's or kubelet's reason.
+  function podsCard(pods) {
+    if (!pods) return null;
+    return el("div", { class: "card", id: "pods" },
+      el("h3", { text: "Ray cluster pods" }),
+      pods.length
+        ? el("table", { class: "pods" },
+          el("tr", {}, ["pod", "role", "phase", "reason"].map((h) => el("th", { text: h }))),
+          pods.map((p) => el("tr", { class: "pod", "data-pod": p.name, "data-reason": p.reason || "" },
+            el("td", { text: p.name }),
+            el("td", { text: p.role }),
+            el("td", { text: p.phase }),
+            el("td", { class: "message", text: p.reason ? `${p.reason}${p.message ? `: ${p.message}` : ""}` : "–" }))))
+        : el("p", { class: "muted", text: "KubeRay has not created the pods yet." }));
+  }
+
+  // For a user who may edit the DAG: change the RayJob's priority (the classes the task's policy allows).
+  let priorityResult = "";
+  function priorityControl(offer) {
+    if (!offer) return null;
+    const select = el("select", { id: "priority-select" },
+      offer.choices.map((c) => el("option", { value: c, text: c, selected: c === offer.current ? "selected" : null })));
+    const button = el("button", { id: "priority-change", type: "button", text: "Change priority" });
+    const result = el("span", { id: "priority-result", class: "muted", text: priorityResult });
+    button.addEventListener("click", async () => {
+      const url = new URL("api/v1/task-instance/priority", location.href);
+      for (const [key, value] of new URLSearchParams(location.search)) url.searchParams.set(key, value);
+      url.searchParams.set("priority", select.value);
+      button.disabled = true;
+      const response = await fetch(url, { method: "POST", credentials: "same-origin", headers: { Accept: "application/json" } });
+      const body = await response.json().catch(() => ({}));
+      priorityResult = body.message || body.detail || `answered ${response.status}`;
+      result.textContent = priorityResult;
+      result.dataset.status = String(response.status);
+      button.disabled = false;
+    });
+    return el("div", { class: "card", id: "priority-change-card" },
+      el("h3", { text: "Change priority" }), select, " ", button, " ", result);
+  }
+
   function renderService(data) {
     const s = data.rayservice;
     const pos = data.position;
@@ -353,7 +415,9 @@
       el("dt", { text: "Workload" }), el("dd", { id: "workload", text: r.workload || "not created yet" }),
       el("dt", { text: "LocalQueue" }), el("dd", { id: "local-queue", text: r.local_queue || "–" }),
       el("dt", { text: "ClusterQueue" }), el("dd", { id: "cluster-queue" }, r.cluster_queue ? link(r.cluster_queue_url, r.cluster_queue) : "–"),
-      el("dt", { text: "Priority" }), el("dd", { id: "priority", text: priority(r.priority) }));
+      el("dt", { text: "Priority" }), el("dd", { id: "priority", text: priority(r.priority) }),
+      r.priority_changed_by ? el("dt", { text: "Priority changed" }) : null,
+      r.priority_changed_by ? el("dd", { id: "priority-changed-by", text: `from Airflow by ${r.priority_changed_by}` }) : null);
     const phase = el("div", { class: "card" },
       el("div", { class: "phase", id: "phase", "data-phase": data.phase.phase || "" }, data.phase.words),
       data.phase.message ? el("div", { class: "message", id: "phase-message", title: data.phase.message, text: `${data.phase.reason}: ${data.phase.message}` }) : null,
@@ -373,7 +437,7 @@
       data.links.ray_dashboard ? el("a", { href: data.links.ray_dashboard, target: "_blank", rel: "noopener", id: "ray-dashboard", text: "Ray dashboard" }) : el("span", { class: "muted", text: "No Ray dashboard (no Ray cluster now)" }),
       " · ",
       data.links.queue ? el("a", { href: data.links.queue, target: "_top", id: "queue-link", text: `Queue ${r.cluster_queue} on the Kueue queues page` }) : "");
-    content.replaceChildren(phase, timeline, ...victims(data), links);
+    content.replaceChildren(...[phase, whyQueued(data.why_queued), podsCard(data.pods), priorityControl(data.priority_change), timeline, ...victims(data), links].filter(Boolean));
   }
 
   // ----- polling ---------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kueue_ray.naming import JOB_UID_LABEL, QUEUE_LABEL
-from kueue_ray.phases import TERMINAL_PHASES
+from kueue_ray.naming import JOB_UID_LABEL, PRIORITY_CHANGED_BY_ANNOTATION, QUEUE_LABEL
+from kueue_ray.phases import POSITION_PHASES, TERMINAL_PHASES, Phase
+from kueue_ray.pod_states import pod_states
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
@@ -32,6 +33,7 @@ from kueue_ray.ui.views.common import (
     priority_of,
     victims_of,
 )
+from kueue_ray.ui.views.queued import why_queued_view
 from kueue_ray.ui.views.rayservice import service_task_view
 
 PHASE_WORDS = {
@@ -65,6 +67,7 @@ def task_view(
     links: Links,
     now: float | None = None,
     rayservice_xcom: dict | None = None,
+    pods: list[dict] | None = None,
 ) -> dict[str, Any]:
     """The Kueue tab of one task instance. The caller has checked the user may read ``ref.dag_id``.
 
@@ -119,11 +122,20 @@ def task_view(
             "cluster_queue": cluster_queue,
             "cluster_queue_url": links.queue(cluster_queue) if cluster_queue else None,
             "priority": priority,
+            "priority_changed_by": (metadata_of(rayjob).get("annotations") or {}).get(
+                PRIORITY_CHANGED_BY_ANNOTATION
+            ),
             "submitted_by": describe_owner(snapshot.identities.get(uid or ""), access, links),
         },
         "preempted": victims_of(snapshot, [uid], access, links),
         "phase": _phase(observation, timeline),
         "position": position_of(pending, workload),
+        "pods": [state.to_dict() for state in pod_states(pods)]
+        if pods is not None and observation is not None and observation.phase is Phase.ADMITTED
+        else None,
+        "why_queued": why_queued_view(workload, cluster_queue, snapshot, access, links)
+        if observation is not None and observation.phase in POSITION_PHASES
+        else None,
         "timeline": {
             "source": source,
             "observed_since": to_iso(to_epoch(timeline["transitions"][0]["at"]))
@@ -139,6 +151,21 @@ def task_view(
             "queue": links.queue(cluster_queue) if cluster_queue else None,
         },
     }
+
+
+def starting_cluster(snapshot: Snapshot, rayjob_xcom: dict) -> str | None:
+    """The RayCluster of a task's RayJob while it starts (admitted, the Ray job not running yet): the one
+    whose pods the tab shows (``kueue_ray.ui.pods``); None otherwise."""
+    rayjob = find_recorded(snapshot.rayjobs, rayjob_xcom)
+    if rayjob is None:
+        return None
+    uid = metadata_of(rayjob).get("uid")
+    workload = next(
+        (w for w in snapshot.workloads if (metadata_of(w).get("labels") or {}).get(JOB_UID_LABEL) == uid),
+        None,
+    )
+    observation = observe(rayjob, workload)
+    return observation.ray_cluster if observation.phase is Phase.ADMITTED else None
 
 
 def _local_queue(rayjob: dict | None, rayjob_xcom: dict) -> str | None:
