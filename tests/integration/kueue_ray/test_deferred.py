@@ -242,7 +242,6 @@ def test_queue_timeout_ends_a_wait_that_never_gets_admitted(queues, rayjob_body,
     assert "not preemptible by this task's priority" in event["message"]
 
 
-@QUOTA_USAGE_IN_TIMEOUT
 def test_the_log_says_why_it_is_still_queued_and_who_holds_the_quota(
     queues, rayjob_body, task_context, capfd
 ):
@@ -262,7 +261,6 @@ def test_the_log_says_why_it_is_still_queued_and_who_holds_the_quota(
     assert "ends by itself; its priority may not preempt it" in told
 
 
-@QUOTA_USAGE_IN_TIMEOUT
 def test_a_wait_in_a_worker_says_why_it_is_still_queued_too(queues, rayjob_body, task_context, capfd):
     blocker_context = task_context("blocker")
     submit(
