@@ -28,7 +28,7 @@ def kubesim(request):
         from tests.integration.real_backend import RealBackend
 
         try:
-            stack = run_realcluster()
+            stack = run_realcluster(time_scale=TIME_SCALE)
             real = stack.__enter__()
         except RealClusterUnavailable as exc:
             pytest.skip(str(exc))
