@@ -11,11 +11,10 @@ import pytest
 
 from devtools.realcluster import RealCluster
 
-RAY_JOB_RUNS = pytest.mark.kubesim_only(
-    "needs a Ray job to run, and the real stack has no Ray head dashboard for KubeRay to submit it to "
-    "(realcluster/README.md)"
+POD_LOGS = pytest.mark.kubesim_only(
+    "needs a pod's log (the K8sJobMode submitter's, with the Ray driver's output): the API server reads logs "
+    "from the node's kubelet, and the real stack's pod stand-in is no kubelet (realcluster/README.md)"
 )
-"""For tests that wait for a RayJob to run or finish: KubeRay learns that only from the head's dashboard."""
 
 RAY_SERVE = pytest.mark.kubesim_only(
     "needs Ray Serve to run on the head's dashboard (KubeRay reads a RayService's applications from it), "
