@@ -86,7 +86,7 @@ def run_realcluster(workdir: str | Path | None = None, time_scale: float = 1.0) 
     from kubernetes import client
 
     from devtools.realcluster_dashboard import HeadDashboards
-    from devtools.realcluster_netns import NetworkNamespace
+    from devtools.realcluster_netns import NODE_IP, NetworkNamespace
 
     bins = binaries_dir()
     for flag, why in UNSHARE_NEEDED.items():
@@ -157,6 +157,7 @@ def run_realcluster(workdir: str | Path | None = None, time_scale: float = 1.0) 
         )  # fmt: skip
         heads = HeadDashboards(netns, time_scale)
         stack.callback(heads.close_all)
+        heads.serve_logs(NODE_IP, str(pki["server.crt"]), str(pki["server.key"]))
         _start_pod_driver(stack, api_client, heads)
         _wait_for_kueue(api_client)
         yield RealCluster(url, str(kubeconfig), token, work / "logs")

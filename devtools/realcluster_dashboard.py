@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import itertools
 import json
+import ssl
 
 import yaml
 from aiohttp import web
 
 from kubesim.clock import Clock
 from kubesim.kuberay.dashboard import Behaviour, RayDashboards, RayJobRun
+from kubesim.kuberay.submitter import submission_lines
 
 DASHBOARD_PORT = 8265
+KUBELET_PORT = 10250
 RAY_VERSION = "2.46.0"
 
 
@@ -75,6 +78,7 @@ class HeadDashboards:
         self._submissions: dict[tuple[str, str, str], dict] = {}
         self._runners: dict[tuple[str, str], web.AppRunner] = {}
         self._ids = itertools.count(1)
+        self._pod_logs: dict[tuple[str, str, str], list[str]] = {}
 
     def open(self, namespace: str, cluster: str, ip: str) -> None:
         self._netns.call(self._open(namespace, cluster, ip))
@@ -86,26 +90,62 @@ class HeadDashboards:
         for namespace, cluster in list(self._runners):
             self.close(namespace, cluster)
 
-    def submitter(self, namespace: str, cluster: str, submission: dict) -> int:
+    def serve_logs(self, ip: str, certfile: str, keyfile: str) -> None:
+        """The node's kubelet as far as logs go: ``GET /containerLogs/<ns>/<pod>/<container>`` (what the API
+        server asks for ``pods/log``, over TLS it does not verify without a kubelet CA) answers what the
+        submitters printed; other containers printed nothing."""
+        self._netns.call(self._serve_logs(ip, certfile, keyfile))
+
+    async def _serve_logs(self, ip: str, certfile: str, keyfile: str) -> None:
+        async def container_logs(request: web.Request) -> web.Response:
+            info = request.match_info
+            lines = self._pod_logs.get((info["namespace"], info["pod"], info["container"]), [])
+            tail = request.query.get("tailLines")
+            if tail and tail.isdigit():
+                lines = lines[-int(tail) :] if int(tail) else []
+            return web.Response(text="".join(f"{line}\n" for line in lines))
+
+        app = web.Application()
+        app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(certfile, keyfile)
+        await web.TCPSite(runner, ip, KUBELET_PORT, ssl_context=context).start()
+        self._runners[("", "kubelet")] = runner
+
+    def submitter(
+        self, namespace: str, cluster: str, submission: dict, log_to: tuple[str, str] = ("", "")
+    ) -> int:
         """What KubeRay's K8sJobMode submitter container does (``ray job status || ray job submit --no-wait``,
         then ``ray job logs --follow``) against the head of ``cluster``: its exit code, 0 once the job ended
         (whatever its verdict: KubeRay reads that from the dashboard), 1 when there is no head to talk to or
-        it dies under the job. Blocks until then."""
-        return self._netns.call(self._submitter(namespace, cluster, submission), timeout=None)
+        it dies under the job. Blocks until then. ``log_to``: (pod, container) whose log gets what the CLI
+        prints."""
+        return self._netns.call(self._submitter(namespace, cluster, submission, log_to), timeout=None)
 
-    async def _submitter(self, namespace: str, cluster: str, submission: dict) -> int:
+    async def _submitter(
+        self, namespace: str, cluster: str, submission: dict, log_to: tuple[str, str]
+    ) -> int:
+        log = self._pod_logs.setdefault((namespace, *log_to), [])
+        address = f"{cluster}-head-svc.{namespace}.svc.cluster.local:{DASHBOARD_PORT}"
         if (namespace, cluster) not in self._runners:
-            return 1  # ConnectionError: nothing listens at the head service's address
+            log.append(f"ConnectionError: could not reach the Ray dashboard at http://{address}")
+            return 1
         job_id = submission["submission_id"]
         run = self._jobs.get_job(namespace, cluster, job_id)
         if run is None:
+            log.extend(submission_lines(address, job_id))
             self._submissions[(namespace, cluster, job_id)] = submission
             run = self._jobs.submit(
                 namespace, cluster, job_id, submission["entrypoint"], behaviour(submission)
             )
-        async for _line in run.follow():
-            pass
-        return 1 if run.gone else 0
+        async for line in run.follow():
+            log.append(line)
+        if run.gone:
+            log.append(f"ConnectionError: lost the connection to the Ray dashboard at http://{address}")
+            return 1
+        return 0
 
     async def _open(self, namespace: str, cluster: str, ip: str) -> None:
         await self._close(namespace, cluster)  # a new head is a new Ray cluster: the old one's jobs are gone

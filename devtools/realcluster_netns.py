@@ -25,8 +25,13 @@ import subprocess
 import threading
 
 POD_CIDR = "10.244.0.0/16"
+NODE_IP = "10.0.0.10"
+"""The fake node's address, local in the namespace too: the API server reads pod logs from its kubelet."""
 CLONE_NEWNET = 0x40000000
-_SETUP = f"ip link set lo up && ip route add local {POD_CIDR} dev lo && echo ready && exec sleep infinity"
+_SETUP = (
+    f"ip link set lo up && ip route add local {POD_CIDR} dev lo && ip route add local {NODE_IP}/32 dev lo"
+    " && echo ready && exec sleep infinity"
+)
 
 
 class NetworkNamespace:

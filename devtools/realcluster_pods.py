@@ -24,6 +24,8 @@ import threading
 import yaml
 from kubernetes import client, watch
 
+from devtools.realcluster_dashboard import KUBELET_PORT
+from devtools.realcluster_netns import NODE_IP
 from kubesim.batch.container import shell_line
 from kubesim.kuberay.submitter import RAY_JOB_COMMANDS
 
@@ -79,7 +81,7 @@ def running_status(pod: dict, pod_ip: str, now: str) -> dict:
         "phase": "Running",
         "podIP": pod_ip,
         "podIPs": [{"ip": pod_ip}],
-        "hostIP": "10.0.0.10",
+        "hostIP": NODE_IP,
         "startTime": now,
         "conditions": conditions,
         "containerStatuses": [
@@ -121,7 +123,13 @@ class PodDriver:
                 raise
         now = _now()
         ready = {"type": "Ready", "status": "True", "lastHeartbeatTime": now, "lastTransitionTime": now}
-        self.core.patch_node_status(NODE, {"status": {"conditions": [ready]}})
+        status = {
+            "conditions": [ready],
+            # where the API server reads pod logs: the harness's kubelet stand-in (realcluster_dashboard)
+            "addresses": [{"type": "InternalIP", "address": NODE_IP}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
+        }
+        self.core.patch_node_status(NODE, {"status": status})
 
     def handle(self, pod: dict) -> None:
         meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
@@ -156,7 +164,7 @@ class PodDriver:
             if exc.status not in (404, 409):  # deleted or bound meanwhile: the next event tells
                 raise
 
-    def _submission(self, pod: dict) -> tuple[str, dict] | None:
+    def _submission(self, pod: dict) -> tuple[str, dict, tuple[str, str]] | None:
         """(head cluster, submission) when ``pod`` runs KubeRay's submitter CLI: the request ``ray job
         submit`` sends, built from the RayJob as KubeRay builds the CLI's arguments (the submitter Job and
         its RayJob share their name)."""
@@ -179,12 +187,13 @@ class PodDriver:
                 "runtime_env": yaml.safe_load(spec.get("runtimeEnvYAML") or "") or {},
                 "metadata": spec.get("metadata") or {},
             }
-            return env.get("RAY_DASHBOARD_ADDRESS", "").split("-head-svc")[0], submission
+            cluster = env.get("RAY_DASHBOARD_ADDRESS", "").split("-head-svc")[0]
+            return cluster, submission, (pod["metadata"]["name"], container["name"])
         return None
 
-    def _run_submitter(self, pod: dict, cluster: str, submission: dict) -> None:
+    def _run_submitter(self, pod: dict, cluster: str, submission: dict, log_to: tuple[str, str]) -> None:
         meta = pod["metadata"]
-        code = self.heads.submitter(meta["namespace"], cluster, submission)
+        code = self.heads.submitter(meta["namespace"], cluster, submission, log_to)
         try:
             self.core.patch_namespaced_pod_status(
                 meta["name"], meta["namespace"], {"status": finished_status(pod, code, _now())}

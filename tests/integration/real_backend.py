@@ -11,11 +11,6 @@ import pytest
 
 from devtools.realcluster import RealCluster
 
-POD_LOGS = pytest.mark.kubesim_only(
-    "needs a pod's log (the K8sJobMode submitter's, with the Ray driver's output): the API server reads logs "
-    "from the node's kubelet, and the real stack's pod stand-in is no kubelet (realcluster/README.md)"
-)
-
 RAY_SERVE = pytest.mark.kubesim_only(
     "needs Ray Serve to run on the head's dashboard (KubeRay reads a RayService's applications from it), "
     "and the real stack has none (realcluster/README.md)"

@@ -13,8 +13,6 @@ from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.sensors import RayJobSensor
 from kueue_ray.trigger import RayJobTrigger
 
-from tests.integration.real_backend import POD_LOGS
-
 EVENT_TIMEOUT = 60
 SUBMITTED = "submitted successfully"
 """What the K8sJobMode submitter prints (``ray job submit``), so its log tail is recognisable."""
@@ -76,7 +74,6 @@ def defer(task, context) -> RayJobTrigger:
     return from_the_database(deferred.value.trigger, context)
 
 
-@POD_LOGS
 def test_a_success_ends_in_the_triggerer_with_the_workers_xcoms_and_the_log_tail(
     queues, rayjob_body, task_context, capfd, channel
 ):

@@ -9,7 +9,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from kueue_ray.operators import SubmitRayJobOperator
 
-from tests.integration.real_backend import POD_LOGS, QUEUE_POSITION
+from tests.integration.real_backend import QUEUE_POSITION
 
 
 def operator(queues, body, **kwargs):
@@ -271,7 +271,6 @@ def test_a_rayjob_name_owned_by_another_task_is_never_adopted(queues, rayjob_bod
         )
 
 
-@POD_LOGS
 def test_the_driver_log_tail_ends_up_in_the_task_log(queues, rayjob_body, task_context, capfd):
     body = rayjob_body(cpu="1", memory="4G", submission_mode="K8sJobMode")
     operator(queues, body, log_tail_lines=200).execute(task_context("train"))

@@ -124,3 +124,31 @@ def test_the_relay_gives_the_caller_a_port_of_the_namespace():
         finally:
             server.terminate()
             server.wait()
+
+
+@needs_netns
+def test_a_submitter_runs_the_ray_cli_against_the_head_and_its_log_is_served_as_a_kubelet_would(tmp_path):
+    from devtools.realcluster import _make_pki
+
+    pki = _make_pki(tmp_path / "pki")
+    with NetworkNamespace() as netns:
+        heads = HeadDashboards(netns, time_scale=100)
+        heads.serve_logs("10.0.0.10", str(pki["server.crt"]), str(pki["server.key"]))
+        submission = {"entrypoint": "sleep 20", "submission_id": "j2", "runtime_env": {}, "metadata": {}}
+        # No head yet: `ray job submit` cannot connect, the container exits 1.
+        assert heads.submitter("team-a", "rc-2", submission, ("sub-0", "ray-job-submitter")) == 1
+        heads.open("team-a", "rc-2", "10.244.3.8")
+        assert heads.submitter("team-a", "rc-2", submission, ("sub-1", "ray-job-submitter")) == 0
+
+        read = (
+            "import ssl, urllib.request\n"
+            "ctx = ssl._create_unverified_context()\n"
+            "url = 'https://10.0.0.10:10250/containerLogs/team-a/{pod}/ray-job-submitter{query}'\n"
+            "print(urllib.request.urlopen(url.format(pod={pod!r}, query={query!r}), context=ctx).read().decode())\n"
+        )
+        first = _inside(netns, read.format(pod="sub-0", query=""))
+        assert "ConnectionError" in first
+        log = _inside(netns, read.format(pod="sub-1", query=""))
+        assert "Job 'j2' submitted successfully" in log and "Job 'j2' succeeded" in log
+        tail = _inside(netns, read.format(pod="sub-1", query="?tailLines=1"))
+        assert tail.strip() == "Job 'j2' succeeded"
