@@ -74,7 +74,8 @@ class HeadDashboards:
 
     def __init__(self, netns, time_scale: float = 1.0) -> None:
         self._netns = netns
-        self._jobs = RayDashboards(Clock(time_scale), lambda namespace, cluster: None)
+        self._jobs_clock = Clock(time_scale)
+        self._jobs = RayDashboards(self._jobs_clock, lambda namespace, cluster: None)
         self._submissions: dict[tuple[str, str, str], dict] = {}
         self._runners: dict[tuple[str, str], web.AppRunner] = {}
         self._ids = itertools.count(1)
@@ -89,6 +90,16 @@ class HeadDashboards:
     def close_all(self) -> None:
         for namespace, cluster in list(self._runners):
             self.close(namespace, cluster)
+
+    @property
+    def time_scale(self) -> float:
+        return self._jobs_clock.time_scale
+
+    def write_log(self, namespace: str, pod: str, container: str, lines: list[str]) -> None:
+        """What a container printed, for ``serve_logs``."""
+        self._netns.loop().call_soon_threadsafe(
+            self._pod_logs.__setitem__, (namespace, pod, container), lines
+        )
 
     def serve_logs(self, ip: str, certfile: str, keyfile: str) -> None:
         """The node's kubelet as far as logs go: ``GET /containerLogs/<ns>/<pod>/<container>`` (what the API

@@ -3,9 +3,10 @@ kubelet would do for pods on a control plane without nodes.
 
 It registers one fake Node, binds every unscheduled pod to it (the ``binding`` subresource, as the
 scheduler does) and then writes the status a kubelet would write once the containers started: Running,
-Ready, a pod IP. Containers never run, so pods never finish by themselves, with one exception: a
-KubeRay K8sJobMode submitter (``ray job submit`` / ``ray job logs --follow``) is run as that CLI would
-run, against the head's dashboard, and its pod ends Succeeded or Failed with the CLI's exit code. A Ray
+Ready, a pod IP. The containers of Ray's pods never run and never end. A batch Job's pod runs its
+containers as kubesim does (``kubesim.batch.container.container_run``: ``sleep``, ``echo``, ``exit``)
+and ends Succeeded or Failed with their exit code; a KubeRay K8sJobMode submitter (``ray job submit`` /
+``ray job logs --follow``) is run as that CLI would run, against the head's dashboard. A Ray
 head pod's IP gets a Ray dashboard (``heads``, devtools/realcluster_dashboard.py) once the pod is
 Running, and loses it when the pod is gone. A pod being deleted is removed at once, as a kubelet does once its
 containers have stopped.
@@ -19,14 +20,16 @@ from __future__ import annotations
 import datetime
 import itertools
 import logging
+import math
 import threading
+import time
 
 import yaml
 from kubernetes import client, watch
 
 from devtools.realcluster_dashboard import KUBELET_PORT
 from devtools.realcluster_netns import NODE_IP
-from kubesim.batch.container import shell_line
+from kubesim.batch.container import ContainerRun, container_run, shell_line
 from kubesim.kuberay.submitter import RAY_JOB_COMMANDS
 
 log = logging.getLogger(__name__)
@@ -160,6 +163,10 @@ class PodDriver:
                 threading.Thread(
                     target=self._run_submitter, args=(pod, *submitter), name="submitter", daemon=True
                 ).start()
+            elif self.heads is not None and _owned_by_job(pod):
+                runs = [container_run(c) for c in spec.get("containers") or []]
+                if runs and all(math.isfinite(r.seconds) for r in runs):
+                    threading.Thread(target=self._run_containers, args=(pod, runs), daemon=True).start()
         except client.ApiException as exc:
             if exc.status not in (404, 409):  # deleted or bound meanwhile: the next event tells
                 raise
@@ -194,6 +201,21 @@ class PodDriver:
     def _run_submitter(self, pod: dict, cluster: str, submission: dict, log_to: tuple[str, str]) -> None:
         meta = pod["metadata"]
         code = self.heads.submitter(meta["namespace"], cluster, submission, log_to)
+        try:
+            self.core.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], {"status": finished_status(pod, code, _now())}
+            )
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def _run_containers(self, pod: dict, runs: list[ContainerRun]) -> None:
+        """A Job pod's containers run their time, print their lines and exit (the first non-zero code wins)."""
+        meta = pod["metadata"]
+        time.sleep(max(r.seconds for r in runs) / self.heads.time_scale)
+        for container, run in zip(pod["spec"]["containers"], runs, strict=True):
+            self.heads.write_log(meta["namespace"], meta["name"], container["name"], list(run.output))
+        code = next((r.exit_code for r in runs if r.exit_code), 0)
         try:
             self.core.patch_namespaced_pod_status(
                 meta["name"], meta["namespace"], {"status": finished_status(pod, code, _now())}
@@ -241,6 +263,10 @@ class PodDriver:
                 version = None
             finally:
                 stream.stop()
+
+
+def _owned_by_job(pod: dict) -> bool:
+    return any(ref.get("kind") == "Job" for ref in pod["metadata"].get("ownerReferences") or [])
 
 
 def ray_head(pod: dict) -> str | None:

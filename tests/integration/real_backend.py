@@ -16,11 +16,6 @@ RAY_SERVE = pytest.mark.kubesim_only(
     "and the real stack has none (realcluster/README.md)"
 )
 
-CONTAINERS_RUN = pytest.mark.kubesim_only(
-    "needs a pod's containers to run to completion; the real stack's pod stand-in only starts them "
-    "(realcluster/README.md)"
-)
-
 PENDING_CONDITION = pytest.mark.kubesim_only(
     "difference found: real Kueue v0.19.2 leaves a Workload queued behind its ClusterQueue's head without "
     "a QuotaReserved condition, where kubesim sets QuotaReserved=False on each (realcluster/README.md)"
