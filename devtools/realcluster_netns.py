@@ -137,9 +137,13 @@ async def _serve_relay(listener: socket.socket, port: int) -> None:
         except OSError:
             writer.close()
             return
-        await asyncio.gather(_pipe(reader, inner_writer), _pipe(inner_reader, writer))
-        for each in (writer, inner_writer):
-            each.close()
+        try:
+            await asyncio.gather(_pipe(reader, inner_writer), _pipe(inner_reader, writer))
+        except asyncio.CancelledError:
+            pass  # the stack stops (_cancel_others): ending here keeps asyncio's stream callback quiet
+        finally:
+            for each in (writer, inner_writer):
+                each.close()
 
     await asyncio.start_server(handle, sock=listener)
 
