@@ -143,7 +143,8 @@ async def _serve_relay(listener: socket.socket, port: int) -> None:
             pass  # the stack stops (_cancel_others): ending here keeps asyncio's stream callback quiet
         finally:
             for each in (writer, inner_writer):
-                each.close()
+                with contextlib.suppress(RuntimeError):  # the loop already closed under a last connection
+                    each.close()
 
     await asyncio.start_server(handle, sock=listener)
 

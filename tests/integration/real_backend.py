@@ -31,6 +31,12 @@ QUOTA_USAGE_IN_TIMEOUT = pytest.mark.kubesim_only(
     "the quota but not the ClusterQueue's usage against its quota (realcluster/README.md)"
 )
 
+FIRST_QUEUED_MESSAGE = pytest.mark.kubesim_only(
+    "difference found: after a preemption real Kueue v0.19.2 may first report the requeued Workload as "
+    "'Waiting for the Kueue scheduler.' before it says which quota is short, and the trigger logs the first "
+    "QUEUED message it sees; kubesim says the shortfall at once (realcluster/README.md)"
+)
+
 QUEUE_POSITION = pytest.mark.kubesim_only(
     "needs Kueue's visibility API (pending workloads), which the real stack does not serve yet "
     "(realcluster/README.md)"

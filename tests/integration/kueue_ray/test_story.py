@@ -13,7 +13,7 @@ from kueue_ray import narration
 from kueue_ray.hub import HUB
 
 from tests.integration.kueue_ray.test_deferred import defer, first_event, submit, until
-from tests.integration.real_backend import QUEUE_POSITION
+from tests.integration.real_backend import FIRST_QUEUED_MESSAGE, QUEUE_POSITION
 
 PHASE = re.compile(r"RayJob \S+: (?:still )?([A-Z]+)\b")
 
@@ -97,6 +97,7 @@ def test_a_deferred_wait_relogs_the_queue_position_as_it_moves_at_most_once_per_
     )
 
 
+@FIRST_QUEUED_MESSAGE
 def test_a_preempted_deferred_wait_names_the_preemptor_and_queues_once(
     queues, rayjob_body, task_context, capfd
 ):
