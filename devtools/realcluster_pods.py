@@ -157,13 +157,16 @@ class PodDriver:
                 meta["name"], meta["namespace"], {"status": running_status(pod, pod_ip, _now())}
             )
             self._started.add(meta["uid"])
-            if self.heads is not None and ray_head(pod):
+            if self.heads is None:
+                return
+            if ray_head(pod):
                 self.heads.open(meta["namespace"], ray_head(pod), pod_ip)
-            if self.heads is not None and (submitter := self._submission(pod)):
-                threading.Thread(
-                    target=self._run_submitter, args=(pod, *submitter), name="submitter", daemon=True
-                ).start()
-            elif self.heads is not None and _owned_by_job(pod):
+            if _runs_ray_cli(pod):
+                if submitter := self._submission(pod):  # None when its RayJob is gone: nothing to submit
+                    threading.Thread(
+                        target=self._run_submitter, args=(pod, *submitter), name="submitter", daemon=True
+                    ).start()
+            elif _owned_by_job(pod):
                 runs = [container_run(c) for c in spec.get("containers") or []]
                 if runs and all(math.isfinite(r.seconds) for r in runs):
                     threading.Thread(target=self._run_containers, args=(pod, runs), daemon=True).start()
@@ -172,9 +175,9 @@ class PodDriver:
                 raise
 
     def _submission(self, pod: dict) -> tuple[str, dict, tuple[str, str]] | None:
-        """(head cluster, submission) when ``pod`` runs KubeRay's submitter CLI: the request ``ray job
-        submit`` sends, built from the RayJob as KubeRay builds the CLI's arguments (the submitter Job and
-        its RayJob share their name)."""
+        """(head cluster, submission, (pod, container) of the CLI) for a pod running KubeRay's submitter
+        CLI: the request ``ray job submit`` sends, built from the RayJob as KubeRay builds the CLI's
+        arguments (the submitter Job and its RayJob share their name); None when the RayJob is gone."""
         for container in (pod.get("spec") or {}).get("containers") or []:
             if not any(command in shell_line(container) for command in RAY_JOB_COMMANDS):
                 continue
@@ -263,6 +266,14 @@ class PodDriver:
                 version = None
             finally:
                 stream.stop()
+
+
+def _runs_ray_cli(pod: dict) -> bool:
+    return any(
+        command in shell_line(container)
+        for container in (pod.get("spec") or {}).get("containers") or []
+        for command in RAY_JOB_COMMANDS
+    )
 
 
 def _owned_by_job(pod: dict) -> bool:
