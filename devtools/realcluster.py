@@ -38,7 +38,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "realcluster" / "build.sh"
 CRDS_DIR = ROOT / "kubesim" / "crds"
-READY_TIMEOUT_S = 120.0
+READY_TIMEOUT_S = 240.0
+"""Per component (API server, CRDs, Kueue's webhooks). The stack starts in about 20 s on an idle machine;
+Kueue's webhooks once took over 120 s to answer on the 2 shared cores at a load average near 9."""
 KUEUE_FRAMEWORKS = ("batch/job", "ray.io/rayjob", "ray.io/raycluster")
 """include/kueue-config.yaml's frameworks without the pod-based ones (pod, deployment, statefulset): the
 project creates none of those, and their webhooks would intercept every pod the harness's driver sees."""
