@@ -14,8 +14,9 @@ $(STAMP): requirements.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
 	rm -f $(VENV)/.installed-* && touch $@
 
-# Knobs (README "make run"): AIRFLOW_PORT, TIME_SCALE, CLUSTER=kubesim|kubeconfig, KUBECONFIG, UNPAUSE.
-run: venv
+# Knobs (README "make run"): AIRFLOW_PORT, TIME_SCALE, CLUSTER=kubesim|real|kubeconfig, KUBECONFIG, UNPAUSE.
+# CLUSTER=real builds the real control plane's programs first when they are missing (realcluster/README.md).
+run: venv $(if $(filter real,$(CLUSTER)),realcluster)
 	$(BIN)/python -m devtools.run
 
 # The airflow CLI against `make run`'s Airflow, e.g. make airflow ARGS="dags list"

@@ -1,8 +1,13 @@
 """A real control plane in one call: etcd, kube-apiserver (token authentication, RBAC, the aggregation
 layer), the project's vendored CRDs, kube-controller-manager (Job controller, garbage collector,
 namespaces, service accounts), Kueue's manager with its webhooks registered by URL and its visibility API
-registered with the aggregator, the KubeRay operator, and the pod-lifecycle stand-in
-(devtools/realcluster_pods.py). Every server binds to 127.0.0.1.
+registered with the aggregator, the KubeRay operator, the pod-lifecycle stand-in
+(devtools/realcluster_pods.py) and the Ray heads' dashboards (devtools/realcluster_dashboard.py).
+
+The servers run in a network namespace of their own (devtools/realcluster_netns.py) where pod IPs are
+routable, so that the API server's service proxy reaches a head's dashboard as on a real cluster; the
+caller gets the API server on its own 127.0.0.1 through a relay. Every server binds to 127.0.0.1 there,
+the dashboards to their head pod's IP.
 
 The binaries come from ``realcluster/build.sh`` (``make realcluster``), pinned by realcluster/go.mod.
 
@@ -34,12 +39,21 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "realcluster" / "build.sh"
 CRDS_DIR = ROOT / "kubesim" / "crds"
-READY_TIMEOUT_S = 120.0
+READY_TIMEOUT_S = 240.0
+"""Per component (API server, CRDs, Kueue's webhooks). The stack starts in about 20 s on an idle machine;
+Kueue's webhooks once took over 120 s to answer on the 2 shared cores at a load average near 9."""
 KUEUE_FRAMEWORKS = ("batch/job", "ray.io/rayjob", "ray.io/raycluster")
 """include/kueue-config.yaml's frameworks without the pod-based ones (pod, deployment, statefulset): the
 project creates none of those, and their webhooks would intercept every pod the harness's driver sees."""
 KUEUE_WEBHOOK_GROUPS = {"batch", "ray.io", "kueue.x-k8s.io"}
 KUEUE_MODULE = "sigs.k8s.io/kueue@v0.19.2"
+
+
+UNSHARE_NEEDED = {
+    "--mount": "Kueue's manager reads its metrics certificate from /etc/kueue/metrics/certs and the harness "
+    "mounts it there privately",
+    "--net": "the stack runs in a network namespace of its own, where pod IPs reach the Ray heads' dashboards",
+}
 
 
 class RealClusterUnavailable(RuntimeError):
@@ -69,16 +83,22 @@ def binaries_dir(build: bool = False) -> Path:
 
 
 @contextlib.contextmanager
-def run_realcluster(workdir: str | Path | None = None) -> Iterator[RealCluster]:
+def run_realcluster(workdir: str | Path | None = None, time_scale: float = 1.0) -> Iterator[RealCluster]:
+    """``time_scale``: simulated seconds per real second of the Ray jobs on the heads' dashboards (a
+    ``sleep 30`` entrypoint takes 3 s at 10); Kubernetes, Kueue and KubeRay run on the real clock."""
     from kubernetes import client
 
+    from devtools.realcluster_dashboard import HeadDashboards
+    from devtools.realcluster_netns import NODE_IP, NetworkNamespace
+
     bins = binaries_dir()
-    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
-        raise RealClusterUnavailable(
-            "`unshare --mount` is not permitted here (it needs root or CAP_SYS_ADMIN): Kueue's manager reads "
-            f"its metrics certificate from {KUEUE_METRICS_CERTS} and the harness mounts it there privately"
-        )
+    for flag, why in UNSHARE_NEEDED.items():
+        if subprocess.run(["unshare", flag, "true"], capture_output=True).returncode != 0:
+            raise RealClusterUnavailable(
+                f"`unshare {flag}` is not permitted here (it needs root or CAP_SYS_ADMIN): {why}"
+            )
     with contextlib.ExitStack() as stack:
+        netns = stack.enter_context(NetworkNamespace())
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="realcluster-"))
         work = Path(workdir)
@@ -87,7 +107,7 @@ def run_realcluster(workdir: str | Path | None = None) -> Iterator[RealCluster]:
         token = secrets.token_hex(16)
         (work / "tokens.csv").write_text(f'{token},admin,admin,"system:masters"\n')
         etcd_port, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
-        start = _Starter(stack, work / "logs")
+        start = _Starter(stack, work / "logs", netns.wrap)
         start(
             "etcd",
             [bins / "etcd", "--data-dir", work / "etcd", "--name", "default", "--unsafe-no-fsync",
@@ -117,15 +137,19 @@ def run_realcluster(workdir: str | Path | None = None) -> Iterator[RealCluster]:
              f"--proxy-client-cert-file={pki['front-proxy-client.crt']}",
              f"--proxy-client-key-file={pki['front-proxy-client.key']}"],
         )  # fmt: skip
-        kubeconfig = work / "kubeconfig"
+        inside = work / "kubeconfig-inside"  # the controllers', in the namespace
+        _write_kubeconfig(inside, url, token, pki["ca.crt"])
+        url = f"https://127.0.0.1:{netns.relay(api_port)}"
+        kubeconfig = work / "kubeconfig"  # the caller's, through the relay
         _write_kubeconfig(kubeconfig, url, token, pki["ca.crt"])
         api_client = _wait_for_api(str(kubeconfig))
         stack.callback(api_client.close)
         start(
             "kube-controller-manager",
-            [bins / "kube-controller-manager", f"--kubeconfig={kubeconfig}", "--leader-elect=false",
+            [bins / "kube-controller-manager", f"--kubeconfig={inside}", "--leader-elect=false",
              "--controllers=job,garbage-collector-controller,namespace-controller,serviceaccount-controller,"
-             "serviceaccount-token-controller,endpointslice-controller,root-ca-certificate-publisher-controller",
+             "serviceaccount-token-controller,endpointslice-controller,root-ca-certificate-publisher-controller,"
+             "endpoints-controller",
              f"--service-account-private-key-file={pki['sa.key']}", f"--root-ca-file={pki['ca.crt']}",
              "--secure-port=0", "--use-service-account-credentials=false"],
         )  # fmt: skip
@@ -135,8 +159,8 @@ def run_realcluster(workdir: str | Path | None = None) -> Iterator[RealCluster]:
         kueue_config = _write_kueue_config(work, webhook_port, visibility_port, pki)
         start(
             "kueue",
-            _kueue_command(bins / "kueue", kueue_config, pki["webhook"], work, kubeconfig),
-            kubeconfig,
+            _kueue_command(bins / "kueue", kueue_config, pki["webhook"], work, inside),
+            inside,
         )
         _register_webhooks(api_client, webhook_port, pki["ca.crt"].read_bytes())
         _register_visibility(api_client, visibility_port, pki["ca.crt"].read_bytes())
@@ -144,9 +168,12 @@ def run_realcluster(workdir: str | Path | None = None) -> Iterator[RealCluster]:
             "kuberay-operator",
             [bins / "kuberay-operator", "--enable-leader-election=false", "--metrics-addr=0",
              f"--health-probe-bind-address=127.0.0.1:{_free_port()}", "--use-kubernetes-proxy"],
-            kubeconfig,
+            inside,
         )  # fmt: skip
-        _start_pod_driver(stack, api_client)
+        heads = HeadDashboards(netns, time_scale)
+        stack.callback(heads.close_all)
+        heads.serve_logs(NODE_IP, str(pki["server.crt"]), str(pki["server.key"]))
+        _start_pod_driver(stack, api_client, heads)
         _wait_for_kueue(api_client)
         _wait_for_visibility(api_client)
         yield RealCluster(url, str(kubeconfig), token, work / "logs")
@@ -156,14 +183,16 @@ class _Starter:
     """Starts a process with its output in ``logs/<name>.log`` and stops it (SIGTERM, then SIGKILL) when
     the stack closes; a process that exits early fails the start with the end of its log."""
 
-    def __init__(self, stack: contextlib.ExitStack, logs: Path):
-        self.stack, self.logs = stack, logs
+    def __init__(self, stack: contextlib.ExitStack, logs: Path, wrap=lambda argv: argv):
+        self.stack, self.logs, self.wrap = stack, logs, wrap
 
     def __call__(self, name: str, argv: list, kubeconfig: Path | None = None) -> subprocess.Popen:
         env = {**os.environ, **({"KUBECONFIG": str(kubeconfig)} if kubeconfig else {})}
         log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - closed by the stack
         self.stack.callback(log.close)
-        process = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(
+            [str(a) for a in self.wrap(argv)], stdout=log, stderr=subprocess.STDOUT, env=env
+        )
         self.stack.callback(_stop, process)
         time.sleep(0.5)
         if process.poll() is not None:
@@ -489,11 +518,13 @@ def _kueue_module() -> Path:
     return Path(json.loads(done.stdout)["Dir"])
 
 
-def _start_pod_driver(stack: contextlib.ExitStack, api_client) -> None:
+def _start_pod_driver(stack: contextlib.ExitStack, api_client, heads) -> None:
     from devtools.realcluster_pods import PodDriver
 
     stop = threading.Event()
-    thread = threading.Thread(target=PodDriver(api_client).run, args=(stop,), name="pod-driver", daemon=True)
+    thread = threading.Thread(
+        target=PodDriver(api_client, heads).run, args=(stop,), name="pod-driver", daemon=True
+    )
     thread.start()
     stack.callback(thread.join, 15)
     stack.callback(stop.set)
@@ -516,6 +547,32 @@ def _wait_for_kueue(api_client) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def apply_manifests(kubeconfig: str, paths: list[Path]) -> list[str]:
+    """Create every object of the YAML files (and folders of them) in ``paths``, in order, as ``kubectl
+    create -f`` would; returns ``kind/name`` of each. A document without a namespace goes into ``default``
+    when its kind is namespaced."""
+    from kubernetes import config, dynamic
+
+    api_client = config.new_client_from_config(config_file=kubeconfig)
+    created = []
+    try:
+        resources = dynamic.DynamicClient(api_client).resources
+        for path in paths:
+            for file in sorted(path.glob("*.yaml")) if path.is_dir() else [path]:
+                for doc in yaml.safe_load_all(file.read_text()):
+                    if not isinstance(doc, dict):
+                        continue
+                    resource = resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+                    namespace = (
+                        (doc["metadata"].get("namespace") or "default") if resource.namespaced else None
+                    )
+                    resource.create(body=doc, namespace=namespace)
+                    created.append(f"{doc['kind']}/{doc['metadata']['name']}")
+    finally:
+        api_client.close()
+    return created
 
 
 def main() -> None:

@@ -7,9 +7,13 @@ Settings, from the environment (README "make run"):
 * ``CLUSTER`` (``kubesim``): ``kubesim`` starts the emulated cluster with every queue setup of
   include/manifests/kueue/ side by side, so every shipped DAG's default queue exists and its RayJobs fit;
   ``kubeconfig`` uses the cluster of ``KUBECONFIG`` (default ~/.kube/config) as it is (nothing applied)
-  and starts no kubesim. An exported ``KUBECONFIG`` alone never selects a real cluster.
-* ``UNPAUSE``: whether the DAGs start unpaused. Default 1 on kubesim and 0 on a real cluster, so a real
-  cluster gets scheduled runs only when asked for with ``UNPAUSE=1``.
+  and starts no kubesim; ``real`` starts the real control plane of devtools/realcluster.py (etcd,
+  kube-apiserver, Kueue, KubeRay; `make realcluster` builds it) with the same queue setups, so real Kueue
+  admits and preempts the DAGs' RayJobs (their Ray jobs run on simulated dashboards, at ``TIME_SCALE``).
+  An exported ``KUBECONFIG`` alone never selects a real cluster.
+* ``UNPAUSE``: whether the DAGs start unpaused. Default 1 on kubesim and on ``CLUSTER=real`` (a throwaway
+  cluster of this run's own), 0 on a ``kubeconfig`` cluster, so a cluster of someone's gets scheduled
+  runs only when asked for with ``UNPAUSE=1``.
 
 Every start is a fresh one: kubesim's cluster lives in memory, so Airflow's metadata database starts
 empty too (Airflow history naming RayJobs of a gone cluster would fail its runs), and the previous
@@ -54,6 +58,7 @@ from devtools.kubesim_process import (
     start_kubesim,
 )
 from devtools.postgres import metadata_database
+from devtools.realcluster import RealCluster, RealClusterUnavailable, apply_manifests, run_realcluster
 
 RUN_DIR = ROOT / ".run"
 KUEUE_CONFIG = ROOT / "include" / "kueue-config.yaml"
@@ -93,9 +98,9 @@ def settings_from(env: dict[str, str]) -> Settings:
     if not time_scale > 0:
         raise RunError(f"TIME_SCALE={scale_text!r} is not a positive number; use e.g. 1 (real time) or 10")
     cluster = env.get("CLUSTER") or "kubesim"
-    if cluster not in ("kubesim", "kubeconfig"):
-        raise RunError(f"CLUSTER={cluster!r} is not known; use kubesim (default) or kubeconfig")
-    unpause_text = env.get("UNPAUSE") or ("1" if cluster == "kubesim" else "0")
+    if cluster not in ("kubesim", "kubeconfig", "real"):
+        raise RunError(f"CLUSTER={cluster!r} is not known; use kubesim (default), real or kubeconfig")
+    unpause_text = env.get("UNPAUSE") or ("0" if cluster == "kubeconfig" else "1")
     if unpause_text not in ("0", "1"):
         raise RunError(f"UNPAUSE={unpause_text!r} is not 0 or 1")
     kubeconfig = None
@@ -195,11 +200,23 @@ def read_only_password(home: Path) -> str:
 
 
 def banner(
-    settings: Settings, kubesim: KubesimProcess | None, airflow: Airflow, database_url: str | None
+    settings: Settings,
+    kubesim: KubesimProcess | None,
+    airflow: Airflow,
+    database_url: str | None,
+    real: RealCluster | None = None,
 ) -> str:
     rel = os.path.relpath
     lines = [""]
-    if kubesim is not None:
+    if real is not None:
+        lines += [
+            f"Cluster: the real control plane at {real.url} (etcd, kube-apiserver, Kueue, KubeRay; "
+            f"Ray jobs simulated x{settings.time_scale:g}, TIME_SCALE)",
+            f"  LocalQueues: {', '.join(local_queues(setup_manifests(ALL_SETUPS)))}",
+            f"  kubectl --kubeconfig {rel(real.kubeconfig)} get rayjobs,workloads -A",
+            f"  Its logs: {rel(real.logs)}",
+        ]
+    elif kubesim is not None:
         lines += [
             f"Cluster: kubesim at {kubesim.url} (simulated time x{settings.time_scale:g}, TIME_SCALE)",
             f"  LocalQueues: {', '.join(local_queues(setup_manifests(ALL_SETUPS)))}",
@@ -227,6 +244,21 @@ def banner(
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def start_real(time_scale: float):
+    """The real control plane in ``.run/realcluster/`` (fresh each start: its etcd lives there) with every
+    queue setup of include/manifests/kueue/ created in it."""
+    workdir = RUN_DIR / "realcluster"
+    shutil.rmtree(workdir, ignore_errors=True)
+    print(
+        "Starting the real control plane (etcd, kube-apiserver, Kueue, KubeRay; about 30 s) ...", flush=True
+    )
+    with run_realcluster(workdir, time_scale=time_scale) as real:
+        created = apply_manifests(real.kubeconfig, setup_manifests(ALL_SETUPS))
+        print(f"Created {len(created)} objects of include/manifests/kueue/ in it.", flush=True)
+        yield real
+
+
 def supervise(kubesim: KubesimProcess | None, airflow: Airflow, interval: float = 1.0) -> None:
     """Return never; raise RunError as soon as kubesim or a part of Airflow has exited."""
     seen = set(airflow.live_components())
@@ -246,11 +278,15 @@ def run(settings: Settings) -> None:
             f"e.g. AIRFLOW_PORT={settings.port + 1} make run"
         )
     keep_previous()
-    with metadata_database() as database_url:
+    with metadata_database() as database_url, contextlib.ExitStack() as stack:
         kubesim = None
+        real = None
         airflow = None
         try:
-            if settings.cluster == "kubesim":
+            if settings.cluster == "real":
+                real = stack.enter_context(start_real(settings.time_scale))
+                kubeconfig = Path(real.kubeconfig)
+            elif settings.cluster == "kubesim":
                 if os.environ.get("KUBECONFIG"):
                     print(
                         f"KUBECONFIG={os.environ['KUBECONFIG']} is ignored: make run uses kubesim "
@@ -288,9 +324,9 @@ def run(settings: Settings) -> None:
                 },
             )
             write_cli_state(airflow)
-            print(banner(settings, kubesim, airflow, database_url), flush=True)
+            print(banner(settings, kubesim, airflow, database_url, real), flush=True)
             supervise(kubesim, airflow)
-        except (KubesimStartError, AirflowStartError) as exc:
+        except (KubesimStartError, AirflowStartError, RealClusterUnavailable) as exc:
             raise RunError(str(exc)) from exc
         finally:
             print("\nStopping...", flush=True)

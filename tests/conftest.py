@@ -27,8 +27,8 @@ BROWSER_REQUEST_LOG = "browser-cluster-requests.json"
 
 OWN_AIRFLOWS = "airflows-of-their-own"
 SHARED_AIRFLOW = "shared-e2e-airflow"
-"""The two groups of the browser and e2e tests under `--dist loadgroup`. The browser tests and test_00
-(`make run`) each start Airflows of their own, one after another; every other e2e module shares the e2e
+"""The two groups of the browser and e2e tests under `--dist loadgroup`. The browser tests, test_00
+(`make run`) and test_20 (the walkthrough on the real stack) each start Airflows of their own, one after another; every other e2e module shares the e2e
 session's Airflow. Each group runs in one worker, in file order, so at most two Airflows run at once. Most
 of an e2e test's time is waiting for simulated time and Airflow's loops with the CPU idle, so the two
 groups fit on two cores."""
@@ -37,7 +37,10 @@ groups fit on two cores."""
 def xdist_group(nodeid: str) -> str | None:
     """The group of a browser or e2e test (by its path, e.g. ``tests/e2e/test_00_make_run.py::test_x``)."""
     parts = Path(nodeid.split("::", 1)[0]).parts
-    if parts[:2] == ("tests", "browser") or parts[:3] == ("tests", "e2e", "test_00_make_run.py"):
+    if parts[:2] == ("tests", "browser") or parts[:3] in (
+        ("tests", "e2e", "test_00_make_run.py"),
+        ("tests", "e2e", "test_20_real_walkthrough.py"),
+    ):
         return OWN_AIRFLOWS
     if parts[:2] == ("tests", "e2e"):
         return SHARED_AIRFLOW

@@ -259,6 +259,17 @@ class RayDashboards:
     def get_job(self, namespace: str, cluster: str, job_id: str) -> RayJobRun | None:
         return self._jobs.get((namespace, cluster), {}).get(job_id)
 
+    def list_jobs(self, namespace: str, cluster: str) -> list[RayJobRun]:
+        return list(self._jobs.get((namespace, cluster), {}).values())
+
+    def delete_job(self, namespace: str, cluster: str, job_id: str) -> bool:
+        """``DeleteJob``: forgets a finished job (Ray refuses to delete one that has not ended)."""
+        run = self.get_job(namespace, cluster, job_id)
+        if run is None or not run.finished:
+            return False
+        del self._jobs[(namespace, cluster)][job_id]
+        return True
+
     def submit(
         self, namespace: str, cluster: str, job_id: str, entrypoint: str, behaviour: Behaviour
     ) -> RayJobRun:

@@ -147,7 +147,7 @@ async def _run_submitter(ctx: Context, pod: dict, container: dict, log: Callable
         return 1
     run = ctx.dashboards.get_job(namespace, cluster, job_id)
     if run is None:
-        for line in _submission_lines(address, job_id):
+        for line in submission_lines(address, job_id):
             log(line)
         run = ctx.dashboards.submit(namespace, cluster, job_id, entrypoint, behaviour)
     async for line in run.follow():
@@ -158,7 +158,7 @@ async def _run_submitter(ctx: Context, pod: dict, container: dict, log: Callable
     return 0
 
 
-def _submission_lines(address: str, job_id: str) -> list[str]:
+def submission_lines(address: str, job_id: str) -> list[str]:
     rule = "-" * 55
     return [
         f"Job submission server address: http://{address}",

@@ -17,6 +17,10 @@ from kubesim.testing import run_kubesim
 
 TIME_SCALE = float(os.environ.get("KUBESIM_TIME_SCALE", "20"))
 """Simulated seconds per real second in the shared cluster: a 30 s RayJob takes 1.5 s."""
+REAL_TIME_SCALE = float(os.environ.get("REAL_TIME_SCALE", "5"))
+"""The same for the Ray jobs of the real stack's dashboards. Slower than kubesim's: the real KubeRay
+polls a running job's status every few seconds, so a job running for less than that is seen going from
+PENDING straight to SUCCEEDED, as on a real cluster (at 20, a requeued 40 s job was, now and then)."""
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +32,7 @@ def kubesim(request):
         from tests.integration.real_backend import RealBackend
 
         try:
-            stack = run_realcluster()
+            stack = run_realcluster(time_scale=REAL_TIME_SCALE)
             real = stack.__enter__()
         except RealClusterUnavailable as exc:
             pytest.skip(str(exc))

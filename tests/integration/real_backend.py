@@ -11,20 +11,15 @@ import pytest
 
 from devtools.realcluster import RealCluster
 
-RAY_JOB_RUNS = pytest.mark.kubesim_only(
-    "needs a Ray job to run, and the real stack has no Ray head dashboard for KubeRay to submit it to "
-    "(realcluster/README.md)"
-)
-"""For tests that wait for a RayJob to run or finish: KubeRay learns that only from the head's dashboard."""
-
 RAY_SERVE = pytest.mark.kubesim_only(
     "needs Ray Serve to run on the head's dashboard (KubeRay reads a RayService's applications from it), "
     "and the real stack has none (realcluster/README.md)"
 )
 
-CONTAINERS_RUN = pytest.mark.kubesim_only(
-    "needs a pod's containers to run to completion; the real stack's pod stand-in only starts them "
-    "(realcluster/README.md)"
+FIRST_QUEUED_MESSAGE = pytest.mark.kubesim_only(
+    "difference found: after a preemption real Kueue v0.19.2 may first report the requeued Workload as "
+    "'Waiting for the Kueue scheduler.' before it says which quota is short, and the trigger logs the first "
+    "QUEUED message it sees; kubesim says the shortfall at once (realcluster/README.md)"
 )
 
 

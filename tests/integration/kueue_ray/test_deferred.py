@@ -11,8 +11,6 @@ from airflow.sdk.exceptions import TaskDeferred
 from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.trigger import RayJobTrigger
 
-from tests.integration.real_backend import RAY_JOB_RUNS
-
 EVENT_TIMEOUT = 60
 
 
@@ -64,7 +62,6 @@ def condition(workload, kind):
     return {}
 
 
-@RAY_JOB_RUNS
 def test_queued_then_admitted_running_succeeded(queues, rayjob_body, task_context, capfd):
     blocker_context = task_context("blocker")
     blocker = submit(
@@ -119,7 +116,6 @@ def test_queued_then_admitted_running_succeeded(queues, rayjob_body, task_contex
     assert len(timeline["admissions"]) == 1
 
 
-@RAY_JOB_RUNS
 def test_preempted_mid_run_then_requeued_and_succeeds(queues, rayjob_body, task_context, capfd):
     context = task_context("train")
     op = submit(queues, rayjob_body(duration="40"), context)
@@ -152,7 +148,6 @@ def test_preempted_mid_run_then_requeued_and_succeeds(queues, rayjob_body, task_
     assert story.index(": PREEMPTED ") < story.rindex(": QUEUED ") < story.rindex(": RUNNING ")
 
 
-@RAY_JOB_RUNS
 def test_max_preemptions_ends_the_wait(queues, rayjob_body, task_context):
     context = task_context("train")
     op = submit(queues, rayjob_body(duration="inf"), context, max_preemptions=0)

@@ -13,8 +13,6 @@ from kueue_ray.operators import SubmitRayJobOperator
 from kueue_ray.sensors import RayJobSensor
 from kueue_ray.trigger import RayJobTrigger
 
-from tests.integration.real_backend import RAY_JOB_RUNS
-
 EVENT_TIMEOUT = 60
 SUBMITTED = "submitted successfully"
 """What the K8sJobMode submitter prints (``ray job submit``), so its log tail is recognisable."""
@@ -76,7 +74,6 @@ def defer(task, context) -> RayJobTrigger:
     return from_the_database(deferred.value.trigger, context)
 
 
-@RAY_JOB_RUNS
 def test_a_success_ends_in_the_triggerer_with_the_workers_xcoms_and_the_log_tail(
     queues, rayjob_body, task_context, capfd, channel
 ):
@@ -114,7 +111,6 @@ def test_a_success_ends_in_the_triggerer_with_the_workers_xcoms_and_the_log_tail
     assert worker_context["ti"].xcom["rayjob"] == rayjob
 
 
-@RAY_JOB_RUNS
 def test_a_failure_resumes_on_a_worker_and_raises_there(queues, rayjob_body, task_context):
     context = task_context("train")
     op = operator(queues, rayjob_body(duration="1", outcome="AppFailed"), log_tail_lines=0)
@@ -129,7 +125,6 @@ def test_a_failure_resumes_on_a_worker_and_raises_there(queues, rayjob_body, tas
         op.execute_complete(context, event=event.payload)
 
 
-@RAY_JOB_RUNS
 def test_a_sensor_ends_a_success_in_the_triggerer_too(queues, rayjob_body, task_context, channel):
     context = task_context("train")
     reference = operator(queues, rayjob_body(duration="2"), wait_for_completion=False).execute(context)

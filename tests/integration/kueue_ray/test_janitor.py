@@ -12,7 +12,6 @@ from kueue_ray.janitor import DeleteOrphanedRayJobsOperator
 from kueue_ray.operators import SubmitRayJobOperator
 
 from tests.integration.kueue_ray.conftest import wait_for
-from tests.integration.real_backend import RAY_JOB_RUNS
 
 
 class AirflowStates:
@@ -59,7 +58,6 @@ def running_steadily(queues, uid: str) -> bool:
     return status.get("jobDeploymentStatus") == "Running" and status.get("jobStatus") == "RUNNING"
 
 
-@RAY_JOB_RUNS
 def test_an_orphan_is_deleted_and_the_job_queued_behind_it_is_admitted(queues, rayjob_body, task_context):
     # The first RayJob runs and holds the whole ClusterQueue; its submitting task then failed for good.
     orphan = submit(queues, rayjob_body(duration="inf"), task_context("submit", run_id="r1"), "submit")
@@ -126,7 +124,6 @@ def deletes_of(kubesim, name: str) -> list[int]:
     return [r["code"] for r in kubesim.requests() if r["verb"] == "delete" and r["name"] == name]
 
 
-@RAY_JOB_RUNS
 def test_an_orphan_whose_status_changes_before_its_deletion_is_judged_again_and_deleted(
     kubesim, queues, rayjob_body, task_context
 ):
@@ -185,7 +182,6 @@ def test_an_orphan_adopted_before_its_deletion_is_left_to_the_task_that_adopted_
     assert not rayjob["metadata"].get("deletionTimestamp")
 
 
-@RAY_JOB_RUNS
 def test_a_deletion_whose_answer_was_lost_is_reported_done(kubesim, queues, rayjob_body, task_context):
     orphan = submit(queues, rayjob_body(duration="inf"), task_context("submit", run_id="r1"), "submit")
     wait_for(lambda: running_steadily(queues, orphan["uid"]))
@@ -221,7 +217,6 @@ def test_a_deletion_whose_answer_was_lost_is_reported_done(kubesim, queues, rayj
     wait_for(lambda: phase_of(queues, orphan["uid"]) == "gone")
 
 
-@RAY_JOB_RUNS
 def test_another_deployments_rayjobs_are_never_judged_even_while_they_run(
     queues, rayjob_body, task_context, monkeypatch
 ):

@@ -11,7 +11,6 @@ from kubernetes import client
 
 from tests.integration.kueue_ray.conftest import wait_for
 from tests.integration.kueue_ray.test_janitor import AirflowStates, janitor, phase_of, submit
-from tests.integration.real_backend import RAY_JOB_RUNS
 
 
 class RunStates(AirflowStates):
@@ -44,7 +43,6 @@ def dependents(queues, api, rayjob: dict) -> dict[str, int]:
     }
 
 
-@RAY_JOB_RUNS
 def test_finished_rayjobs_are_deleted_after_retention_with_what_they_own_and_nothing_else(
     api, queues, rayjob_body, task_context
 ):

@@ -11,8 +11,6 @@ import time
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
 from kubernetes.client import models as k8s
 
-from tests.integration.real_backend import CONTAINERS_RUN
-
 
 def kueue_job(name: str, namespace: str, queue: str, priority: str) -> k8s.V1Job:
     container = k8s.V1Container(
@@ -39,7 +37,6 @@ def kueue_job(name: str, namespace: str, queue: str, priority: str) -> k8s.V1Job
     )
 
 
-@CONTAINERS_RUN
 def test_the_providers_hooks_submit_a_kueue_job_and_wait_for_it_to_complete(queues, connection):
     hook = KubernetesHook(conn_id=connection)
     name = f"job-{queues.namespace}"

@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from tests.integration.kueue_ray.test_deferred import defer, first_event, submit
-from tests.integration.real_backend import CONTAINERS_RUN
 
 
-@CONTAINERS_RUN
 def test_the_log_tells_the_head_pod_waiting_on_an_image_pull(
     queues, rayjob_body, task_context, kubesim, capfd
 ):

@@ -10,10 +10,8 @@ from kueue_ray.naming import PRIORITY_CHANGED_BY_ANNOTATION
 from kueue_ray.priority_change import relabel_patch
 
 from tests.integration.kueue_ray.test_deferred import defer, first_event, submit
-from tests.integration.real_backend import RAY_JOB_RUNS
 
 
-@RAY_JOB_RUNS
 def test_a_pending_job_made_prod_takes_the_quota_and_the_log_says_who_changed_it(
     queues, rayjob_body, task_context, capfd
 ):

@@ -12,7 +12,6 @@ from kueue_ray.sensors import RayJobSensor
 from kueue_ray.timeline import to_epoch
 
 from tests.integration.kueue_ray.conftest import wait_for
-from tests.integration.real_backend import RAY_JOB_RUNS
 
 
 def submit(queues, body, context) -> dict:
@@ -34,7 +33,6 @@ async def first_event(trigger) -> dict:
         await events.aclose()
 
 
-@RAY_JOB_RUNS
 def test_deferred_sensor_follows_the_submitting_task(user_kill, queues, rayjob_body, task_context):
     context = task_context("train")
     reference = submit(queues, rayjob_body(duration="2"), context)
@@ -58,7 +56,6 @@ def test_deferred_sensor_follows_the_submitting_task(user_kill, queues, rayjob_b
     assert [r["metadata"]["uid"] for r in queues.rayjobs()] == [reference["uid"]]
 
 
-@RAY_JOB_RUNS
 def test_poke_mode_waits_with_the_same_rules_and_fails_with_the_ray_message(
     queues, rayjob_body, task_context
 ):
@@ -85,7 +82,6 @@ def test_sensor_refuses_a_rayjob_that_does_not_exist(queues, task_context):
         sensor.execute(task_context("wait"))
 
 
-@RAY_JOB_RUNS
 def test_a_sensor_that_starts_after_admission_still_reports_the_queueing(queues, rayjob_body, task_context):
     """The sensor (like a trigger re-created by a restarted triggerer) first looks when the job already
     runs: its timeline takes the wait from the RayJob's creation and Kueue's QuotaReserved instant."""
@@ -121,7 +117,6 @@ def test_a_sensor_that_starts_after_admission_still_reports_the_queueing(queues,
     assert to_epoch(timeline["admissions"][0]["at"]) == to_epoch(reserved_at)
 
 
-@RAY_JOB_RUNS
 def test_a_sensor_that_starts_after_the_job_finished_reports_how_long_it_ran(
     queues, rayjob_body, task_context
 ):

@@ -15,7 +15,7 @@ from kueue_ray.hub import HUB
 
 from tests.integration.kueue_ray.conftest import KUEUE, wait_for
 from tests.integration.kueue_ray.test_deferred import defer, first_event, submit, until
-from tests.integration.real_backend import RAY_JOB_RUNS
+from tests.integration.real_backend import FIRST_QUEUED_MESSAGE
 
 PHASE = re.compile(r"RayJob \S+: (?:still )?([A-Z]+)\b")
 
@@ -81,7 +81,6 @@ def running(queues, task_id: str) -> bool:
     )
 
 
-@RAY_JOB_RUNS
 def test_a_deferred_wait_relogs_the_queue_position_as_it_moves_at_most_once_per_interval(
     queues, rayjob_body, task_context, capfd, monkeypatch
 ):
@@ -109,7 +108,7 @@ def test_a_deferred_wait_relogs_the_queue_position_as_it_moves_at_most_once_per_
     )
 
 
-@RAY_JOB_RUNS
+@FIRST_QUEUED_MESSAGE
 def test_a_preempted_deferred_wait_names_the_preemptor_and_queues_once(
     queues, rayjob_body, task_context, capfd
 ):
@@ -145,7 +144,6 @@ def test_a_preempted_deferred_wait_names_the_preemptor_and_queues_once(
     )
 
 
-@RAY_JOB_RUNS
 def test_a_wait_in_the_worker_names_the_preemptor_too(queues, rayjob_body, task_context, capfd):
     """Polling may miss the short PREEMPTED phase; the end-of-task summary still names who preempted."""
     context = task_context("train")

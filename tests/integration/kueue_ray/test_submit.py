@@ -9,8 +9,6 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from kueue_ray.operators import SubmitRayJobOperator
 
-from tests.integration.real_backend import RAY_JOB_RUNS
-
 
 def operator(queues, body, **kwargs):
     defaults = dict(
@@ -27,7 +25,6 @@ def operator(queues, body, **kwargs):
     return SubmitRayJobOperator(**defaults)
 
 
-@RAY_JOB_RUNS
 def test_submit_and_wait_in_worker_until_succeeded(queues, rayjob_body, task_context):
     context = task_context("train")
     result = operator(queues, rayjob_body()).execute(context)
@@ -161,7 +158,6 @@ def test_a_retry_adopts_the_running_rayjob_instead_of_submitting_a_duplicate(
     assert rayjob["metadata"]["annotations"]["airflow.apache.org/try-number"] == "2"
 
 
-@RAY_JOB_RUNS
 def test_a_retry_after_a_failed_try_submits_anew_and_leaves_the_failed_rayjob_readable(
     queues, rayjob_body, task_context
 ):
@@ -180,7 +176,6 @@ def test_a_retry_after_a_failed_try_submits_anew_and_leaves_the_failed_rayjob_re
     )
 
 
-@RAY_JOB_RUNS
 def test_clearing_a_succeeded_task_runs_the_work_again(queues, rayjob_body, task_context, capfd):
     first_try = task_context("train")
     first = operator(queues, rayjob_body(duration="1")).execute(first_try)
@@ -200,7 +195,6 @@ def test_clearing_a_succeeded_task_runs_the_work_again(queues, rayjob_body, task
     assert cleared["ti"].xcom["timeline"]["final_phase"] == "SUCCEEDED"
 
 
-@RAY_JOB_RUNS
 def test_reuse_succeeded_takes_an_earlier_success_and_warns(queues, rayjob_body, task_context, capfd):
     first = operator(queues, rayjob_body(duration="1")).execute(task_context("train"))
     capfd.readouterr()
@@ -275,7 +269,6 @@ def test_a_rayjob_name_owned_by_another_task_is_never_adopted(queues, rayjob_bod
         )
 
 
-@RAY_JOB_RUNS
 def test_the_driver_log_tail_ends_up_in_the_task_log(queues, rayjob_body, task_context, capfd):
     body = rayjob_body(cpu="1", memory="4G", submission_mode="K8sJobMode")
     operator(queues, body, log_tail_lines=200).execute(task_context("train"))

@@ -16,7 +16,7 @@ from kueue_ray.ui.views import Links, TaskRef, queues_view, service_cluster_queu
 
 from tests.integration.kueue_ray.serve_support import defer, deploy_op, run_context, service_body
 from tests.integration.kueue_ray.test_hub import quota_reserved
-from tests.integration.real_backend import RAY_JOB_RUNS, RAY_SERVE
+from tests.integration.real_backend import RAY_SERVE
 
 QUICK = CacheSettings(backoff_initial=0.05, backoff_max=0.3, visibility_min_interval=0.2)
 
@@ -126,7 +126,6 @@ def test_the_pending_list_is_kueues_and_follows_a_withdrawal(queues, rayjob_body
     assert one == [(0, queued[1]["name"])]
 
 
-@RAY_JOB_RUNS
 def test_positions_and_the_timeline_follow_the_cluster_live(
     kubesim, queues, rayjob_body, task_context, connection
 ):
@@ -177,7 +176,6 @@ def test_positions_and_the_timeline_follow_the_cluster_live(
     assert [t["phase"] for t in second_timeline["transitions"]][0] == "QUEUED"
 
 
-@RAY_JOB_RUNS
 def test_the_cache_knows_whom_a_rayjob_preempted_and_the_queues_page_attributes_both(
     queues, rayjob_body, task_context, connection
 ):

@@ -40,6 +40,14 @@ def test_a_real_cluster_starts_with_dags_paused_unless_unpause_is_asked_for(tmp_
     assert run.settings_from({**env, "UNPAUSE": "1"}).unpause is True
 
 
+def test_the_harness_s_real_control_plane_is_this_run_s_own_so_its_dags_start_unpaused():
+    """CLUSTER=real starts a throwaway real control plane (devtools/realcluster.py), not someone's cluster:
+    no KUBECONFIG is read, and the DAGs run at once as on kubesim."""
+    settings = run.settings_from({"CLUSTER": "real", "KUBECONFIG": "/nowhere/config"})
+    assert (settings.cluster, settings.kubeconfig, settings.unpause) == ("real", None, True)
+    assert run.settings_from({"CLUSTER": "real", "UNPAUSE": "0"}).unpause is False
+
+
 @pytest.mark.parametrize(
     ("env", "named"),
     [
