@@ -296,8 +296,7 @@ class Faults:
             self.reset()
             return
         known = set(
-            "error_rate latency_ms watch_drop_after_s expire_watches rules unserved_groups seed max_page_size "
-            "continue_ttl_s clock_offset_s unpullable_images".split()
+            ["error_rate", "latency_ms", "watch_drop_after_s", "expire_watches", "rules", "unserved_groups", "seed", "max_page_size", "continue_ttl_s", "clock_offset_s", "unpullable_images"]
         )
         unknown = set(settings) - known
         if unknown:
