@@ -8,9 +8,11 @@ the queue position, the pods every ``POD_CHECK_SECONDS`` while admitted); ``trig
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+from kueue_ray.hub.reads import shared_read
 from kueue_ray.naming import PRIORITY_CHANGED_BY_ANNOTATION as CHANGED_BY_ANNOTATION
 from kueue_ray.naming import QUEUE_LABEL
 from kueue_ray.narration import Story
@@ -44,22 +46,39 @@ async def tell_pods(trigger: Any, story: Story, observation: Observation, subscr
 
 QUEUE_STATE_TTL_SECONDS = 30.0
 """How long one read of a LocalQueue's ClusterQueue (and its cohort's) serves every trigger waiting in it."""
+QUEUE_STATE_RETRY_SECONDS = 10.0
+"""After a failed read, how long every trigger of that LocalQueue goes without the explanation before one
+reads again: an outage costs a read per queue per this, not one per waiting task."""
 _queue_states: dict[tuple[str, str, str], tuple[float, Any]] = {}
+"""(conn, namespace, LocalQueue) -> (monotonic time until which it serves, the state or None after a failure)."""
+_queue_reads: dict[tuple[str, str], asyncio.Task] = {}
 
 
-async def queue_state(trigger: Any, local_queue: str, subscription: Any) -> tuple[dict | None, list[dict]]:
+async def queue_state(
+    trigger: Any, local_queue: str, subscription: Any
+) -> tuple[dict | None, list[dict]] | None:
     """(the ClusterQueue behind ``local_queue``, the cohort's ClusterQueues), read once per
-    ``QUEUE_STATE_TTL_SECONDS`` for every trigger of this triggerer waiting in that LocalQueue: thousands
-    of queued tasks cost a read per queue, not per task. The Workloads come from the hub's watch."""
+    ``QUEUE_STATE_TTL_SECONDS`` for every trigger of this triggerer waiting in that LocalQueue, one read in
+    flight however many ask meanwhile (``hub.reads.shared_read``): thousands of queued tasks cost a read per
+    queue, not per task. None while a failed read is not retried yet. The Workloads come from the hub's
+    watch."""
     key = (trigger.kubernetes_conn_id or "", trigger.namespace, local_queue)
     cached = _queue_states.get(key)
-    if cached is not None and time.monotonic() - cached[0] < QUEUE_STATE_TTL_SECONDS:
+    if cached is not None and time.monotonic() < cached[0]:
         return cached[1]
-    async with subscription.api_client() as client:
-        cluster_queue = await trigger.hook.cluster_queue_of(local_queue, trigger.namespace, api_client=client)
-        state = (cluster_queue, await trigger.hook.cohort_queues(cluster_queue, api_client=client))
-    _queue_states[key] = (time.monotonic(), state)
-    return state
+
+    async def read() -> None:
+        try:
+            async with subscription.api_client() as client:
+                cluster_queue = await trigger.hook.cluster_queue_of(local_queue, key[1], api_client=client)
+                state = (cluster_queue, await trigger.hook.cohort_queues(cluster_queue, api_client=client))
+        except Exception:  # noqa: BLE001 - the explanation waits for the next read
+            _queue_states[key] = (time.monotonic() + QUEUE_STATE_RETRY_SECONDS, None)
+            return
+        _queue_states[key] = (time.monotonic() + QUEUE_STATE_TTL_SECONDS, state)
+
+    await shared_read(_queue_reads, ("queue-state", "/".join(key)), read)
+    return _queue_states[key][1]
 
 
 async def tell_why_queued(
@@ -73,10 +92,10 @@ async def tell_why_queued(
     queue = trigger.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
     if not queue:
         return
-    try:
-        cluster_queue, queues = await queue_state(trigger, queue, subscription)
-    except Exception:  # noqa: BLE001 - no shared client now: the explanation waits for the next check
+    state = await queue_state(trigger, queue, subscription)
+    if state is None:  # not read now: the explanation waits for the next check
         return
+    cluster_queue, queues = state
     workloads = subscription.workloads()
     for line in story.why_lines(
         trigger.namespace,
