@@ -3,7 +3,8 @@
 Every image pulls by default. ``POST /kubesim/faults {"unpullable_images": ["rayproject/ray:nope"]}``
 makes those references fail as a missing tag does on a real registry: the pod's container waits with
 ``ErrImagePull`` and the containerd message, then with ``ImagePullBackOff`` and the kubelet's
-"Back-off pulling image ..." message, retried until the setting is cleared (the pod then starts). A
+"Back-off pulling image ..." message; each retry after the back-off fails with ``ErrImagePull`` again, as a
+kubelet's does, until the setting is cleared (the pod then starts). A
 reference is compared as written in the pod spec and with Docker Hub's defaults spelled out
 (``docker.io/library/`` for a bare name, ``:latest`` for a missing tag).
 """
@@ -50,7 +51,7 @@ class ImageRegistry:
 
 def image_pull_status(pod: dict, registry: ImageRegistry, now: str, backoff: bool) -> dict | None:
     """The Pending status of a scheduled pod whose images cannot all be pulled: each such container
-    waiting with ``ErrImagePull`` (first attempt) or ``ImagePullBackOff`` (later ones), the others with
+    waiting with ``ErrImagePull`` (an attempt) or ``ImagePullBackOff`` (between two), the others with
     ``ContainerCreating``; None when every image pulls."""
     containers = pod["spec"].get("containers") or []
     failing = [c for c in containers if not registry.pulls(c.get("image", ""))]

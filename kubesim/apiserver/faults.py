@@ -295,9 +295,8 @@ class Faults:
         if not settings:
             self.reset()
             return
-        known = set(
-            ["error_rate", "latency_ms", "watch_drop_after_s", "expire_watches", "rules", "unserved_groups", "seed", "max_page_size", "continue_ttl_s", "clock_offset_s", "unpullable_images"]
-        )
+        known = {"error_rate", "latency_ms", "watch_drop_after_s", "expire_watches", "rules", "unserved_groups",
+                 "seed", "max_page_size", "continue_ttl_s", "clock_offset_s", "unpullable_images"}  # fmt: skip
         unknown = set(settings) - known
         if unknown:
             raise FaultSettingsError(f"unknown fault settings: {sorted(unknown)}")

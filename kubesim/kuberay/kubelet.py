@@ -122,7 +122,11 @@ def schedule_pod(ctx, namespace: str, pod_name: str, seconds: float, start: Call
                 {},
             )
             failing = image_pull_status(
-                pod, ctx.store.images, ctx.clock.timestamp(), backoff=waiting.get("reason") in PULL_FAILURES
+                # A failed attempt, then the back-off, then the next attempt: the kubelet alternates.
+                pod,
+                ctx.store.images,
+                ctx.clock.timestamp(),
+                backoff=waiting.get("reason") == "ErrImagePull",
             )
             if failing is not None:  # the kubelet retries the pull with back-off until it succeeds
                 ctx.write_status(PODS, pod, failing)
