@@ -130,9 +130,11 @@ def test_positions_and_the_timeline_follow_the_cluster_live(
     kubesim, queues, rayjob_body, task_context, connection
 ):
     # The first runs 30 simulated seconds (1.5 s here): long enough that the cache, started after both
-    # submissions, still sees the second one pending behind it on a loaded machine.
+    # submissions, still sees the second one pending behind it on a loaded machine. The second runs 20: a
+    # real KubeRay reads a running job's status every few seconds, and a job that ends between two reads is
+    # never seen RUNNING.
     first = submit(queues, rayjob_body, task_context, "first", "30")
-    second = submit(queues, rayjob_body, task_context, "second", "2")
+    second = submit(queues, rayjob_body, task_context, "second", "20")
 
     async def scenario():
         cache = ClusterCache(connection, [queues.namespace], QUICK)
