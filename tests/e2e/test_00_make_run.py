@@ -13,6 +13,7 @@ Airflows run at once. `make run` runs with TIME_SCALE=10 here.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import shutil
@@ -182,6 +183,28 @@ def test_the_first_start_reaches_a_healthy_ui_on_kubesim_whatever_kubeconfig_say
     assert "DAGs start unpaused" in output
 
 
+def test_every_listener_of_make_run_binds_loopback(first_start):
+    """Nothing `make run` starts listens beyond this machine: kubesim, PostgreSQL, the api-server, and the
+    log server that serves the workers' and the triggerer's logs (Airflow's own binds every interface)."""
+    started = {first_start.process.pid} | {process.pid for process in first_start.descendants()}
+    listening: dict[str, list] = {}
+    for conn in psutil.net_connections(kind="inet"):
+        if conn.pid in started and conn.status == psutil.CONN_LISTEN:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                name = " ".join(psutil.Process(conn.pid).cmdline())[:80]
+                listening.setdefault(name, []).append((conn.laddr.ip, conn.laddr.port))
+    everywhere = {
+        name: addrs
+        for name, addrs in listening.items()
+        if not all(ipaddress.ip_address(ip).is_loopback for ip, _ in addrs)
+    }
+    assert not everywhere, f"listening beyond loopback: {everywhere}"
+    assert ("127.0.0.1", first_start.port) in [addr for addrs in listening.values() for addr in addrs]
+    log_servers = [addrs for name, addrs in listening.items() if name.startswith("airflow serve-logs")]
+    assert len(log_servers) == 1, listening  # the task logs of running and deferred tasks are still served
+    assert any("kubesim" in name for name in listening), listening
+
+
 def test_the_banners_read_only_user_reads_but_cannot_trigger(first_start):
     found = re.search(r"Read-only user: (\S+) / (\S+)  \(role viewer", first_start.output)
     assert found, first_start.output
@@ -291,7 +314,7 @@ def test_second_and_third_starts_in_the_same_checkout_are_healthy_and_fresh(chec
             assert healthy(run.url), f"{start} start"
             runs = Api(run.url).runs("text_classifier_finetune")
             assert not [r for r in runs if r["run_type"] == "manual"], "the previous start's runs are gone"
-            assert (checkout / ".run" / "previous" / "airflow" / "standalone.log").exists()
+            assert (checkout / ".run" / "previous" / "airflow" / "airflow.log").exists()
         except BaseException:
             run.kill()
             raise

@@ -108,6 +108,10 @@ def test_a_taken_port_is_reported_with_the_process_holding_it():
 
 def test_standalone_components_are_recognised_by_command_line_or_process_title():
     assert component_of(["/venv/bin/python3", "/venv/bin/airflow", "scheduler"]) == "scheduler"
+    assert component_of(["/venv/bin/python3", "/venv/bin/airflow", "triggerer", "--skip-serve-logs"]) == (
+        "triggerer"
+    )
+    assert component_of(["/venv/bin/python3", "/venv/bin/airflow", "tasks", "scheduler"]) is None
     assert component_of(["airflow api_server -- host:127.0.0.1 port:8080", "", ""]) == "api-server"
     assert component_of(["airflow worker -- LocalExecutor: <idle>", ""]) is None
     assert component_of(["airflow serve-logs", ""]) is None

@@ -1,0 +1,137 @@
+"""What `airflow standalone` does, with every listener on loopback: `python -m devtools.components`.
+
+`make run`, `make demo` and the end-to-end tests start Airflow through this module (devtools.airflow). It
+migrates the metadata database, then runs the scheduler, the dag-processor, the triggerer and the
+api-server as children, each line of their output prefixed ``<component> | `` as `airflow standalone`
+prints it, until it is signalled (SIGTERM or SIGINT stops them all).
+
+Why not `airflow standalone`: in Airflow 3.3.2 the scheduler and the triggerer each start a log server
+(``airflow.utils.serve_logs``) that binds every interface (uvicorn ``host=""``), and standalone offers no
+way to pass their ``--skip-serve-logs``. Here both get that flag, and one log server of Airflow's own
+(``airflow.utils.serve_logs.log_server``, the app `serve_logs` runs) is bound to 127.0.0.1 on the port both
+``[logging] worker_log_server_port`` and ``trigger_log_server_port`` name: on one machine the workers and
+the triggerer write into the same log folder, so one server serves both. The api-server binds ``[api]
+host`` (127.0.0.1, devtools.airflow.airflow_environment); the scheduler and the dag-processor listen on
+nothing (their health-check server is off by default).
+
+Options: ``--triggerer-team NAME`` (repeatable) runs one triggerer per team (``airflow triggerer
+--team-name NAME``) instead of the global one; in multi-team mode a team's deferred tasks are run only
+by a triggerer of that team.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+STOP_GRACE_SECONDS = 25.0
+"""How long the components get to stop after SIGTERM (less than devtools.airflow's 30 s before SIGKILL)."""
+
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+SKIP_SERVE_LOGS = "--skip-serve-logs"
+
+
+def component_commands(triggerer_teams: list[str]) -> list[tuple[str, list[str]]]:
+    """(name, command) of each child, as `airflow standalone` names them, plus the loopback log server.
+
+    >>> [name for name, _ in component_commands([])]
+    ['scheduler', 'dag-processor', 'triggerer', 'api-server', 'serve-logs']
+    >>> component_commands(["nlp"])[2][1][1:]
+    ['triggerer', '--skip-serve-logs', '--team-name', 'nlp']
+    """
+    triggerers = [
+        ("triggerer", [AIRFLOW, "triggerer", SKIP_SERVE_LOGS, *(["--team-name", team] if team else [])])
+        for team in triggerer_teams or [None]
+    ]
+    return [
+        ("scheduler", [AIRFLOW, "scheduler", SKIP_SERVE_LOGS]),
+        ("dag-processor", [AIRFLOW, "dag-processor"]),
+        *triggerers,
+        ("api-server", [AIRFLOW, "api-server"]),
+        ("serve-logs", [sys.executable, "-m", "devtools.components", "--serve-logs"]),
+    ]
+
+
+def serve_logs() -> None:
+    """Airflow's log server app, as `airflow.utils.serve_logs.serve_logs` runs it, on loopback only."""
+    import uvicorn
+    from airflow.configuration import conf
+    from setproctitle import setproctitle
+
+    setproctitle("airflow serve-logs")
+    worker_port = conf.getint("logging", "worker_log_server_port")
+    trigger_port = conf.getint("logging", "trigger_log_server_port")
+    if worker_port != trigger_port:
+        raise SystemExit(
+            f"[logging] worker_log_server_port ({worker_port}) and trigger_log_server_port ({trigger_port}) "
+            "must be one port: one log server serves both"
+        )
+    uvicorn.run(
+        "airflow.utils.serve_logs.log_server:get_app",
+        factory=True,
+        host=LOOPBACK,
+        port=worker_port,
+        log_level="warning",
+        log_config=None,
+        access_log=False,
+    )
+
+
+def _pump(name: str, stream, lock: threading.Lock) -> None:
+    """Copy a child's output to ours, each line prefixed with its name (standalone's format)."""
+    prefix = f"{name:10} | ".encode()
+    for line in iter(stream.readline, b""):
+        with lock:
+            sys.stdout.buffer.write(prefix + line.rstrip(b"\r\n") + b"\n")
+            sys.stdout.buffer.flush()
+
+
+def run(triggerer_teams: list[str]) -> int:
+    stop = threading.Event()
+
+    def _stop(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    lock = threading.Lock()
+    migrate = subprocess.Popen([AIRFLOW, "db", "migrate"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    _pump("standalone", migrate.stdout, lock)
+    if migrate.wait() != 0:
+        return migrate.returncode
+    children = []
+    for name, command in component_commands(triggerer_teams):
+        if stop.is_set():
+            break
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        threading.Thread(target=_pump, args=(name, child.stdout, lock), daemon=True).start()
+        children.append(child)
+    stop.wait()
+    for child in children:
+        with contextlib.suppress(ProcessLookupError):
+            child.terminate()
+    for child in children:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=STOP_GRACE_SECONDS)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devtools.components", description=__doc__.split("\n")[0])
+    parser.add_argument("--triggerer-team", action="append", default=[], metavar="NAME")
+    parser.add_argument("--serve-logs", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_logs:
+        serve_logs()
+        return 0
+    return run(args.triggerer_team)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
