@@ -437,7 +437,7 @@ def start_airflow(
     timeout: float = 180,
     healthy: bool = False,
     while_waiting: Callable[[], None] | None = None,
-    triggerer_teams: Sequence[str] = (),
+    teams: Sequence[str] = (),
 ) -> Airflow:
     """Start Airflow's components (devtools.components) in their own process group and wait until its API answers and we are
     logged in (and, with ``healthy``, until every component reports healthy).
@@ -445,7 +445,8 @@ def start_airflow(
     Fails at once, not at the timeout, when the port is taken, devtools.components exits, or one of its
     components exits while starting; the error quotes that component's last log lines.
     ``while_waiting`` is called on every poll (e.g. to raise if kubesim died meanwhile).
-    ``triggerer_teams``: one triggerer per team instead of the global one (devtools.components).
+    ``teams`` (multi-team mode): created before the DAG bundles are synced, each with a triggerer of its
+    own instead of the global one (devtools.components).
     """
     port = port or free_port()
     taken_by = port_user(port)
@@ -459,10 +460,10 @@ def start_airflow(
         home, port=port, kubeconfig=kubeconfig, database_url=database_url, extra=extra_env
     )
     log_path = home / "airflow.log"
-    teams = [option for team in triggerer_teams for option in ("--triggerer-team", team)]
+    team_options = [option for team in teams for option in ("--team", team)]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "devtools.components", *teams],
+            [sys.executable, "-m", "devtools.components", *team_options],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,8 +1,8 @@
 """What `airflow standalone` does, with every listener on loopback: `python -m devtools.components`.
 
 `make run`, `make demo` and the end-to-end tests start Airflow through this module (devtools.airflow). It
-migrates the metadata database, then runs the scheduler, the dag-processor, the triggerer and the
-api-server as children, each line of their output prefixed ``<component> | `` as `airflow standalone`
+migrates the metadata database, then runs the dag-processor, the triggerer, the api-server and, once the
+api-server answers, the scheduler as children, each line of their output prefixed ``<component> | `` as `airflow standalone`
 prints it, until it is signalled (SIGTERM or SIGINT stops them all).
 
 Why not `airflow standalone`: in Airflow 3.3.2 the scheduler and the triggerer each start a log server
@@ -14,9 +14,10 @@ the triggerer write into the same log folder, so one server serves both. The api
 host`` (127.0.0.1, devtools.airflow.airflow_environment); the scheduler and the dag-processor listen on
 nothing (their health-check server is off by default).
 
-Options: ``--triggerer-team NAME`` (repeatable) runs one triggerer per team (``airflow triggerer
---team-name NAME``) instead of the global one; in multi-team mode a team's deferred tasks are run only
-by a triggerer of that team.
+``--team NAME`` (repeatable, for Airflow's multi-team mode): adds the team after migrating, before the
+dag-processor syncs the DAG bundles that name it, and runs one triggerer per team (``airflow triggerer
+--team-name NAME``) instead of the global one, since a team's deferred tasks are run only by a triggerer
+of that team.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
@@ -37,7 +40,7 @@ AIRFLOW = str(Path(sys.executable).parent / "airflow")
 SKIP_SERVE_LOGS = "--skip-serve-logs"
 
 
-def component_commands(triggerer_teams: list[str]) -> list[tuple[str, list[str]]]:
+def component_commands(teams: list[str]) -> list[tuple[str, list[str]]]:
     """(name, command) of each child, as `airflow standalone` names them, plus the loopback log server.
 
     >>> [name for name, _ in component_commands([])]
@@ -47,7 +50,7 @@ def component_commands(triggerer_teams: list[str]) -> list[tuple[str, list[str]]
     """
     triggerers = [
         ("triggerer", [AIRFLOW, "triggerer", SKIP_SERVE_LOGS, *(["--team-name", team] if team else [])])
-        for team in triggerer_teams or [None]
+        for team in teams or [None]
     ]
     return [
         ("scheduler", [AIRFLOW, "scheduler", SKIP_SERVE_LOGS]),
@@ -56,6 +59,20 @@ def component_commands(triggerer_teams: list[str]) -> list[tuple[str, list[str]]
         ("api-server", [AIRFLOW, "api-server"]),
         ("serve-logs", [sys.executable, "-m", "devtools.components", "--serve-logs"]),
     ]
+
+
+def prepare_database(teams: list[str]) -> None:
+    """Create or migrate the metadata database (what standalone does, in its own process: no CLI process
+    to start) and add the ``teams`` it does not have yet."""
+    from airflow.models.team import Team
+    from airflow.utils import db
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    db.initdb()
+    with create_session() as session:
+        known = set(session.scalars(select(Team.name)))
+        session.add_all(Team(name=team) for team in teams if team not in known)
 
 
 def serve_logs() -> None:
@@ -83,6 +100,18 @@ def serve_logs() -> None:
     )
 
 
+def _wait_listening(api_server: subprocess.Popen, stop: threading.Event, timeout: float = 300) -> None:
+    """Until the api-server accepts connections on ``[api] host:port`` (or exits, or we are stopped)."""
+    from airflow.configuration import conf
+
+    address = (conf.get("api", "host"), conf.getint("api", "port"))
+    deadline = time.monotonic() + timeout
+    while api_server.poll() is None and not stop.is_set() and time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(address, timeout=1):
+            return
+        stop.wait(0.5)
+
+
 def _pump(name: str, stream, lock: threading.Lock) -> None:
     """Copy a child's output to ours, each line prefixed with its name (standalone's format)."""
     prefix = f"{name:10} | ".encode()
@@ -92,7 +121,7 @@ def _pump(name: str, stream, lock: threading.Lock) -> None:
             sys.stdout.buffer.flush()
 
 
-def run(triggerer_teams: list[str]) -> int:
+def run(teams: list[str]) -> int:
     stop = threading.Event()
 
     def _stop(signum, frame):
@@ -101,17 +130,22 @@ def run(triggerer_teams: list[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     lock = threading.Lock()
-    migrate = subprocess.Popen([AIRFLOW, "db", "migrate"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    _pump("standalone", migrate.stdout, lock)
-    if migrate.wait() != 0:
-        return migrate.returncode
-    children = []
-    for name, command in component_commands(triggerer_teams):
+    prepare_database(teams)
+    children: list[subprocess.Popen] = []
+    api_server = None
+    # All at once, as standalone does, but the scheduler once the api-server answers: a task it starts
+    # before the execution API answers fails at once ("Connection refused") and waits out its retry delay.
+    commands = component_commands(teams)
+    for name, command in sorted(commands, key=lambda named: named[0] == "scheduler"):
+        if name == "scheduler" and api_server is not None:
+            _wait_listening(api_server, stop)
         if stop.is_set():
             break
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         threading.Thread(target=_pump, args=(name, child.stdout, lock), daemon=True).start()
         children.append(child)
+        if name == "api-server":
+            api_server = child
     stop.wait()
     for child in children:
         with contextlib.suppress(ProcessLookupError):
@@ -124,13 +158,13 @@ def run(triggerer_teams: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.components", description=__doc__.split("\n")[0])
-    parser.add_argument("--triggerer-team", action="append", default=[], metavar="NAME")
+    parser.add_argument("--team", action="append", default=[], metavar="NAME")
     parser.add_argument("--serve-logs", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_logs:
         serve_logs()
         return 0
-    return run(args.triggerer_team)
+    return run(args.team)
 
 
 if __name__ == "__main__":
