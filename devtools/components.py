@@ -62,13 +62,21 @@ def component_commands(teams: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def prepare_database(teams: list[str]) -> None:
-    """Create or migrate the metadata database (what standalone does, in its own process: no CLI process
-    to start) and add the ``teams`` it does not have yet."""
+    """Write Airflow's configuration file if there is none, create or migrate the metadata database (what
+    standalone does, in its own process: no CLI process to start), and add the ``teams`` it does not have
+    yet.
+
+    The file first, as the `airflow` command does before any subcommand: it holds the generated secrets
+    (``[api_auth] jwt_secret``, ``[api] secret_key``) every component must share. Components started
+    together on a home without it would each write and use secrets of their own, and the api-server would
+    refuse the workers' tokens ("Signature verification failed")."""
+    from airflow.configuration import write_default_airflow_configuration_if_needed
     from airflow.models.team import Team
     from airflow.utils import db
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
+    write_default_airflow_configuration_if_needed()
     db.initdb()
     with create_session() as session:
         known = set(session.scalars(select(Team.name)))
