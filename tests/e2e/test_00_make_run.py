@@ -376,15 +376,18 @@ def workload_dags(admin: httpx.Client) -> set[str]:
     }
 
 
-def test_the_banners_restricted_user_sees_their_dags_workloads_and_counts_of_the_others(checkout):
+def test_the_banners_restricted_user_sees_their_dags_workloads_and_counts_of_the_others(
+    checkout, first_start
+):
     """In Chromium, signed in with the restricted login the banner prints: the Kueue queues page shows
     their DAG's workloads and the other DAGs' as counts, their task's Kueue tab its RayJob, another DAG's
-    task's tab nothing. A start of its own at TIME_SCALE=1 (the first start's is stopped by now), so that
-    the first runs of every DAG hold their workloads side by side for minutes."""
+    task's tab nothing. A start of its own at TIME_SCALE=1 (the first start stopped: one `make run` per
+    checkout), so that the first runs of every DAG hold their workloads side by side for minutes."""
     try:
         chromium = ensure_chromium()
     except ChromiumUnavailable as exc:
         pytest.skip(str(exc))
+    first_start.stop()
     make_run = MakeRun(checkout, free_port(), TIME_SCALE="1")
     try:
         make_run.wait_ready()
