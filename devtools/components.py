@@ -2,8 +2,8 @@
 
 `make run`, `make demo` and the end-to-end tests start Airflow through this module (devtools.airflow). It
 migrates the metadata database, then runs the dag-processor, the triggerer, the api-server and, once the
-api-server answers, the scheduler as children, each line of their output prefixed ``<component> | `` as `airflow standalone`
-prints it, until it is signalled (SIGTERM or SIGINT stops them all).
+api-server answers, the scheduler as children, each line of their output prefixed ``<component> | `` as
+`airflow standalone` prints it, until it is signalled (SIGTERM or SIGINT stops them all).
 
 Why not `airflow standalone`: in Airflow 3.3.2 the scheduler and the triggerer each start a log server
 (``airflow.utils.serve_logs``) that binds every interface (uvicorn ``host=""``), and standalone offers no
@@ -30,14 +30,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
+
+from devtools.airflow import component_command
 
 LOOPBACK = "127.0.0.1"
 STOP_GRACE_SECONDS = 25.0
 """How long the components get to stop after SIGTERM (less than devtools.airflow's 30 s before SIGKILL)."""
-
-AIRFLOW = str(Path(sys.executable).parent / "airflow")
-SKIP_SERVE_LOGS = "--skip-serve-logs"
 
 
 def component_commands(teams: list[str]) -> list[tuple[str, list[str]]]:
@@ -46,17 +44,17 @@ def component_commands(teams: list[str]) -> list[tuple[str, list[str]]]:
     >>> [name for name, _ in component_commands([])]
     ['scheduler', 'dag-processor', 'triggerer', 'api-server', 'serve-logs']
     >>> component_commands(["nlp"])[2][1][1:]
-    ['triggerer', '--skip-serve-logs', '--team-name', 'nlp']
+    ['triggerer', '--team-name', 'nlp', '--skip-serve-logs']
     """
     triggerers = [
-        ("triggerer", [AIRFLOW, "triggerer", SKIP_SERVE_LOGS, *(["--team-name", team] if team else [])])
+        ("triggerer", component_command("triggerer", *(["--team-name", team] if team else [])))
         for team in teams or [None]
     ]
     return [
-        ("scheduler", [AIRFLOW, "scheduler", SKIP_SERVE_LOGS]),
-        ("dag-processor", [AIRFLOW, "dag-processor"]),
+        ("scheduler", component_command("scheduler")),
+        ("dag-processor", component_command("dag-processor")),
         *triggerers,
-        ("api-server", [AIRFLOW, "api-server"]),
+        ("api-server", component_command("api-server")),
         ("serve-logs", [sys.executable, "-m", "devtools.components", "--serve-logs"]),
     ]
 
