@@ -34,8 +34,6 @@ import time
 from devtools.airflow import component_command
 
 LOOPBACK = "127.0.0.1"
-STOP_GRACE_SECONDS = 25.0
-"""How long the components get to stop after SIGTERM (less than devtools.airflow's 30 s before SIGKILL)."""
 
 
 def component_commands(teams: list[str]) -> list[tuple[str, list[str]]]:
@@ -153,12 +151,11 @@ def run(teams: list[str]) -> int:
         if name == "api-server":
             api_server = child
     stop.wait()
+    # Pass the signal on and exit at once, as standalone does: devtools.airflow signals the whole process
+    # group and, once this leader is gone, kills what is left of it (make run stops within seconds).
     for child in children:
         with contextlib.suppress(ProcessLookupError):
             child.terminate()
-    for child in children:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=STOP_GRACE_SECONDS)
     return 0
 
 
