@@ -1,6 +1,6 @@
 """End-to-end latency in Airflow (issue 7 §2), and the one Airflow start the backfill benchmark shares.
 
-A real ``airflow standalone`` (scheduler, dag-processor, triggerer, api-server, LocalExecutor with
+A real Airflow (scheduler, dag-processor, triggerer, api-server, LocalExecutor with
 ``[core] parallelism`` 16; devtools.airflow) on a PostgreSQL metadata database (devtools.postgres: what
 Airflow's users run; SQLite refuses the 200-run backfill under load) runs the project's
 ``text_classifier_finetune`` DAG against a kubesim subprocess with the single-queue setup at time-scale 10

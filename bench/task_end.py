@@ -2,7 +2,7 @@
 cncf-kubernetes provider's own Kueue job operator; worker slots per successful wait.
 ``python -m bench.task_end --runs 50 --out bench/results/task_end.json``.
 
-One ``airflow standalone`` (devtools.airflow: scheduler, dag-processor, triggerer, api-server,
+One Airflow (devtools.airflow: scheduler, dag-processor, triggerer, api-server,
 LocalExecutor, parallelism 16) on a throwaway PostgreSQL (devtools.postgres) against kubesim with the
 single-queue setup at time-scale 10, and a StatsD listener (devtools.statsd) that Airflow sends its
 metrics to. The two DAGs of ``bench/dags/task_end.py`` are the pipelines' submit → wait shape, identical

@@ -1,7 +1,7 @@
 """What open Kueue pages cost the Kubernetes API: 20 browser tabs on the "Kueue queues" page.
 
 Setup: kubesim (single-queue and team-queues setups, time-scale 10; devtools.kubesim_process), one
-``airflow standalone`` on a throwaway PostgreSQL (devtools.airflow, devtools.postgres) with the plugin's
+Airflow on a throwaway PostgreSQL (devtools.airflow, devtools.postgres) with the plugin's
 api-server cache watching namespace ``ray``, and one headless Chromium (devtools.chromium) signed in as
 admin. A steady churn keeps the queue changing throughout: a manual run of ``text_classifier_finetune``
 (1 epoch: a 2.5 s RayJob here) every ``--churn-seconds``, 3 runs active at a time, so RayJobs are

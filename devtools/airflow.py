@@ -1,9 +1,9 @@
-"""Run a real `airflow standalone` (scheduler, dag-processor, triggerer, api-server) for `make run`,
-`make demo` and the end-to-end tests, and talk to it through its REST API like a user or CI would.
+"""Run a real Airflow (scheduler, dag-processor, triggerer, api-server) for `make run`, `make demo` and the
+end-to-end tests, and talk to it through its REST API like a user or CI would.
 
-Why a harness of our own: `airflow standalone` spawns its components by the name `airflow` from PATH, does
-not stop its children on SIGTERM, and prints its password once. Starting it in its own session and
-signalling the whole process group is the reliable way to stop everything (reference/airflow-3.3.md §6).
+The components run as `airflow standalone` would run them, but through devtools.components, which binds
+every listener (the log server included) to loopback. Starting it in its own session and signalling the
+whole process group is the reliable way to stop everything (reference/airflow-3.3.md §6).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,7 +36,8 @@ def _instant(value: str) -> datetime:
 
 
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
-"""What `airflow standalone` runs, each as `airflow <component>`, its output prefixed "<component> | "."""
+"""What devtools.components runs (as `airflow standalone` would), each as `airflow <component> [options]`, its
+output prefixed "<component> | "."""
 
 
 def free_port() -> int:
@@ -46,14 +47,24 @@ def free_port() -> int:
 
 
 def component_of(cmdline: list[str]) -> str | None:
-    """Which of ``COMPONENTS`` a process is, from its command line: ``[python, .../airflow, scheduler]``,
-    or the title a component gives itself (``airflow api_server -- host:127.0.0.1 port:8080``)."""
-    if len(cmdline) >= 2 and Path(cmdline[-2]).name == "airflow" and cmdline[-1] in COMPONENTS:
-        return cmdline[-1]
+    """Which of ``COMPONENTS`` a process is, from its command line: ``[python, .../airflow, scheduler,
+    --skip-serve-logs]``, or the title a component gives itself (``airflow api_server -- host:...``)."""
+    for word, following in zip(cmdline[:2], cmdline[1:3], strict=False):
+        if Path(word).name == "airflow" and following in COMPONENTS:
+            return following
     words = (cmdline[0] if cmdline else "").split(" -- ")[0].split()
     if len(words) == 2 and words[0] == "airflow" and words[1].replace("_", "-") in COMPONENTS:
         return words[1].replace("_", "-")
     return None
+
+
+def component_command(component: str, *options: str) -> list[str]:
+    """`airflow <component> [options]`; a scheduler or triggerer without its log server, which would bind
+    every interface (devtools.components serves their logs on loopback)."""
+    command = [str(Path(sys.executable).parent / "airflow"), component, *options]
+    if component in ("scheduler", "triggerer"):
+        command.append("--skip-serve-logs")
+    return command
 
 
 class AirflowStartError(RuntimeError):
@@ -83,7 +94,7 @@ def port_user(port: int, host: str = "127.0.0.1") -> str | None:
 
 
 def component_log_tail(log_path: Path, component: str | None = None, lines: int = 30) -> str:
-    """The last ``lines`` lines `airflow standalone` wrote to ``log_path`` for ``component`` (every line
+    """The last ``lines`` lines Airflow's components wrote to ``log_path`` for ``component`` (every line
     when None), so an error can quote the component that failed rather than the whole interleaved log."""
     try:
         text = log_path.read_text(errors="replace").splitlines()
@@ -111,6 +122,7 @@ def airflow_environment(
     """Environment for every Airflow component: our dags/ and plugins/, loopback only, fast parsing, and
     ``database_url`` (e.g. devtools.postgres) or, by default, SQLite in ``home`` with a long lock wait."""
     env = dict(os.environ)
+    log_port = free_port()
     # Each Airflow is a deployment of its own, identified in its own metadata database unless ``extra``
     # names it (kueue_ray.deployment): never the test process's.
     env.pop("AIRFLOW__KUEUE_RAY__DEPLOYMENT", None)
@@ -131,11 +143,12 @@ def airflow_environment(
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "10",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-            # The log servers of the scheduler's workers and of the triggerer: ports of their own, so two
-            # Airflows on one machine (make run next to the e2e tests) do not serve each other's logs.
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            "PYTHONUNBUFFERED": "1",  # standalone.log keeps up with its components, for error messages
+            # The one loopback log server of devtools.components serves the workers' and the triggerer's
+            # logs: a port of its own, so two Airflows on one machine (make run next to the e2e tests) do
+            # not serve each other's logs.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(log_port),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(log_port),
+            "PYTHONUNBUFFERED": "1",  # airflow.log keeps up with its components, for error messages
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
         }
@@ -155,7 +168,7 @@ def airflow_environment(
 
 @dataclass
 class Airflow:
-    """A running standalone Airflow and an authenticated REST client for it."""
+    """A running Airflow (devtools.components) and an authenticated REST client for it."""
 
     url: str
     home: Path
@@ -174,11 +187,11 @@ class Airflow:
         """Why this Airflow is broken, quoting the failing part's log; None while it is fine.
 
         ``seen`` collects the components found alive so far: one seen before and gone now has exited
-        (standalone neither restarts it nor exits itself)."""
+        (devtools.components, like standalone, neither restarts it nor exits itself)."""
         code = self.process.poll()
         if code is not None:
             return (
-                f"airflow standalone exited with code {code}; last lines of {self.log_path}:\n"
+                f"Airflow's components (devtools.components) exited with code {code}; last lines of {self.log_path}:\n"
                 f"{component_log_tail(self.log_path)}"
             )
         alive = self.live_components()
@@ -314,8 +327,8 @@ class Airflow:
             raise TimeoutError(f"DAGs not parsed within {timeout}s: {sorted(missing)}; see {self.log_path}")
 
     def component_processes(self, component: str) -> list:
-        """The live processes of one standalone component (``triggerer``, ``scheduler``, ...): every
-        descendant of the standalone process started as ``airflow <component>`` (the api-server renames
+        """The live processes of one component (``triggerer``, ``scheduler``, ...): every descendant of the
+        devtools.components process started as ``airflow <component>`` (the api-server renames
         itself "airflow api_server -- host:..."), plus any we restarted."""
         import psutil
 
@@ -335,7 +348,7 @@ class Airflow:
         return found
 
     def live_components(self) -> set[str]:
-        """The standalone components (``COMPONENTS``) that have a live process now."""
+        """The components (``COMPONENTS``) that have a live process now."""
         return {component for component in COMPONENTS if self.component_processes(component)}
 
     def health(self) -> dict[str, str]:
@@ -352,7 +365,7 @@ class Airflow:
     def kill_triggerer(self) -> int:
         """SIGKILL the triggerer (a crash: no cleanup, no graceful hand-over); returns how many died.
 
-        `airflow standalone` does not restart a component that dies: call `start_component("triggerer")`."""
+        Nothing restarts a component that dies: call `start_component("triggerer")`."""
         import psutil
 
         killed = self.component_processes("triggerer")
@@ -365,12 +378,13 @@ class Airflow:
         return len(killed)
 
     def start_component(self, component: str) -> subprocess.Popen:
-        """Start `airflow <component>` (e.g. `triggerer`) with the standalone's environment, in a session
-        of its own (like the standalone itself) so `stop` can end it and its children together. This is
-        what a process supervisor does in production; `airflow standalone` never restarts a component."""
+        """Start `airflow <component>` (e.g. `triggerer`) with this Airflow's environment, in a session of
+        its own (like devtools.components itself) so `stop` can end it and its children together. This is
+        what a process supervisor does in production; nothing here restarts a component by itself. A
+        scheduler or triggerer serves no logs of its own (devtools.components' loopback server does)."""
         log = (self.home / f"{component}-restarted.log").open("ab")
         process = subprocess.Popen(
-            [str(Path(sys.executable).parent / "airflow"), component],
+            component_command(component),
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -385,7 +399,7 @@ class Airflow:
         """Stop every component, then SIGKILL whatever of their descendants survived: task workers start
         sessions of their own, so a worker still running at the end (e.g. a submit stuck on a gone
         api-server) is outside the process groups signalled here and would be orphaned. Descendants are
-        collected first: once the standalone is gone, its orphans can no longer be found from it."""
+        collected first: once devtools.components is gone, its orphans can no longer be found from it."""
         import psutil
 
         leaders = [*self.extra_processes, self.process]
@@ -403,7 +417,7 @@ class Airflow:
 
 def _stop_group(process: subprocess.Popen) -> None:
     """SIGTERM the process group a process leads; after 30 s (or once the leader is gone) SIGKILL what is
-    left of the group, so a component still shutting down cannot outlive its standalone as an orphan."""
+    left of the group, so a component still shutting down cannot outlive its parent as an orphan."""
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -423,13 +437,16 @@ def start_airflow(
     timeout: float = 180,
     healthy: bool = False,
     while_waiting: Callable[[], None] | None = None,
+    teams: Sequence[str] = (),
 ) -> Airflow:
-    """Start `airflow standalone` in its own process group and wait until its API answers and we are
+    """Start Airflow's components (devtools.components) in their own process group and wait until its API answers and we are
     logged in (and, with ``healthy``, until every component reports healthy).
 
-    Fails at once, not at the timeout, when the port is taken, the standalone exits, or one of its
+    Fails at once, not at the timeout, when the port is taken, devtools.components exits, or one of its
     components exits while starting; the error quotes that component's last log lines.
     ``while_waiting`` is called on every poll (e.g. to raise if kubesim died meanwhile).
+    ``teams`` (multi-team mode): created before the DAG bundles are synced, each with a triggerer of its
+    own instead of the global one (devtools.components).
     """
     port = port or free_port()
     taken_by = port_user(port)
@@ -442,10 +459,11 @@ def start_airflow(
     env = airflow_environment(
         home, port=port, kubeconfig=kubeconfig, database_url=database_url, extra=extra_env
     )
-    log_path = home / "standalone.log"
+    log_path = home / "airflow.log"
+    team_options = [option for team in teams for option in ("--team", team)]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [str(Path(sys.executable).parent / "airflow"), "standalone"],
+            [sys.executable, "-m", "devtools.components", *team_options],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -468,7 +486,7 @@ def start_airflow(
             if time.monotonic() > deadline:
                 states = airflow.health() or "the api-server does not answer"
                 raise AirflowStartError(
-                    f"airflow standalone not ready within {timeout:g}s ({states}); last lines of "
+                    f"Airflow not ready within {timeout:g}s ({states}); last lines of "
                     f"{log_path}:\n{component_log_tail(log_path)}"
                 )
             time.sleep(1)

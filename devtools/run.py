@@ -1,4 +1,5 @@
-"""`make run`: Airflow (`airflow standalone`) with this project's DAGs, against kubesim by default.
+"""`make run`: Airflow (devtools.components, every listener on loopback) with this project's DAGs, against
+kubesim by default, with a read-only and a restricted user (devtools.run_access).
 
 Settings, from the environment (README "make run"):
 
@@ -59,6 +60,16 @@ from devtools.kubesim_process import (
 )
 from devtools.postgres import metadata_database
 from devtools.realcluster import RealCluster, RealClusterUnavailable, apply_manifests, run_realcluster
+from devtools.run_access import (
+    READ_ONLY_USER,
+    RESTRICTED_DAGS,
+    RESTRICTED_TEAM,
+    RESTRICTED_USER,
+    TEAMS,
+    generated_password,
+    multi_team_environment,
+    team_bundles,
+)
 
 RUN_DIR = ROOT / ".run"
 KUEUE_CONFIG = ROOT / "include" / "kueue-config.yaml"
@@ -182,23 +193,6 @@ def check_kubesim(kubesim: KubesimProcess | None) -> None:
         )
 
 
-READ_ONLY_USER = "viewer"
-"""A second login of ``make run``, with Airflow's ``viewer`` role, to try what a user who may only read sees.
-(The simple auth manager's roles apply to every DAG; per-DAG access needs its teams, as
-tests/browser/conftest.py sets them up, or another auth manager.)"""
-
-
-def read_only_password(home: Path) -> str:
-    """The password Airflow's simple auth manager generated for ``READ_ONLY_USER`` into its passwords
-    file when it started; where to find it if that file does not have it (yet)."""
-    path = home / "passwords.json"
-    with contextlib.suppress(OSError, ValueError):
-        password = json.loads(path.read_text()).get(READ_ONLY_USER)
-        if password:
-            return password
-    return f"(see {os.path.relpath(path)})"
-
-
 def banner(
     settings: Settings,
     kubesim: KubesimProcess | None,
@@ -229,8 +223,11 @@ def banner(
     paused = "unpaused" if settings.unpause else "paused (UNPAUSE=1 unpauses them)"
     lines += [
         f"Airflow UI: {airflow.url}  login: {USERNAME} / {PASSWORD}  (AIRFLOW_PORT)",
-        f"  Read-only user: {READ_ONLY_USER} / {read_only_password(airflow.home)}  (role viewer: reads every "
-        "DAG and the Kueue pages; cannot trigger, clear or mark)",
+        f"  Read-only user: {READ_ONLY_USER} / {generated_password(airflow.home, READ_ONLY_USER)}  (role viewer: "
+        "reads every DAG and the Kueue pages; cannot trigger, clear or mark)",
+        f"  Restricted user: {RESTRICTED_USER} / {generated_password(airflow.home, RESTRICTED_USER)}  (role user, "
+        f"team {RESTRICTED_TEAM}: reads and runs {', '.join(RESTRICTED_DAGS)} only; the Kueue pages show "
+        "other DAGs' workloads as counts)",
         f"  DAGs start {paused}",
         "  Metadata database: "
         + (
@@ -316,12 +313,16 @@ def run(settings: Settings) -> None:
                 port=settings.port,
                 database_url=database_url,
                 healthy=True,
+                # About 30 s on an idle machine; minutes where other work takes the cores.
+                timeout=300,
                 while_waiting=lambda: check_kubesim(kubesim),
                 extra_env={
                     "KUBECONFIG": str(kubeconfig),  # everything in Airflow agrees on the one cluster
                     "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(not settings.unpause),
-                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin,{READ_ONLY_USER}:viewer",
+                    # Teams, so that a user may read some DAGs only (devtools.run_access).
+                    **multi_team_environment(team_bundles(ROOT / "dags", AIRFLOW_HOME / "bundles")),
                 },
+                teams=TEAMS,
             )
             write_cli_state(airflow)
             print(banner(settings, kubesim, airflow, database_url, real), flush=True)

@@ -1,4 +1,4 @@
-"""A kubesim and a real `airflow standalone` of their own for the browser tests, and headless Chromium.
+"""A kubesim and a real Airflow of their own for the browser tests, and headless Chromium.
 
 Why not the e2e session's Airflow: these tests need two users who may read different DAGs. The simple
 auth manager (Airflow's default, which the e2e Airflow uses) gives roles to users for all DAGs alike; only
@@ -10,7 +10,7 @@ its teams tell DAGs apart, by DAG bundle. So this Airflow runs in multi-team mod
   team sandbox) may read ``sandbox_rayjob`` only; ``admin`` drives the runs through the REST API.
 
 A team's deferred tasks are run by a triggerer of that team, so one ``airflow triggerer --team-name
-ml-platform`` runs beside the standalone's own.
+ml-platform`` runs beside the global one.
 
 The fixtures are package-scoped. `make test` runs this package and tests/e2e/test_00_make_run.py in one xdist
 worker, one after the other, beside the e2e session's shared Airflow in the other worker
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.airflow import ROOT, airflow_environment, free_port, start_airflow
+from devtools.airflow import ROOT, airflow_environment, component_command, free_port, start_airflow
 from devtools.chromium import Browser, ChromiumUnavailable, ensure_chromium
 from devtools.kubesim_process import KUEUE_MANIFESTS, start_kubesim
 from devtools.postgres import metadata_database
@@ -132,7 +132,7 @@ def ui_airflow(chromium_binaries, ui_kubesim, tmp_path_factory):
             log = (home / "triggerer-ml-platform.log").open("ab")
             airflow.extra_processes.append(
                 subprocess.Popen(
-                    [airflow_bin, "triggerer", "--team-name", "ml-platform"],
+                    component_command("triggerer", "--team-name", "ml-platform"),
                     env=airflow.env,
                     stdout=log,
                     stderr=subprocess.STDOUT,

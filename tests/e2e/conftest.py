@@ -1,4 +1,4 @@
-"""One kubesim and one real `airflow standalone` for the whole e2e session.
+"""One kubesim and one real Airflow (devtools.components, as `airflow standalone`) for the e2e session.
 
 kubesim serves both queue setups at once (they share no names): the single ClusterQueue the text
 classifier walkthrough needs and the team queues the 8-GPU Aurora and LLM pipelines need, plus the e2e-only

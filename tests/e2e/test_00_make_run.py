@@ -1,18 +1,21 @@
 """`make run` as a newcomer meets it, in a copy of this checkout with nothing beside it.
 
-The first start reaches a healthy UI, every shipped DAG's first run succeeds against kubesim, and every
-`sh` block of README.md works when pasted (so the README cannot drift from what works). A second and a
-third start in the same checkout are healthy too, over the first one's leftovers. A taken port, or
-kubesim exiting, stops `make run` within seconds with the reason and that part's log.
+The first start reaches a healthy UI with every listener on loopback, every shipped DAG's first run
+succeeds against kubesim, and every `sh` block of README.md works when pasted (so the README cannot drift
+from what works). A second and a third start in the same checkout are healthy too, over the first one's
+leftovers. The banner's restricted user sees, in Chromium, their DAG's workloads and only counts of the
+others'. A taken port, or kubesim exiting, stops `make run` within seconds with the reason and that
+part's log.
 
 This module starts no Airflow but `make run`'s; `make test` runs it after the browser tests in their xdist
 worker, beside the other e2e tests' shared Airflow (tests/conftest.py: ``OWN_AIRFLOWS``), so at most two
-Airflows run at once. `make run` runs with TIME_SCALE=10 here.
+Airflows run at once. `make run` runs with TIME_SCALE=10 here (1 for the restricted user's start).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import shutil
@@ -21,14 +24,17 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 import psutil
 import pytest
+from kueue_ray.links import kueue_tab_path
 
 from devtools.airflow import PASSWORD, USERNAME, component_of, free_port
+from devtools.chromium import Browser, ChromiumUnavailable, ensure_chromium
 from devtools.run import READY_BANNER
 from tests.e2e.harness import TERMINAL_RUN_STATES, wait_until
 
@@ -94,7 +100,7 @@ class MakeRun:
     def output(self) -> str:
         return self.output_path.read_text(errors="replace")
 
-    def wait_ready(self, timeout: float = 240) -> None:
+    def wait_ready(self, timeout: float = 360) -> None:
         wait_until(
             lambda: READY_BANNER in self.output or self.process.poll() is not None,
             timeout=timeout,
@@ -180,6 +186,28 @@ def test_the_first_start_reaches_a_healthy_ui_on_kubesim_whatever_kubeconfig_say
     assert "KUBECONFIG=/nonexistent/real-cluster.kubeconfig is ignored: make run uses kubesim" in output
     assert f"Airflow UI: {first_start.url}  login: {USERNAME} / {PASSWORD}" in output
     assert "DAGs start unpaused" in output
+
+
+def test_every_listener_of_make_run_binds_loopback(first_start):
+    """Nothing `make run` starts listens beyond this machine: kubesim, PostgreSQL, the api-server, and the
+    log server that serves the workers' and the triggerer's logs (Airflow's own binds every interface)."""
+    started = {first_start.process.pid} | {process.pid for process in first_start.descendants()}
+    listening: dict[str, list] = {}
+    for conn in psutil.net_connections(kind="inet"):
+        if conn.pid in started and conn.status == psutil.CONN_LISTEN:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                name = " ".join(psutil.Process(conn.pid).cmdline()).strip()
+                listening.setdefault(name, []).append((conn.laddr.ip, conn.laddr.port))
+    everywhere = {
+        name: addrs
+        for name, addrs in listening.items()
+        if not all(ipaddress.ip_address(ip).is_loopback for ip, _ in addrs)
+    }
+    assert not everywhere, f"listening beyond loopback: {everywhere}"
+    assert ("127.0.0.1", first_start.port) in [addr for addrs in listening.values() for addr in addrs]
+    log_servers = [addrs for name, addrs in listening.items() if name.startswith("airflow serve-logs")]
+    assert len(log_servers) == 1, listening  # the task logs of running and deferred tasks are still served
+    assert any("kubesim" in name for name in listening), listening
 
 
 def test_the_banners_read_only_user_reads_but_cannot_trigger(first_start):
@@ -291,7 +319,7 @@ def test_second_and_third_starts_in_the_same_checkout_are_healthy_and_fresh(chec
             assert healthy(run.url), f"{start} start"
             runs = Api(run.url).runs("text_classifier_finetune")
             assert not [r for r in runs if r["run_type"] == "manual"], "the previous start's runs are gone"
-            assert (checkout / ".run" / "previous" / "airflow" / "standalone.log").exists()
+            assert (checkout / ".run" / "previous" / "airflow" / "airflow.log").exists()
         except BaseException:
             run.kill()
             raise
@@ -313,6 +341,122 @@ def test_second_and_third_starts_in_the_same_checkout_are_healthy_and_fresh(chec
     assert "\nscheduler  | " in run.output.split("make run failed:")[1]
     _, alive = psutil.wait_procs(others, timeout=120)
     assert not alive, f"Airflow or kubesim outlived make run: {alive}"
+
+
+RESTRICTED_BANNER = re.compile(
+    r"Restricted user: (\S+) / (\S+)  \(role user, team \S+: reads and runs (\S+) only"
+)
+QUEUES_PAGE_ROWS = """
+return {
+  rows: [...document.querySelectorAll('.pending-row, .admitted-row')].map(r => r.innerText),
+  hidden: [...document.querySelectorAll('.hidden-count')].reduce((n, e) => n + Number(e.dataset.hidden), 0),
+}
+"""
+
+
+@contextlib.contextmanager
+def admin_client(url: str) -> Iterator[httpx.Client]:
+    """The REST API, and the Kueue UI's, as the README's admin."""
+    with httpx.Client(base_url=url, timeout=60) as client:
+        token = client.post("/auth/token", json={"username": USERNAME, "password": PASSWORD})
+        token.raise_for_status()
+        client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+        yield client
+
+
+def workload_dags(admin: httpx.Client) -> set[str]:
+    """The DAGs whose workloads the queues page shows the admin now (pending or admitted)."""
+    queues = admin.get("/kueue/api/v1/queues")
+    queues.raise_for_status()
+    return {
+        item["owner"].get("dag_id")
+        for cq in queues.json()["cluster_queues"]
+        for section in ("pending", "admitted")
+        for item in cq[section]["items"]
+    }
+
+
+def test_the_banners_restricted_user_sees_their_dags_workloads_and_counts_of_the_others(
+    checkout, first_start
+):
+    """In Chromium, signed in with the restricted login the banner prints: the Kueue queues page shows
+    their DAG's workloads and the other DAGs' as counts, their task's Kueue tab its RayJob, another DAG's
+    task's tab nothing. A start of its own at TIME_SCALE=1 (the first start stopped: one `make run` per
+    checkout), so that the first runs of every DAG hold their workloads side by side for minutes."""
+    try:
+        chromium = ensure_chromium()
+    except ChromiumUnavailable as exc:
+        pytest.skip(str(exc))
+    first_start.stop()
+    make_run = MakeRun(checkout, free_port(), TIME_SCALE="1")
+    try:
+        make_run.wait_ready()
+        with admin_client(make_run.url) as admin:
+            restricted_user_sees_their_workloads_only(make_run, admin, chromium)
+    except BaseException:
+        make_run.kill()
+        raise
+    assert not make_run.stop(), "make run left processes behind"
+
+
+def restricted_user_sees_their_workloads_only(make_run: MakeRun, admin: httpx.Client, chromium) -> None:
+    found = RESTRICTED_BANNER.search(make_run.output)
+    assert found, make_run.output[-3000:]
+    user, password, dag_id = found.groups()
+    others = {dag["dag_id"] for dag in admin.get("/api/v2/dags").json()["dags"]} - {dag_id}
+    assert others, "make run has DAGs the restricted user may not read"
+
+    browser = Browser(chromium, make_run.url, user)
+    try:
+        browser.sign_in(user, password)
+        # Airflow lists them their DAG only.
+        token = httpx.post(f"{make_run.url}/auth/token", json={"username": user, "password": password})
+        token.raise_for_status()
+        listed = httpx.get(
+            f"{make_run.url}/api/v2/dags", headers={"Authorization": f"Bearer {token.json()['access_token']}"}
+        ).json()
+        assert [dag["dag_id"] for dag in listed["dags"]] == [dag_id]
+
+        # Queues page: their DAG's workloads in full while the others' are there as counts only.
+        browser.open_in_airflow("/plugin/kueue-queues", "Kueue queues")
+
+        def both_kinds_shown() -> dict | None:
+            page = browser.js(QUEUES_PAGE_ROWS)
+            return page if page["rows"] and page["hidden"] and workload_dags(admin) & others else None
+
+        page = browser.wait(both_kinds_shown, 300, "their DAG's workloads and counts of the others'")
+        text = browser.text()
+        assert all(f"{dag_id} / " in row for row in page["rows"]), page["rows"]
+        assert not [other for other in others if other in text], text
+
+        # Kueue tabs: their DAG's task shows its RayJob; another DAG's task shows nothing of it.
+        run = wait_until(
+            lambda: admin.get(f"/api/v2/dags/{dag_id}/dagRuns").json()["dag_runs"],
+            timeout=60,
+            what=f"a run of {dag_id}",
+        )[0]
+        browser.open_in_airflow(kueue_tab_path(dag_id, run["dag_run_id"], "wait"), "Kueue")
+        browser.wait(lambda: browser.js("return document.getElementById('rayjob')"), 120, "their RayJob")
+        other_dag = sorted(others & workload_dags(admin) or others)[0]
+        other_run = wait_until(
+            lambda: admin.get(f"/api/v2/dags/{other_dag}/dagRuns").json()["dag_runs"],
+            timeout=60,
+            what=f"a run of {other_dag}",
+        )[0]
+        other_task = admin.get(
+            f"/api/v2/dags/{other_dag}/dagRuns/{other_run['dag_run_id']}/taskInstances"
+        ).json()["task_instances"][0]["task_id"]
+        query = {
+            "dag_id": other_dag,
+            "run_id": other_run["dag_run_id"],
+            "task_id": other_task,
+            "map_index": -1,
+        }
+        browser.open_bare(f"/kueue/task-instance?{urlencode(query)}")
+        browser.wait(lambda: browser.js("return document.getElementById('denied')"), 60, "the refusal")
+        assert "You may not read DAG" in browser.text() and "rayjob-" not in browser.text()
+    finally:
+        browser.quit()
 
 
 def test_a_taken_port_stops_make_run_within_seconds_naming_the_holder(checkout):

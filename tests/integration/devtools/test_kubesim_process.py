@@ -46,4 +46,4 @@ def test_airflow_on_a_taken_port_fails_before_starting_and_names_the_holder(tmp_
         with pytest.raises(AirflowStartError, match=f"port {port} is already in use \\(pid "):
             start_airflow(tmp_path / "airflow", kubeconfig=None, port=port)
     assert time.monotonic() - started < 5
-    assert not (tmp_path / "airflow" / "standalone.log").exists()
+    assert not (tmp_path / "airflow" / "airflow.log").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,10 @@ def test_a_taken_port_is_reported_with_the_process_holding_it():
 
 def test_standalone_components_are_recognised_by_command_line_or_process_title():
     assert component_of(["/venv/bin/python3", "/venv/bin/airflow", "scheduler"]) == "scheduler"
+    assert component_of(["/venv/bin/python3", "/venv/bin/airflow", "triggerer", "--skip-serve-logs"]) == (
+        "triggerer"
+    )
+    assert component_of(["/venv/bin/python3", "/venv/bin/airflow", "tasks", "scheduler"]) is None
     assert component_of(["airflow api_server -- host:127.0.0.1 port:8080", "", ""]) == "api-server"
     assert component_of(["airflow worker -- LocalExecutor: <idle>", ""]) is None
     assert component_of(["airflow serve-logs", ""]) is None
@@ -186,3 +191,20 @@ def test_a_port_the_previous_start_left_in_time_wait_counts_as_free():
         accepted.close()  # the server side closes first: its port goes to TIME_WAIT
         client.close()
     assert port_user(port) is None
+
+
+def test_no_component_starts_airflows_own_log_server_and_each_team_gets_a_triggerer():
+    """Airflow 3.3.2's scheduler and triggerer would each start a log server on every interface; the
+    loopback one of devtools.components serves their logs instead."""
+    from devtools.components import component_commands
+
+    commands = component_commands(["nlp", "platform"])
+    for name, command in commands:
+        if name in ("scheduler", "triggerer"):
+            assert "--skip-serve-logs" in command, command
+    triggerers = [
+        command[command.index("--team-name") + 1] for name, command in commands if name == "triggerer"
+    ]
+    assert triggerers == ["nlp", "platform"]
+    assert [name for name, _ in component_commands([])].count("triggerer") == 1
+    assert commands[-1] == ("serve-logs", [sys.executable, "-m", "devtools.components", "--serve-logs"])
