@@ -228,6 +228,7 @@ def component_tokens(request, kubesim, api, unique_name, tmp_path, monkeypatch) 
         )
     airflow_namespace = f"{unique_name}-airflow"
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    admission = client.AdmissionregistrationV1Api(api)
     for namespace in (airflow_namespace, RAYJOB_NAMESPACE):
         try:
             core.create_namespace({"metadata": {"name": namespace}})
@@ -240,6 +241,8 @@ def component_tokens(request, kubesim, api, unique_name, tmp_path, monkeypatch) 
         "RoleBinding": lambda d: rbac.create_namespaced_role_binding(d["metadata"]["namespace"], d),
         "ClusterRole": rbac.create_cluster_role,
         "ClusterRoleBinding": rbac.create_cluster_role_binding,
+        "ValidatingAdmissionPolicy": admission.create_validating_admission_policy,
+        "ValidatingAdmissionPolicyBinding": admission.create_validating_admission_policy_binding,
     }
     docs = render_rbac(airflow_namespace)
     for doc in docs:
@@ -268,6 +271,10 @@ def component_tokens(request, kubesim, api, unique_name, tmp_path, monkeypatch) 
             rbac.delete_cluster_role(doc["metadata"]["name"])
         elif doc["kind"] == "ClusterRoleBinding":
             rbac.delete_cluster_role_binding(doc["metadata"]["name"])
+        elif doc["kind"] == "ValidatingAdmissionPolicy":
+            admission.delete_validating_admission_policy(doc["metadata"]["name"])
+        elif doc["kind"] == "ValidatingAdmissionPolicyBinding":
+            admission.delete_validating_admission_policy_binding(doc["metadata"]["name"])
         else:
             getattr(rbac, f"delete_namespaced_{'role' if doc['kind'] == 'Role' else 'role_binding'}")(
                 doc["metadata"]["name"], doc["metadata"]["namespace"]

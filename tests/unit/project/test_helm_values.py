@@ -289,6 +289,22 @@ def test_only_the_worker_creates_or_changes(rbac, accounts, install_namespace):
     assert {("ray.io", "rayjobs", "create"), ("ray.io", "rayjobs", "patch")} <= worker
 
 
+def test_the_api_servers_patch_is_held_to_the_priority_label_by_an_admission_policy(
+    rbac, accounts, install_namespace
+):
+    """RBAC grants verbs, not fields: the policy that limits the api-server's patch must name the account the
+    values give the api-server, and deny (tests/integration/kueue_ray/test_api_server_rights.py proves it
+    on a real API server)."""
+    [policy] = [d for d in rbac if d["kind"] == "ValidatingAdmissionPolicy"]
+    [binding] = [d for d in rbac if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    account = f"system:serviceaccount:{install_namespace}:{accounts['api-server']}"
+    assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [
+        f"request.userInfo.username == '{account}'"
+    ]
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["rayjobs"]
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+
+
 # ----- secrets and identity ---------------------------------------------------------------------
 
 SECRET_VALUES = {
