@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kueue_ray.naming import PRIORITY_CLASS_LABEL
+from kueue_ray.naming import PRIORITY_CHANGED_BY_ANNOTATION, PRIORITY_CLASS_LABEL
 from kueue_ray.priority import normalize_run_type
 
 
@@ -89,3 +89,15 @@ def priority_terms(policy: Mapping[str, Any] | None, dag_run: Any) -> dict[str, 
 def relabel_patch(requested: str) -> dict:
     """The merge patch that changes the RayJob's WorkloadPriorityClass label (all Kueue needs)."""
     return {"metadata": {"labels": {PRIORITY_CLASS_LABEL: requested}}}
+
+
+def changed_by(rayjob: dict | None) -> str | None:
+    """Who changed the RayJob's priority from Airflow (the user the annotation of the last change names:
+    ``"<user>: <from> -> <to>"``); None when it was never changed from Airflow.
+
+    >>> changed_by({"metadata": {"annotations": {PRIORITY_CHANGED_BY_ANNOTATION: "ada: dev -> prod"}}})
+    'ada'
+    """
+    annotations = ((rayjob or {}).get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(PRIORITY_CHANGED_BY_ANNOTATION)
+    return value.split(":", 1)[0] if value else None

@@ -82,6 +82,8 @@ class Timeline:
     """``PodsReadyTimeout`` evictions (Observation.pods_ready_evictions) already listed in ``evictions``."""
     queued_since: float | None = None
     """When the current wait for admission began (None: at submission)."""
+    priority: list | None = None
+    """The Workload's [priority class, priority value] last seen (``record_priority``)."""
     quota_reserved_at: float | None = None
     """When Kueue reserved quota for the admission being waited for (admission checks pending)."""
     transitions: list[dict] = field(default_factory=list)
@@ -179,6 +181,22 @@ class Timeline:
             self.evictions.append({"at": now, "reason": "PodsReadyTimeout", "message": observation.message})
             self._requeued(now)
             self.pods_ready_eviction_count += 1
+
+    def record_priority(self, workload: dict | None, changed_by: str | None, at: Timestamp) -> bool:
+        """A change of the Workload's priority (its RayJob relabelled, e.g. from the Kueue tab: Kueue
+        carries the class to the Workload) as a transition of the current phase, reason
+        ``PriorityChanged``, saying from what, to what and who changed it; True if it changed."""
+        spec = (workload or {}).get("spec") or {}
+        if "priority" not in spec or not self.phase:
+            return False
+        seen = [(spec.get("priorityClassRef") or {}).get("name"), spec.get("priority")]
+        before, self.priority = self.priority, seen
+        if before is None or before == seen:
+            return False
+        by = f", changed from Airflow by {changed_by}" if changed_by else ""
+        words = f"priority {before[0]} ({before[1]}) -> {seen[0]} ({seen[1]}){by}"
+        self._note(Phase(self.phase), to_epoch(at), "PriorityChanged", words)
+        return True
 
     def _requeued(self, at: float) -> None:
         """Kueue took the quota away: the next admission is waited for from here."""
@@ -308,6 +326,7 @@ class Timeline:
             "queued_since": to_iso(self.queued_since),
             "quota_reserved_at": to_iso(self.quota_reserved_at),
             "transitions": [{**t, "at": to_iso(t["at"])} for t in self.transitions],
+            "priority": self.priority,
         }
 
     @classmethod
@@ -340,4 +359,5 @@ class Timeline:
             queued_since=epoch(data.get("queued_since")),
             quota_reserved_at=epoch(data.get("quota_reserved_at")),
             transitions=[{**t, "at": epoch(t.get("at"))} for t in data.get("transitions") or []],
+            priority=data.get("priority"),
         )

@@ -62,6 +62,7 @@ from kueue_ray.naming import (
 )
 from kueue_ray.narration import Story, preemptor_job_uid
 from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
+from kueue_ray.priority_change import changed_by
 from kueue_ray.quota_holders import with_quota_holders
 from kueue_ray.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
@@ -317,6 +318,7 @@ class RayJobTrigger(WaitTrigger):
             await self._tell(progress.story, rayjob, observation, subscription)
             await tell_pods(self, progress.story, observation, subscription)
             tell_priority(self, progress.story, rayjob, workload)
+            timeline.record_priority(workload, changed_by(rayjob), now)
             verdict = watchdog.check(observation, workload, now)
             if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
                 # A clock ran out on what the hub's cache holds, which may be a watch event (or, while

@@ -46,6 +46,7 @@ from kueue_ray import api
 from kueue_ray.essential import resource_version_newer
 from kueue_ray.listwatch import ListWatchLoop, ListWatchSettings, RefusalMemory, Target
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, AirflowIdentity
+from kueue_ray.priority_change import changed_by
 from kueue_ray.shared_client import SharedApiClient, provider_connection
 from kueue_ray.status import observe
 from kueue_ray.timeline import Timeline, to_epoch
@@ -492,4 +493,6 @@ class ClusterCache:
             timeline = self._timelines[uid] = Timeline(submitted_at=to_epoch(created) if created else None)
             while len(self._timelines) > self.settings.max_timelines:
                 self._timelines.popitem(last=False)
-        timeline.record(observe(rayjob, self._owned(WORKLOADS, namespace, uid)), time.time())
+        workload = self._owned(WORKLOADS, namespace, uid)
+        timeline.record(observe(rayjob, workload), time.time())
+        timeline.record_priority(workload, changed_by(rayjob), time.time())

@@ -55,3 +55,7 @@ def test_a_pending_job_made_prod_takes_the_quota_and_the_log_says_who_changed_it
     assert f"(changed from Airflow by admin: {queues.low} -> {queues.high})" in told
     workload = queues.workload(trigger.uid)
     assert workload["spec"]["priorityClassRef"]["name"] == queues.high
+    # The task's timeline (the Kueue tab draws it) has the change where it happened, with its author.
+    [change] = [t for t in event["timeline"]["transitions"] if t["reason"] == "PriorityChanged"]
+    assert change["phase"] == "QUEUED"
+    assert change["message"].endswith(f"-> {queues.high} (1000), changed from Airflow by admin")

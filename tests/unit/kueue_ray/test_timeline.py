@@ -386,3 +386,30 @@ def test_first_seen_while_preempted_records_the_admission_it_loses_then_the_pree
     assert [a["at"] - T0 for a in timeline.admissions] == [20.0]
     assert [p["at"] - T0 for p in timeline.preemptions] == [60.0]
     assert timeline.queued_since == T0 + 60
+
+
+def workload_of(priority_class: str, value: int) -> dict:
+    return {"spec": {"priorityClassRef": {"name": priority_class}, "priority": value}}
+
+
+def test_a_priority_change_is_a_transition_of_the_phase_it_happened_in_and_survives_the_xcom():
+    from kueue_ray.ui.spans import build_spans
+
+    timeline = feed(Timeline(), [(0, obs(Phase.SUBMITTED)), (2, obs(Phase.QUEUED, reason="Pending"))])
+    assert not timeline.record_priority(workload_of("dev-priority", 100), None, T0 + 2)  # first seen
+    assert not timeline.record_priority(workload_of("dev-priority", 100), None, T0 + 5)  # unchanged
+    assert timeline.record_priority(workload_of("prod-priority", 1000), "ada", T0 + 10)
+    feed(timeline, [(12, obs(Phase.ADMITTED, admitted=True))])
+
+    restored = Timeline.from_dict(json.loads(json.dumps(timeline.to_dict())))
+    spans = build_spans(restored.to_dict(), now=T0 + 20)
+    assert [(s["kind"], s["reason"], s["duration_seconds"]) for s in spans][1:] == [
+        ("queued", "Pending", 8.0),
+        ("queued", "PriorityChanged", 2.0),
+        ("admitted", "", 8.0),
+    ]
+    assert spans[2]["message"] == (
+        "priority dev-priority (100) -> prod-priority (1000), changed from Airflow by ada"
+    )
+    # The restored timeline remembers the priority: seeing it again is no change.
+    assert not restored.record_priority(workload_of("prod-priority", 1000), "ada", T0 + 30)
