@@ -16,12 +16,6 @@ RAY_SERVE = pytest.mark.kubesim_only(
     "and the real stack has none (realcluster/README.md)"
 )
 
-FIRST_QUEUED_MESSAGE = pytest.mark.kubesim_only(
-    "difference found: after a preemption real Kueue v0.19.2 may first report the requeued Workload as "
-    "'Waiting for the Kueue scheduler.' before it says which quota is short, and the trigger logs the first "
-    "QUEUED message it sees; kubesim says the shortfall at once (realcluster/README.md)"
-)
-
 
 class RealBackend:
     """``kubesim.testing.Kubesim``'s interface over a running ``RealCluster``."""
