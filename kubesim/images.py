@@ -12,7 +12,11 @@ reference is compared as written in the pod spec and with Docker Hub's defaults 
 from __future__ import annotations
 
 PULL_RETRY = 10.0
-"""Simulated seconds between two pull attempts (the kubelet's back-off starts at 10 s)."""
+"""Simulated seconds a pod waits in ``ImagePullBackOff`` before the next pull attempt (the kubelet's
+back-off starts at 10 s)."""
+PULL_ATTEMPT = 2.0
+"""Simulated seconds a failed attempt shows as ``ErrImagePull`` before the back-off: a real pod spends
+most of its time in ``ImagePullBackOff`` and a moment in ``ErrImagePull`` after each attempt."""
 
 
 def canonical(image: str) -> str:

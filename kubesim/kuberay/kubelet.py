@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 
 from kubesim.errors import ApiError
-from kubesim.images import PULL_RETRY, image_pull_status
+from kubesim.images import PULL_ATTEMPT, PULL_RETRY, image_pull_status
 from kubesim.kuberay.context import PODS
 from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
 
@@ -121,16 +121,12 @@ def schedule_pod(ctx, namespace: str, pod_name: str, seconds: float, start: Call
                 ),
                 {},
             )
-            failing = image_pull_status(
-                # A failed attempt, then the back-off, then the next attempt: the kubelet alternates.
-                pod,
-                ctx.store.images,
-                ctx.clock.timestamp(),
-                backoff=waiting.get("reason") == "ErrImagePull",
-            )
+            # A failed attempt, then the back-off, then the next attempt: the kubelet alternates.
+            backoff = waiting.get("reason") == "ErrImagePull"
+            failing = image_pull_status(pod, ctx.store.images, ctx.clock.timestamp(), backoff=backoff)
             if failing is not None:  # the kubelet retries the pull with back-off until it succeeds
                 ctx.write_status(PODS, pod, failing)
-                ctx.call_after(PULL_RETRY, attempt)
+                ctx.call_after(PULL_RETRY if backoff else PULL_ATTEMPT, attempt)
                 return
             if scheduled.get("status") == "False" or waiting.get("reason") in PULL_FAILURES:
                 ctx.write_status(PODS, pod, pending_pod_status(pod, ctx.clock.timestamp()))
