@@ -120,7 +120,7 @@ class AdmissionCycle:
             if shapes[uid] in self.parked.shapes:
                 self.parked.add(uid)  # its class was parked: upstream never evaluates it, nor writes why
             queues.setdefault(cq_name, []).append(self._model(wl, cq_name))
-        queues = {name: scheduler.ordered(queue) for name, queue in queues.items()}
+        queues = {name: scheduler.admission_ordered(queue) for name, queue in queues.items()}
         admitted: set[str] = set()
         for _ in range(MAX_CYCLES_PER_PASS):
             heads = {}

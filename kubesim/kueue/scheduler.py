@@ -45,8 +45,21 @@ def queue_order_key(workload: Workload) -> tuple:
 
 
 def ordered(workloads: Iterable[Workload]) -> list[Workload]:
-    """Workloads in queue order (the order of heads and of the visibility API)."""
+    """Workloads in queue order (the order of the visibility API)."""
     return sorted(workloads, key=queue_order_key)
+
+
+def admission_order_key(workload: Workload) -> tuple:
+    """The order kubesim's passes admit a queue's heads in: Kueue's queue order, except that of two
+    Workloads queued in the same second the one queued first comes first. Real Kueue pops a head as soon
+    as it is queued, so the first of two Workloads created within a second is admitted before the second
+    is even queued; kubesim admits in passes, in which both may wait at once, and would otherwise choose
+    between them by their random UIDs. While both wait, they are listed in UID order (``ordered``)."""
+    return (-workload.priority, workload.queue_timestamp, workload.creation_seq, workload.uid)
+
+
+def admission_ordered(workloads: Iterable[Workload]) -> list[Workload]:
+    return sorted(workloads, key=admission_order_key)
 
 
 @dataclass(frozen=True)
@@ -118,7 +131,7 @@ def _fits_after(tree: QuotaTree, cq_name: str, usage: Usage, removed: Iterable[W
 def _heads(snapshot: Snapshot, pending_by_cq: dict[str, list[Workload]]) -> list[Workload]:
     heads = []
     for cq_name in sorted(pending_by_cq):
-        queue = [w for w in ordered(pending_by_cq[cq_name]) if not w.inadmissible]
+        queue = [w for w in admission_ordered(pending_by_cq[cq_name]) if not w.inadmissible]
         if queue:
             heads.append(queue[0])
     return heads
