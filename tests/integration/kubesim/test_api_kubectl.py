@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -16,8 +17,14 @@ pytestmark = [
 
 
 def kubectl(sim, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    # A discovery cache of its own, beside the kubeconfig: kubectl's shared one (~/.kube/cache) is keyed
+    # by host and port, and an earlier kubesim on the same port would answer discovery from it.
+    cache = Path(sim.kubeconfig).parent / "kubectl-cache"
     result = subprocess.run(
-        ["kubectl", "--kubeconfig", sim.kubeconfig, *args], capture_output=True, text=True, timeout=60
+        ["kubectl", "--kubeconfig", sim.kubeconfig, "--cache-dir", str(cache), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if check and result.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
