@@ -70,7 +70,9 @@ def test_queued_then_admitted_running_succeeded(queues, rayjob_body, task_contex
     blocker_ref = blocker.execute(blocker_context)
 
     context = task_context("train")
-    op = submit(queues, rayjob_body(duration="2"), context)
+    # 20 simulated seconds: a real KubeRay reads a running job's status every few seconds, and a job that
+    # ends between two reads is never seen RUNNING.
+    op = submit(queues, rayjob_body(duration="20"), context)
     trigger = defer(op, context)
     # The trigger is what the triggerer re-creates from the database: only JSON-ish kwargs.
     classpath, kwargs = trigger.serialize()
