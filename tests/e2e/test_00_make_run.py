@@ -418,7 +418,7 @@ def restricted_user_sees_their_workloads_only(make_run: MakeRun, admin: httpx.Cl
         assert [dag["dag_id"] for dag in listed["dags"]] == [dag_id]
 
         # Queues page: their DAG's workloads in full while the others' are there as counts only.
-        browser.open_in_airflow("/plugin/kueue-queues", "Kueue queues")
+        browser.open_in_airflow("/plugin/kueue-queues", "Kueue")  # the nav label is the iframe title
 
         def both_kinds_shown() -> dict | None:
             page = browser.js(QUEUES_PAGE_ROWS)

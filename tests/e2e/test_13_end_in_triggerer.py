@@ -92,6 +92,9 @@ def test_switched_off_a_success_resumes_on_a_worker_with_the_same_xcoms(e2e, sta
         "priority",
         "workload_name",
         "cluster_queue",
+        # What a priority change from the Kueue tab is judged by (the tab cannot load the operator).
+        "priority_policy",
+        "run_type",
     }
     assert e2e.xcom(ON_WORKER, run_id, "submit", key="timeline")["final_phase"] == "SUCCEEDED"
     assert_links(e2e, ON_WORKER, run_id)
