@@ -203,14 +203,7 @@ class PodDriver:
 
     def _run_submitter(self, pod: dict, cluster: str, submission: dict, log_to: tuple[str, str]) -> None:
         meta = pod["metadata"]
-        code = self.heads.submitter(meta["namespace"], cluster, submission, log_to)
-        try:
-            self.core.patch_namespaced_pod_status(
-                meta["name"], meta["namespace"], {"status": finished_status(pod, code, _now())}
-            )
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
+        self._finish(pod, self.heads.submitter(meta["namespace"], cluster, submission, log_to))
 
     def _run_containers(self, pod: dict, runs: list[ContainerRun]) -> None:
         """A Job pod's containers run their time, print their lines and exit (the first non-zero code wins)."""
@@ -218,7 +211,12 @@ class PodDriver:
         time.sleep(max(r.seconds for r in runs) / self.heads.time_scale)
         for container, run in zip(pod["spec"]["containers"], runs, strict=True):
             self.heads.write_log(meta["namespace"], meta["name"], container["name"], list(run.output))
-        code = next((r.exit_code for r in runs if r.exit_code), 0)
+        self._finish(pod, next((r.exit_code for r in runs if r.exit_code), 0))
+
+    def _finish(self, pod: dict, code: int) -> None:
+        """Report the pod's containers exited with ``code``, as a kubelet does (a pod deleted meanwhile is
+        left alone)."""
+        meta = pod["metadata"]
         try:
             self.core.patch_namespaced_pod_status(
                 meta["name"], meta["namespace"], {"status": finished_status(pod, code, _now())}

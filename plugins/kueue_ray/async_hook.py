@@ -89,13 +89,8 @@ class AsyncRayJobHook(AsyncKubernetesHook):
         the message."""
         try:
             async with self._client(api_client) as client:
+                queue = await self.cluster_queue_of(local_queue, namespace, api_client=client)
                 api = AsyncCustomObjectsApi(client)
-                lq = await api.get_namespaced_custom_object(
-                    KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", local_queue
-                )
-                queue = await api.get_cluster_custom_object(
-                    KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", lq["spec"]["clusterQueue"]
-                )
                 listing = await list_all_async(
                     partial(
                         api.list_namespaced_custom_object_with_http_info,

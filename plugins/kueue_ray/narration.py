@@ -30,7 +30,7 @@ from decimal import Decimal
 from kueue_ray.naming import AirflowIdentity
 from kueue_ray.phases import POSITION_PHASES, Phase
 from kueue_ray.quantity import readable_bytes
-from kueue_ray.status import Observation
+from kueue_ray.status import Observation, workload_priority
 
 POD_CHECK_SECONDS = 10.0
 """How often the Ray cluster's pods are read while it starts (admitted, the Ray job not running yet)."""
@@ -131,10 +131,9 @@ class Story:
         """The line to write when the Workload's priority changed since it was last seen (a relabelled
         RayJob: Kueue carries the new class to its Workload, and Kueue reorders or preempts); None the
         first time and while it stays."""
-        spec = (workload or {}).get("spec") or {}
-        if workload is None or "priority" not in spec:
+        seen = workload_priority(workload)
+        if seen is None:
             return None
-        seen = ((spec.get("priorityClassRef") or {}).get("name"), spec.get("priority"))
         before, self.priority_seen = self.priority_seen, seen
         if before is None or before == seen:
             return None

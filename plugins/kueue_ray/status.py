@@ -428,3 +428,15 @@ def count_preemptions(workload: dict | None) -> int:
         if condition.get("status") == "True" or str(condition.get("message", "")).startswith("Previously:"):
             return 1
     return 0
+
+
+def workload_priority(workload: dict | None) -> tuple[str | None, int] | None:
+    """(priority class, priority value) Kueue gave the Workload; None before it has one.
+
+    >>> workload_priority({"spec": {"priorityClassRef": {"name": "prod-priority"}, "priority": 1000}})
+    ('prod-priority', 1000)
+    """
+    spec = (workload or {}).get("spec") or {}
+    if "priority" not in spec:
+        return None
+    return (spec.get("priorityClassRef") or {}).get("name"), spec["priority"]

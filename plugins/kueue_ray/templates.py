@@ -106,13 +106,6 @@ def resolve_template(template: str | os.PathLike, searchpath: SearchPath = None)
     )
 
 
-def unread_values(source: str, values: Mapping[str, Any]) -> list[str]:
-    """The keys of ``values`` a template's text never reads: a misspelt or stale key would otherwise be
-    dropped silently and the RayJob run with the template's default."""
-    read = jinja2.meta.find_undeclared_variables(_ENV.parse(source))
-    return sorted(set(values) - read)
-
-
 def render_template(
     template: str | os.PathLike | Mapping,
     values: Mapping[str, Any] | None = None,
@@ -122,38 +115,34 @@ def render_template(
 ) -> dict:
     """Render a template file (found by ``resolve_template``) or copy a ready dict into a manifest dict.
 
-    ``values`` are the user's: each must be read by the template. ``implicit`` ones (the object's name and
-    namespace) are offered to every template, which may ignore them.
+    ``values`` are the user's: each must be read by the template, since a misspelt or stale key would
+    otherwise be dropped silently and the RayJob run with the template's default. ``implicit`` ones (the
+    object's name and namespace) are offered to every template, which may ignore them.
     """
     if isinstance(template, Mapping):
         return copy.deepcopy(dict(template))
     path = resolve_template(template, searchpath)
-    source = path.read_text()
     values = dict(values or {})
     try:
-        unread = unread_values(source, values)
-    except jinja2.TemplateError as exc:
-        raise ManifestError(
-            f"template {path.name} does not render: {exc}",
-            field="template",
-            value=str(template),
-            fix="fix the Jinja syntax",
-        ) from exc
-    if unread:
-        read = sorted(jinja2.meta.find_undeclared_variables(_ENV.parse(source)) - set(implicit or {}))
-        raise ManifestError(
-            f"template {path.name} does not read {unread}",
-            field="values",
-            value=unread,
-            fix=f"use the values it reads: {read}" if read else "remove values: this template reads none",
-        )
-    try:
-        text = _ENV.from_string(source).render(**{**dict(implicit or {}), **values})
+        parsed = _ENV.parse(path.read_text())
+        read = jinja2.meta.find_undeclared_variables(parsed)
+        unread = sorted(set(values) - read)
+        if unread:
+            wanted = sorted(read - set(implicit or {}))
+            raise ManifestError(
+                f"template {path.name} does not read {unread}",
+                field="values",
+                value=unread,
+                fix=f"use the values it reads: {wanted}"
+                if wanted
+                else "remove values: this template reads none",
+            )
+        text = _ENV.from_string(parsed).render(**{**dict(implicit or {}), **values})
     except jinja2.UndefinedError as exc:
         raise ManifestError(
             f"template {path.name} needs a value: {exc.message}",
             field="values",
-            value=sorted((values or {}).keys()),
+            value=sorted(values),
             fix="pass the missing variable in values={...}",
         ) from exc
     except jinja2.TemplateError as exc:

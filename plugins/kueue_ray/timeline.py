@@ -31,7 +31,7 @@ from kueue_ray.phases import (
     Phase,
 )
 from kueue_ray.quantity import parse_quantity
-from kueue_ray.status import Observation
+from kueue_ray.status import Observation, workload_priority
 
 Timestamp = datetime | float | int | str
 
@@ -186,10 +186,10 @@ class Timeline:
         """A change of the Workload's priority (its RayJob relabelled, e.g. from the Kueue tab: Kueue
         carries the class to the Workload) as a transition of the current phase, reason
         ``PriorityChanged``, saying from what, to what and who changed it; True if it changed."""
-        spec = (workload or {}).get("spec") or {}
-        if "priority" not in spec or not self.phase:
+        priority = workload_priority(workload)
+        if priority is None or not self.phase:
             return False
-        seen = [(spec.get("priorityClassRef") or {}).get("name"), spec.get("priority")]
+        seen = list(priority)  # as the XCom's JSON keeps it
         before, self.priority = self.priority, seen
         if before is None or before == seen:
             return False

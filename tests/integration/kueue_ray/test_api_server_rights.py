@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import replace
 
 from kubernetes import client, config
 
-from tests.integration.kueue_ray.conftest import KUEUE
-from tests.integration.kueue_ray.test_visibility_api import (  # noqa: F401 - component_tokens is a fixture
+from tests.integration.kueue_ray.test_visibility_api import (  # noqa: F401 - two of them are fixtures
     RAYJOB_NAMESPACE,
     component_tokens,
+    queue_in_ray,
     submit,
 )
 
@@ -44,20 +43,12 @@ def refusal(api: client.CustomObjectsApi, name: str, body: dict) -> client.ApiEx
     return None
 
 
-def test_the_api_server_changes_a_rayjobs_priority_and_nothing_else(queues, component_tokens):  # noqa: F811
-    local_queue = queues.namespace
-    queues.custom.create_namespaced_custom_object(
-        *KUEUE,
-        RAYJOB_NAMESPACE,
-        "localqueues",
-        {
-            "apiVersion": "/".join(KUEUE),
-            "kind": "LocalQueue",
-            "metadata": {"name": local_queue},
-            "spec": {"clusterQueue": queues.cluster_queue},
-        },
-    )
-    in_ray = replace(queues, namespace=RAYJOB_NAMESPACE)
+def test_the_api_server_changes_a_rayjobs_priority_and_nothing_else(
+    queues,
+    component_tokens,  # noqa: F811 - the fixture imported above
+    queue_in_ray,  # noqa: F811 - the fixture imported above
+):
+    in_ray, local_queue = queue_in_ray
     name = f"{local_queue}-job"
     submit(in_ray, name, local_queue, queues.low)
     api_server = as_component(component_tokens["api-server"])
@@ -92,4 +83,3 @@ def test_the_api_server_changes_a_rayjobs_priority_and_nothing_else(queues, comp
         patch(worker, name, {"metadata": {"annotations": {"team": "x"}}}, dry_run=True)
     finally:
         queues.custom.delete_namespaced_custom_object("ray.io", "v1", RAYJOB_NAMESPACE, "rayjobs", name)
-        queues.custom.delete_namespaced_custom_object(*KUEUE, RAYJOB_NAMESPACE, "localqueues", local_queue)

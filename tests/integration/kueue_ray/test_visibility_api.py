@@ -281,15 +281,11 @@ def component_tokens(request, kubesim, api, unique_name, tmp_path, monkeypatch) 
             )
 
 
-def test_each_component_reads_the_positions_its_role_grants_and_no_more(queues, component_tokens):
-    """Through Kueue's aggregated server, with the accounts and Roles of include/manifests/rbac/rbac.yaml:
-    the worker and the triggerer read their LocalQueue's positions in ``ray``, the api-server its
-    ClusterQueue's; and a read outside a Role's grant is refused, so the grants above are what allow."""
-    from kueue_ray.async_hook import AsyncRayJobHook
-    from kueue_ray.hook import RayJobHook
-    from kueue_ray.ui.cache import CacheSettings, ClusterCache
-
-    local_queue = queues.namespace  # a LocalQueue of this test's own in the shared namespace
+@pytest.fixture
+def queue_in_ray(queues):
+    """(``queues`` as seen in ``RAYJOB_NAMESPACE``, a LocalQueue of the test's own there, named after its
+    namespace, pointing at its ClusterQueue): where rbac.yaml's Roles apply. Deleted afterwards."""
+    local_queue = queues.namespace
     queues.custom.create_namespaced_custom_object(
         *KUEUE,
         RAYJOB_NAMESPACE,
@@ -301,7 +297,21 @@ def test_each_component_reads_the_positions_its_role_grants_and_no_more(queues, 
             "spec": {"clusterQueue": queues.cluster_queue},
         },
     )
-    in_ray = replace(queues, namespace=RAYJOB_NAMESPACE)
+    yield replace(queues, namespace=RAYJOB_NAMESPACE), local_queue
+    queues.custom.delete_namespaced_custom_object(*KUEUE, RAYJOB_NAMESPACE, "localqueues", local_queue)
+
+
+def test_each_component_reads_the_positions_its_role_grants_and_no_more(
+    queues, component_tokens, queue_in_ray
+):
+    """Through Kueue's aggregated server, with the accounts and Roles of include/manifests/rbac/rbac.yaml:
+    the worker and the triggerer read their LocalQueue's positions in ``ray``, the api-server its
+    ClusterQueue's; and a read outside a Role's grant is refused, so the grants above are what allow."""
+    from kueue_ray.async_hook import AsyncRayJobHook
+    from kueue_ray.hook import RayJobHook
+    from kueue_ray.ui.cache import CacheSettings, ClusterCache
+
+    in_ray, local_queue = queue_in_ray
     jobs = []
     try:
         jobs.append(submit(in_ray, f"{local_queue}-holder", local_queue, queues.high))
@@ -342,4 +352,3 @@ def test_each_component_reads_the_positions_its_role_grants_and_no_more(queues, 
             queues.custom.delete_namespaced_custom_object(
                 "ray.io", "v1", RAYJOB_NAMESPACE, "rayjobs", job["metadata"]["name"]
             )
-        queues.custom.delete_namespaced_custom_object(*KUEUE, RAYJOB_NAMESPACE, "localqueues", local_queue)
