@@ -353,6 +353,13 @@ class ClusterCache:
             await asyncio.shield(entry.in_flight)
         return entry.read
 
+    def pending_behind(self, cluster_queue: str) -> bool:
+        """Whether ``cluster_queue`` changed since its pending list was last read: ``visibility_min_interval``
+        held the read back. An answer built on that list must not carry the current ``version``, or a page
+        showing it would be told "unchanged" until the next change (the positions it shows stale till then)."""
+        entry = self._visibility.get(cluster_queue)
+        return entry is not None and entry.version_at != self._queue_versions[cluster_queue]
+
     async def _read_pending(self, cluster_queue: str, entry: _Visibility) -> None:
         version = self._queue_versions[cluster_queue]
         try:

@@ -136,6 +136,13 @@ def read_task_xcoms(ref: TaskRef) -> dict[str, Any]:
         return {row.key: XComModel.deserialize_value(row) for row in rows}
 
 
+def answer_version(cluster_cache: ClusterCache, version: int, cluster_queues: list[str]) -> dict[str, Any]:
+    """The ``version`` an answer carries: none when a pending list in it is older than its queue (the page
+    then asks again in full at its next poll, by when the list may be read again)."""
+    behind = any(cluster_cache.pending_behind(name) for name in cluster_queues)
+    return {"version": None if behind else version}
+
+
 def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
     """The app; ``cluster_cache`` for tests, else one is made from Airflow's config at startup."""
 
@@ -196,7 +203,8 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
         snapshot = cluster_cache.snapshot()
         names = [cq["metadata"]["name"] for cq in snapshot.cluster_queues]
         reads = await asyncio.gather(*(cluster_cache.pending(name) for name in names))
-        return queues_view(snapshot, dict(zip(names, reads, strict=True)), access, links())
+        view = queues_view(snapshot, dict(zip(names, reads, strict=True)), access, links())
+        return view | answer_version(cluster_cache, view["version"], names)
 
     @router.get(
         "/api/v1/task-instance",
@@ -250,7 +258,11 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             pods=pods,
         )
         editable = await run_in_threadpool(editable_dag, user, dag_id)
-        return view | {"priority_change": offer(view, rayjob or None, editable)}
+        return (
+            view
+            | {"priority_change": offer(view, rayjob or None, editable)}
+            | answer_version(cluster_cache, view["version"], [cluster_queue] if cluster_queue else [])
+        )
 
     @router.post(
         "/api/v1/task-instance/priority",

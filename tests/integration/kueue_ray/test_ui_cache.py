@@ -126,6 +126,44 @@ def test_the_pending_list_is_kueues_and_follows_a_withdrawal(queues, rayjob_body
     assert one == [(0, queued[1]["name"])]
 
 
+def test_a_queue_that_changes_between_two_visibility_reads_is_said_to_be_behind(
+    queues, rayjob_body, task_context, connection
+):
+    """The visibility API is read at most every ``visibility_min_interval``. A Workload arriving inside it
+    leaves the queue's last list standing, and the cache says the queue is behind it (the pages then ask
+    again instead of being told "unchanged"); the next read after the interval has the newcomer."""
+    interval = 8.0
+    submit(queues, rayjob_body, task_context, "blocker", "inf")
+    settings = CacheSettings(backoff_initial=0.05, backoff_max=0.3, visibility_min_interval=interval)
+
+    async def scenario():
+        cache = ClusterCache(connection, [queues.namespace], settings)
+        await cache.start()
+        try:
+            await until(lambda: cache.health().reachable, what="listed")
+            read_at = time.monotonic()
+            first = await cache.pending(queues.cluster_queue)  # the first read is never held back
+            newcomer = await asyncio.to_thread(submit, queues, rayjob_body, task_context, "newcomer", "inf")
+            await until(lambda: cache.pending_behind(queues.cluster_queue), what="the queue behind its list")
+            held = await cache.pending(queues.cluster_queue)
+            held_back = time.monotonic() - read_at < interval
+            deadline = time.monotonic() + 60
+            while not any(
+                newcomer["name"] in str(item["metadata"].get("ownerReferences"))
+                for item in ((await cache.pending(queues.cluster_queue)).summary or {}).get("items") or ()
+            ):
+                assert time.monotonic() < deadline, "the newcomer never listed as pending"
+                await asyncio.sleep(0.1)
+            return first, held, held_back, time.monotonic() - read_at
+        finally:
+            await cache.stop()
+
+    first, held, held_back, listed_after = asyncio.run(scenario())
+    assert held_back, "the machine took longer than the interval to see the newcomer's Workload"
+    assert held is first  # no read inside the interval
+    assert listed_after >= interval
+
+
 def test_positions_and_the_timeline_follow_the_cluster_live(
     kubesim, queues, rayjob_body, task_context, connection
 ):

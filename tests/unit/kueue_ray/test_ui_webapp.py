@@ -19,6 +19,7 @@ class StubCache:
     def __init__(self) -> None:
         self.version = 7
         self.pending_reads = 0
+        self.behind: set[str] = set()
 
     async def start(self) -> None: ...
 
@@ -32,6 +33,9 @@ class StubCache:
     async def pending(self, cluster_queue: str) -> PendingRead:
         self.pending_reads += 1
         return PENDING
+
+    def pending_behind(self, cluster_queue: str) -> bool:
+        return cluster_queue in self.behind
 
     def timeline(self, uid: str):
         return None
@@ -67,6 +71,20 @@ def test_a_page_that_shows_the_current_version_gets_an_empty_answer(client):
     assert (unchanged.status_code, unchanged.content, cache.pending_reads) == (204, b"", 1)
     cache.version = 8
     assert test_client.get("/api/v1/queues", params={"known": 7}).json()["version"] == 8
+
+
+def test_an_answer_whose_pending_list_is_older_than_its_queue_is_not_called_current(client):
+    """The visibility API is read at most every ``visibility_min_interval``: a queue that changed within it
+    is answered with the last list and no version, so the page asks again in full (and sees the new
+    positions) instead of being told "unchanged" until the next change."""
+    test_client, app, cache = client
+    signed_in(app)
+    name = CLUSTER_QUEUE["metadata"]["name"]
+    cache.behind = {name}
+    held_back = test_client.get("/api/v1/queues", params={"known": 6})
+    assert held_back.status_code == 200 and held_back.json()["version"] is None
+    cache.behind = set()
+    assert test_client.get("/api/v1/queues").json()["version"] == 7
 
 
 def test_the_tab_of_a_dag_the_user_may_not_read_is_refused(client):
