@@ -72,6 +72,7 @@ from kueue_ray.hook_common import (
 from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
 from kueue_ray.pages import Listing, list_all
+from kueue_ray.pod_states import CLUSTER_LABEL
 from kueue_ray.server_clock import server_clock
 
 __all__ = [
@@ -442,6 +443,20 @@ class RayJobHook(KubernetesHook):
             )
             return None
         return position_from_summary(summary or {}, workload_name)
+
+    def cluster_pods(self, ray_cluster: str, namespace: str) -> list[dict] | None:
+        """``AsyncRayJobHook.cluster_pods`` for the worker-slot wait: the RayCluster's pods as plain API
+        dicts (``kueue_ray.pod_states``); None when they may not be read."""
+        try:
+            pods = list_all(
+                partial(self.core_v1_client.list_namespaced_pod_with_http_info, namespace),
+                label_selector=f"{CLUSTER_LABEL}={ray_cluster}",
+            ).items
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return None
+            raise
+        return [self.core_v1_client.api_client.sanitize_for_serialization(pod) for pod in pods]
 
     # --- logs ----------------------------------------------------------------------------------------
 

@@ -487,14 +487,32 @@ class WorkerWait:
             )
             story.told_position(position, now)
             self.why_queued(hook, rayjob, observation, force=True)
-            return
-        check = story.position_check_in(observation, now)
-        if check is not None and check <= 0:
+        elif (check := story.position_check_in(observation, now)) is not None and check <= 0:
             position = self.position(hook, rayjob, observation)
             line = story.position_line(target.namespace, target.name, observation.phase, position, now)
             if line:
                 self.log.info(line)
             self.why_queued(hook, rayjob, observation)
+        self.pods(hook, observation)
+
+    def pods(self, hook: RayJobHook, observation: Observation) -> None:
+        """As the trigger (``kueue_ray.trigger_story.tell_pods``): while the Ray cluster starts, its pods'
+        phase and the scheduler's or kubelet's reason, written when they change."""
+        from kueue_ray.pod_states import describe_pods, pod_states
+
+        check = self.story.pods_check_in(observation, time.monotonic())
+        if check is None or check > 0:
+            return
+        try:
+            pods = hook.cluster_pods(observation.ray_cluster, self.target.namespace)
+        except Exception:  # noqa: BLE001 - the pods are told at the next check
+            pods = None
+        if pods is None:
+            self.story.pods_checked_at = time.monotonic()
+            return
+        told = describe_pods(pod_states(pods))
+        if line := self.story.pods_line(self.target.namespace, self.target.name, told, time.monotonic()):
+            self.log.info(line)
 
     def why_queued(
         self, hook: RayJobHook, rayjob: dict, observation: Observation, force: bool = False
