@@ -75,7 +75,9 @@ def workload(
             "name": name,
             "namespace": "ray",
             "labels": {"kueue.x-k8s.io/job-uid": job_uid},
-            "ownerReferences": [{"kind": owner_kind, "name": name.removeprefix("wl-"), "uid": job_uid}],
+            "ownerReferences": [
+                {"kind": owner_kind, "name": name.removeprefix("wl-"), "uid": job_uid, "controller": True}
+            ],
             "creationTimestamp": iso(0),
         },
         "spec": {
@@ -697,6 +699,30 @@ def test_a_rayservices_cluster_workloads_are_counted_with_their_requests_for_oth
     assert queue["admitted"]["hidden"] == queue["pending"]["hidden"] == 1
     assert queue["pending"]["hidden_requests"][-1] == {"resource": "nvidia.com/gpu", "amount": "4"}
     assert "aurora" not in str(view) and SERVING_DAG not in str(view)
+
+
+def test_a_rayservices_admitted_clusters_show_the_services_phase():
+    reader = Access(user_name="ops", dag_ids=frozenset({SERVING_DAG}))
+
+    def admitted_phase(snap: Snapshot) -> str | None:
+        view = queues_view(snap, {"cluster-queue": SERVING_PENDING}, reader, LINKS, now=T0 + 100)
+        [row] = view["cluster_queues"][0]["admitted"]["items"]
+        return row["phase"]
+
+    upgrading = serving_snapshot()
+    # The cluster an upgrade replaces serves while the RayService is Ready; nothing is claimed otherwise.
+    assert admitted_phase(upgrading) is None
+    upgrading.rayservices[0]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    assert admitted_phase(upgrading) == "SERVING"
+    # Once the new cluster is admitted it is the one the service is admitted through: the service's phase.
+    [old, new] = upgrading.workloads
+    new["status"]["admission"] = {"clusterQueue": "cluster-queue", "podSetAssignments": []}
+    new["status"]["conditions"] = [
+        {"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-04T00:00:00Z"},
+        {"type": "Admitted", "status": "True", "lastTransitionTime": "2026-12-04T00:00:00Z"},
+    ]
+    old["status"]["admission"]["clusterQueue"] = "another-queue"
+    assert admitted_phase(upgrading) == "ADMITTED"
 
 
 def test_admitted_requests_are_kueues_usage_in_binary_units_not_kubernetes_raw_ones():

@@ -33,6 +33,7 @@ from kueue_ray.quantity import (
     readable_amount,
     scale_resources,
 )
+from kueue_ray.service_status import ServicePhase, observe_service
 from kueue_ray.ui.access import Access
 from kueue_ray.ui.cache import Snapshot
 from kueue_ray.ui.views.common import FOREIGN_OWNER, Links, describe_owner, metadata_of
@@ -103,6 +104,33 @@ def _object(ref: dict, namespace: str | None, snapshot: Snapshot) -> dict[str, A
         if (status.get(field) or {}).get("rayClusterName") == ref.get("name"):
             found["role"] = role
     return found
+
+
+def service_row_phase(workload: dict, owner: dict[str, Any], snapshot: Snapshot) -> str | None:
+    """The phase column of a workload Kueue admitted for a RayService (its own Workload, or one of its
+    RayClusters'): the service's phase (``observe_service``) when this is the Workload the service is
+    admitted through; the active cluster an upgrade replaces is SERVING while the RayService is Ready.
+    None for anything else (the page shows "–")."""
+    found = owner.get("object") or {}
+    name = found.get("rayservice") or (found.get("name") if found.get("kind") == "RayService" else None)
+    namespace = metadata_of(workload).get("namespace")
+    service = next(
+        (
+            s
+            for s in snapshot.rayservices
+            if (metadata_of(s).get("name"), metadata_of(s).get("namespace")) == (name, namespace)
+        ),
+        None,
+    )
+    if name is None or service is None:
+        return None
+    in_namespace = [w for w in snapshot.workloads if metadata_of(w).get("namespace") == namespace]
+    observation = observe_service(service, in_namespace)
+    if observation.workload_name == metadata_of(workload).get("name"):
+        return observation.phase.value
+    conditions = (service.get("status") or {}).get("conditions") or ()
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return ServicePhase.SERVING.value if found.get("role") == "active" and ready else None
 
 
 def requested(workload: dict | None) -> dict[str, Decimal]:

@@ -21,7 +21,14 @@ from kueue_ray.ui.access import Access
 from kueue_ray.ui.cache import PendingRead, Snapshot
 from kueue_ray.ui.policy import cohort_usage, may_preempt_words, preemption_words
 from kueue_ray.ui.views.common import Links, conditions_of, iso_times, metadata_of, priority_of
-from kueue_ray.ui.views.holders import attribute, job_uid, readable_requests, requested, workload_requests
+from kueue_ray.ui.views.holders import (
+    attribute,
+    job_uid,
+    readable_requests,
+    requested,
+    service_row_phase,
+    workload_requests,
+)
 
 
 def _quantity(value: Any) -> Decimal | None:
@@ -264,7 +271,9 @@ def _admitted_list(
                 "priority": priority_of(workload, rayjob),
                 "admitted_at": since,
                 "age_seconds": round(now - to_epoch(since), 1) if since else None,
-                "phase": observation.phase.value if observation else None,
+                "phase": observation.phase.value
+                if observation
+                else service_row_phase(workload, owner, snapshot),
                 "requests": workload_requests(workload),
                 "owner": owner,
             }
