@@ -247,19 +247,19 @@ class AsyncRayJobHook(AsyncKubernetesHook):
             )
             return None
 
-    async def cluster_pods(
-        self, ray_cluster: str, namespace: str, api_client: Any = None
+    async def clusters_pods(
+        self, ray_clusters: list[str], namespace: str, api_client: Any = None
     ) -> list[dict] | None:
-        """The pods of RayCluster ``ray_cluster`` (KubeRay's ``ray.io/cluster`` label) as plain API dicts,
-        for the pods' states between admission and the Ray job running (``kueue_ray.pod_states``); None
-        when they may not be read."""
+        """The pods of the RayClusters ``ray_clusters`` in one list (KubeRay's ``ray.io/cluster`` label,
+        ``in (...)``) as plain API dicts, for the pods' states between admission and the Ray job running
+        (``kueue_ray.pod_states``); None when they may not be read."""
         from kubernetes_asyncio.client import CoreV1Api
 
         async with self._client(api_client) as client:
             try:
                 listing = await list_all_async(
                     partial(CoreV1Api(client).list_namespaced_pod_with_http_info, namespace),
-                    label_selector=f"{CLUSTER_LABEL}={ray_cluster}",
+                    label_selector=f"{CLUSTER_LABEL} in ({','.join(ray_clusters)})",
                 )
             except AsyncApiException as exc:
                 if exc.status in (403, 404):

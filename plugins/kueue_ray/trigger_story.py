@@ -2,46 +2,110 @@
 queued (``kueue_ray.why_queued``) and, while its Ray cluster starts, its pods (``kueue_ray.pod_states``).
 
 Apart from ``kueue_ray.trigger`` because both read the cluster on their own rhythm (the explanation with
-the queue position, the pods every ``POD_CHECK_SECONDS`` while admitted); ``trigger`` is the
-``RayJobTrigger`` (its hook, log, namespace, name and queue).
+the queue position; the pods of every starting Ray cluster of a namespace in one read every
+``POD_CHECK_SECONDS``); ``trigger`` is the ``RayJobTrigger`` (its hook, log, namespace, name and queue).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from kueue_ray.hub.reads import shared_read
 from kueue_ray.naming import PRIORITY_CHANGED_BY_ANNOTATION as CHANGED_BY_ANNOTATION
 from kueue_ray.naming import QUEUE_LABEL
-from kueue_ray.narration import Story
+from kueue_ray.narration import POD_CHECK_SECONDS, Story
 from kueue_ray.phases import POSITION_PHASES
-from kueue_ray.pod_states import describe_pods, pod_states
+from kueue_ray.pod_states import CLUSTER_LABEL, describe_pods, pod_states
 from kueue_ray.status import Observation
 from kueue_ray.why_queued import why_queued_sentences
 
 
 async def tell_pods(trigger: Any, story: Story, observation: Observation, subscription: Any) -> None:
     """While the Ray cluster starts: its pods' phase and the scheduler's or kubelet's reason, written
-    when they change (``kueue_ray.pod_states``), read every ``POD_CHECK_SECONDS``."""
+    when they change (``kueue_ray.pod_states``), checked every ``POD_CHECK_SECONDS``."""
     check = story.pods_check_in(observation, time.monotonic())
     if check is None or check > 0:
         return
-    try:
-        async with subscription.api_client() as client:
-            pods = await trigger.hook.cluster_pods(
-                observation.ray_cluster, trigger.namespace, api_client=client
-            )
-    except Exception:  # noqa: BLE001 - the pods are told at the next check
-        story.pods_checked_at = time.monotonic()
-        return
+    pods, again_at = await starting_pods(trigger, observation.ray_cluster, subscription)
+    story.pods_checked_at = again_at - POD_CHECK_SECONDS
     if pods is None:
-        story.pods_checked_at = time.monotonic()
         return
     line = story.pods_line(trigger.namespace, trigger.name, describe_pods(pod_states(pods)), time.monotonic())
     if line:
         trigger.log.info(line)
+
+
+POD_READ_CHUNK = 100
+"""Ray clusters per pod list (``ray.io/cluster in (...)``): a selector of a few KB."""
+POD_TOP_UP_SECONDS = 1.0
+"""A cluster that asks after the namespace's last read began waits at most this long for a read that
+includes it (then every cluster that asked meanwhile is listed together)."""
+
+
+@dataclass(frozen=True)
+class _PodRead:
+    began: float
+    covered: frozenset[str]
+    """The Ray clusters it listed the pods of."""
+    pods: dict[str, list[dict]]
+    failed: bool = False
+
+
+_pods_wanted: dict[tuple[str, str], dict[str, float]] = {}
+"""(conn, namespace) -> starting Ray cluster -> monotonic time a trigger last asked for its pods."""
+_pod_reads: dict[tuple[str, str], _PodRead] = {}
+_pod_reads_in_flight: dict[tuple[str, str], asyncio.Task] = {}
+
+
+async def starting_pods(trigger: Any, ray_cluster: str, subscription: Any) -> tuple[list[dict] | None, float]:
+    """(The pods of ``ray_cluster`` or None, the monotonic time to ask again), from one read per namespace
+    every ``POD_CHECK_SECONDS`` shared by every trigger of this triggerer whose Ray cluster is starting
+    (``POD_READ_CHUNK`` clusters a request), plus at most one a ``POD_TOP_UP_SECONDS`` for clusters that
+    asked after a read began: thousands of starting clusters cost a few lists, not one per task. None when
+    the read failed or did not include this cluster yet."""
+    key = (trigger.kubernetes_conn_id or "", trigger.namespace)
+    wanted = _pods_wanted.setdefault(key, {})
+    wanted[ray_cluster] = time.monotonic()
+    cached = _pod_reads.get(key)
+    now = time.monotonic()
+    if (
+        cached is None
+        or now >= cached.began + POD_CHECK_SECONDS
+        or (ray_cluster not in cached.covered and now >= cached.began + POD_TOP_UP_SECONDS)
+    ):
+        await shared_read(
+            _pod_reads_in_flight, ("pods", "/".join(key)), lambda: _read_pods(trigger, key, subscription)
+        )
+        cached = _pod_reads[key]
+    if ray_cluster not in cached.covered:
+        return None, cached.began + (POD_CHECK_SECONDS if cached.failed else POD_TOP_UP_SECONDS)
+    return cached.pods.get(ray_cluster, []), cached.began + POD_CHECK_SECONDS
+
+
+async def _read_pods(trigger: Any, key: tuple[str, str], subscription: Any) -> None:
+    began = time.monotonic()
+    wanted = _pods_wanted[key]
+    for gone in [c for c, asked in wanted.items() if began - asked > 3 * POD_CHECK_SECONDS]:
+        del wanted[gone]  # its trigger stopped asking: its job runs, ended or was evicted
+    clusters = sorted(wanted)
+    found: dict[str, list[dict]] = {}
+    try:
+        async with subscription.api_client() as client:
+            for start in range(0, len(clusters), POD_READ_CHUNK):
+                chunk = clusters[start : start + POD_READ_CHUNK]
+                pods = await trigger.hook.clusters_pods(chunk, key[1], api_client=client)
+                if pods is None:  # may not be read: nothing to tell
+                    raise PermissionError(f"list pods in {key[1]}")
+                for pod in pods:
+                    labels = (pod.get("metadata") or {}).get("labels") or {}
+                    found.setdefault(labels.get(CLUSTER_LABEL, ""), []).append(pod)
+    except Exception:  # noqa: BLE001 - the pods are told after the next read
+        _pod_reads[key] = _PodRead(began, frozenset(), {}, failed=True)
+        return
+    _pod_reads[key] = _PodRead(began, frozenset(clusters), found)
 
 
 QUEUE_STATE_TTL_SECONDS = 30.0

@@ -8,6 +8,8 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from kueue_ray.narration import POD_CHECK_SECONDS
+
 from tests.integration.kueue_ray.test_deferred import defer, first_event, submit
 
 
@@ -73,3 +75,49 @@ def test_a_wait_in_a_worker_tells_the_pods_too(queues, rayjob_body, task_context
     assert any(
         f'Pending (ImagePullBackOff: Back-off pulling image "{image}": ErrImagePull: ' in t for t in told
     )
+
+
+STARTING = 8
+"""Ray clusters starting at once in one namespace: more than the pod lists one read per check may send."""
+
+
+def test_starting_clusters_cost_a_pod_list_per_namespace_and_check_not_one_per_task(
+    queues, rayjob_body, task_context, kubesim, capfd
+):
+    """Every trigger of a namespace whose Ray cluster starts is told its pods from one shared list per
+    ``POD_CHECK_SECONDS`` (``ray.io/cluster in (...)``), not a list of its own."""
+    image = f"rayproject/ray:missing-{queues.namespace}-many"
+    kubesim.set_faults(unpullable_images=[image])
+    triggers = []
+    for i in range(STARTING):  # small enough that all eight are admitted at once
+        body = rayjob_body(cpu="250m", memory="1000M", gpu="0", duration="2")
+        body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = image
+        context = task_context(f"train-{i}")
+        triggers.append(defer(submit(queues, body, context, task_id=f"train-{i}"), context))
+    capfd.readouterr()
+    kubesim.clear_requests()
+
+    async def scenario() -> tuple[float, str]:
+        started, out = time.monotonic(), []
+        waits = [asyncio.create_task(first_event(trigger)) for trigger in triggers]
+        try:
+            while not all(f"{t.name}: Ray cluster starting, pods: head " in "".join(out) for t in triggers):
+                assert time.monotonic() - started < 120, "".join(out)
+                await asyncio.sleep(0.2)
+                out.append(capfd.readouterr().out)
+            return time.monotonic() - started, "".join(out)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+            kubesim.set_faults(unpullable_images=[])
+
+    elapsed, told = asyncio.run(scenario())
+    assert told.count("ImagePullBackOff") + told.count("ErrImagePull") >= STARTING, told
+    pod_lists = [
+        r
+        for r in kubesim.requests()
+        if (r["verb"], r["resource"], r["namespace"]) == ("list", "pods", queues.namespace)
+    ]
+    # One read per check interval, and a top-up for the clusters that asked while one was under way.
+    assert len(pod_lists) <= 3 + elapsed / POD_CHECK_SECONDS, (len(pod_lists), elapsed)
