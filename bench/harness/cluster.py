@@ -43,6 +43,7 @@ def rayjob_body(
     >>> body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]
     {'requests': {'cpu': '1'}, 'limits': {'cpu': '1'}}
     """
+    head = {"name": "ray-head", "image": image, "resources": {"requests": requests, "limits": requests}}
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
@@ -52,20 +53,7 @@ def rayjob_body(
             "submissionMode": "HTTPMode",
             "shutdownAfterJobFinishes": True,
             "rayClusterSpec": {
-                "headGroupSpec": {
-                    "rayStartParams": {},
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "ray-head",
-                                    "image": image,
-                                    "resources": {"requests": requests, "limits": requests},
-                                }
-                            ]
-                        }
-                    },
-                }
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [head]}}}
             },
         },
     }
