@@ -69,6 +69,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.harness.cluster import rayjob_body
+
 DAG_ID = "text_classifier_finetune"
 NAMESPACE = "ray"
 WORKER_SLOTS = 16
@@ -88,40 +90,14 @@ AIRFLOW_DEFAULT_DAGRUNS_PER_LOOP = 20
 
 def blocker_rayjob() -> dict:
     """A RayJob that takes the ClusterQueue's only GPU forever and cannot be preempted by dev-priority."""
-    requests = {"cpu": "2", "memory": "8G", "nvidia.com/gpu": "1"}
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {
-            "name": BLOCKER,
-            "labels": {
-                "kueue.x-k8s.io/queue-name": "user-queue",
-                "kueue.x-k8s.io/priority-class": "prod-priority",
-            },
-            "annotations": {"kubesim.dev/startup": "0"},
-        },
-        "spec": {
-            "entrypoint": "sleep infinity",
-            "submissionMode": "HTTPMode",
-            "shutdownAfterJobFinishes": True,  # KubeRay's webhook demands it of a Kueue-managed RayJob
-            "rayClusterSpec": {
-                "headGroupSpec": {
-                    "rayStartParams": {},
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "ray-head",
-                                    "image": "rayproject/ray:2.9.0",
-                                    "resources": {"requests": requests, "limits": requests},
-                                }
-                            ]
-                        }
-                    },
-                }
-            },
-        },
-    }
+    return rayjob_body(
+        BLOCKER,
+        labels={"kueue.x-k8s.io/queue-name": "user-queue", "kueue.x-k8s.io/priority-class": "prod-priority"},
+        requests={"cpu": "2", "memory": "8G", "nvidia.com/gpu": "1"},
+        entrypoint="sleep infinity",
+        image="rayproject/ray:2.9.0",
+        startup_s="0",
+    )
 
 
 def block_queue(sim_url: str, timeout_s: float, headers: dict[str, str] | None = None) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import aiohttp
 
@@ -73,3 +75,10 @@ class Api:
                 return stats
             await asyncio.sleep(0.25)
         raise TimeoutError(f"kubesim never went quiet within {timeout_s}s")
+
+
+@asynccontextmanager
+async def connect(url: str, *, limit: int = 32) -> AsyncIterator[Api]:
+    """An ``Api`` on its own session of at most ``limit`` connections, closed on the way out."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit)) as session:
+        yield Api(url, session)

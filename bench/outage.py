@@ -3,7 +3,7 @@ request is answered 503, or while its first list of each resource takes seconds,
 hub's shared reads (``kueue_ray.hub.reads``), in one run.
 
 One kubesim subprocess per condition (time-scale 1) with the trigger benchmark's setup
-(``bench.trigger_scale.setup_jobs``: N RayJobs of 1 CPU queued behind a blocker, so no trigger fires). For
+(``bench.harness.cluster.setup_jobs``: N RayJobs of 1 CPU queued behind a blocker, so no trigger fires). For
 each code under test (``--before``: a checkout of the plugin before the change, e.g. ``git archive main
 plugins``; then this checkout's), one ``bench.trigger_worker`` process starts N ``RayJobTrigger``s on one
 loop, as a triggerer restarting with N deferred tasks does:
@@ -26,39 +26,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import shutil
 import time
 from pathlib import Path
 
-import aiohttp
-
-from bench.kube import Api
-from bench.refused_watch import WATCHED
-from bench.trigger_scale import (
-    DEFAULT_RESYNC_S,
-    LIVE_WORKERS,
-    LOG_DIR,
-    NAMESPACE,
-    POLL_INTERVAL_S,
-    QUEUE,
-    ROOT,
-    Phases,
-    Worker,
-    _by_verb,
-    _delta,
-    setup_jobs,
-    wait_until,
-)
-from kubesim.testing import run_kubesim
+from bench.harness.accounting import by_verb, delta
+from bench.harness.cluster import NAMESPACE, WATCHED, set_faults, setup_jobs
+from bench.harness.phases import Phases, wait_until
+from bench.harness.polling import POLL_INTERVAL_S
+from bench.harness.triggers import write_spec
+from bench.harness.workers import LOG_DIR, ROOT, Worker, fresh_workdir, in_kubesim, worker_env
+from bench.kube import Api, connect
 
 QUIET_S = 5.0
 """No request for this long after the condition ended: the triggers settled (the default relist is 300 s)."""
-
-
-async def _faults(api: Api, rules: list[dict]) -> None:
-    async with api.session.post(api.url + "/kubesim/faults", json={"rules": rules}) as response:
-        response.raise_for_status()
 
 
 async def _one(
@@ -69,16 +49,16 @@ async def _one(
     before = await api.stats()
     started = time.monotonic()
     if condition["kind"] == "outage":
-        await _faults(api, [{"code": 503}])
+        await set_faults(api, [{"code": 503}])
     else:
         slow = {"delay_s": condition["seconds"], "verbs": ["list"], "resources": WATCHED}
-        await _faults(api, [{**slow, "namespace": NAMESPACE, "count": len(WATCHED)}])
+        await set_faults(api, [{**slow, "namespace": NAMESPACE, "count": len(WATCHED)}])
     worker = Worker("bench.trigger_worker", spec, env, workdir / f"{code}-{condition['kind']}.log")
     await worker.start()
     triggers_started = time.monotonic() - started
     await asyncio.sleep(condition["seconds"])
     if condition["kind"] == "outage":
-        await _faults(api, [])
+        await set_faults(api, [])
 
     async def watching() -> bool:  # both loops recovered (the last backoff step may be 30 s away)
         return (await api.stats())["watches_open"] >= before["watches_open"] + len(WATCHED)
@@ -88,8 +68,8 @@ async def _one(
     final = await worker.stop()
     return {
         "code": code,
-        "requests": _delta(after, before, api),
-        "by_verb": _by_verb(after, before),
+        "requests": delta(after, before, api),
+        "by_verb": by_verb(after, before),
         # kubesim logs a watch when its stream ends: the ones still open are counted here
         "watches_opened": after["watches_opened_total"] - before["watches_opened_total"],
         "fired": len(worker.fired),
@@ -103,18 +83,10 @@ async def _one(
 async def measure(
     url: str, kubeconfig: str, n: int, condition: dict, codes: dict[str, Path], workdir: Path
 ) -> dict:
-    env = {
-        **os.environ,
-        "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
-            {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}}
-        ),
-    }
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=32)) as session:
-        api = Api(url, session)
+    env = worker_env(kubeconfig, plugins=None)
+    async with connect(url) as api:
         jobs = await setup_jobs(api, n, Phases())
-        spec = workdir / f"jobs-{n}.json"
-        body = {"namespace": NAMESPACE, "queue": QUEUE, "resync_interval": DEFAULT_RESYNC_S, "jobs": jobs}
-        spec.write_text(json.dumps({**body, "poll_interval": POLL_INTERVAL_S}))
+        spec = write_spec(workdir / f"jobs-{n}.json", jobs, poll_interval=POLL_INTERVAL_S)
         rows = [
             await _one(api, code, plugins, spec, env, workdir, condition) for code, plugins in codes.items()
         ]
@@ -122,15 +94,12 @@ async def measure(
 
 
 def run_condition(n: int, condition: dict, codes: dict[str, Path], log_dir: Path = LOG_DIR) -> dict:
-    workdir = Path(log_dir) / f"outage-{condition['kind']}-n{n}"
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
-    try:
-        with run_kubesim(mode="subprocess", time_scale=1.0) as sim:
-            return asyncio.run(measure(sim.url, sim.kubeconfig, n, condition, codes, workdir))
-    finally:
-        while LIVE_WORKERS:
-            LIVE_WORKERS.pop().kill()
+    workdir = fresh_workdir(log_dir, f"outage-{condition['kind']}-n{n}")
+
+    async def one(url: str, kubeconfig: str) -> dict:
+        return await measure(url, kubeconfig, n, condition, codes, workdir)
+
+    return in_kubesim(one)
 
 
 def render(results: list[dict]) -> str:

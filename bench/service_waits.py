@@ -2,7 +2,7 @@
 their services queue, and when the queue moves.
 
 One kubesim subprocess (time-scale 1, Kueue's shipped configuration: a RayService is admitted as one
-Workload), the trigger benchmark's queue (``bench.trigger_scale``): a 1-CPU ClusterQueue held by a
+Workload), the benchmarks' queue (``bench.harness.cluster``): a 1-CPU ClusterQueue held by a
 ``blocker`` RayJob that runs forever. Then:
 
 1. N RayServices of 1 CPU (one head, one Serve application with one deployment, ready 2 simulated
@@ -26,39 +26,18 @@ Run: ``.venv/bin/python -m bench.service_waits --n 200 --window 60 --out bench/r
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
-import aiohttp
-
-from bench.kube import KUEUE, RAY, Api
-from bench.trigger_scale import (
-    CLUSTER_QUEUE,
-    DEFAULT_RESYNC_S,
-    LIVE_WORKERS,
-    LOG_DIR,
-    MANAGED,
-    NAMESPACE,
-    POLL_INTERVAL_S,
-    QUEUE,
-    ROOT,
-    Phases,
-    Worker,
-    _by_verb,
-    _cluster_queue_quota,
-    _delta,
-    _log_warnings,
-    _settled,
-    rayjob,
-    setup_queue,
-    wait_until,
-)
-from kubesim.testing import run_kubesim
+from bench.harness.accounting import by_verb, delta
+from bench.harness.cluster import MANAGED, NAMESPACE, block_queue, create_each, queued, raise_quota
+from bench.harness.phases import Phases, wait_until
+from bench.harness.polling import POLL_INTERVAL_S
+from bench.harness.triggers import cpu_s, start_triggers, wait_window, write_spec
+from bench.harness.workers import LOG_DIR, fresh_workdir, in_kubesim, log_warnings, worker_env
+from bench.kube import RAY, Api, connect
 
 SERVE_CONFIG = (
     "applications:\n  - name: forecast\n    import_path: serve_model:app\n"
@@ -83,78 +62,33 @@ def rayservice(name: str) -> dict:
     }
 
 
-async def setup_services(api: Api, n: int, phases: Phases, parallel: int = 16) -> list[dict]:
+async def setup_services(api: Api, n: int, phases: Phases) -> list[dict]:
     """The blocker running, then N RayServices queued behind it (every Workload created)."""
-    await setup_queue(api)
-    await api.create(
-        f"{RAY}/namespaces/{NAMESPACE}/rayjobs", rayjob("blocker", managed=False, duration="inf")
-    )
-
-    async def blocker_runs() -> bool:
-        found = await api.get(f"{RAY}/namespaces/{NAMESPACE}/rayjobs/blocker")
-        return (found.get("status") or {}).get("jobDeploymentStatus") == "Running"
-
-    await wait_until(blocker_runs, timeout_s=120)
-    phases.mark("setup")
-    gate = asyncio.Semaphore(parallel)
+    await block_queue(api, phases)
 
     async def one(i: int) -> dict:
-        async with gate:
-            created = await api.create(
-                f"{RAY}/namespaces/{NAMESPACE}/rayservices", rayservice(f"svc-{i:05d}")
-            )
+        created = await api.create(f"{RAY}/namespaces/{NAMESPACE}/rayservices", rayservice(f"svc-{i:05d}"))
         meta = created["metadata"]
         return {"name": meta["name"], "uid": meta["uid"], "generation": meta.get("generation")}
 
-    services = list(await asyncio.gather(*(one(i) for i in range(n))))
+    services = await create_each(n, one)
     phases.mark("create")
-
-    async def all_workloads() -> bool:
-        return (await api.stats())["objects"].get("Workload", 0) >= n + 1
-
-    await wait_until(all_workloads, timeout_s=600)
-    await api.quiet()
-    phases.mark("queue")
+    await queued(api, n, phases)
     return services
 
 
 async def measure(url: str, kubeconfig: str, n: int, *, window_s: float, workdir: Path) -> dict:
-    env = {
-        **os.environ,
-        "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
-            {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}}
-        ),
-        "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}",
-    }
+    env = worker_env(kubeconfig)
     phases = Phases()
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=32)) as session:
-        api = Api(url, session)
+    async with connect(url) as api:
         services = await setup_services(api, n, phases)
-        spec = workdir / f"services-{n}.json"
-        spec.write_text(
-            json.dumps(
-                {
-                    "kind": "rayservice",
-                    "namespace": NAMESPACE,
-                    "queue": QUEUE,
-                    "resync_interval": DEFAULT_RESYNC_S,
-                    "jobs": services,
-                }
-            )
-        )
-        before = await api.stats()
+        spec = write_spec(workdir / f"services-{n}.json", services, kind="rayservice")
         log = workdir / "trigger.log"
-        worker = Worker("bench.trigger_worker", spec, env, log)
-        await worker.start()
-        started = await _settled(api, streams=before["watches_open"] + 2)
-        start_usage = await worker.usage()
-        phases.mark("trigger_startup")
-        await asyncio.sleep(window_s)
-        waited = await api.stats()
-        wait_usage = await worker.usage()
-        phases.mark("waiting")
+        startup = await start_triggers(api, spec, env, log, phases)
+        worker = startup.worker
+        waited = await wait_window(api, startup, phases, window_s)
 
-        await api.patch(f"{KUEUE}/clusterqueues/{CLUSTER_QUEUE}", _cluster_queue_quota(1 + n))
+        await raise_quota(api, 1 + n)
 
         async def all_fired() -> bool:
             return len(worker.fired) >= n
@@ -165,49 +99,32 @@ async def measure(url: str, kubeconfig: str, n: int, *, window_s: float, workdir
         final = await worker.stop()
         phases.mark("stop")
 
-    statuses: dict[str, int] = {}
-    for _, status in worker.fired.values():
-        statuses[status] = statuses.get(status, 0) + 1
-    waiting = _delta(waited, started, api)
     durations = phases.durations()
     return {
         "n": n,
         "workdir": str(workdir),
         "phases": durations,
-        "startup_requests": _delta(started, before, api),
-        "startup_by_verb": _by_verb(started, before),
-        "window_s": window_s,
-        "waiting_requests": waiting,
-        "waiting_requests_per_min": round(waiting * 60 / window_s, 1),
-        "waiting_by_verb": _by_verb(waited, started),
-        "watch_streams_open_while_waiting": waited["watches_open"] - before["watches_open"],
+        **waited.figures,
         "polling_nominal_per_min": round(n * 60 / POLL_INTERVAL_S),
         "serving_s": durations["serving"]["s"],
-        "serving_requests": _delta(served, waited, api),
-        "serving_by_verb": _by_verb(served, waited),
-        "events": statuses,
-        "cpu_s": {
-            "startup": start_usage["usage"]["cpu_s"],
-            "after_waiting": wait_usage["usage"]["cpu_s"],
-            "end": final["final"]["cpu_s"],
-        },
+        "serving_requests": delta(served, waited.stats, api),
+        "serving_by_verb": by_verb(served, waited.stats),
+        "events": worker.statuses(),
+        "cpu_s": cpu_s(startup.usage, waited.usage, final),
         "peak_rss_mib": final["final"]["peak_rss_mib"],
         "log": str(log),
-        "log_warnings": _log_warnings(log, limit=5),
+        "log_warnings": log_warnings(log, limit=5),
     }
 
 
 def run(n: int = 200, window_s: float = 60.0, log_dir: Path = LOG_DIR) -> dict:
-    workdir = Path(log_dir) / f"services-n{n}"
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    workdir = fresh_workdir(log_dir, f"services-n{n}")
     started = time.monotonic()
-    try:
-        with run_kubesim(mode="subprocess", time_scale=1.0) as sim:
-            row = asyncio.run(measure(sim.url, sim.kubeconfig, n, window_s=window_s, workdir=workdir))
-    finally:
-        while LIVE_WORKERS:
-            LIVE_WORKERS.pop().kill()
+
+    async def one(url: str, kubeconfig: str) -> dict:
+        return await measure(url, kubeconfig, n, window_s=window_s, workdir=workdir)
+
+    row = in_kubesim(one)
     row["run_s"] = round(time.monotonic() - started, 1)
     return row
 

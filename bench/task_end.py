@@ -13,10 +13,10 @@ The peer, ``bench_provider_kueue_job`` (``bench/dags/task_end_peer.py``), is tri
 alternation: the provider's ``KubernetesStartKueueJobOperator`` (deferrable, default poll interval)
 submitting a batch Job of the same size and duration to the same LocalQueue, so its Jobs and the RayJobs
 take turns at the queue's single GPU. Its one task submits and waits; its "Complete" is the Job's
-``Complete`` condition as a raw watch of the namespace's Jobs sees it (``bench.job_watch.JobWatch``), and
+``Complete`` condition as a raw watch of the namespace's Jobs sees it (``bench.harness.airflow.JobWatch``), and
 its failed runs are reported with the error their task log ends with.
 
-* **Complete → task success**: a raw watch of the project's RayJobs (``bench.airflow_e2e.ClusterWatch``)
+* **Complete → task success**: a raw watch of the project's RayJobs (``bench.harness.airflow.ClusterWatch``)
   sees ``jobDeploymentStatus`` Complete → the ``wait`` task instance's ``end_date``. On the triggerer
   path the triggerer sets it when it handles the trigger's ``TaskSuccessEvent``; on the worker path the
   scheduler queues the resumed task and a worker runs ``execute_complete``.
@@ -51,8 +51,14 @@ from pathlib import Path
 
 import httpx
 
-from bench.airflow_e2e import TERMINAL_TI_STATES, ClusterWatch, epoch, log_entries
-from bench.job_watch import JobWatch
+from bench.harness.airflow import (
+    TERMINAL_TI_STATES,
+    ClusterWatch,
+    JobWatch,
+    airflow_stack,
+    epoch,
+    log_entries,
+)
 from bench.stats import summary_ms
 
 BENCH_DAGS = Path(__file__).resolve().parent / "dags"
@@ -180,29 +186,13 @@ def measure_paths(
 
 
 def measure(runs: int, workdir: Path, timeout_s: float) -> dict:
-    from devtools.airflow import start_airflow
-    from devtools.kubesim_process import start_kubesim
-    from devtools.postgres import start_postgres
     from devtools.statsd import StatsdListener
 
-    database = start_postgres()
-    sim = start_kubesim(workdir / "kubesim", queues="single-queue", time_scale=TIME_SCALE)
     statsd = StatsdListener()
+    extra_env = {**statsd.airflow_env(), "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": dag_bundles()}
     try:
-        started = time.monotonic()
-        airflow = start_airflow(
-            workdir / "airflow",
-            kubeconfig=sim.kubeconfig,
-            database_url=database.sqlalchemy_url,
-            extra_env={
-                **statsd.airflow_env(),
-                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-                "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": dag_bundles(),
-            },
-        )
-        try:
-            airflow.wait_for_dags(list(PATHS), timeout=300)
-            startup_s = round(time.monotonic() - started, 1)
+        with airflow_stack(workdir, list(PATHS), time_scale=TIME_SCALE, extra_env=extra_env) as stack:
+            airflow, sim = stack.airflow, stack.sim
             watch = ClusterWatch(sim.url, sim.headers)
             job_watch = JobWatch(sim.url, sim.headers)
             watch.start()
@@ -212,13 +202,9 @@ def measure(runs: int, workdir: Path, timeout_s: float) -> dict:
             result = measure_paths(airflow, watch, statsd, runs, timeout_s, job_watch)
             watch.stop()
             job_watch.stop()
-        finally:
-            airflow.stop()
     finally:
         statsd.stop()
-        sim.stop()
-        database.stop()
-    return {**result, "airflow_startup_s": startup_s, "metadata_database": database.version}
+    return {**result, "airflow_startup_s": stack.startup_s, "metadata_database": stack.database.version}
 
 
 def stage(summary: dict) -> str:

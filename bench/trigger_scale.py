@@ -1,6 +1,7 @@
 """Trigger scale (issue 7 §1): N RayJobTriggers waiting on N queued RayJobs, against a polling baseline.
 
-One run, per N, against one kubesim subprocess (its CPU is not ours):
+One run, per N, against one kubesim subprocess (its CPU is not ours), through the shared
+harness (``bench.harness``: its cluster setup, workers, phases and request accounting):
 
 1. Setup: a ClusterQueue whose quota (1 CPU) is held by a ``blocker`` RayJob that runs forever, then N
    RayJobs of 1 CPU each queued behind it (QuotaReserved=False, Pending: "insufficient unused quota").
@@ -25,43 +26,33 @@ every watch request of the triggers that ends is reported with why (``classify_w
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
-import aiohttp
+from bench.harness.accounting import by_verb, delta, settled
+from bench.harness.phases import Phases, wait_until
+from bench.harness.polling import POLL_INTERVAL_S, SIMULATED_MINUTES, polling_skipped
+from bench.harness.triggers import (
+    DEFAULT_RESYNC_S,
+    STREAMS,
+    detection,
+    queued_jobs,
+    start_triggers,
+    waves,
+    write_spec,
+)
+from bench.harness.workers import (
+    LOG_DIR,
+    Worker,
+    fresh_workdir,
+    in_kubesim,
+    log_warnings,
+    worker_env,
+)
+from bench.kube import Api, connect
 
-from bench.kube import KUEUE, RAY, Api
-from bench.stats import summary_ms
-from bench.trigger_worker import PREFIX
-from kubesim.testing import run_kubesim
-
-ROOT = Path(__file__).resolve().parents[1]
-NAMESPACE = "bench"
-QUEUE = "bench-lq"
-CLUSTER_QUEUE = "bench-cq"
-FLAVOR = "bench-flavor"
-MANAGED = {"app.kubernetes.io/managed-by": "airflow-kueue-ray", "kueue.x-k8s.io/queue-name": QUEUE}
-SIMULATED_MINUTES = 10
-POLL_INTERVAL_S = 10.0
-DEFAULT_RESYNC_S = 300.0
-"""RayJobTrigger's default ``resync_interval`` (kueue_ray.hub.DEFAULT_RESYNC_SECONDS): the hub's relist period."""
-REPLY_TIMEOUT_S = 600.0
 RESYNC_PROBE_JOBS = 100
 RESYNC_PROBE_S = 6.0
-DONE = frozenset({"Complete", "Failed"})
-LOG_DIR = Path(tempfile.gettempdir()) / "bench-trigger"
-"""Where each N's worker logs stay after the run (``n<N>/trigger.log``, ``poll.log``, ``resync.log``)."""
-KEPT_INTERVAL_SHARE = 0.95
-"""The poller kept its 10 s interval if it sent at least this share of the nominal GETs in its window..."""
-KEPT_PERIOD_P99_SHARE = 1.2
-"""... and 99% of its jobs' poll-to-poll periods stayed within this many intervals (the sleep + the GET)."""
 TARGETS = {
     "max_watch_streams": 4,
     "min_polling_over_trigger": 50,
@@ -78,240 +69,6 @@ SCALE_TARGETS = {
 
 def targets_for(n: int) -> dict:
     return {**TARGETS, **SCALE_TARGETS.get(n, {})}
-
-
-def rayjob(name: str, *, managed: bool, duration: str) -> dict:
-    labels = dict(MANAGED) if managed else {"kueue.x-k8s.io/queue-name": QUEUE}
-    requests = {"cpu": "1", "memory": "1Gi"}
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {
-            "name": name,
-            "labels": labels,
-            "annotations": {"kubesim.dev/startup": "1"},
-        },
-        "spec": {
-            "entrypoint": f"sleep {'infinity' if duration == 'inf' else duration}",
-            "submissionMode": "HTTPMode",
-            "shutdownAfterJobFinishes": True,
-            "rayClusterSpec": {
-                "headGroupSpec": {
-                    "rayStartParams": {},
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "ray-head",
-                                    "image": "rayproject/ray:2.52.0",
-                                    "resources": {"requests": requests, "limits": requests},
-                                }
-                            ]
-                        }
-                    },
-                }
-            },
-        },
-    }
-
-
-def _cluster_queue_quota(cpu: int) -> dict:
-    return {
-        "spec": {
-            "resourceGroups": [
-                {
-                    "coveredResources": ["cpu", "memory"],
-                    "flavors": [
-                        {
-                            "name": FLAVOR,
-                            "resources": [
-                                {"name": "cpu", "nominalQuota": str(cpu)},
-                                {"name": "memory", "nominalQuota": f"{cpu}Gi"},
-                            ],
-                        }
-                    ],
-                }
-            ]
-        }
-    }
-
-
-async def setup_queue(api: Api) -> None:
-    await api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-    await api.create(
-        f"{KUEUE}/resourceflavors",
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
-    )
-    cq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE}}
-    cq["spec"] = {"namespaceSelector": {}, **_cluster_queue_quota(1)["spec"]}
-    await api.create(f"{KUEUE}/clusterqueues", cq)
-    await api.create(
-        f"{KUEUE}/namespaces/{NAMESPACE}/localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": QUEUE},
-            "spec": {"clusterQueue": CLUSTER_QUEUE},
-        },
-    )
-
-
-async def create_jobs(api: Api, n: int, *, duration: str, parallel: int = 16) -> list[dict]:
-    """Create N managed RayJobs, a few requests at a time; their names and uids, in creation order."""
-    gate = asyncio.Semaphore(parallel)
-
-    async def one(i: int) -> dict:
-        async with gate:
-            created = await api.create(
-                f"{RAY}/namespaces/{NAMESPACE}/rayjobs",
-                rayjob(f"job-{i:05d}", managed=True, duration=duration),
-            )
-        return {"name": created["metadata"]["name"], "uid": created["metadata"]["uid"]}
-
-    return list(await asyncio.gather(*(one(i) for i in range(n))))
-
-
-async def wait_until(predicate, *, timeout_s: float, interval_s: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(interval_s)
-
-
-LIVE_WORKERS: list[Worker] = []
-"""Every worker started, so `run_one` can end them all if the harness fails half-way."""
-
-
-class Worker:
-    """A child process speaking the line protocol of ``bench.trigger_worker`` / ``bench.polling_worker``."""
-
-    def __init__(self, module: str, spec_path: Path, env: dict, log_path: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", module, str(spec_path), str(log_path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=env,
-        )
-        self.fired: dict[str, tuple[float, str]] = {}
-        self.watch_ends: list[dict] = []
-        self.replies: asyncio.Queue[dict] = asyncio.Queue()
-        LIVE_WORKERS.append(self)
-
-    async def start(self) -> dict:
-        loop = asyncio.get_running_loop()
-
-        def read() -> None:
-            for line in self.process.stdout:
-                if not line.startswith(PREFIX):
-                    continue
-                record = json.loads(line[len(PREFIX) :])
-                if "fired" in record:
-                    self.fired[record["fired"]] = (record["t"], record["status"])
-                elif "watch_end" in record:
-                    self.watch_ends.append(record["watch_end"])
-                else:
-                    loop.call_soon_threadsafe(self.replies.put_nowait, record)
-
-        # A daemon thread, not asyncio.to_thread: a worker that never exits must not hang the harness.
-        threading.Thread(target=read, daemon=True).start()
-        return await asyncio.wait_for(self.replies.get(), REPLY_TIMEOUT_S)
-
-    async def usage(self) -> dict:
-        """The worker's CPU and RSS so far; a busy loop (1,000 pollers) may take a while to answer."""
-        self.process.stdin.write("usage\n")
-        self.process.stdin.flush()
-        return await asyncio.wait_for(self.replies.get(), REPLY_TIMEOUT_S)
-
-    async def stop(self) -> dict:
-        self.process.stdin.write("quit\n")
-        self.process.stdin.flush()
-        final = await asyncio.wait_for(self.replies.get(), REPLY_TIMEOUT_S)
-        self.process.wait(timeout=60)
-        return final
-
-    def kill(self) -> None:
-        """End the worker if it is still running (the harness failed half-way)."""
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-
-async def observe_terminal(
-    url: str, seen: dict[str, float], stop: asyncio.Event, *, all_namespaces: bool = False
-) -> None:
-    """A raw watch of the managed RayJobs: the wall time each one's terminal status reached a watcher
-    (``all_namespaces``: through the cluster-wide path, which a rule naming the namespace does not refuse)."""
-    path = f"{url}{RAY}/rayjobs" if all_namespaces else f"{url}{RAY}/namespaces/{NAMESPACE}/rayjobs"
-    async with aiohttp.ClientSession() as session:
-        async with session.get(path, params={"limit": "1"}) as response:
-            rv = (await response.json())["metadata"]["resourceVersion"]
-        params = {"watch": "true", "resourceVersion": rv, "labelSelector": "app.kubernetes.io/managed-by"}
-        async with session.get(path, params=params, timeout=aiohttp.ClientTimeout(total=None)) as response:
-            reader = asyncio.ensure_future(_read_terminal(response, seen))
-            await stop.wait()
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
-
-
-async def _read_terminal(response, seen: dict[str, float]) -> None:
-    async for line in response.content:
-        received = time.time()
-        obj = json.loads(line)["object"]
-        name = obj["metadata"]["name"]
-        if name not in seen and (obj.get("status") or {}).get("jobDeploymentStatus") in DONE:
-            seen[name] = received
-
-
-def _delta(after: dict, before: dict, api: Api) -> int:
-    return api.foreign_requests(after) - api.foreign_requests(before)
-
-
-def kubesim_cpu_s() -> float | None:
-    """CPU seconds used so far by the kubesim child of this process (None if it cannot be found): the
-    server's side of each phase, to tell where a slow phase spends its time."""
-    tick = os.sysconf("SC_CLK_TCK")
-    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
-        for pid in children.read_text().split():
-            try:
-                if b"kubesim" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    continue
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            return round((int(fields[11]) + int(fields[12])) / tick, 2)
-    return None
-
-
-class Phases:
-    """Wall-clock boundaries of the run's phases, with kubesim's CPU at each, so the result says where the
-    time went and in which phase each watch ended."""
-
-    def __init__(self) -> None:
-        self.marks: list[tuple[str, float, float, float | None]] = []
-        self.mark("start")
-
-    def mark(self, name: str) -> None:
-        """``name`` ends now."""
-        self.marks.append((name, time.monotonic(), time.time(), kubesim_cpu_s()))
-
-    def durations(self) -> dict:
-        return {
-            name: {
-                "s": round(t - prev_t, 1),
-                "kubesim_cpu_s": None if cpu is None or prev_cpu is None else round(cpu - prev_cpu, 1),
-            }
-            for (_, prev_t, _, prev_cpu), (name, t, _, cpu) in zip(self.marks, self.marks[1:], strict=False)
-        }
-
-    def at(self, wall: float) -> str:
-        """The phase a wall time falls in."""
-        for (_, _, prev_wall, _), (name, _, wall_end, _) in zip(self.marks, self.marks[1:], strict=False):
-            if prev_wall <= wall < wall_end:
-                return name
-        return "after"
 
 
 def classify_watch_end(end: dict) -> str:
@@ -341,120 +98,6 @@ def _watch_ends(ends: list[dict], phases: Phases) -> list[dict]:
     ]
 
 
-def _log_warnings(log_path: Path, limit: int = 40) -> dict:
-    """WARNING and ERROR lines of a worker's log (the first ``limit``), for the result JSON."""
-    if not log_path.exists():
-        return {"count": 0, "lines": []}
-    lines = [
-        line
-        for line in log_path.read_text(errors="replace").splitlines()
-        if " WARNING " in line or " ERROR " in line
-    ]
-    return {"count": len(lines), "lines": lines[:limit]}
-
-
-async def setup_jobs(api: Api, n: int, phases: Phases) -> list[dict]:
-    """The blocker running, then N RayJobs queued behind it and settled (every Workload pending)."""
-    await setup_queue(api)
-    await api.create(
-        f"{RAY}/namespaces/{NAMESPACE}/rayjobs", rayjob("blocker", managed=False, duration="inf")
-    )
-
-    async def blocker_runs() -> bool:
-        found = await api.get(f"{RAY}/namespaces/{NAMESPACE}/rayjobs/blocker")
-        return (found.get("status") or {}).get("jobDeploymentStatus") == "Running"
-
-    await wait_until(blocker_runs, timeout_s=120)
-    phases.mark("setup")
-    jobs = await create_jobs(api, n, duration="2")
-    phases.mark("create")
-
-    async def all_workloads() -> bool:
-        # kubesim's object counts, not a list: listing N Workloads twice a second loads the server under test
-        return (await api.stats())["objects"].get("Workload", 0) >= n + 1
-
-    await wait_until(all_workloads, timeout_s=600)
-    await api.quiet()
-    phases.mark("queue")
-    return jobs
-
-
-async def measure_polling(
-    api: Api, n: int, spec: Path, env: dict, workdir: Path, window: float, interval: float
-) -> dict:
-    """The polling baseline over ``window`` seconds of steady state, while everything waits.
-
-    The pollers' first polls spread over one interval, so the window opens one interval (plus a second)
-    after the worker is up. Its figures: kubesim's request delta against the nominal N × window / 10 s,
-    the polls answered and their periods, and the worker's CPU and peak RSS.
-    """
-    poller = Worker("bench.polling_worker", spec, env, workdir / "poll.log")
-    try:
-        await poller.start()
-        await asyncio.sleep(interval + 1.0)
-        first = await poller.usage()
-        before = await api.stats()
-        await asyncio.sleep(window)
-        after = await api.stats()
-        last = await poller.usage()
-        final = await poller.stop()
-    finally:
-        poller.kill()
-    requests = _delta(after, before, api)
-    polls = last["polls"] - first["polls"]
-    nominal = n * window / interval
-    achieved = requests / nominal
-    periods = last["periods"]
-    period = summary_ms(periods)
-    kept = (
-        achieved >= KEPT_INTERVAL_SHARE
-        and bool(periods)
-        and period["p99_ms"] <= KEPT_PERIOD_P99_SHARE * interval * 1000
-    )
-    cpu_s = final["final"]["cpu_s"] - first["usage"]["cpu_s"]
-    return {
-        "interval_s": interval,
-        "window_s": window,
-        "requests": requests,
-        "nominal_requests": round(nominal),
-        "achieved_share": round(achieved, 3),
-        "polls": polls,
-        "requests_per_poll": round(requests / polls, 3) if polls else None,
-        "poll_period_s": {k: (v / 1000 if k != "count" else v) for k, v in period.items()},
-        "kept_interval": kept,
-        # what this poller sends over 10 simulated minutes at the rate it actually achieved
-        "requests_10_sim_min": round(requests / window * SIMULATED_MINUTES * 60),
-        # what the 10 s shape asks for: N GETs every interval
-        "nominal_10_sim_min": round(n * SIMULATED_MINUTES * 60 / interval),
-        "cpu_s_in_window": round(cpu_s, 2),
-        "cpu_ms_per_poll": round(cpu_s * 1000 / polls, 1) if polls else None,
-        "cpu_s": final["final"]["cpu_s"],
-        "peak_rss_mib": final["final"]["peak_rss_mib"],
-        "log": str(workdir / "poll.log"),
-    }
-
-
-def polling_skipped(n: int, measured: list[dict]) -> dict:
-    """Why the baseline is not run at this N, from what it cost at the largest N it was run at."""
-    if not measured:
-        return {"skipped": f"N = {n} is above poll_max_n and no smaller N measured the baseline"}
-    ref = max(measured, key=lambda row: row["n"])
-    per_poll = ref["polling"]["cpu_ms_per_poll"]
-    interval = ref["polling"]["interval_s"]
-    needed = None if per_poll is None else round(per_poll / 1000 * n / interval, 2)
-    return {
-        "skipped": f"N = {n} is above poll_max_n: at N = {ref['n']} one poll cost {per_poll} CPU-ms, so "
-        f"{n} polls per {interval:g} s need {needed} cores for the poller alone (this machine has "
-        f"{os.cpu_count()}, shared with kubesim and the triggers)",
-        "reference_n": ref["n"],
-        "cores_needed": needed,
-        # the baseline's shape (requests per poll as measured at the reference N) over 10 simulated minutes
-        "derived_10_sim_min": None
-        if ref["polling"]["requests_per_poll"] is None
-        else round(ref["polling"]["requests_per_poll"] * n * SIMULATED_MINUTES * 60 / interval),
-    }
-
-
 async def measure(
     url: str,
     kubeconfig: str,
@@ -473,51 +116,24 @@ async def measure(
     once that many triggers fired: the detection latency of ``detect_n`` completions while N wait, where
     completing all N would take kubesim's Kueue hours (its cycle grows with the pending queue). The
     wave and 10-minute request counts then cover only those completions."""
-    env = {
-        **os.environ,
-        "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
-            {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}}
-        ),
-        "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}",
-    }
+    env = worker_env(kubeconfig)
     phases = Phases()
-    connector = aiohttp.TCPConnector(limit=32)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        api = Api(url, session)
-        jobs = await setup_jobs(api, n, phases)
-        spec = workdir / f"jobs-{n}.json"
-        spec.write_text(
-            json.dumps(
-                {
-                    "namespace": NAMESPACE,
-                    "queue": QUEUE,
-                    "resync_interval": DEFAULT_RESYNC_S,
-                    "poll_interval": poll_interval,
-                    "jobs": jobs,
-                }
-            )
+    async with connect(url) as api:
+        jobs, spec, polling = await queued_jobs(
+            api, n, phases, workdir, env, poll_window=poll_window, poll_interval=poll_interval
         )
 
-        polling = None
-        if poll_window is not None:
-            polling = await measure_polling(api, n, spec, env, workdir, poll_window, poll_interval)
-            await api.quiet()
-            phases.mark("polling")
-
         # -- the triggers: startup, two waiting windows, then the waves --
-        before = await api.stats()
         trigger_log = workdir / "trigger.log"
-        trigger = Worker("bench.trigger_worker", spec, env, trigger_log)
-        imported = (await trigger.start()).get("imported") or {}
-        started = await _settled(api, streams=before["watches_open"] + 2)
-        start_usage = await trigger.usage()
-        phases.mark("trigger_startup")
+        startup = await start_triggers(api, spec, env, trigger_log, phases)
+        trigger, before, started = startup.worker, startup.before, startup.started
+        imported = startup.reply.get("imported") or {}
         window_requests = []
         mark = started
         for window in windows:
             await asyncio.sleep(window)
             now = await api.stats()
-            window_requests.append({"window_s": window, "requests": _delta(now, mark, api)})
+            window_requests.append({"window_s": window, "requests": delta(now, mark, api)})
             mark = now
         wait_usage = await trigger.usage()
         streams_open = mark["watches_open"] - before["watches_open"]
@@ -526,32 +142,15 @@ async def measure(
         mark = await api.stats()  # the waves start here: the probe's own traffic is not theirs
         phases.mark("resync_probe")
 
-        seen: dict[str, float] = {}
-        stop = asyncio.Event()
-        observer = asyncio.ensure_future(observe_terminal(url, seen, stop))
-        await asyncio.sleep(0.5)
         fire = n if detect_n is None else min(n, detect_n)
         at_once = max(1, n // 4) if detect_n is None else fire
-        await api.patch(f"{KUEUE}/clusterqueues/{CLUSTER_QUEUE}", _cluster_queue_quota(1 + at_once))
-
-        async def all_fired() -> bool:
-            return len(trigger.fired) >= fire
-
-        await wait_until(all_fired, timeout_s=1800)
-        done = await api.stats()
-        phases.mark("waves")
-        stop.set()
-        await observer
+        seen, done = await waves(api, url, trigger, phases, cpu=1 + at_once, fire=fire)
         end_usage = await trigger.usage()
         final = await trigger.stop()
         phases.mark("stop")
 
-    latencies = [trigger.fired[name][0] - seen[name] for name in trigger.fired if name in seen]
-    statuses: dict[str, int] = {}
-    for _, status in trigger.fired.values():
-        statuses[status] = statuses.get(status, 0) + 1
-    startup_requests = _delta(started, before, api)
-    wave_requests = _delta(done, mark, api) - 1  # minus the observer's initial list (its own session)
+    startup_requests = delta(started, before, api)
+    wave_requests = delta(done, mark, api) - 1  # minus the observer's initial list (its own session)
     # The hub relists per namespace, whatever N: what one resync costs times the resyncs in 10 minutes.
     resyncs_10min = SIMULATED_MINUTES * 60 / DEFAULT_RESYNC_S
     # Waiting itself: whatever the windows measured per second (0 when nothing grows with time), over
@@ -571,8 +170,8 @@ async def measure(
         "polling": polling,
         "trigger": {
             "startup_requests": startup_requests,
-            "startup_by_verb": _by_verb(started, before),
-            "waves_by_verb": _by_verb(done, mark),
+            "startup_by_verb": by_verb(started, before),
+            "waves_by_verb": by_verb(done, mark),
             "waiting_windows": window_requests,
             "watch_streams_open_while_waiting": streams_open,
             "wave_requests": wave_requests,
@@ -581,18 +180,16 @@ async def measure(
             "wave_watches_opened": done["watches_opened_total"] - mark["watches_opened_total"] - 1,
             "watch_ends": _watch_ends(trigger.watch_ends, phases),
             "waves_s": durations["waves"]["s"],
-            "events": statuses,
-            "latency_samples": len(latencies),
-            "detection_latency": summary_ms(latencies),
+            **detection(trigger, seen),
             "cpu_s": {
-                "startup": start_usage["usage"]["cpu_s"],
+                "startup": startup.usage["usage"]["cpu_s"],
                 "after_waiting": wait_usage["usage"]["cpu_s"],
                 "after_waves": end_usage["usage"]["cpu_s"],
             },
             "fired_in_waves": len(trigger.fired),
             "rss_mib": {
                 "after_imports": imported.get("rss_mib"),
-                "after_startup": start_usage["usage"]["rss_mib"],
+                "after_startup": startup.usage["usage"]["rss_mib"],
                 "after_waiting": wait_usage["usage"]["rss_mib"],
                 "peak": final["final"]["peak_rss_mib"],
             },
@@ -601,19 +198,9 @@ async def measure(
             "waiting_requests_10_sim_min": waiting_10min,
             "requests_10_sim_min": trigger_10min,
             "log": str(trigger_log),
-            "log_warnings": _log_warnings(trigger_log),
+            "log_warnings": log_warnings(trigger_log),
         },
     }
-
-
-async def _settled(api: Api, *, streams: int, quiet_s: float = 3.0) -> dict:
-    """Stats once the new worker has its watch streams open and then made no request for ``quiet_s``."""
-
-    async def streaming() -> bool:
-        return (await api.stats())["watches_open"] >= streams
-
-    await wait_until(streaming, timeout_s=300, interval_s=0.2)
-    return await api.quiet(quiet_s=quiet_s)
 
 
 async def _resync_probe(api: Api, jobs: list[dict], env: dict, workdir: Path, interval: float) -> dict:
@@ -626,15 +213,12 @@ async def _resync_probe(api: Api, jobs: list[dict], env: dict, workdir: Path, in
     lists the whole namespace, so its cost does not depend on how many triggers the probe runs;
     ``requests_per_trigger_per_resync`` is only there to compare with the per-trigger re-reads it replaced.
     """
-    spec = workdir / "resync.json"
-    spec.write_text(
-        json.dumps({"namespace": NAMESPACE, "queue": QUEUE, "resync_interval": interval, "jobs": jobs})
-    )
+    spec = write_spec(workdir / "resync.json", jobs, resync_interval=interval)
     before = await api.stats()
     probe = Worker("bench.trigger_worker", spec, env, workdir / "resync.log")
     await probe.start()
     # Quiet for less than half an interval: the probe's own resyncs must not look like startup traffic.
-    settled = await _settled(api, streams=before["watches_open"] + 2, quiet_s=min(2.0, interval / 2))
+    settled_at = await settled(api, streams=before["watches_open"] + STREAMS, quiet_s=min(2.0, interval / 2))
     await asyncio.sleep(2 * interval)
     after = await api.stats()
     await probe.stop()
@@ -648,7 +232,7 @@ async def _resync_probe(api: Api, jobs: list[dict], env: dict, workdir: Path, in
     await wait_until(probe_streams_closed, timeout_s=120, interval_s=0.1)
     closed_after = time.monotonic() - stopped
     await api.quiet()
-    requests = _delta(after, settled, api)
+    requests = delta(after, settled_at, api)
     resyncs = 2
     return {
         "jobs": len(jobs),
@@ -656,18 +240,10 @@ async def _resync_probe(api: Api, jobs: list[dict], env: dict, workdir: Path, in
         "resync_interval_s": interval,
         "window_s": 2 * interval,
         "requests": requests,
-        "by_verb": _by_verb(after, settled),
+        "by_verb": by_verb(after, settled_at),
         "requests_per_resync": requests / resyncs,
         "requests_per_trigger_per_resync": round(requests / (len(jobs) * resyncs), 3),
     }
-
-
-def _by_verb(after: dict, before: dict) -> dict:
-    """Request counts by verb and resource between two stats; the harness's own ``quiet`` polls (the only
-    namespace lists in the run) are left out."""
-    keys = set(after["requests"]) | set(before["requests"])
-    delta = {k: after["requests"].get(k, 0) - before["requests"].get(k, 0) for k in keys}
-    return {k: v for k, v in sorted(delta.items()) if v and k != "list namespaces"}
 
 
 def run_one(
@@ -686,27 +262,22 @@ def run_one(
 
     The workers' logs and spec files stay in ``log_dir``/n<N> (emptied first), named in the result.
     """
-    workdir = Path(log_dir) / f"n{n}"
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
-    try:
-        with run_kubesim(mode="subprocess", time_scale=time_scale) as sim:
-            return asyncio.run(
-                measure(
-                    sim.url,
-                    sim.kubeconfig,
-                    n,
-                    windows=windows,
-                    poll_window=poll_window,
-                    resync_probe_s=resync_probe_s,
-                    workdir=workdir,
-                    poll_interval=poll_interval,
-                    detect_n=detect_n,
-                )
-            )
-    finally:
-        while LIVE_WORKERS:
-            LIVE_WORKERS.pop().kill()
+    workdir = fresh_workdir(log_dir, f"n{n}")
+
+    async def one(url: str, kubeconfig: str) -> dict:
+        return await measure(
+            url,
+            kubeconfig,
+            n,
+            windows=windows,
+            poll_window=poll_window,
+            resync_probe_s=resync_probe_s,
+            workdir=workdir,
+            poll_interval=poll_interval,
+            detect_n=detect_n,
+        )
+
+    return in_kubesim(one, time_scale=time_scale)
 
 
 def compare(row: dict, polled: list[dict]) -> None:

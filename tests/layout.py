@@ -1,6 +1,7 @@
 """The import graph of a package, read from its source with ``ast``, for the layout tests of kubesim
-(tests/unit/kubesim/test_layout.py) and of the plugin (tests/unit/kueue_ray/test_layout.py): which module
-imports which, and whether any of them import each other in a cycle."""
+(tests/unit/kubesim/test_layout.py), of the plugin (tests/unit/kueue_ray/test_layout.py) and of the
+tools (tests/unit/test_layout_tools.py): which module imports which, whether any of them import each
+other in a cycle, and whether any of its packages do."""
 
 from __future__ import annotations
 
@@ -28,15 +29,21 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def imports(tree: ast.AST, package: str, known: set[str], *, module_level: bool) -> set[str]:
+def imports(
+    tree: ast.AST, package: str, known: set[str], *, module_level: bool, type_checking: bool = False
+) -> set[str]:
     """Every module an import statement names, leaving out the imports under ``if TYPE_CHECKING:`` (they
-    never run) and, with ``module_level``, the ones inside functions (they run only when called, after
-    every module has loaded). ``from pkg import module`` counts as importing ``pkg.module`` when that is
-    one of the ``known`` modules."""
+    never run) unless ``type_checking``, and, with ``module_level``, the ones inside functions (they run
+    only when called, after every module has loaded). ``from pkg import module`` counts as importing
+    ``pkg.module`` when that is one of the ``known`` modules.
+
+    ``STRICT`` (``module_level=False, type_checking=True``) counts every import: a cycle a function-level
+    or type-only import closes is still two modules that cannot be understood (or moved) one without the
+    other."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -62,12 +69,22 @@ def package_of(name: str, path: Path) -> str:
     return name if path.name == "__init__.py" else name.rpartition(".")[0]
 
 
-def import_graph(found: dict[str, Path], *, module_level: bool) -> dict[str, set[str]]:
+STRICT = {"module_level": False, "type_checking": True}
+"""The ``import_graph`` mode that counts every import: module-level, inside functions, and type-only."""
+
+
+def import_graph(
+    found: dict[str, Path], *, module_level: bool, type_checking: bool = False
+) -> dict[str, set[str]]:
     """Module -> the modules of ``found`` it imports."""
     graph = {}
     for name, path in found.items():
         imported = imports(
-            ast.parse(path.read_text()), package_of(name, path), set(found), module_level=module_level
+            ast.parse(path.read_text()),
+            package_of(name, path),
+            set(found),
+            module_level=module_level,
+            type_checking=type_checking,
         )
         graph[name] = {target for target in imported if target in found and target != name}
     return graph
@@ -94,3 +111,35 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (found := visit(node)):
             return found
     return None
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph one level up: each import between two modules becomes an import between the two
+    siblings that hold them, the children of the deepest package both are in (a subpackage, or a module
+    directly in that package). ``a.b.x`` importing ``a.c.y`` is ``a.b`` importing ``a.c``; ``a.b.x``
+    importing ``a.y`` is ``a.b`` importing ``a.y``. An import between a package and a module inside it
+    relates no siblings and is left to the module graph.
+
+    >>> package_graph({"a.b.x": {"a.c.y"}, "a.c.y": {"a.z"}, "a.z": set()})
+    {'a.b': {'a.c'}, 'a.c': {'a.z'}, 'a.z': set()}
+    """
+    found: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        for target in targets:
+            a, b = source.split("."), target.split(".")
+            common = 0
+            while common < min(len(a), len(b)) and a[common] == b[common]:
+                common += 1
+            if common in (len(a), len(b)):  # one holds the other
+                continue
+            found.setdefault(".".join(a[: common + 1]), set()).add(".".join(b[: common + 1]))
+    for node in [*found.values()]:
+        for target in node:
+            found.setdefault(target, set())
+    return dict(sorted(found.items()))
+
+
+def too_long(found: dict[str, Path], max_lines: int = MAX_LINES) -> dict[str, int]:
+    """The modules longer than ``max_lines``, with their length."""
+    lengths = {name: len(path.read_text().splitlines()) for name, path in found.items()}
+    return {name: lines for name, lines in lengths.items() if lines > max_lines}

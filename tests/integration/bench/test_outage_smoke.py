@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench import outage
-from bench.trigger_scale import ROOT
+from bench.harness.workers import ROOT
 
 N = 30
 

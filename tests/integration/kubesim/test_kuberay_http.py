@@ -6,6 +6,7 @@ import pytest
 from kubernetes import client, config, watch
 
 from kubesim.testing import run_kubesim
+from tests.rayjobs import rayjob_body
 
 TIME_SCALE = 500.0  # a 10 s RayJob takes 20 ms
 
@@ -19,23 +20,15 @@ def api():
 
 
 def manifest(name: str) -> dict:
-    container = {
-        "name": "ray-head",
-        "image": "rayproject/ray:2.52.0",
-        "resources": {"requests": {"cpu": "1"}},
-    }
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {"name": name, "annotations": {"kubesim.dev/startup": "2"}},
-        "spec": {
-            "entrypoint": "python train.py --epochs 2",
-            "shutdownAfterJobFinishes": True,
-            "rayClusterSpec": {
-                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container]}}}
-            },
-        },
-    }
+    return rayjob_body(
+        name,
+        requests={"cpu": "1"},
+        limits=False,
+        image="rayproject/ray:2.52.0",
+        entrypoint="python train.py --epochs 2",
+        startup_s="2",
+        submission_mode=None,
+    )
 
 
 def test_rayjob_completes_and_its_submitter_log_is_readable(api, unique_name):

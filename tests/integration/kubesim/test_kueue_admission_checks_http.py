@@ -12,6 +12,7 @@ import yaml
 from kubernetes import client, config
 
 from kubesim.testing import run_kubesim
+from tests.rayjobs import rayjob_body
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 RAY = ("ray.io", "v1")
@@ -114,20 +115,16 @@ def checked_queue(custom, ns: str, cq: str, checks: list[str]) -> None:
 
 
 def rayjob(name: str, entrypoint: str = "sleep 20", tolerations: list | None = None) -> dict:
-    head = {"containers": [{"name": "ray-head", "image": "ray", "resources": {"requests": {"cpu": "1"}}}]}
-    if tolerations:
-        head["tolerations"] = tolerations
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "q"}},
-        "spec": {
-            "entrypoint": entrypoint,
-            "submissionMode": "HTTPMode",
-            "shutdownAfterJobFinishes": True,
-            "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": head}}},
-        },
-    }
+    return rayjob_body(
+        name,
+        requests={"cpu": "1"},
+        limits=False,
+        image="ray",
+        entrypoint=entrypoint,
+        labels={"kueue.x-k8s.io/queue-name": "q"},
+        startup_s=None,
+        head_pod={"tolerations": tolerations} if tolerations else None,
+    )
 
 
 def submit(custom, ns: str, job: dict) -> str:

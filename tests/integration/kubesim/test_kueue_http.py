@@ -12,6 +12,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.rayjobs import rayjob_body
+
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
 
@@ -89,34 +91,15 @@ def queues(custom, ns: str, cq: str, *, cpu: str = "2", flavor_labels: dict | No
 
 
 def rayjob(name: str, *, cpu: str = "1", labels: dict | None = None, **spec) -> dict:
-    body = {
-        "entrypoint": "sleep infinity",
-        "shutdownAfterJobFinishes": True,
-        "submissionMode": "HTTPMode",
-        "rayClusterSpec": {
-            "headGroupSpec": {
-                "rayStartParams": {},
-                "template": {
-                    "spec": {
-                        "containers": [
-                            {"name": "ray-head", "image": "ray", "resources": {"requests": {"cpu": cpu}}}
-                        ]
-                    }
-                },
-            }
-        },
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {
-            "name": name,
-            "labels": {"kueue.x-k8s.io/queue-name": "q", **(labels or {})},
-            "annotations": {"kubesim.dev/startup": "1"},
-        },
-        "spec": body,
-    }
+    body = rayjob_body(
+        name,
+        requests={"cpu": cpu},
+        limits=False,
+        image="ray",
+        labels={"kueue.x-k8s.io/queue-name": "q", **(labels or {})},
+    )
+    body["spec"].update(spec)
+    return body
 
 
 def submit(custom, ns: str, job: dict) -> dict:

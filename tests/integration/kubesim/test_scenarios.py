@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from kubesim import quantity
 from kubesim.testing import run_kubesim
+from tests.rayjobs import rayjob_body
 from tests.scenarios import Expectation, QueueExpectation, Scenario, Step, all_scenarios
 
 SCENARIOS = all_scenarios()
@@ -160,47 +161,21 @@ class Driver:
 
 
 def rayjob(name: str, spec: dict) -> dict:
-    labels = {KUEUE_LABELS[key]: spec[key] for key in KUEUE_LABELS if spec.get(key)}
+    def sized(requests: dict) -> dict:
+        return {k: str(v) for k, v in requests.items()}
 
-    def container(name: str, requests: dict) -> dict:
-        resources = {k: str(v) for k, v in requests.items()}
-        return {
-            "name": name,
-            "image": "rayproject/ray:2.46.0",
-            "resources": {"requests": resources, "limits": dict(resources)},
-        }
-
-    cluster = {
-        "headGroupSpec": {
-            "rayStartParams": {},
-            "template": {"spec": {"containers": [container("ray-head", spec.get("head", {}))]}},
-        }
-    }
-    if spec.get("workers"):
-        cluster["workerGroupSpecs"] = [
-            {
-                "groupName": group["group"],
-                "replicas": group.get("replicas", 1),
-                "rayStartParams": {},
-                "template": {"spec": {"containers": [container("ray-worker", group.get("requests", {}))]}},
-            }
-            for group in spec["workers"]
-        ]
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {
-            "name": name,
-            "namespace": spec.get("namespace", "default"),
-            "labels": labels,
-        },
-        "spec": {
-            "entrypoint": "sleep infinity",  # runs until the story finishes it, on any cluster
-            "shutdownAfterJobFinishes": True,
-            "submissionMode": spec.get("mode", "HTTPMode"),
-            "rayClusterSpec": cluster,
-        },
-    }
+    return rayjob_body(
+        name,
+        namespace=spec.get("namespace", "default"),
+        labels={KUEUE_LABELS[key]: spec[key] for key in KUEUE_LABELS if spec.get(key)},
+        startup_s=None,
+        requests=sized(spec.get("head", {})),
+        worker_groups=[
+            {**group, "requests": sized(group.get("requests", {}))} for group in spec.get("workers", [])
+        ],
+        entrypoint="sleep infinity",  # runs until the story finishes it, on any cluster
+        submission_mode=spec.get("mode", "HTTPMode"),
+    )
 
 
 def condition(workload: dict | None, type_: str) -> dict:

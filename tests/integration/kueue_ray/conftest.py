@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from tests import rayjobs
+
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 
@@ -192,35 +194,16 @@ def make_rayjob_body(
     simulated seconds ("inf": until stopped) and, for ``outcome="AppFailed"``, then exits 1, as it would on
     a real cluster. Only the pods' start-up time (a property of the nodes, not of the RayJob) is kubesim's
     annotation."""
-    requests = {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpu}
     entrypoint = f"sleep {'infinity' if duration == 'inf' else duration}"
     if outcome == "AppFailed":
         entrypoint += "; exit 1"
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {"name": "placeholder", "annotations": {"kubesim.dev/startup": "1"}},
-        "spec": {
-            "entrypoint": entrypoint,
-            "submissionMode": submission_mode,
-            "rayClusterSpec": {
-                "headGroupSpec": {
-                    "rayStartParams": {},
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "ray-head",
-                                    "image": "rayproject/ray:2.46.0",
-                                    "resources": {"requests": requests, "limits": requests},
-                                }
-                            ]
-                        }
-                    },
-                }
-            },
-        },
-    }
+    return rayjobs.rayjob_body(
+        "placeholder",
+        requests={"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpu},
+        entrypoint=entrypoint,
+        submission_mode=submission_mode,
+        shutdown_after_job_finishes=None,
+    )
 
 
 class FakeTaskInstance:

@@ -13,6 +13,7 @@ from kueue_ray.service_trigger import RayServiceTrigger
 from kueue_ray.serving import DeployRayServiceOperator
 
 from tests.integration.kueue_ray.conftest import FakeDagRun, FakeTaskInstance
+from tests.rayjobs import container, head_group
 
 EVENT_TIMEOUT = 60
 SERVE_CONFIG = (
@@ -24,7 +25,10 @@ SERVE_CONFIG = (
 def service_body(model: str = "/models/v1", *, cpu: str = "1", annotations: dict | None = None) -> dict:
     """A RayService whose one cluster (a head of ``cpu`` CPU / 2G) loads ``model`` from its environment;
     an unused cluster is deleted 5 simulated seconds after a switch."""
-    resources = {"cpu": cpu, "memory": "2G"}
+    head = {
+        **container("ray-head", {"cpu": cpu, "memory": "2G"}),
+        "env": [{"name": "MODEL_PATH", "value": model}],
+    }
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
@@ -35,23 +39,7 @@ def service_body(model: str = "/models/v1", *, cpu: str = "1", annotations: dict
         "spec": {
             "serveConfigV2": SERVE_CONFIG,
             "rayClusterDeletionDelaySeconds": 5,
-            "rayClusterConfig": {
-                "headGroupSpec": {
-                    "rayStartParams": {},
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "ray-head",
-                                    "image": "rayproject/ray:2.46.0",
-                                    "env": [{"name": "MODEL_PATH", "value": model}],
-                                    "resources": {"requests": resources, "limits": resources},
-                                }
-                            ]
-                        }
-                    },
-                }
-            },
+            "rayClusterConfig": {"headGroupSpec": head_group({"containers": [head]})},
         },
     }
 

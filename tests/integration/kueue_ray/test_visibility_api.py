@@ -21,6 +21,7 @@ from kueue_ray.hook_common import QueuePosition
 
 from tests.deployment_files import component_service_accounts, load_values, render_rbac
 from tests.integration.kueue_ray.conftest import KUEUE, wait_for
+from tests.rayjobs import rayjob_body
 
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
 OTHER_QUEUE = "other-queue"
@@ -39,35 +40,9 @@ def get(api, path: str) -> tuple[int, dict]:
 
 def submit(queues, name: str, local_queue: str, priority: str) -> dict:
     """A RayJob for Kueue (queue and priority labels), its head as large as the ClusterQueue's quota."""
-    body = {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {
-            "name": name,
-            "labels": {"kueue.x-k8s.io/queue-name": local_queue, "kueue.x-k8s.io/priority-class": priority},
-        },
-        "spec": {
-            "entrypoint": "sleep infinity",
-            "submissionMode": "HTTPMode",  # no submitter pod: the head alone fills the quota
-            "shutdownAfterJobFinishes": True,
-            "rayClusterSpec": {
-                "headGroupSpec": {
-                    "rayStartParams": {},
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "ray-head",
-                                    "image": "rayproject/ray:2.46.0",
-                                    "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}},
-                                }
-                            ]
-                        }
-                    },
-                }
-            },
-        },
-    }
+    # HTTPMode: no submitter pod, the head alone fills the quota
+    labels = {"kueue.x-k8s.io/queue-name": local_queue, "kueue.x-k8s.io/priority-class": priority}
+    body = rayjob_body(name, requests={"cpu": "2"}, labels=labels, startup_s=None)
     return queues.custom.create_namespaced_custom_object("ray.io", "v1", queues.namespace, "rayjobs", body)
 
 

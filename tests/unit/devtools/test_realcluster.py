@@ -3,7 +3,7 @@ aggregator at Kueue's visibility server, and the status its pod driver writes.""
 
 import base64
 
-from devtools.realcluster import kueue_webhooks, visibility_objects
+from devtools.realcluster_kueue import kueue_webhooks, visibility_objects
 from devtools.realcluster_pods import running_status
 
 

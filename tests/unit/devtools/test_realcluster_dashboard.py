@@ -128,9 +128,9 @@ def test_the_relay_gives_the_caller_a_port_of_the_namespace():
 
 @needs_netns
 def test_a_submitter_runs_the_ray_cli_against_the_head_and_its_log_is_served_as_a_kubelet_would(tmp_path):
-    from devtools.realcluster import _make_pki
+    from devtools.realcluster_pki import make_pki
 
-    pki = _make_pki(tmp_path / "pki")
+    pki = make_pki(tmp_path / "pki")
     with NetworkNamespace() as netns:
         heads = HeadDashboards(netns, time_scale=100)
         heads.serve_logs("10.0.0.10", str(pki["server.crt"]), str(pki["server.key"]))

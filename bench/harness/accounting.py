@@ -1,0 +1,34 @@
+"""kubesim's request counts between two moments (two ``Api.stats()``), the harness's own requests left
+out, so every figure is what the process under measurement sent."""
+
+from __future__ import annotations
+
+from bench.harness.phases import wait_until
+from bench.kube import Api
+
+
+def delta(after: dict, before: dict, api: Api) -> int:
+    """Requests the measured processes made between ``before`` and ``after``."""
+    return api.foreign_requests(after) - api.foreign_requests(before)
+
+
+def by_verb(after: dict, before: dict) -> dict:
+    """Request counts by verb and resource between two stats; the harness's own ``quiet`` polls (the only
+    namespace lists in the run) are left out.
+
+    >>> by_verb({"requests": {"watch rayjobs": 2, "list namespaces": 9}}, {"requests": {}})
+    {'watch rayjobs': 2}
+    """
+    keys = set(after["requests"]) | set(before["requests"])
+    change = {k: after["requests"].get(k, 0) - before["requests"].get(k, 0) for k in keys}
+    return {k: v for k, v in sorted(change.items()) if v and k != "list namespaces"}
+
+
+async def settled(api: Api, *, streams: int, quiet_s: float = 3.0) -> dict:
+    """Stats once ``streams`` watch streams are open and then no request came for ``quiet_s``."""
+
+    async def streaming() -> bool:
+        return (await api.stats())["watches_open"] >= streams
+
+    await wait_until(streaming, timeout_s=300, interval_s=0.2)
+    return await api.quiet(quiet_s=quiet_s)
