@@ -13,12 +13,26 @@ from kueue_ray.narration import POD_CHECK_SECONDS
 from tests.integration.kueue_ray.test_deferred import defer, first_event, submit
 
 
+def unpullable_head(rayjob_body, image: str, **sizes: str) -> dict:
+    body = rayjob_body(duration="2", **sizes)
+    body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = image
+    return body
+
+
+def assert_told_the_image_pull(out: list[str], rayjob: str, image: str) -> None:
+    told = [line for line in "".join(out).splitlines() if "Ray cluster starting, pods:" in line]
+    assert told, "".join(out)
+    assert f"RayJob {rayjob}: Ray cluster starting, pods: head " in told[0]
+    assert any(
+        f'Pending (ImagePullBackOff: Back-off pulling image "{image}": ErrImagePull: ' in t for t in told
+    )
+
+
 def test_the_log_tells_the_head_pod_waiting_on_an_image_pull(
     queues, rayjob_body, task_context, kubesim, capfd
 ):
     image = f"rayproject/ray:missing-{queues.namespace}"
-    body = rayjob_body(duration="2")
-    body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = image
+    body = unpullable_head(rayjob_body, image)
     kubesim.set_faults(unpullable_images=[image])
     context = task_context("train")
     trigger = defer(submit(queues, body, context), context)
@@ -38,12 +52,7 @@ def test_the_log_tells_the_head_pod_waiting_on_an_image_pull(
 
     event = asyncio.run(scenario())
     out.append(capfd.readouterr().out)
-    told = [line for line in "".join(out).splitlines() if "Ray cluster starting, pods:" in line]
-    assert told, "".join(out)
-    assert f"RayJob {queues.namespace}/{trigger.name}: Ray cluster starting, pods: head " in told[0]
-    assert any(
-        f'Pending (ImagePullBackOff: Back-off pulling image "{image}": ErrImagePull: ' in t for t in told
-    )
+    assert_told_the_image_pull(out, f"{queues.namespace}/{trigger.name}", image)
     # Once the image pulls, the job runs and succeeds: the fault held it, nothing else.
     assert event["status"] == "success", event
 
@@ -51,8 +60,7 @@ def test_the_log_tells_the_head_pod_waiting_on_an_image_pull(
 def test_a_wait_in_a_worker_tells_the_pods_too(queues, rayjob_body, task_context, kubesim, capfd):
     """``deferrable=False`` holds a worker slot and reads on its own: the same pod lines as the trigger's."""
     image = f"rayproject/ray:missing-{queues.namespace}-worker"
-    body = rayjob_body(duration="2")
-    body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = image
+    body = unpullable_head(rayjob_body, image)
     kubesim.set_faults(unpullable_images=[image])
     context = task_context("train")
     op = submit(queues, body, context, deferrable=False, poll_interval=0.2)
@@ -69,12 +77,7 @@ def test_a_wait_in_a_worker_tells_the_pods_too(queues, rayjob_body, task_context
             kubesim.set_faults(unpullable_images=[])
         result = waiting.result(timeout=120)
     out.append(capfd.readouterr().out)
-    told = [line for line in "".join(out).splitlines() if "Ray cluster starting, pods:" in line]
-    assert told, "".join(out)
-    assert f"RayJob {queues.namespace}/{result['name']}: Ray cluster starting, pods: head " in told[0]
-    assert any(
-        f'Pending (ImagePullBackOff: Back-off pulling image "{image}": ErrImagePull: ' in t for t in told
-    )
+    assert_told_the_image_pull(out, f"{queues.namespace}/{result['name']}", image)
 
 
 STARTING = 8
@@ -90,8 +93,7 @@ def test_starting_clusters_cost_a_pod_list_per_namespace_and_check_not_one_per_t
     kubesim.set_faults(unpullable_images=[image])
     triggers = []
     for i in range(STARTING):  # small enough that all eight are admitted at once
-        body = rayjob_body(cpu="250m", memory="1000M", gpu="0", duration="2")
-        body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = image
+        body = unpullable_head(rayjob_body, image, cpu="250m", memory="1000M", gpu="0")
         context = task_context(f"train-{i}")
         triggers.append(defer(submit(queues, body, context, task_id=f"train-{i}"), context))
     capfd.readouterr()
