@@ -15,7 +15,7 @@ from kubesim.kueue import admission_checks
 from kubesim.kueue.conditions import is_queued
 
 if TYPE_CHECKING:
-    from kubesim.kueue.cache import World
+    from kubesim.kueue.world import World
 
 
 @dataclass
