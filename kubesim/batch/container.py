@@ -1,6 +1,6 @@
 """What a Job pod's container does, read from its command as a real cluster would run it (pure).
 
-The same convention as a RayJob's entrypoint (``kubesim.kuberay.dashboard.Entrypoint``): the container's
+The same convention as a RayJob's entrypoint (``kubesim.entrypoint.Entrypoint``): the container's
 shell line is ``command`` + ``args`` (for ``sh -c`` / ``bash -c`` the script after ``-c``); ``sleep N``
 runs N simulated seconds (several add up, ``sleep infinity`` never ends), ``--epochs N`` / ``NUM_EPOCHS=N``
 trains N epochs of ``EPOCH_SECONDS``, ``exit N`` ends it with that exit code, ``echo`` writes its
@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from kubesim.kuberay.dashboard import DEFAULT_DURATION, DEFAULT_STARTUP, EPOCH_SECONDS, Entrypoint
+from kubesim.entrypoint import DEFAULT_DURATION, DEFAULT_STARTUP, EPOCH_SECONDS, Entrypoint
 
 SHELLS = ("sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env")
 STARTUP = DEFAULT_STARTUP

@@ -13,6 +13,7 @@ import copy
 from decimal import Decimal
 
 from kubesim.errors import ApiError
+from kubesim.kubelet import next_ip, pending_pod_status, start_pod_later
 from kubesim.kuberay.context import (
     CREATED_BY,
     OPERATOR,
@@ -23,7 +24,6 @@ from kubesim.kuberay.context import (
     owner_reference,
 )
 from kubesim.kuberay.dashboard import startup_seconds
-from kubesim.kuberay.kubelet import next_ip, pending_pod_status, start_pod_later
 from kubesim.quantity import format_quantity, parse_exact
 
 CLUSTER_LABEL = "ray.io/cluster"

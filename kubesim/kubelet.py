@@ -1,10 +1,11 @@
 """The simulated kube-scheduler and kubelet for the pods KubeRay and the Job controller create.
 
 A real cluster places and starts the Ray pods and every Job's pods itself; the controllers only create
-them. The RayCluster reconciler and the Job controller (``kubesim.batch.controller``) hand their pods to
-``schedule_pod`` / ``start_pod_later``, which place them by ``kubesim.scheduling`` and report the
-statuses a kubelet writes. ``ctx`` is either controller: its store, clock, ``write_status`` and
-``call_after``.
+them. The RayCluster reconciler (``kubesim.kuberay.raycluster``) and the Job controller
+(``kubesim.batch.controller``) hand their pods to ``schedule_pod`` / ``start_pod_later``, which place them
+by ``kubesim.scheduling`` and report the statuses a kubelet writes. ``ctx`` is either controller: its
+store, clock, ``write_status`` and ``call_after``. It belongs to neither, as a node belongs to no
+controller, so neither controller package imports the other.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 from kubesim.errors import ApiError
 from kubesim.images import PULL_ATTEMPT, PULL_RETRY, image_pull_status
-from kubesim.kuberay.context import PODS
+from kubesim.pod_strategy import PODS
 from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
 
 PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff"})
