@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kubesim.errors import ApiError
-from kubesim.kueue import jobs
+from kubesim.kueue import jobs, podset_info
 from kubesim.kueue.conditions import JOB_COMPONENT, admission_of
 from kubesim.kueue.jobs import BATCH_JOB, WORKLOAD_KEY, JobKind
 from kubesim.kueue.writer import Writer
@@ -25,9 +25,9 @@ class JobActions:
         self.writer = writer
 
     def start(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
-        infos = jobs.pod_set_infos(wl, world.flavors, (wl.get("spec") or {}).get("queueName", ""))
+        infos = podset_info.pod_set_infos(wl, world.flavors, (wl.get("spec") or {}).get("queueName", ""))
         started = self.writer.mutate(
-            kind.key, job, lambda obj: obj.update(jobs.start_job(kind, obj, infos)), status=False
+            kind.key, job, lambda obj: obj.update(podset_info.start_job(kind, obj, infos)), status=False
         )
         if started is not None:
             cq = admission_of(wl)["clusterQueue"]
@@ -43,7 +43,7 @@ class JobActions:
             if wl is None:
                 jobs.set_suspend(kind, obj, True)
             else:
-                obj.update(jobs.stop_job(kind, obj, original))
+                obj.update(podset_info.stop_job(kind, obj, original))
 
         if self.writer.mutate(kind.key, job, change, status=False) is not None:
             self.writer.event(job, "Normal", "Stopped", message, JOB_COMPONENT)
@@ -72,7 +72,7 @@ class JobActions:
         mutate(
             BATCH_JOB.key,
             cleared,
-            lambda obj: obj.update(jobs.stop_job(BATCH_JOB, obj, original)),
+            lambda obj: obj.update(podset_info.stop_job(BATCH_JOB, obj, original)),
             status=False,
         )
 
