@@ -13,7 +13,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from kubesim.errors import ApiError
 from kubesim.images import PULL_ATTEMPT, PULL_RETRY, image_pull_status
 from kubesim.pod_strategy import PODS
 from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
@@ -101,12 +100,9 @@ def schedule_pod(ctx, namespace: str, pod_name: str, seconds: float, start: Call
     retries unschedulable pods."""
 
     def attempt() -> None:
-        try:
-            pod = ctx.store.get(PODS, pod_name, namespace=namespace)
-        except ApiError as exc:
-            if exc.code == 404:
-                return
-            raise
+        pod = ctx.store.get_or_none(PODS, pod_name, namespace=namespace)
+        if pod is None:
+            return
         status = pod.get("status") or {}
         if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Pending":
             return
@@ -145,12 +141,9 @@ def start_pod_later(ctx, namespace: str, pod_name: str, seconds: float) -> None:
     """Once scheduled, the simulated kubelet: after ``seconds`` the pod is Running and Ready (unless gone)."""
 
     def start() -> None:
-        try:
-            pod = ctx.store.get(PODS, pod_name, namespace=namespace)
-        except ApiError as exc:
-            if exc.code == 404:
-                return
-            raise
+        pod = ctx.store.get_or_none(PODS, pod_name, namespace=namespace)
+        if pod is None:
+            return
         if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Pending":
             return
         ctx.write_status(PODS, pod, running_pod_status(pod, ctx.clock.timestamp()))

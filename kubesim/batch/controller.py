@@ -116,12 +116,9 @@ class JobController:
 
     # -- the reconcile -----------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> None:
-        try:
-            job = self.store.get(JOBS, name, namespace=namespace)
-        except ApiError as err:
-            if err.code == 404:
-                return
-            raise
+        job = self.store.get_or_none(JOBS, name, namespace=namespace)
+        if job is None:
+            return
         meta = job["metadata"]
         if meta.get("deletionTimestamp"):
             return
@@ -236,12 +233,9 @@ class JobController:
         return created
 
     def _current(self, namespace: str, name: str, uid: str, phase: str) -> dict | None:
-        try:
-            pod = self.store.get(PODS, name, namespace=namespace)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        pod = self.store.get_or_none(PODS, name, namespace=namespace)
+        if pod is None:
+            return None
         if pod["metadata"]["uid"] != uid or pod["metadata"].get("deletionTimestamp") or _phase(pod) != phase:
             return None
         return pod

@@ -417,13 +417,10 @@ def live_pods(ctx: Context, namespace: str, cluster_name: str) -> list[dict]:
 
 # -- reconcile -------------------------------------------------------------------------------------
 def reconcile_raycluster(ctx: Context, namespace: str, name: str) -> None:
-    try:
-        cluster = ctx.store.get(RAYCLUSTERS, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            ctx.dashboards.drop_cluster(namespace, name)
-            return
-        raise
+    cluster = ctx.store.get_or_none(RAYCLUSTERS, name, namespace=namespace)
+    if cluster is None:
+        ctx.dashboards.drop_cluster(namespace, name)
+        return
     if cluster["metadata"].get("deletionTimestamp"):
         ctx.dashboards.drop_cluster(namespace, name)
         return

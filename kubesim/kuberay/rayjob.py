@@ -44,12 +44,9 @@ _SKIP_WRITE = "skip"  # a step that returns this ends the reconcile without a st
 
 
 def reconcile_rayjob(ctx: Context, namespace: str, name: str) -> None:
-    try:
-        rayjob = ctx.store.get(RAYJOBS, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            return
-        raise
+    rayjob = ctx.store.get_or_none(RAYJOBS, name, namespace=namespace)
+    if rayjob is None:
+        return
     if rayjob["metadata"].get("deletionTimestamp"):
         _on_deletion(ctx, rayjob)
         return
@@ -378,12 +375,9 @@ def _delete_cluster(ctx: Context, rayjob: dict, status: dict) -> bool:
     if (rayjob.get("spec") or {}).get("clusterSelector") or not status.get("rayClusterName"):
         return True
     namespace, name = rayjob["metadata"]["namespace"], status["rayClusterName"]
-    try:
-        cluster = ctx.store.get(RAYCLUSTERS, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            return True
-        raise
+    cluster = ctx.store.get_or_none(RAYCLUSTERS, name, namespace=namespace)
+    if cluster is None:
+        return True
     if not cluster["metadata"].get("deletionTimestamp"):
         ctx.store.delete(RAYCLUSTERS, name, namespace=namespace)
         ctx.event(rayjob, "Normal", "DeletedRayCluster", f"Deleted cluster {namespace}/{name}")
@@ -395,12 +389,9 @@ def _delete_submitter(ctx: Context, rayjob: dict) -> bool:
     if (rayjob.get("spec") or {}).get("submissionMode", "K8sJobMode") in ("HTTPMode", "SidecarMode"):
         return True
     namespace, name = rayjob["metadata"]["namespace"], rayjob["metadata"]["name"]
-    try:
-        job = ctx.store.get(JOBS, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            return True
-        raise
+    job = ctx.store.get_or_none(JOBS, name, namespace=namespace)
+    if job is None:
+        return True
     if not job["metadata"].get("deletionTimestamp"):
         ctx.store.delete(JOBS, name, namespace=namespace, propagation_policy="Background")
         ctx.event(rayjob, "Normal", "DeletedRayJobSubmitter", f"Deleted submitter K8s Job {namespace}/{name}")

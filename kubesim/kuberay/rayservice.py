@@ -135,12 +135,9 @@ def serve_statuses(deployment: ServeDeployment, elapsed: float) -> dict:
 
 
 def reconcile_rayservice(ctx: Context, namespace: str, name: str) -> None:
-    try:
-        service = ctx.store.get(RAYSERVICES, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            return
-        raise
+    service = ctx.store.get_or_none(RAYSERVICES, name, namespace=namespace)
+    if service is None:
+        return
     if service["metadata"].get("deletionTimestamp"):
         return
     original = service.get("status") or {}
@@ -344,16 +341,10 @@ def _clean_up_unused(ctx: Context, service: dict, owned: dict[str, dict], in_use
 
 def _serve_target(ctx: Context, service: dict) -> str | None:
     """The cluster the Serve Service selects now, None before there is one."""
-    try:
-        svc = ctx.store.get(
-            SERVICES,
-            serve_service_name(service["metadata"]["name"]),
-            namespace=service["metadata"]["namespace"],
-        )
-    except ApiError as exc:
-        if exc.code == 404:
-            return None
-        raise
+    meta = service["metadata"]
+    svc = ctx.store.get_or_none(SERVICES, serve_service_name(meta["name"]), namespace=meta["namespace"])
+    if svc is None:
+        return None
     return ((svc.get("spec") or {}).get("selector") or {}).get(CLUSTER_LABEL)
 
 

@@ -8,6 +8,7 @@ ClusterQueues that have checks; the rules (and the annotations the simulated che
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -43,17 +44,15 @@ if TYPE_CHECKING:
     from kubesim.kueue.eviction import Eviction
 
 
+@dataclass(eq=False)
 class AdmissionChecks:
     """The admission-check half of Kueue's workload controller, plus kubesim's simulated check controller,
     run once per pass of the Kueue controller over the Workloads of ClusterQueues that have checks."""
 
-    def __init__(
-        self, writer: Writer, view: ClusterView, eviction: Eviction, admission: AdmissionCycle
-    ) -> None:
-        self.writer = writer
-        self.view = view
-        self.eviction = eviction
-        self.admission = admission
+    writer: Writer
+    view: ClusterView
+    eviction: Eviction
+    admission: AdmissionCycle
 
     def reconcile(self, world: World) -> None:
         checked = {name: cq for name, cq in world.cluster_queues.items() if strategy(cq)}

@@ -7,7 +7,7 @@ starts an admitted Workload's job through ``JobActions``. It keeps the model and
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from kubesim.kueue import admission_checks, model, scheduler
@@ -47,34 +47,26 @@ if TYPE_CHECKING:
 MAX_CYCLES_PER_PASS = 50
 
 
+@dataclass(eq=False)
 class AdmissionCycle:
     """Step 3 of a pass: run the scheduler and apply what it decided.
 
     ``seq`` (uid -> creation order) and ``parked`` are the controller's, shared with the job sync.
     """
 
-    def __init__(
-        self,
-        writer: Writer,
-        view: ClusterView,
-        actions: JobActions,
-        eviction: Eviction,
-        *,
-        seq: dict[str, int],
-        parked: Parked,
-    ) -> None:
-        self.writer = writer
-        self.view = view
-        self.actions = actions
-        self.eviction = eviction
-        self.seq = seq
-        self.parked = parked
-        # uid -> (what the model was built from, model.Workload): building one parses every quantity.
-        self._models: dict[str, tuple[tuple, model.Workload]] = {}
-        self._shapes: dict[str, tuple[str | None, str]] = {}  # uid -> (resourceVersion, scheduling shape)
-        # The admitted part of the scheduler's snapshot, and what it was built from.
-        self._snapshot_cache: tuple[World, tuple[int, int], model.Snapshot] | None = None
-        self._reservations = 0
+    writer: Writer
+    view: ClusterView
+    actions: JobActions
+    eviction: Eviction
+    seq: dict[str, int]
+    parked: Parked
+    # uid -> (what the model was built from, model.Workload): building one parses every quantity.
+    _models: dict[str, tuple[tuple, model.Workload]] = field(default_factory=dict, init=False)
+    _shapes: dict[str, tuple[str | None, str]] = field(default_factory=dict, init=False)
+    """uid -> (resourceVersion, scheduling shape)."""
+    # The admitted part of the scheduler's snapshot, and what it was built from.
+    _snapshot_cache: tuple[World, tuple[int, int], model.Snapshot] | None = field(default=None, init=False)
+    _reservations: int = field(default=0, init=False)
 
     def forget(self, uid: str) -> None:
         """A Workload was deleted: drop what is cached about it."""

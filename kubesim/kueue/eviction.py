@@ -9,6 +9,7 @@ stopped, the job reconcile (``job_sync``) releases the quota.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kubesim.kueue import admission_checks
@@ -35,13 +36,13 @@ if TYPE_CHECKING:
     from kubesim.kueue.cache import ClusterView
 
 
+@dataclass(eq=False)
 class Eviction:
     """Step 2 of a pass: evict what must go among the Workloads that changed."""
 
-    def __init__(self, writer: Writer, view: ClusterView, actions: JobActions) -> None:
-        self.writer = writer
-        self.view = view
-        self.actions = actions
+    writer: Writer
+    view: ClusterView
+    actions: JobActions
 
     def set_deactivation_target(self, wl: dict, reason: str, message: str) -> None:
         """``SetDeactivationTarget``: the workload controller then deactivates and evicts it."""

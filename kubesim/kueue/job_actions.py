@@ -6,6 +6,7 @@ it reconciles, an eviction stops the evicted Workload's job, an admission starts
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kubesim.errors import ApiError
@@ -18,11 +19,11 @@ if TYPE_CHECKING:
     from kubesim.kueue.world import World
 
 
+@dataclass(eq=False)
 class JobActions:
     """Starts and stops jobs through the ``Writer``, with Kueue's events."""
 
-    def __init__(self, writer: Writer) -> None:
-        self.writer = writer
+    writer: Writer
 
     def start(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
         infos = podset_info.pod_set_infos(wl, world.flavors, (wl.get("spec") or {}).get("queueName", ""))

@@ -8,6 +8,7 @@ starts or stops jobs through ``JobActions``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kubesim.errors import ApiError
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from kubesim.kueue.equivalence import Parked
 
 
+@dataclass(eq=False)
 class JobSync:
     """Step 1 of a pass: reconcile each changed job with its Workload.
 
@@ -47,23 +49,14 @@ class JobSync:
     requeues them all.
     """
 
-    def __init__(
-        self,
-        writer: Writer,
-        view: ClusterView,
-        actions: JobActions,
-        *,
-        seq: dict[str, int],
-        parked: Parked,
-        frameworks: frozenset[str],
-    ) -> None:
-        self.writer = writer
-        self.view = view
-        self.actions = actions
-        self.seq = seq
-        self.parked = parked
-        self.frameworks = frameworks
-        self.warned: set[tuple[str, str]] = set()
+    writer: Writer
+    view: ClusterView
+    actions: JobActions
+    seq: dict[str, int]
+    parked: Parked
+    frameworks: frozenset[str]
+    warned: set[tuple[str, str]] = field(default_factory=set, init=False)
+    """(job uid, error) already reported: a Workload that cannot be composed is told once."""
 
     def reconcile(self, world: World, dirty: set[tuple[str, str, str]], full: bool) -> None:
         """The jobs in ``dirty`` (key, namespace, name), or every job on a ``full`` pass, in creation order."""

@@ -17,6 +17,7 @@ Workload instead (``DeactivationTarget`` / ``RequeuingLimitExceeded``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -43,17 +44,17 @@ MSG_BACKOFF_FINISHED = "The workload backoff was finished"
 MSG_REQUEUING_LIMIT = "exceeding the maximum number of re-queuing retries"
 
 
+@dataclass(eq=False)
 class PodsReady:
     """The waitForPodsReady half of Kueue's workload controller, run once per Kueue controller pass."""
 
-    def __init__(self, writer: Writer, view: ClusterView, eviction: Eviction, config: KueueConfig) -> None:
-        self.writer = writer
-        self.view = view
-        self.eviction = eviction
-        self.config = config
-        self.backing_off: set[tuple[str, str]] = set()
-        """Queued Workloads (namespace, name) with a ``requeueAt`` to wait out (all queued ones are looked
-        at on a full pass, so one evicted before a restart of kubesim is found too)."""
+    writer: Writer
+    view: ClusterView
+    eviction: Eviction
+    config: KueueConfig
+    backing_off: set[tuple[str, str]] = field(default_factory=set, init=False)
+    """Queued Workloads (namespace, name) with a ``requeueAt`` to wait out (all queued ones are looked
+    at on a full pass, so one evicted before a restart of kubesim is found too)."""
 
     def reconcile(self, full: bool) -> None:
         self._time_out_unready()

@@ -7,6 +7,7 @@ sums (``WorkloadIndex``), so writing it costs O(queues), whatever the Workload c
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kubesim.kueue.conditions import set_condition
@@ -23,12 +24,12 @@ if TYPE_CHECKING:
     from kubesim.kueue.cache import ClusterView
 
 
+@dataclass(eq=False)
 class QueueStatusWriter:
     """Writes queue status through the ``Writer``, from the view's Workload index."""
 
-    def __init__(self, writer: Writer, view: ClusterView) -> None:
-        self.writer = writer
-        self.view = view
+    writer: Writer
+    view: ClusterView
 
     def write(self, world: World) -> None:
         """Every queue's status from the index's running sums."""
