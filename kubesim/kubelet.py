@@ -11,12 +11,17 @@ controller, so neither controller package imports the other.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from kubesim.images import PULL_ATTEMPT, PULL_RETRY, image_pull_status
 from kubesim.pod_strategy import PODS
 from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
 
+Process = Callable[[Callable[[str], None]], Awaitable[int]]
+"""A running container: given where to write its log lines, it runs and returns its exit code."""
+ContainerProgram = Callable[[dict, dict], Process | None]
+"""What an image runs, offered to the kubelet (``Cluster.container_programs``): given (pod, container), the
+container's ``Process``, or None when the container is not this program's."""
 PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff"})
 SCHEDULE_RETRY = 10.0  # simulated seconds between two scheduling attempts of an unschedulable pod
 

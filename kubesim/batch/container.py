@@ -12,19 +12,12 @@ The pod is running ``DEFAULT_STARTUP`` (5 s) after it was placed, as a Ray pod i
 from __future__ import annotations
 
 import shlex
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kubesim.entrypoint import DEFAULT_DURATION, DEFAULT_STARTUP, EPOCH_SECONDS, Entrypoint
 
 SHELLS = ("sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env")
 STARTUP = DEFAULT_STARTUP
-
-Process = Callable[[Callable[[str], None]], Awaitable[int]]
-"""A running container: given where to write its log lines, it runs and returns its exit code."""
-ContainerProgram = Callable[[dict, dict], Process | None]
-"""What an image runs, offered to the kubelet (``Cluster.container_programs``): given (pod, container), the
-container's ``Process``, or None when the container is not this program's."""
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,10 @@ import copy
 import logging
 from collections.abc import Callable
 
-from kubesim.batch.container import STARTUP, Process, container_run
-from kubesim.batch.strategy import CONTROLLER_UID, JOBS
+from kubesim.batch.container import STARTUP, container_run
 from kubesim.errors import ApiError
-from kubesim.kubelet import pending_pod_status, running_pod_status, schedule_pod
+from kubesim.job_strategy import CONTROLLER_UID, JOBS
+from kubesim.kubelet import Process, pending_pod_status, running_pod_status, schedule_pod
 from kubesim.watch import WatchEvent
 from kubesim.workqueue import Moments, Timers, WorkQueue
 
