@@ -20,10 +20,10 @@ from pathlib import Path
 import yaml
 
 from kubesim import pod_strategy
-from kubesim.batch.container import ContainerProgram
-from kubesim.batch.strategy import admission_hook as job_strategy
 from kubesim.clock import Clock
 from kubesim.errors import ApiError
+from kubesim.job_strategy import admission_hook as job_strategy
+from kubesim.kubelet import ContainerProgram
 from kubesim.podlogs import PodLogs
 from kubesim.resources import CRDS_DIR, Registry, ResourceType
 from kubesim.store import Store
@@ -68,7 +68,7 @@ class Cluster:
         self.store.add_admission_hook(pod_strategy.admission_hook)
         self.logs = PodLogs()
         # Programs the kubelet can run in a container besides what its command line says by itself
-        # (``kubesim.batch.container``). Controller modules add the programs of the images they simulate
+        # (``kubesim.batch.container``; ``kubesim.kubelet.ContainerProgram``). Controller modules add the programs of the images they simulate
         # (KubeRay: the ray CLI its submitter runs).
         self.container_programs: list[ContainerProgram] = []
         self.aggregated_apis: dict[tuple[str, str], AggregatedApi] = {}

@@ -20,21 +20,30 @@ class ApiError(Exception):
         self.details = details
 
     def status(self) -> dict:
-        body = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.details is not None:
-            body["details"] = self.details
-        return body
+        return status_body(self.code, self.reason, self.message, self.details)
 
     def __repr__(self) -> str:
         return f"ApiError({self.code}, {self.reason!r}, {self.message!r})"
+
+
+def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
+    """The ``metav1.Status`` body of a failure, as the API server writes it (``details`` only when given).
+
+    >>> status_body(410, "Expired", "too old resource version: 1 (5)")["reason"]
+    'Expired'
+    """
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details is not None:
+        body["details"] = details
+    return body
 
 
 def resource_name(rt: ResourceType) -> str:

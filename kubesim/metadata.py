@@ -10,9 +10,13 @@ import re
 
 from kubesim.errors import cause
 from kubesim.resources import ResourceType
-from kubesim.selectors import DNS1123_SUBDOMAIN_MSG, label_value_errors, qualified_name_errors
+from kubesim.selectors import (
+    DNS1123_SUBDOMAIN,
+    DNS1123_SUBDOMAIN_MSG,
+    label_value_errors,
+    qualified_name_errors,
+)
 
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL_MSG = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
@@ -30,7 +34,7 @@ def _name_errors(rt: ResourceType, name: str) -> list[str]:
     limit, pattern, message = (
         (63, _DNS1123_LABEL, DNS1123_LABEL_MSG)
         if rt.key == "namespaces"
-        else (253, _DNS1123_SUBDOMAIN, DNS1123_SUBDOMAIN_MSG)
+        else (253, DNS1123_SUBDOMAIN, DNS1123_SUBDOMAIN_MSG)
     )
     if len(name) > limit:
         return [f"must be no more than {limit} characters"]

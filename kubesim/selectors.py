@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from kubesim.errors import bad_request
 
 _NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 NAME_PART_MSG = (
@@ -48,7 +48,7 @@ def qualified_name_errors(key: str) -> list[str]:
     if prefix:
         if len(prefix) > 253:
             errors.append("prefix part must be no more than 253 characters")
-        elif not _DNS1123_SUBDOMAIN.match(prefix):
+        elif not DNS1123_SUBDOMAIN.match(prefix):
             errors.append("prefix part " + DNS1123_SUBDOMAIN_MSG)
     return errors
 

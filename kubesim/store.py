@@ -163,6 +163,15 @@ class Store(Deletion):
         rt = self._type(key)
         return fast_copy(self._current(rt, name, self._scope(rt, namespace)))
 
+    def get_or_none(self, key: str, name: str, *, namespace: str | None = None) -> dict | None:
+        """``get``, or None where it answers 404 (a controller's ``IsNotFound`` branch); other errors raise."""
+        try:
+            return self.get(key, name, namespace=namespace)
+        except ApiError as err:
+            if err.code == 404:
+                return None
+            raise
+
     def list(
         self,
         key: str,

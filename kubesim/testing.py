@@ -190,11 +190,21 @@ def _run_in_thread(
             loop.close()
 
 
-@contextlib.contextmanager
-def _run_subprocess(
-    crds_dir, apply: list, time_scale: float, kubeconfig_path: Path, kueue_config, token: str | None
-) -> Iterator[Kubesim]:
-    """Run the CLI; on a clean exit of the ``with`` body, also require a clean exit of kubesim on SIGTERM."""
+def serve_command(
+    kubeconfig_out: str | Path,
+    *,
+    time_scale: float,
+    crds_dir: str | Path | None = None,
+    apply: Iterable[str | Path] = (),
+    kueue_config: str | Path | None = None,
+    token: str | None = None,
+    tls: bool = False,
+) -> list[str]:
+    """The ``python -m kubesim serve`` command line on a free port, for whoever runs kubesim as a process.
+
+    >>> serve_command("k.yaml", time_scale=10, token="t")[3:]
+    ['serve', '--port', '0', '--kubeconfig-out', 'k.yaml', '--time-scale', '10', '--token', 't']
+    """
     command = [
         sys.executable,
         "-m",
@@ -203,17 +213,35 @@ def _run_subprocess(
         "--port",
         "0",
         "--kubeconfig-out",
-        str(kubeconfig_path),
+        str(kubeconfig_out),
     ]
     command += ["--time-scale", str(time_scale)]
     if crds_dir is not None:
         command += ["--crds", str(crds_dir)]
     for path in apply:
         command += ["--apply", str(path)]
-    if kueue_config:
+    if kueue_config is not None:
         command += ["--kueue-config", str(kueue_config)]
     if token is not None:
         command += ["--token", token]
+    if tls:
+        command.append("--tls")
+    return command
+
+
+@contextlib.contextmanager
+def _run_subprocess(
+    crds_dir, apply: list, time_scale: float, kubeconfig_path: Path, kueue_config, token: str | None
+) -> Iterator[Kubesim]:
+    """Run the CLI; on a clean exit of the ``with`` body, also require a clean exit of kubesim on SIGTERM."""
+    command = serve_command(
+        kubeconfig_path,
+        time_scale=time_scale,
+        crds_dir=crds_dir,
+        apply=apply,
+        kueue_config=kueue_config or None,
+        token=token,
+    )
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1]
     )

@@ -24,12 +24,12 @@ from kubesim.apiserver.faults import (
     RequestRecord,
     Stats,
     refusal,
-    status_body,
     unauthorized,
 )
 from kubesim.apiserver.http import AUTH, CLUSTER, FAULTS, STATS, STREAMS, json_response, not_found
 from kubesim.apiserver.paths import parse_target, rbac_verb
 from kubesim.apiserver.rest import dispatch
+from kubesim.errors import status_body
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from kubesim.apiserver.paging import CONTINUE_TTL_S
+from kubesim.errors import status_body
 
 REQUEST_LOG_LIMIT = 20_000
 """Oldest request-log entries are dropped beyond this, so a long benchmark cannot exhaust memory."""
@@ -27,21 +28,6 @@ and Fairness, and a control plane in trouble."""
 DEFAULT_USER = "system:serviceaccount:ray:airflow"
 """Who a 403 says was refused: the ServiceAccount the project's RBAC (include/manifests/rbac/rbac.yaml)
 grants to, as a cluster would name the user behind the kubeconfig's token."""
-RULE_FIELDS = {
-    "code",
-    "verbs",
-    "resources",
-    "namespace",
-    "count",
-    "seconds",
-    "retry_after_s",
-    "user",
-    "message",
-    "served",
-    "watch_event",
-    "subjects",
-    "delay_s",
-}
 
 
 class FaultSettingsError(ValueError):
@@ -77,7 +63,8 @@ class FaultRule:
     resources: frozenset[str] = frozenset()
     namespace: str | None = None
     count: int | None = None
-    until: float | None = None
+    until: float | None = field(default=None, metadata={"state": True})
+    """When a rule set for ``seconds`` ends (``time.monotonic``): the rule's own, never a setting."""
     seconds: float | None = None
     retry_after_s: int | None = None
     user: str = DEFAULT_USER
@@ -86,7 +73,8 @@ class FaultRule:
     watch_event: bool = True
     subjects: frozenset[str] = frozenset()
     delay_s: float = 0.0
-    hits: int = 0
+    hits: int = field(default=0, metadata={"state": True})
+    """How many requests the rule answered: reported, never set."""
 
     @classmethod
     def parse(cls, spec: object) -> FaultRule:
@@ -103,10 +91,8 @@ class FaultRule:
                 f"rule code must be one of {list(RULE_CODES)} (or left out with a delay_s > 0: a slow answer), "
                 f"got {code!r}"
             )
-        verbs, resources = spec.get("verbs") or [], spec.get("resources") or []
-        for name, values in (("verbs", verbs), ("resources", resources)):
-            if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
-                raise FaultSettingsError(f"rule {name} must be a list of names, got {values!r}")
+        verbs = _names("names")("rule verbs", spec.get("verbs") or [])
+        resources = _names("names")("rule resources", spec.get("resources") or [])
         count, seconds = spec.get("count"), spec.get("seconds")
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
             raise FaultSettingsError(
@@ -121,16 +107,14 @@ class FaultRule:
             raise FaultSettingsError(f"rule retry_after_s must be a positive integer, got {retry_after!r}")
         if retry_after is None and code == 429:
             retry_after = 1  # what API Priority and Fairness sends
-        subjects = spec.get("subjects") or []
-        if not isinstance(subjects, list) or not all(isinstance(v, str) and v for v in subjects):
-            raise FaultSettingsError(f"rule subjects must be a list of user names, got {subjects!r}")
+        subjects = _names("user names")("rule subjects", spec.get("subjects") or [])
         for flag in ("served", "watch_event"):
             if not isinstance(spec.get(flag, False), bool):
                 raise FaultSettingsError(f"rule {flag} must be true or false, got {spec[flag]!r}")
         return cls(
             code=code,
-            verbs=frozenset(verbs),
-            resources=frozenset(resources),
+            verbs=verbs,
+            resources=resources,
             namespace=spec.get("namespace") or None,
             count=count,
             seconds=None if seconds is None else float(seconds),
@@ -140,7 +124,7 @@ class FaultRule:
             message=spec.get("message") or None,
             served=spec.get("served", False),
             watch_event=spec.get("watch_event", True),
-            subjects=frozenset(subjects),
+            subjects=subjects,
             delay_s=float(delay),
         )
 
@@ -157,22 +141,16 @@ class FaultRule:
         return (self.count is not None and self.count <= 0) or (self.until is not None and now >= self.until)
 
     def as_dict(self) -> dict:
-        return {
-            "code": self.code,
-            "verbs": sorted(self.verbs),
-            "resources": sorted(self.resources),
-            "namespace": self.namespace,
-            "count": self.count,
-            "seconds": self.seconds,
-            "retry_after_s": self.retry_after_s,
-            "user": self.user,
-            "message": self.message,
-            "served": self.served,
-            "watch_event": self.watch_event,
-            "subjects": sorted(self.subjects),
-            "delay_s": self.delay_s,
-            "hits": self.hits,
-        }
+        """Every field but ``until``, sets as sorted lists: what ``GET /kubesim/faults`` lists per rule."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self) if f.name != "until"}
+
+
+RULE_FIELDS = frozenset(f.name for f in fields(FaultRule) if not f.metadata.get("state"))
+"""What a rule in a POST /kubesim/faults body may name: every field of ``FaultRule`` but its own state."""
+
+
+def _jsonable(value: object) -> object:
+    return sorted(value) if isinstance(value, frozenset) else value
 
 
 @dataclass(frozen=True)
@@ -187,21 +165,6 @@ class Refusal:
     body: dict
     headers: dict[str, str]
     as_watch_error: bool = False
-
-
-def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details:
-        body["details"] = details
-    return body
 
 
 def forbidden_message(user: str, record: RequestRecord) -> tuple[str, dict]:
@@ -239,7 +202,7 @@ def refusal(
         # The user it names: the rule's, else the one the request authenticated as.
         user = rule.user if rule.user != DEFAULT_USER or not record.user else record.user
         text, details = forbidden_message(user, record)
-        return Refusal(403, status_body(403, "Forbidden", message or text, details), headers)
+        return Refusal(403, status_body(403, "Forbidden", message or text, details or None), headers)
     if code == 410:
         text = message or f"too old resource version: {resource_version or 0} ({current_version})"
         as_event = record.verb == "watch" and rule.watch_event
@@ -263,28 +226,79 @@ def refusal(
     return Refusal(504, status_body(504, "Timeout", text, details), headers)
 
 
+def _rate(name: str, value: object) -> float:
+    rate = float(value)
+    if not 0.0 <= rate <= 1.0:
+        raise FaultSettingsError(f"{name} must be between 0 and 1")
+    return rate
+
+
+def _non_negative(name: str, value: object) -> float:
+    return max(0.0, float(value))
+
+
+def _count_or_flag(name: str, value: object) -> int | bool:
+    if not isinstance(value, bool | int):
+        raise FaultSettingsError(f"{name} must be an integer or a boolean")
+    return value
+
+
+def _rules(name: str, value: object) -> list[FaultRule]:
+    if not isinstance(value, list):
+        raise FaultSettingsError(f"{name} must be a list of rule objects")
+    return [FaultRule.parse(rule) for rule in value]
+
+
+def _names(what: str):
+    def parse(name: str, value: object) -> frozenset[str]:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise FaultSettingsError(f"{name} must be a list of {what}, got {value!r}")
+        return frozenset(value)
+
+    return parse
+
+
+def _page_size(name: str, value: object) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise FaultSettingsError(f"{name} must be a positive integer or null")
+    return value
+
+
+def _setting(default: object = None, parse=lambda name, value: value, *, listed: bool = True, factory=None):
+    """A field of ``Faults`` a POST /kubesim/faults body may set: ``parse(name, value)`` checks and converts
+    the body's value; ``listed`` False leaves it out of ``as_dict``."""
+    metadata = {"parse": parse, "listed": listed}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class Faults:
-    """The active faults. All default to "no fault"."""
+    """The active faults. All default to "no fault".
 
-    error_rate: float = 0.0
-    latency_ms: float = 0.0
-    watch_drop_after_s: float | None = None
-    expire_watches: int | bool = 0
-    rules: list[FaultRule] = field(default_factory=list)
-    unserved_groups: frozenset[str] = frozenset()
+    Every setting is a field made by ``_setting``: ``update`` checks a body's values with its parser,
+    ``reset`` restores the defaults, ``as_dict`` lists them, all read from the fields.
+    """
+
+    error_rate: float = _setting(0.0, _rate)
+    latency_ms: float = _setting(0.0, _non_negative)
+    watch_drop_after_s: float | None = _setting(None, lambda n, v: None if v is None else _non_negative(n, v))
+    expire_watches: int | bool = _setting(0, _count_or_flag)
+    rules: list[FaultRule] = _setting(parse=_rules, factory=list)
+    unserved_groups: frozenset[str] = _setting(frozenset(), _names("API group names"))
     """API groups the cluster does not serve, as one where that operator (Kueue, KubeRay) was never
     installed: discovery leaves them out and every path under ``/apis/<group>`` answers a plain-text 404,
     as the API server's not-found handler does. A group's subgroups go with it (``visibility.kueue.x-k8s.io``
     with ``kueue.x-k8s.io``)."""
-    seed: int | None = None
-    max_page_size: int | None = None
+    seed: int | None = _setting(None, listed=False)
+    max_page_size: int | None = _setting(None, _page_size)
     """At most this many items per page of a list that asks for pages (``limit``), whatever the limit."""
-    continue_ttl_s: float = CONTINUE_TTL_S
+    continue_ttl_s: float = _setting(CONTINUE_TTL_S, _non_negative)
     """Age at which a continue token is answered 410 Expired (etcd's compaction interval upstream)."""
-    clock_offset_s: float = 0.0
+    clock_offset_s: float = _setting(0.0, lambda name, value: float(value))
     """The cluster's clock minus the real one: timestamps in objects and the ``Date`` header (``Clock``)."""
-    unpullable_images: frozenset[str] = frozenset()
+    unpullable_images: frozenset[str] = _setting(frozenset(), _names("image references"))
     """Image references the registry does not have: pods using them wait in ``ErrImagePull`` /
     ``ImagePullBackOff`` (``kubesim.images``) until cleared."""
     _random: random.Random = field(default_factory=random.Random, repr=False)
@@ -295,84 +309,25 @@ class Faults:
         if not settings:
             self.reset()
             return
-        known = {"error_rate", "latency_ms", "watch_drop_after_s", "expire_watches", "rules", "unserved_groups",
-                 "seed", "max_page_size", "continue_ttl_s", "clock_offset_s", "unpullable_images"}  # fmt: skip
-        unknown = set(settings) - known
+        known = [f for f in fields(self) if "parse" in f.metadata]
+        unknown = set(settings) - {f.name for f in known}
         if unknown:
             raise FaultSettingsError(f"unknown fault settings: {sorted(unknown)}")
-        if "error_rate" in settings:
-            rate = float(settings["error_rate"])
-            if not 0.0 <= rate <= 1.0:
-                raise FaultSettingsError("error_rate must be between 0 and 1")
-            self.error_rate = rate
-        if "latency_ms" in settings:
-            self.latency_ms = max(0.0, float(settings["latency_ms"]))
-        if "watch_drop_after_s" in settings:
-            drop = settings["watch_drop_after_s"]
-            self.watch_drop_after_s = None if drop is None else max(0.0, float(drop))
-        if "expire_watches" in settings:
-            expire = settings["expire_watches"]
-            if not isinstance(expire, bool | int):
-                raise FaultSettingsError("expire_watches must be an integer or a boolean")
-            self.expire_watches = expire
-        if "rules" in settings:
-            rules = settings["rules"]
-            if not isinstance(rules, list):
-                raise FaultSettingsError("rules must be a list of rule objects")
-            self.rules = [FaultRule.parse(rule) for rule in rules]
-        if "unserved_groups" in settings:
-            groups = settings["unserved_groups"]
-            if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
-                raise FaultSettingsError(f"unserved_groups must be a list of API group names, got {groups!r}")
-            self.unserved_groups = frozenset(groups)
-        if "seed" in settings:
-            self.seed = settings["seed"]
-            self._random.seed(self.seed)
-        if "max_page_size" in settings:
-            size = settings["max_page_size"]
-            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-                raise FaultSettingsError("max_page_size must be a positive integer or null")
-            self.max_page_size = size
-        if "continue_ttl_s" in settings:
-            self.continue_ttl_s = max(0.0, float(settings["continue_ttl_s"]))
-        if "clock_offset_s" in settings:
-            self.clock_offset_s = float(settings["clock_offset_s"])
-        if "unpullable_images" in settings:
-            images = settings["unpullable_images"]
-            if not isinstance(images, list) or not all(isinstance(i, str) and i for i in images):
-                raise FaultSettingsError(
-                    f"unpullable_images must be a list of image references, got {images!r}"
-                )
-            self.unpullable_images = frozenset(images)
+        for f in known:
+            if f.name in settings:
+                setattr(self, f.name, f.metadata["parse"](f.name, settings[f.name]))
+                if f.name == "seed":
+                    self._random.seed(self.seed)
 
     def reset(self) -> None:
-        self.error_rate = 0.0
-        self.latency_ms = 0.0
-        self.watch_drop_after_s = None
-        self.expire_watches = 0
-        self.rules = []
-        self.unserved_groups = frozenset()
-        self.seed = None
-        self._random = random.Random()
-        self.max_page_size = None
-        self.continue_ttl_s = CONTINUE_TTL_S
-        self.clock_offset_s = 0.0
-        self.unpullable_images = frozenset()
+        for f in fields(self):
+            setattr(self, f.name, f.default if f.default_factory is MISSING else f.default_factory())
 
     def as_dict(self) -> dict:
         self._drop_expired()
-        return {
-            "error_rate": self.error_rate,
-            "latency_ms": self.latency_ms,
-            "watch_drop_after_s": self.watch_drop_after_s,
-            "expire_watches": self.expire_watches,
-            "rules": [rule.as_dict() for rule in self.rules],
-            "unserved_groups": sorted(self.unserved_groups),
-            "max_page_size": self.max_page_size,
-            "continue_ttl_s": self.continue_ttl_s,
-            "clock_offset_s": self.clock_offset_s,
-            "unpullable_images": sorted(self.unpullable_images),
-        }
+        listed = {f.name: _jsonable(getattr(self, f.name)) for f in fields(self) if f.metadata.get("listed")}
+        listed["rules"] = [rule.as_dict() for rule in self.rules]
+        return listed
 
     def serves(self, group: str) -> bool:
         """Whether API group ``group`` is served (not ``unserved_groups``, nor a subgroup of one)."""
@@ -470,18 +425,7 @@ class RequestRecord:
     """Who the request authenticated as (``Auth.user_of``)."""
 
     def as_dict(self) -> dict:
-        return {
-            "verb": self.verb,
-            "group": self.group,
-            "resource": self.resource,
-            "subresource": self.subresource,
-            "namespace": self.namespace,
-            "name": self.name,
-            "code": self.code,
-            "path": self.path,
-            "at": round(self.at, 3),
-            "user": self.user,
-        }
+        return {**asdict(self), "at": round(self.at, 3)}
 
     @property
     def resource_key(self) -> str:

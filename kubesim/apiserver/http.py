@@ -9,9 +9,9 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from kubesim.apiserver.faults import Auth, Faults, Stats, status_body
+from kubesim.apiserver.faults import Auth, Faults, Stats
 from kubesim.apiserver.watch_stream import StreamHub
-from kubesim.errors import ApiError
+from kubesim.errors import ApiError, status_body
 
 CLUSTER = web.AppKey("cluster", object)
 AUTH = web.AppKey("auth", Auth)

@@ -12,13 +12,12 @@ import json
 from aiohttp import web
 
 from kubesim.apiserver import discovery, watch_stream
-from kubesim.apiserver.faults import status_body
 from kubesim.apiserver.http import CLUSTER, FAULTS, STATS, STREAMS, error_response, json_response, not_found
 from kubesim.apiserver.paging import paginate
 from kubesim.apiserver.paths import Target, parse_target, rbac_verb
 from kubesim.apiserver.table import build_table, wants_table
 from kubesim.cluster import AggregatedApi
-from kubesim.errors import ApiError
+from kubesim.errors import ApiError, status_body
 from kubesim.resources import ResourceType
 
 PATCH_TYPES = {

@@ -32,7 +32,7 @@ from aiohttp import web
 from kubesim.apiserver.faults import Faults, Stats
 from kubesim.apiserver.paths import Target, is_true
 from kubesim.apiserver.table import build_table, wants_table
-from kubesim.errors import ApiError
+from kubesim.errors import ApiError, status_body
 from kubesim.resources import ResourceType
 from kubesim.watch import Change, Delivery
 
@@ -45,18 +45,6 @@ FANOUT_RING = 8192
 
 def _event_line(event_type: str, obj: dict) -> bytes:
     return msgspec.json.encode({"type": event_type, "object": obj}) + b"\n"
-
-
-def _expired(message: str) -> dict:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": "Expired",
-        "code": 410,
-    }
 
 
 class FanoutTimes:
@@ -390,7 +378,7 @@ def _peer(request: web.Request) -> str:
 
 async def _send_expired(request: web.Request, message: str) -> web.StreamResponse:
     """As the API server does for a too-old resourceVersion: 200, one ERROR event with a 410 Status."""
-    return await send_watch_error(request, _expired(message))
+    return await send_watch_error(request, status_body(410, "Expired", message))
 
 
 async def send_watch_error(request: web.Request, status: dict) -> web.StreamResponse:

@@ -1,6 +1,6 @@
-"""batch/v1 Jobs as a real cluster serves them: the API server's Job strategy (``strategy``, registered by
-``Cluster``) and kube-controller-manager's Job controller with the kubelet for its pods (``controller``),
-built by make_controller(cluster)."""
+"""batch/v1 Jobs as a real cluster runs them: kube-controller-manager's Job controller (``controller``),
+built by make_controller(cluster), and what a Job pod's container does (``container``). The API server's
+Job strategy is ``kubesim.job_strategy`` (``Cluster`` registers it, so it holds without controllers)."""
 
 from kubesim.batch.controller import JobController
 

@@ -1,6 +1,6 @@
 """What a Job pod's container does, read from its command as a real cluster would run it (pure).
 
-The same convention as a RayJob's entrypoint (``kubesim.kuberay.dashboard.Entrypoint``): the container's
+The same convention as a RayJob's entrypoint (``kubesim.entrypoint.Entrypoint``): the container's
 shell line is ``command`` + ``args`` (for ``sh -c`` / ``bash -c`` the script after ``-c``); ``sleep N``
 runs N simulated seconds (several add up, ``sleep infinity`` never ends), ``--epochs N`` / ``NUM_EPOCHS=N``
 trains N epochs of ``EPOCH_SECONDS``, ``exit N`` ends it with that exit code, ``echo`` writes its
@@ -12,19 +12,12 @@ The pod is running ``DEFAULT_STARTUP`` (5 s) after it was placed, as a Ray pod i
 from __future__ import annotations
 
 import shlex
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from kubesim.kuberay.dashboard import DEFAULT_DURATION, DEFAULT_STARTUP, EPOCH_SECONDS, Entrypoint
+from kubesim.entrypoint import DEFAULT_DURATION, DEFAULT_STARTUP, EPOCH_SECONDS, Entrypoint
 
 SHELLS = ("sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env")
 STARTUP = DEFAULT_STARTUP
-
-Process = Callable[[Callable[[str], None]], Awaitable[int]]
-"""A running container: given where to write its log lines, it runs and returns its exit code."""
-ContainerProgram = Callable[[dict, dict], Process | None]
-"""What an image runs, offered to the kubelet (``Cluster.container_programs``): given (pod, container), the
-container's ``Process``, or None when the container is not this program's."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ de-duplicating queue, and one reconcile reads the Job and its pods and writes wh
 * ``status.active`` / ``ready`` / ``succeeded`` / ``failed`` count the pods.
 
 Every Job is run so, KubeRay's submitter Job of a RayJob too. Pods go Pending → Running →
-Succeeded/Failed through kubesim's scheduler and kubelet (``kubesim.kuberay.kubelet``); what the container
+Succeeded/Failed through kubesim's scheduler and kubelet (``kubesim.kubelet``); what the container
 does is a process: a program some controller module offers for it (``Cluster.container_programs``: the
 ray CLI of the submitter, which follows the simulated Ray dashboard), else what its command line says
 (``kubesim.batch.container``). The process dies with its pod.
@@ -28,10 +28,10 @@ import copy
 import logging
 from collections.abc import Callable
 
-from kubesim.batch.container import STARTUP, Process, container_run
-from kubesim.batch.strategy import CONTROLLER_UID, JOBS
+from kubesim.batch.container import STARTUP, container_run
 from kubesim.errors import ApiError
-from kubesim.kuberay.kubelet import pending_pod_status, running_pod_status, schedule_pod
+from kubesim.job_strategy import CONTROLLER_UID, JOBS
+from kubesim.kubelet import Process, pending_pod_status, running_pod_status, schedule_pod
 from kubesim.watch import WatchEvent
 from kubesim.workqueue import Moments, Timers, WorkQueue
 
@@ -80,7 +80,7 @@ class JobController:
         self.logs = cluster.logs
         self.programs = cluster.container_programs
         self.timers = Timers(self.clock, log)
-        self.call_after = self.timers.call_after  # what kuberay.kubelet needs, with write_status
+        self.call_after = self.timers.call_after  # what kubesim.kubelet needs, with write_status
         self.moments = Moments(self.clock)
         self.queue: WorkQueue[Key] = WorkQueue(lambda key: self.reconcile(*key), self.timers, log)
         self._processes: dict[str, asyncio.Task] = {}
@@ -116,12 +116,9 @@ class JobController:
 
     # -- the reconcile -----------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> None:
-        try:
-            job = self.store.get(JOBS, name, namespace=namespace)
-        except ApiError as err:
-            if err.code == 404:
-                return
-            raise
+        job = self.store.get_or_none(JOBS, name, namespace=namespace)
+        if job is None:
+            return
         meta = job["metadata"]
         if meta.get("deletionTimestamp"):
             return
@@ -236,12 +233,9 @@ class JobController:
         return created
 
     def _current(self, namespace: str, name: str, uid: str, phase: str) -> dict | None:
-        try:
-            pod = self.store.get(PODS, name, namespace=namespace)
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        pod = self.store.get_or_none(PODS, name, namespace=namespace)
+        if pod is None:
+            return None
         if pod["metadata"]["uid"] != uid or pod["metadata"].get("deletionTimestamp") or _phase(pod) != phase:
             return None
         return pod

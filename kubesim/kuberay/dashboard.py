@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import re
-import shlex
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +18,14 @@ from datetime import datetime
 import yaml
 
 from kubesim.clock import Clock
+from kubesim.entrypoint import (
+    DEFAULT_DURATION,
+    DEFAULT_STARTUP,
+    EPOCH_SECONDS,
+    EPOCH_VARIABLES,
+    Entrypoint,
+    seconds,
+)
 
 # Test-only overrides: the project's RayJob templates never send these (KubeRay would copy them onto the
 # RayCluster of a real cluster); tests use them for what no real RayJob field can say (e.g. "fail the first
@@ -32,12 +37,6 @@ FAIL_ATTEMPTS = "kubesim.dev/fail-attempts"
 
 OUTCOMES = ("Succeeded", "AppFailed", "SubmissionFailed")
 TERMINAL = ("STOPPED", "SUCCEEDED", "FAILED")
-EPOCH_SECONDS = 20.0
-"""Simulated seconds one training epoch takes (``NUM_EPOCHS`` / ``EPOCHS`` / ``--epochs N``)."""
-DEFAULT_DURATION = 30.0
-"""Simulated seconds a Ray job runs when neither its entrypoint nor its runtime env says how long."""
-DEFAULT_STARTUP = 5.0
-"""Simulated seconds until a RayCluster's pods are running (image pull, container start)."""
 RUNTIME_ENV_SETUP = 60.0
 """Simulated seconds Ray spends installing a runtime environment's packages (``pip``, ``uv``, ``conda``)
 before the driver starts; the Ray job is PENDING meanwhile. Every RayJob gets a fresh cluster, so it pays
@@ -45,81 +44,11 @@ this every attempt."""
 PACKAGE_MANAGERS = ("pip", "uv", "conda")
 PROGRESS_EVERY = 3.0  # simulated seconds between two progress lines of a driver without epochs
 PENDING_FOR = 1.0  # simulated seconds a submitted job stays PENDING before its driver starts
-_EPOCH_FLAGS = ("--num-epochs", "--num_epochs", "--epochs", "--max-epochs", "--max_epochs")
-_EPOCH_VARIABLES = ("NUM_EPOCHS", "EPOCHS")
-_SEPARATORS = (";", "&&", "||", "&", "|")
 
 
 def startup_seconds(annotations: dict | None) -> float:
     """Simulated seconds until a RayCluster's pods are running (test-only annotation, default 5)."""
-    return _seconds((annotations or {}).get(STARTUP), DEFAULT_STARTUP)
-
-
-def _seconds(value: str | None, default: float) -> float:
-    if value is None or value == "":
-        return default
-    if str(value).lower() in ("inf", "infinity"):
-        return math.inf
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return default
-
-
-@dataclass(frozen=True)
-class Entrypoint:
-    """What a RayJob's shell entrypoint does, as far as the simulation cares.
-
-    * ``sleep N`` (seconds, or ``infinity``) runs that long; several sleeps add up;
-    * ``--epochs N`` (also ``--num-epochs``, ``--max-epochs``, ``=N`` forms) or a ``NUM_EPOCHS=N`` /
-      ``EPOCHS=N`` prefix trains N epochs of ``EPOCH_SECONDS`` each;
-    * ``exit N`` ends it with exit code N (what follows never runs). Conditions (``&&``, ``||``) are not
-      evaluated: an ``exit`` anywhere is taken.
-    """
-
-    sleep: float = 0.0
-    epochs: int | None = None
-    exit_code: int = 0
-
-    @classmethod
-    def parse(cls, command: str) -> Entrypoint:
-        try:
-            lexer = shlex.shlex(command or "", posix=True, punctuation_chars=True)
-            lexer.whitespace_split = True
-            tokens = list(lexer)
-        except ValueError:  # unbalanced quotes: a real shell would refuse it too; nothing to learn
-            return cls()
-        sleep, epochs, exit_code = 0.0, None, 0
-        for words in _commands(tokens):
-            while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
-                name, _, value = words.pop(0).partition("=")
-                if name in _EPOCH_VARIABLES and value.isdigit():
-                    epochs = int(value)
-            if not words:
-                continue
-            if words[0] == "sleep" and len(words) > 1:
-                sleep += _seconds(words[1], 0.0)
-            elif words[0] == "exit":
-                exit_code = int(words[1]) if len(words) > 1 and words[1].lstrip("-").isdigit() else 0
-                break
-            for index, word in enumerate(words):
-                flag, has_value, value = word.partition("=")
-                if flag not in _EPOCH_FLAGS:
-                    continue
-                value = value if has_value else (words[index + 1] if index + 1 < len(words) else "")
-                if value.isdigit():
-                    epochs = int(value)
-        return cls(sleep=sleep, epochs=epochs, exit_code=exit_code)
-
-
-def _commands(tokens: list[str]) -> list[list[str]]:
-    commands: list[list[str]] = [[]]
-    for token in tokens:
-        if token in _SEPARATORS:
-            commands.append([])
-        else:
-            commands[-1].append(token)
-    return [c for c in commands if c]
+    return seconds((annotations or {}).get(STARTUP), DEFAULT_STARTUP)
 
 
 def _runtime_env(runtime_env_yaml: str | None) -> dict:
@@ -141,7 +70,7 @@ def runtime_env_epochs(runtime_env_yaml: str | None) -> int | None:
     env = _runtime_env(runtime_env_yaml).get("env_vars") or {}
     if not isinstance(env, dict):
         return None
-    for name in _EPOCH_VARIABLES:
+    for name in EPOCH_VARIABLES:
         value = str(env.get(name, "")).strip()
         if value.isdigit():
             return int(value)
@@ -195,7 +124,7 @@ class Behaviour:
             failing = failed_so_far < fail_attempts
             outcome, exit_code, simulated = ("AppFailed", 1, True) if failing else ("Succeeded", 0, False)
         if DURATION in annotations:
-            duration = _seconds(annotations.get(DURATION), DEFAULT_DURATION)
+            duration = seconds(annotations.get(DURATION), DEFAULT_DURATION)
         return cls(
             duration=duration,
             outcome=outcome,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kubesim.batch.container import ContainerProgram
+from kubesim.kubelet import ContainerProgram
 from kubesim.kuberay.context import (
     CREATED_BY,
     JOBS,

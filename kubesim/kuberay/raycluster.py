@@ -13,6 +13,7 @@ import copy
 from decimal import Decimal
 
 from kubesim.errors import ApiError
+from kubesim.kubelet import next_ip, pending_pod_status, start_pod_later
 from kubesim.kuberay.context import (
     CREATED_BY,
     OPERATOR,
@@ -23,7 +24,6 @@ from kubesim.kuberay.context import (
     owner_reference,
 )
 from kubesim.kuberay.dashboard import startup_seconds
-from kubesim.kuberay.kubelet import next_ip, pending_pod_status, start_pod_later
 from kubesim.quantity import format_quantity, parse_exact
 
 CLUSTER_LABEL = "ray.io/cluster"
@@ -111,9 +111,11 @@ def pod_running(pod: dict) -> bool:
     return status.get("phase") == "Running" and ready
 
 
-def set_condition(conditions: list[dict], new: dict, now: str) -> None:
+def set_condition(
+    conditions: list[dict], now: str, type_: str, status: str, reason: str, message: str = ""
+) -> None:
     """``meta.SetStatusCondition``: keep lastTransitionTime unless the status flips."""
-    new = {"message": "", **new}
+    new = {"message": message, "type": type_, "status": status, "reason": reason}
     for existing in conditions:
         if existing["type"] == new["type"]:
             if existing["status"] != new["status"]:
@@ -129,7 +131,7 @@ def _is_true(conditions: list[dict], condition_type: str) -> bool:
 
 def raycluster_status(cluster: dict, pods: list[dict], now: str, failure: PodRefused | None = None) -> dict:
     """The RayCluster status KubeRay would write, given its live (not terminating) pods and the refusal
-    of a pod it tried to create (``ReplicaFailure``, as ``failure_condition`` words it)."""
+    of a pod it tried to create (``ReplicaFailure``)."""
     spec = cluster.get("spec") or {}
     old = cluster.get("status") or {}
     status = copy.deepcopy(old)
@@ -166,39 +168,26 @@ def raycluster_status(cluster: dict, pods: list[dict], now: str, failure: PodRef
     conditions = status.setdefault("conditions", [])
     conditions[:] = [c for c in conditions if c["type"] != REPLICA_FAILURE]
     if failure is not None:
-        set_condition(conditions, failure_condition(failure), now)
+        # KubeRay's ReplicaFailure: its message is the joined error (reason, newline, the API server's
+        # message), as Go's errors.Join prints it.
+        set_condition(conditions, now, REPLICA_FAILURE, "True", failure.reason, str(failure))
     if heads:
         head_ready = next(
             (c for c in (heads[0].get("status") or {}).get("conditions") or [] if c["type"] == "Ready"), None
         )
         if head_ready and head_ready["status"] == "True":
-            set_condition(
-                conditions,
-                {"type": "HeadPodReady", "status": "True", "reason": "HeadPodRunningAndReady"},
-                now,
-            )
+            set_condition(conditions, now, "HeadPodReady", "True", "HeadPodRunningAndReady")
         else:
             set_condition(
                 conditions,
-                {
-                    "type": "HeadPodReady",
-                    "status": "False",
-                    "reason": "ContainersNotReady",
-                    "message": "containers with unready status: [ray-head]",
-                },
                 now,
+                "HeadPodReady",
+                "False",
+                "ContainersNotReady",
+                "containers with unready status: [ray-head]",
             )
     else:
-        set_condition(
-            conditions,
-            {
-                "type": "HeadPodReady",
-                "status": "False",
-                "reason": "HeadPodNotFound",
-                "message": "Head Pod not found",
-            },
-            now,
-        )
+        set_condition(conditions, now, "HeadPodReady", "False", "HeadPodNotFound", "Head Pod not found")
     suspend = bool(spec.get("suspend"))
     was_suspended = _is_true(conditions, "RayClusterSuspended")
     if not _is_true(conditions, "RayClusterProvisioned") and not was_suspended:
@@ -214,59 +203,26 @@ def raycluster_status(cluster: dict, pods: list[dict], now: str, failure: PodRef
                 "RayClusterPodsProvisioning",
                 "RayCluster Pods are being provisioned for first time",
             )
-        set_condition(
-            conditions,
-            {
-                "type": "RayClusterProvisioned",
-                "status": provisioned[0],
-                "reason": provisioned[1],
-                "message": provisioned[2],
-            },
-            now,
-        )
+        set_condition(conditions, now, "RayClusterProvisioned", *provisioned)
     if _is_true(conditions, "RayClusterSuspending"):
         if not pods:
             set_condition(
                 conditions,
-                {
-                    "type": "RayClusterProvisioned",
-                    "status": "False",
-                    "reason": "RayClusterPodsProvisioning",
-                    "message": "RayCluster has been suspended",
-                },
                 now,
+                "RayClusterProvisioned",
+                "False",
+                "RayClusterPodsProvisioning",
+                "RayCluster has been suspended",
             )
-            set_condition(
-                conditions,
-                {"type": "RayClusterSuspending", "status": "False", "reason": "RayClusterSuspending"},
-                now,
-            )
-            set_condition(
-                conditions,
-                {"type": "RayClusterSuspended", "status": "True", "reason": "RayClusterSuspended"},
-                now,
-            )
+            set_condition(conditions, now, "RayClusterSuspending", "False", "RayClusterSuspending")
+            set_condition(conditions, now, "RayClusterSuspended", "True", "RayClusterSuspended")
     elif was_suspended:
         if not suspend:
-            set_condition(
-                conditions,
-                {"type": "RayClusterSuspended", "status": "False", "reason": "RayClusterSuspended"},
-                now,
-            )
+            set_condition(conditions, now, "RayClusterSuspended", "False", "RayClusterSuspended")
     else:
+        set_condition(conditions, now, "RayClusterSuspended", "False", "RayClusterSuspended")
         set_condition(
-            conditions,
-            {"type": "RayClusterSuspended", "status": "False", "reason": "RayClusterSuspended"},
-            now,
-        )
-        set_condition(
-            conditions,
-            {
-                "type": "RayClusterSuspending",
-                "status": "True" if suspend else "False",
-                "reason": "RayClusterSuspending",
-            },
-            now,
+            conditions, now, "RayClusterSuspending", "True" if suspend else "False", "RayClusterSuspending"
         )
     if suspend and not pods:
         status["state"] = "suspended"
@@ -305,12 +261,6 @@ class PodRefused(Exception):
     def __init__(self, reason: str, error: ApiError):
         super().__init__(f"{reason}\n{error.message}")
         self.reason, self.error = reason, error
-
-
-def failure_condition(failure: PodRefused) -> dict:
-    """KubeRay's ``ReplicaFailure`` condition: its message is the joined error (reason, newline, the API
-    server's message), as Go's ``errors.Join`` prints it."""
-    return {"type": REPLICA_FAILURE, "status": "True", "reason": failure.reason, "message": str(failure)}
 
 
 def _without_clock(status: dict) -> dict:
@@ -417,13 +367,10 @@ def live_pods(ctx: Context, namespace: str, cluster_name: str) -> list[dict]:
 
 # -- reconcile -------------------------------------------------------------------------------------
 def reconcile_raycluster(ctx: Context, namespace: str, name: str) -> None:
-    try:
-        cluster = ctx.store.get(RAYCLUSTERS, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            ctx.dashboards.drop_cluster(namespace, name)
-            return
-        raise
+    cluster = ctx.store.get_or_none(RAYCLUSTERS, name, namespace=namespace)
+    if cluster is None:
+        ctx.dashboards.drop_cluster(namespace, name)
+        return
     if cluster["metadata"].get("deletionTimestamp"):
         ctx.dashboards.drop_cluster(namespace, name)
         return

@@ -2,7 +2,7 @@
 
 Each ``_on_<state>`` step mirrors one case of KubeRay's ``Reconcile`` switch: it reads the RayJob and
 its children, edits a copy of ``status`` and may create or delete children. Afterwards, exactly as
-upstream, ``_check_backoff_limit`` turns a retryable ``Failed`` into ``Retrying`` and the status is
+upstream, ``check_backoff_limit`` (``rayjob_attempt``) turns a retryable ``Failed`` into ``Retrying`` and the status is
 written only if ``jobStatus``, ``jobDeploymentStatus``, ``rayClusterStatus`` or
 ``jobStatusCheckFailureStartTime`` changed. Instead of KubeRay's 3 s polling, the reconcile is
 triggered by watch events, by the simulated dashboard when a Ray job changes, and by timers for
@@ -13,18 +13,24 @@ from __future__ import annotations
 
 import copy
 
-from kubesim.clock import format_time, parse_time
+from kubesim.clock import format_time
 from kubesim.errors import ApiError
 from kubesim.kuberay.context import JOBS, RAYCLUSTERS, RAYJOBS, Context, owner_reference, random_suffix
 from kubesim.kuberay.dashboard import TERMINAL, Behaviour
 from kubesim.kuberay.raycluster import dashboard_url
+from kubesim.kuberay.rayjob_attempt import (
+    active_deadline_passed,
+    check_backoff_limit,
+    pre_running_deadline_passed,
+    schedule_deadlines,
+    status_check_timed_out,
+)
 from kubesim.kuberay.submitter import create_submitter_job
 from kubesim.kuberay.validation import validate_rayjob
 
 FINALIZER = "ray.io/rayjob-finalizer"
 OPERATOR_MANAGER = "ray.io/kuberay-operator"
 DEPLOYMENT_TERMINAL = ("Complete", "Failed")
-STATUS_CHECK_TIMEOUT = 300.0  # DEFAULT_RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS
 
 # How Go marshals an empty RayClusterStatus (quantities print "0", the head struct is not omitted).
 ZERO_CLUSTER_STATUS = {
@@ -38,12 +44,9 @@ _SKIP_WRITE = "skip"  # a step that returns this ends the reconcile without a st
 
 
 def reconcile_rayjob(ctx: Context, namespace: str, name: str) -> None:
-    try:
-        rayjob = ctx.store.get(RAYJOBS, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            return
-        raise
+    rayjob = ctx.store.get_or_none(RAYJOBS, name, namespace=namespace)
+    if rayjob is None:
+        return
     if rayjob["metadata"].get("deletionTimestamp"):
         _on_deletion(ctx, rayjob)
         return
@@ -71,12 +74,12 @@ def reconcile_rayjob(ctx: Context, namespace: str, name: str) -> None:
         rayjob = _ensure_finalizer(ctx, rayjob)
     if step(ctx, rayjob, status) == _SKIP_WRITE:
         return
-    _check_backoff_limit(rayjob, status)
+    check_backoff_limit(rayjob, status)
     if _needs_write(original, status):
         if status.get("jobDeploymentStatus") in DEPLOYMENT_TERMINAL:
             status["endTime"] = ctx.stamp(rayjob["metadata"]["uid"], "endTime")
         ctx.write_status(RAYJOBS, rayjob, status)
-    _schedule_deadlines(ctx, rayjob, status)
+    schedule_deadlines(ctx, rayjob, status)
 
 
 # -- the steps -------------------------------------------------------------------------------------
@@ -98,8 +101,8 @@ def _on_initializing(ctx: Context, rayjob: dict, status: dict) -> str | None:
     spec = rayjob.get("spec") or {}
     if (
         _to_suspending(rayjob, status)
-        or _active_deadline(ctx, rayjob, status)
-        or _pre_running_deadline(ctx, rayjob, status)
+        or active_deadline_passed(ctx, rayjob, status)
+        or pre_running_deadline_passed(ctx, rayjob, status)
     ):
         return None
     cluster = _get_or_create_cluster(ctx, rayjob, status)
@@ -119,7 +122,7 @@ def _on_initializing(ctx: Context, rayjob: dict, status: dict) -> str | None:
 
 
 def _on_waiting(ctx: Context, rayjob: dict, status: dict) -> str | None:
-    if _pre_running_deadline(ctx, rayjob, status):
+    if pre_running_deadline_passed(ctx, rayjob, status):
         return None
     job_id = (rayjob.get("spec") or {}).get("jobId")
     if not job_id:
@@ -135,8 +138,8 @@ def _on_running(ctx: Context, rayjob: dict, status: dict) -> str | None:  # noqa
     mode = spec.get("submissionMode", "K8sJobMode")
     if (
         _to_suspending(rayjob, status)
-        or _active_deadline(ctx, rayjob, status)
-        or _status_check_timeout(ctx, rayjob, status)
+        or active_deadline_passed(ctx, rayjob, status)
+        or status_check_timed_out(ctx, rayjob, status)
     ):
         return None
     cluster = _get_or_create_cluster(ctx, rayjob, status)
@@ -257,68 +260,6 @@ def _to_suspending(rayjob: dict, status: dict) -> bool:
     return True
 
 
-def _active_deadline(ctx: Context, rayjob: dict, status: dict) -> bool:
-    deadline = (rayjob.get("spec") or {}).get("activeDeadlineSeconds")
-    if deadline is None or _since_start(ctx, rayjob, status) < deadline:
-        return False
-    status["jobDeploymentStatus"] = "Failed"
-    status["reason"] = "DeadlineExceeded"
-    status["message"] = (
-        f"The RayJob has passed the activeDeadlineSeconds. StartTime: {_go_time(status['startTime'])}. "
-        f"ActiveDeadlineSeconds: {deadline}"
-    )
-    return True
-
-
-def _pre_running_deadline(ctx: Context, rayjob: dict, status: dict) -> bool:
-    deadline = (rayjob.get("spec") or {}).get("preRunningDeadlineSeconds")
-    if deadline is None or _since_start(ctx, rayjob, status) < deadline:
-        return False
-    status["jobDeploymentStatus"] = "Failed"
-    status["reason"] = "PreRunningDeadlineExceeded"
-    status["message"] = (
-        f"The RayJob has passed the preRunningDeadlineSeconds. StartTime: {_go_time(status['startTime'])}. "
-        f"PreRunningDeadlineSeconds: {deadline}"
-    )
-    return True
-
-
-def _status_check_timeout(ctx: Context, rayjob: dict, status: dict) -> bool:
-    since = status.get("jobStatusCheckFailureStartTime")
-    if (
-        not since
-        or ctx.simulated_since(rayjob["metadata"]["uid"], "checkFailure", since) < STATUS_CHECK_TIMEOUT
-    ):
-        return False
-    status["jobDeploymentStatus"] = "Failed"
-    status["reason"] = "JobStatusCheckTimeoutExceeded"
-    status["message"] = (
-        f"Job status checks have been failing since {parse_time(since).strftime('%Y-%m-%d %H:%M:%S')}; "
-        f"exceeded timeout of {int(STATUS_CHECK_TIMEOUT)}s"
-    )
-    return True
-
-
-def _check_backoff_limit(rayjob: dict, status: dict) -> None:
-    """``checkBackoffLimitAndUpdateStatusIfNeeded``: count the attempt; retry a failure if allowed."""
-    failed = status.get("failed", 0)
-    succeeded = status.get("succeeded", 0)
-    if status.get("jobDeploymentStatus") == "Failed":
-        failed += 1
-    if status.get("jobStatus") == "SUCCEEDED" and status.get("jobDeploymentStatus") == "Complete":
-        succeeded += 1
-    status["failed"], status["succeeded"] = failed, succeeded
-    backoff_limit = (rayjob.get("spec") or {}).get("backoffLimit")
-    if (
-        status.get("jobDeploymentStatus") == "Failed"
-        and backoff_limit is not None
-        and failed < backoff_limit + 1
-    ):
-        if status.get("reason") in ("DeadlineExceeded", "JobStatusCheckTimeoutExceeded"):
-            return
-        status["jobDeploymentStatus"] = "Retrying"
-
-
 def _needs_write(old: dict, new: dict) -> bool:
     """``updateRayJobStatus`` persists only when one of these moved."""
     return (
@@ -331,28 +272,6 @@ def _needs_write(old: dict, new: dict) -> bool:
 
 def _cluster_status_key(status: dict) -> dict:
     return {k: v for k, v in (status.get("rayClusterStatus") or {}).items() if k != "lastUpdateTime"}
-
-
-def _schedule_deadlines(ctx: Context, rayjob: dict, status: dict) -> None:
-    """Timers for the deadlines of the current attempt (KubeRay re-checks them every 3 s)."""
-    state = status.get("jobDeploymentStatus")
-    start = status.get("startTime")
-    if not start or state not in ("Initializing", "Running", "Waiting"):
-        return
-    spec = rayjob.get("spec") or {}
-    key = ("rayjob", rayjob["metadata"]["namespace"], rayjob["metadata"]["name"])
-    elapsed = _since_start(ctx, rayjob, status)
-    for field in ("activeDeadlineSeconds", "preRunningDeadlineSeconds"):
-        if spec.get(field) is not None and (field == "activeDeadlineSeconds" or state != "Running"):
-            ctx.requeue_once(key, f"{field}:{start}", spec[field] - elapsed)
-    failing_since = status.get("jobStatusCheckFailureStartTime")
-    if failing_since:
-        waited = ctx.simulated_since(rayjob["metadata"]["uid"], "checkFailure", failing_since)
-        ctx.requeue_once(key, f"check:{failing_since}", STATUS_CHECK_TIMEOUT - waited)
-
-
-def _since_start(ctx: Context, rayjob: dict, status: dict) -> float:
-    return ctx.simulated_since(rayjob["metadata"]["uid"], "startTime", status["startTime"])
 
 
 # -- children --------------------------------------------------------------------------------------
@@ -456,12 +375,9 @@ def _delete_cluster(ctx: Context, rayjob: dict, status: dict) -> bool:
     if (rayjob.get("spec") or {}).get("clusterSelector") or not status.get("rayClusterName"):
         return True
     namespace, name = rayjob["metadata"]["namespace"], status["rayClusterName"]
-    try:
-        cluster = ctx.store.get(RAYCLUSTERS, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            return True
-        raise
+    cluster = ctx.store.get_or_none(RAYCLUSTERS, name, namespace=namespace)
+    if cluster is None:
+        return True
     if not cluster["metadata"].get("deletionTimestamp"):
         ctx.store.delete(RAYCLUSTERS, name, namespace=namespace)
         ctx.event(rayjob, "Normal", "DeletedRayCluster", f"Deleted cluster {namespace}/{name}")
@@ -473,12 +389,9 @@ def _delete_submitter(ctx: Context, rayjob: dict) -> bool:
     if (rayjob.get("spec") or {}).get("submissionMode", "K8sJobMode") in ("HTTPMode", "SidecarMode"):
         return True
     namespace, name = rayjob["metadata"]["namespace"], rayjob["metadata"]["name"]
-    try:
-        job = ctx.store.get(JOBS, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            return True
-        raise
+    job = ctx.store.get_or_none(JOBS, name, namespace=namespace)
+    if job is None:
+        return True
     if not job["metadata"].get("deletionTimestamp"):
         ctx.store.delete(JOBS, name, namespace=namespace, propagation_policy="Background")
         ctx.event(rayjob, "Normal", "DeletedRayJobSubmitter", f"Deleted submitter K8s Job {namespace}/{name}")
@@ -498,8 +411,3 @@ def _set_or_drop(status: dict, field: str, value: str) -> None:
         status[field] = value
     else:
         status.pop(field, None)
-
-
-def _go_time(timestamp: str) -> str:
-    """How Go prints a ``*metav1.Time`` with ``%v``: ``2026-08-20 10:00:00 +0000 UTC``."""
-    return parse_time(timestamp).strftime("%Y-%m-%d %H:%M:%S +0000 UTC")

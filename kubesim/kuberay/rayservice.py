@@ -135,12 +135,9 @@ def serve_statuses(deployment: ServeDeployment, elapsed: float) -> dict:
 
 
 def reconcile_rayservice(ctx: Context, namespace: str, name: str) -> None:
-    try:
-        service = ctx.store.get(RAYSERVICES, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.code == 404:
-            return
-        raise
+    service = ctx.store.get_or_none(RAYSERVICES, name, namespace=namespace)
+    if service is None:
+        return
     if service["metadata"].get("deletionTimestamp"):
         return
     original = service.get("status") or {}
@@ -150,7 +147,7 @@ def reconcile_rayservice(ctx: Context, namespace: str, name: str) -> None:
     conditions = status.setdefault("conditions", [])
     error = validate_rayservice(service)
     if error:
-        _condition(conditions, now, "Ready", "False", "ValidationFailed", error)
+        set_condition(conditions, now, "Ready", "False", "ValidationFailed", error)
         if _changed(original, status):
             ctx.event(service, "Warning", "InvalidRayServiceSpec", f"{namespace}/{name}: {error}")
     elif not _handle_suspend(ctx, service, status, now):
@@ -213,10 +210,10 @@ def _serve(ctx: Context, service: dict, status: dict, now: str) -> None:
     status["numServeEndpoints"] = endpoints
     conditions = status["conditions"]
     if not conditions:
-        _condition(conditions, now, "Ready", "False", "Initializing", INITIALIZING)
-        _condition(conditions, now, "UpgradeInProgress", "False", "Initializing", INITIALIZING)
+        set_condition(conditions, now, "Ready", "False", "Initializing", INITIALIZING)
+        set_condition(conditions, now, "UpgradeInProgress", "False", "Initializing", INITIALIZING)
     if endpoints > 0:
-        _condition(
+        set_condition(
             conditions,
             now,
             "Ready",
@@ -225,16 +222,16 @@ def _serve(ctx: Context, service: dict, status: dict, now: str) -> None:
             "Number of serve endpoints is greater than 0",
         )
     elif _is_true(conditions, "Ready"):
-        _condition(
+        set_condition(
             conditions, now, "Ready", "False", "ZeroServeEndpoints", "Number of serve endpoints dropped to 0"
         )
     if active.get("rayClusterName") and pending.get("rayClusterName"):
-        _condition(
+        set_condition(
             conditions, now, "UpgradeInProgress", "True", "BothActivePendingClustersExist",
             "Both active and pending Ray clusters exist",
         )  # fmt: skip
     elif active.get("rayClusterName"):
-        _condition(
+        set_condition(
             conditions, now, "UpgradeInProgress", "False", "NoPendingCluster",
             "Active Ray cluster exists and no pending Ray cluster",
         )  # fmt: skip
@@ -344,16 +341,10 @@ def _clean_up_unused(ctx: Context, service: dict, owned: dict[str, dict], in_use
 
 def _serve_target(ctx: Context, service: dict) -> str | None:
     """The cluster the Serve Service selects now, None before there is one."""
-    try:
-        svc = ctx.store.get(
-            SERVICES,
-            serve_service_name(service["metadata"]["name"]),
-            namespace=service["metadata"]["namespace"],
-        )
-    except ApiError as exc:
-        if exc.code == 404:
-            return None
-        raise
+    meta = service["metadata"]
+    svc = ctx.store.get_or_none(SERVICES, serve_service_name(meta["name"]), namespace=meta["namespace"])
+    if svc is None:
+        return None
     return ((svc.get("spec") or {}).get("selector") or {}).get(CLUSTER_LABEL)
 
 
@@ -397,7 +388,7 @@ def _handle_suspend(ctx: Context, service: dict, status: dict, now: str) -> bool
     if _is_true(conditions, "Suspended"):
         if suspend:
             return True
-        _condition(
+        set_condition(
             conditions,
             now,
             "Suspended",
@@ -405,18 +396,18 @@ def _handle_suspend(ctx: Context, service: dict, status: dict, now: str) -> bool
             "RayServiceResumed",
             "Spec.Suspend is false; RayService has resumed.",
         )
-        _condition(conditions, now, "Ready", "False", "Initializing", INITIALIZING)
-        _condition(conditions, now, "UpgradeInProgress", "False", "Initializing", INITIALIZING)
+        set_condition(conditions, now, "Ready", "False", "Initializing", INITIALIZING)
+        set_condition(conditions, now, "UpgradeInProgress", "False", "Initializing", INITIALIZING)
         return False
     if not _is_true(conditions, "Suspending"):
         if not suspend:
             return False
-        _condition(
+        set_condition(
             conditions, now, "Suspending", "True", "SuspendRequested",
             "Spec.Suspend is true; will delete all Kubernetes resources owned by this RayService.",
         )  # fmt: skip
-        _condition(conditions, now, "Ready", "False", "SuspendInProgress", "RayService is suspending.")
-        _condition(
+        set_condition(conditions, now, "Ready", "False", "SuspendInProgress", "RayService is suspending.")
+        set_condition(
             conditions, now, "UpgradeInProgress", "False", "SuspendInProgress", "RayService is suspending."
         )
         status["activeServiceStatus"], status["pendingServiceStatus"] = {}, {}
@@ -430,14 +421,16 @@ def _handle_suspend(ctx: Context, service: dict, status: dict, now: str) -> bool
     _delete(ctx, SERVICES, namespace, serve_service_name(service["metadata"]["name"]))
     if owned:
         return True  # their DELETED events bring us back
-    _condition(
+    set_condition(
         conditions, now, "Suspending", "False", "SuspendComplete", "All owned resources have been deleted."
     )
-    _condition(
+    set_condition(
         conditions, now, "Suspended", "True", "SuspendComplete", "All owned resources have been deleted."
     )
-    _condition(conditions, now, "Ready", "False", "SuspendComplete", "RayService is suspended.")
-    _condition(conditions, now, "UpgradeInProgress", "False", "SuspendComplete", "RayService is suspended.")
+    set_condition(conditions, now, "Ready", "False", "SuspendComplete", "RayService is suspended.")
+    set_condition(
+        conditions, now, "UpgradeInProgress", "False", "SuspendComplete", "RayService is suspended."
+    )
     return True
 
 
@@ -484,10 +477,6 @@ def _create_cluster(ctx: Context, service: dict, cluster_name: str) -> dict:
     created = ctx.store.create(RAYCLUSTERS, cluster, namespace=namespace)
     ctx.event(service, "Normal", "CreatedRayCluster", f"Created the RayCluster {namespace}/{cluster_name}")
     return created
-
-
-def _condition(conditions: list[dict], now: str, kind: str, status: str, reason: str, message: str) -> None:
-    set_condition(conditions, {"type": kind, "status": status, "reason": reason, "message": message}, now)
 
 
 def _is_true(conditions: list[dict], kind: str) -> bool:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
-from kubesim.batch.container import ContainerProgram, Process, shell_line
-from kubesim.batch.strategy import JOB_NAME
+from kubesim.batch.container import shell_line
 from kubesim.errors import ApiError
+from kubesim.job_strategy import JOB_NAME
+from kubesim.kubelet import ContainerProgram, Process
 from kubesim.kuberay.context import CREATED_BY, JOBS, OPERATOR, RAYJOBS, Context, owner_reference
 from kubesim.kuberay.dashboard import Behaviour
 

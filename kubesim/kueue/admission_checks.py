@@ -29,19 +29,11 @@ cluster setup, not a RayJob, so nothing kubesim-only reaches a job):
 
 It marks those AdmissionChecks ``Active`` (a check of an unknown controller stays inactive, so its
 ClusterQueue is inactive, as on a real cluster without that controller).
+
+This module holds the rules (pure); ``admission_check_controller`` applies them each pass.
 """
 
 from __future__ import annotations
-
-from datetime import timedelta
-from typing import TYPE_CHECKING
-
-from kubesim.kueue.conditions import condition_true, is_evicting, is_finished, set_condition
-from kubesim.kueue.jobs import WORKLOAD_KEY
-
-if TYPE_CHECKING:
-    from kubesim.kueue.cache import World
-    from kubesim.kueue.controller import KueueController
 
 ADMISSION_CHECK_KEY = "admissionchecks.kueue.x-k8s.io"
 SIMULATED_CONTROLLER = "kubesim.dev/admission-check"
@@ -211,114 +203,3 @@ def simulated_delay(check: dict) -> float:
         return max(0.0, float(((check.get("metadata") or {}).get("annotations") or {}).get(AFTER, "0")))
     except ValueError:
         return 0.0
-
-
-# ----------------------------------------------------------------------------------------------- controller
-
-
-class AdmissionChecks:
-    """The admission-check half of Kueue's workload controller, plus kubesim's simulated check controller,
-    run once per pass of the Kueue controller over the Workloads of ClusterQueues that have checks."""
-
-    def __init__(self, controller: KueueController) -> None:
-        self.controller = controller
-
-    def reconcile(self, world: World) -> None:
-        checked = {name: cq for name, cq in world.cluster_queues.items() if strategy(cq)}
-        self._activate_simulated_checks(world)
-        if not checked and not self._anyone_has_checks():
-            return
-        controller = self.controller
-        index = controller.view.index
-        for wl in list(index.queued.values()):
-            lq = world.local_queue_of(wl)
-            cq = checked.get(((lq or {}).get("spec") or {}).get("clusterQueue", ""))
-            if cq is not None or states(wl):
-                self._sync(wl, cq)
-        for cq_name, held in list(index.holders.items()):
-            for ident in list(held):
-                wl = controller.view.get(WORKLOAD_KEY, *ident)
-                if wl is not None:
-                    self._reconcile_holder(wl, world.cluster_queues.get(cq_name), world)
-
-    def _anyone_has_checks(self) -> bool:
-        index = self.controller.view.index
-        return any(states(wl) for held in index.holders.values() for wl in held.values())
-
-    def _sync(self, wl: dict, cq: dict | None) -> dict | None:
-        wanted = checks_for(wl, cq)
-        if {check.get("name") for check in states(wl)} == wanted:
-            return wl
-        now = self.controller.clock.timestamp()
-        return self.controller._mutate(
-            WORKLOAD_KEY, wl, lambda obj: sync_states(obj, wanted, now), status=True
-        )
-
-    def _reconcile_holder(self, wl: dict, cq: dict | None, world: World) -> None:
-        if is_finished(wl) or is_evicting(wl) or not (wl.get("spec") or {}).get("active", True):
-            return
-        wl = self._sync(wl, cq)
-        if wl is None or not states(wl):
-            return
-        wl = self._decide_simulated(wl, world)
-        if wl is None:
-            return
-        controller = self.controller
-        rejected = in_state(wl, REJECTED)
-        if rejected:
-            if not condition_true(wl, "DeactivationTarget"):
-                message = describe(rejected, REJECTED)
-                controller.set_deactivation_target(wl, REASON_ADMISSION_CHECK, message)
-                controller._event(
-                    wl, "Warning", "AdmissionCheckRejected", f"Deactivated due to {message}", "kueue-workload"
-                )
-            return
-        retry = in_state(wl, RETRY)
-        if retry:
-            controller._evict(wl, REASON_ADMISSION_CHECK, f"Evicted due to {describe(retry, RETRY)}")
-            return
-        if not condition_true(wl, "Admitted") and ready_to_admit(wl, cq):
-            controller.admit_after_checks(wl, world)
-
-    def _decide_simulated(self, wl: dict, world: World) -> dict | None:
-        """The simulated check controller: decide each of its Pending checks once it is due."""
-        controller = self.controller
-        reserved = controller.reserved_moment(wl)
-        now = controller.clock.now()
-        changes: list[tuple[str, str, str]] = []
-        for state in states(wl):
-            check = world.admission_checks.get(state.get("name", ""))
-            if check is None or (check.get("spec") or {}).get("controllerName") != SIMULATED_CONTROLLER:
-                continue
-            if state.get("state") != PENDING:
-                continue
-            due = reserved + timedelta(seconds=controller.clock.real_seconds(simulated_delay(check)))
-            if now >= due:
-                changes.append((state["name"], *simulated_decision(check, state)))
-                continue
-            controller.wake_after((due - now).total_seconds() * controller.clock.time_scale)
-            waiting = ((check.get("metadata") or {}).get("annotations") or {}).get(PENDING_MESSAGE)
-            if waiting and state.get("message") != waiting:
-                changes.append((state["name"], PENDING, waiting))
-        if not changes:
-            return wl
-        stamp = controller.clock.timestamp()
-
-        def change(obj: dict) -> None:
-            for name, state, message in changes:
-                set_state(obj, name, state, message, stamp)
-
-        return controller._mutate(WORKLOAD_KEY, wl, change, status=True)
-
-    def _activate_simulated_checks(self, world: World) -> None:
-        controller = self.controller
-        for check in world.admission_checks.values():
-            if (check.get("spec") or {}).get("controllerName") != SIMULATED_CONTROLLER or is_active(check):
-                continue
-            now = controller.clock.timestamp()
-            controller._mutate(
-                ADMISSION_CHECK_KEY,
-                check,
-                lambda obj, now=now: set_condition(obj, "Active", "True", "Active", MSG_ACTIVE, now),
-                status=True,
-            )

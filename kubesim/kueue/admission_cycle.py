@@ -1,21 +1,22 @@
 """Admission cycles: a snapshot in, the pure scheduler's decisions out, applied as Workload writes.
 
-A mixin of ``KueueController`` (``kubesim.kueue.controller``), which holds the state it uses (parked
-Workloads, model and snapshot caches); ``kubesim.kueue.scheduler`` decides, this module only applies.
+Step 3 of a Kueue controller pass (``kubesim.kueue.controller``). ``kubesim.kueue.scheduler`` decides, this
+module only applies: it writes through the ``Writer``, evicts preemption victims through ``Eviction`` and
+starts an admitted Workload's job through ``JobActions``. It keeps the model and snapshot caches.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from kubesim.errors import ApiError
-from kubesim.kueue import admission_checks, jobs, model, pods_ready, scheduler
-from kubesim.kueue.cache import World, int_or_zero
+from kubesim.kueue import admission_checks, model, scheduler
 from kubesim.kueue.conditions import (
     ADMISSION_COMPONENT,
     MSG_ADMITTED,
     MSG_PODS_NOT_READY,
     admission_of,
+    backing_off,
     condition_true,
     find_condition,
     is_evicting,
@@ -31,15 +32,46 @@ from kubesim.kueue.convert import (
     resource_requests,
 )
 from kubesim.kueue.equivalence import scheduling_shape
+from kubesim.kueue.eviction import Eviction
+from kubesim.kueue.job_actions import JobActions
 from kubesim.kueue.jobs import WORKLOAD_KEY
 from kubesim.kueue.queue_status import queue_blocker
+from kubesim.kueue.world import World, int_or_zero
+from kubesim.kueue.writer import Writer
+
+if TYPE_CHECKING:
+    from kubesim.kueue.cache import ClusterView
+    from kubesim.kueue.equivalence import Parked
 
 # Admission cycles per pass; each admits or parks at least one workload, so this only bounds a pass.
 MAX_CYCLES_PER_PASS = 50
 
 
+@dataclass(eq=False)
 class AdmissionCycle:
-    """Step 3 of a pass: run the scheduler and apply what it decided."""
+    """Step 3 of a pass: run the scheduler and apply what it decided.
+
+    ``seq`` (uid -> creation order) and ``parked`` are the controller's, shared with the job sync.
+    """
+
+    writer: Writer
+    view: ClusterView
+    actions: JobActions
+    eviction: Eviction
+    seq: dict[str, int]
+    parked: Parked
+    # uid -> (what the model was built from, model.Workload): building one parses every quantity.
+    _models: dict[str, tuple[tuple, model.Workload]] = field(default_factory=dict, init=False)
+    _shapes: dict[str, tuple[str | None, str]] = field(default_factory=dict, init=False)
+    """uid -> (resourceVersion, scheduling shape)."""
+    # The admitted part of the scheduler's snapshot, and what it was built from.
+    _snapshot_cache: tuple[World, tuple[int, int], model.Snapshot] | None = field(default=None, init=False)
+    _reservations: int = field(default=0, init=False)
+
+    def forget(self, uid: str) -> None:
+        """A Workload was deleted: drop what is cached about it."""
+        self._models.pop(uid, None)
+        self._shapes.pop(uid, None)
 
     def _snapshot(self, world: World) -> model.Snapshot:
         """The scheduler's input, rebuilt only when the configuration or a quota holder changed (the
@@ -70,7 +102,7 @@ class AdmissionCycle:
             wl["metadata"].get("resourceVersion"),
             cluster_queue,
             self._seq(wl),
-            self.reserved_at.get(uid),
+            self.writer.reserved_at.get(uid),
         )
         cached = self._models.get(uid)
         if cached is None or cached[0] != inputs:
@@ -89,7 +121,7 @@ class AdmissionCycle:
     def _seq(self, wl: dict) -> int:
         return self.seq.get(wl["metadata"]["uid"], int_or_zero(wl["metadata"].get("resourceVersion")))
 
-    def _schedule_pass(self) -> None:
+    def schedule_pass(self, world: World) -> None:
         """Admission cycles until one makes no progress (nothing admitted or parked), at most
         ``MAX_CYCLES_PER_PASS``.
 
@@ -98,17 +130,17 @@ class AdmissionCycle:
         (admitted workloads leave, parked heads are skipped), so a cycle hands the pure scheduler only
         each queue's head and costs O(queues), not O(pending). ``schedule_cycle`` picks each queue's
         first non-parked workload in queue order, so its decisions are the same as over whole queues.
+        ``world`` is the configuration (queues, flavors, ...) as the pass read it.
         """
-        world = self._world()
-        now = self.clock.timestamp()
+        now = self.writer.clock.timestamp()
         queues: dict[str, list[model.Workload]] = {}
         where: dict[str, tuple[str, str]] = {}
         shapes: dict[str, tuple[str, str]] = {}  # uid -> (ClusterQueue, scheduling shape)
         queued = self.view.index.queued
-        clock_now = self.clock.now()
+        clock_now = self.writer.clock.now()
         for ident in sorted(queued):
             wl = queued[ident]
-            if pods_ready.backing_off(wl, clock_now):
+            if backing_off(wl, clock_now):
                 continue  # requeued only once its backoff (requeueState.requeueAt) is over
             cq_name, blocked = queue_blocker(wl, world)
             if blocked:
@@ -128,30 +160,31 @@ class AdmissionCycle:
                 head = next((w for w in queue if w.uid not in admitted and w.uid not in self.parked), None)
                 if head is not None:
                     heads[name] = [head]
-            if not heads or not self._schedule_cycle(heads, where, admitted, shapes):
+            if not heads or not self._schedule_cycle(world, heads, where, admitted, shapes):
                 return
 
     def _schedule_cycle(
         self,
+        world: World,
         heads: dict[str, list[model.Workload]],
         where: dict[str, tuple[str, str]],
         admitted: set[str],
         shapes: dict[str, tuple[str, str]],
     ) -> bool:
         """One admission cycle; True when it admitted or parked something (worth another cycle)."""
-        now = self.clock.timestamp()
+        now = self.writer.clock.timestamp()
         progressed = False
-        for decision in scheduler.schedule_cycle(self._snapshot(self._world()), heads):
+        for decision in scheduler.schedule_cycle(self._snapshot(world), heads):
             uid = decision.workload.uid
             wl = self._current(where.get(uid))
             if wl is None:
                 continue
             if isinstance(decision, model.Admit):
-                self._admit(wl, decision.admission, self._world())
+                self._admit(wl, decision.admission, world)
                 admitted.add(uid)
                 progressed = True
             elif isinstance(decision, model.Preempt):
-                self._preempt(wl, decision, self._world(), now)
+                self._preempt(wl, decision, now)
             else:
                 self._set_pending(wl, decision.reason, decision.message, now)
                 if decision.inadmissible and uid not in self.parked:
@@ -175,12 +208,12 @@ class AdmissionCycle:
             set_condition(obj, "QuotaReserved", "False", reason, message, now)
             obj["status"]["resourceRequests"] = resource_requests(obj)
 
-        self._mutate(WORKLOAD_KEY, wl, change, status=True)
+        self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
         if (before.get("reason"), before.get("message")) != (reason, message):
-            self._event(wl, "Warning", "Pending", message, ADMISSION_COMPONENT)
+            self.writer.event(wl, "Warning", "Pending", message, ADMISSION_COMPONENT)
 
     def _admit(self, wl: dict, admission: model.Admission, world: World) -> None:
-        now = self.clock.timestamp()
+        now = self.writer.clock.timestamp()
         cq = admission.cluster_queue
 
         def change(obj: dict) -> None:
@@ -206,15 +239,19 @@ class AdmissionCycle:
                         now,
                     )
 
-        admitted = self._mutate(WORKLOAD_KEY, wl, change, status=True)
+        admitted = self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
         if admitted is None:
             return
-        self.reserved_at[admitted["metadata"]["uid"]] = self.clock.now().timestamp()
+        self.writer.note_reserved(admitted)
         self._reservations += 1
         waited = max(
-            0, int(self.clock.now().timestamp() - timestamp_seconds(wl["metadata"].get("creationTimestamp")))
+            0,
+            int(
+                self.writer.clock.now().timestamp()
+                - timestamp_seconds(wl["metadata"].get("creationTimestamp"))
+            ),
         )
-        self._event(
+        self.writer.event(
             admitted,
             "Normal",
             "QuotaReserved",
@@ -227,47 +264,38 @@ class AdmissionCycle:
 
     def admit_after_checks(self, wl: dict, world: World) -> None:
         """Every admission check of a Workload holding quota is Ready: admit it and start its job."""
-        now = self.clock.timestamp()
+        now = self.writer.clock.timestamp()
 
         def change(obj: dict) -> None:
             set_condition(obj, "Admitted", "True", "Admitted", MSG_ADMITTED, now)
             set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
 
-        admitted = self._mutate(WORKLOAD_KEY, wl, change, status=True)
+        admitted = self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
         if admitted is not None:
-            waited = self.clock.now() - self.reserved_moment(admitted)
+            waited = self.writer.clock.now() - self.writer.reserved_moment(admitted)
             self._on_admitted(admitted, world, waited_for_checks=max(0, int(waited.total_seconds())))
 
     def _on_admitted(self, admitted: dict, world: World, *, waited_for_checks: int) -> None:
         """The Admitted event, and the job started (unsuspended with the admission's pod set infos)."""
-        self.admitted_at[admitted["metadata"]["uid"]] = self.clock.now()
+        self.writer.note_admitted(admitted)
         cq = admission_of(admitted)["clusterQueue"]
-        self._event(
+        self.writer.event(
             admitted,
             "Normal",
             "Admitted",
             f"Admitted by ClusterQueue {cq}, wait time since reservation was {waited_for_checks}s",
             ADMISSION_COMPONENT,
         )
-        for ref in admitted["metadata"].get("ownerReferences") or []:
-            kind = jobs.JOB_KINDS_BY_KIND.get(ref.get("kind"))
-            if kind is None or not ref.get("controller"):
-                continue
-            try:
-                job = self.store.get(kind.key, ref["name"], namespace=admitted["metadata"]["namespace"])
-            except ApiError:
-                continue
-            if jobs.is_suspended(kind, job):
-                self._start_job(kind, job, admitted, world)
+        self.actions.start_owner(admitted, world)
 
-    def _preempt(self, wl: dict, decision: model.Preempt, world: World, now: str) -> None:
+    def _preempt(self, wl: dict, decision: model.Preempt, now: str) -> None:
         by_uid = self.view.index.by_uid
         for victim in decision.victims:
             target = by_uid.get(victim.workload.uid)
             if target is None or victim.workload.evicted or is_evicting(target):
                 continue
-            self._evict(target, "Preempted", victim.message, preempted_reason=victim.reason)
-            self._event(
+            self.eviction.evict(target, "Preempted", victim.message, preempted_reason=victim.reason)
+            self.writer.event(
                 wl,
                 "Normal",
                 "PreemptedWorkload",
@@ -275,5 +303,3 @@ class AdmissionCycle:
                 ADMISSION_COMPONENT,
             )
         self._set_pending(wl, "Pending", decision.pending_message, now)
-
-    # -------------------------------------------------------------------------------- queue status

@@ -9,68 +9,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from kubesim.kueue import admission_checks
 from kubesim.kueue.conditions import admission_of, condition_true, holds_quota, is_queued, owner_uid
 from kubesim.kueue.convert import model_admission
-from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY
+from kubesim.kueue.jobs import WORKLOAD_KEY
 from kubesim.kueue.queue_status import Tally
+from kubesim.kueue.world import CONFIG_KEYS, World
 from kubesim.watch import Delivery
-
-CQ_KEY = "clusterqueues.kueue.x-k8s.io"
-LQ_KEY = "localqueues.kueue.x-k8s.io"
-RF_KEY = "resourceflavors.kueue.x-k8s.io"
-WPC_KEY = "workloadpriorityclasses.kueue.x-k8s.io"
-COHORT_KEY = "cohorts.kueue.x-k8s.io"
-NAMESPACE_KEY = "namespaces"
-AC_KEY = admission_checks.ADMISSION_CHECK_KEY
-CONFIG_KEYS = (CQ_KEY, LQ_KEY, RF_KEY, WPC_KEY, COHORT_KEY, NAMESPACE_KEY, AC_KEY)
-WATCHED_KEYS = (*JOB_KINDS, WORKLOAD_KEY, *CONFIG_KEYS)
-
-
-@dataclass
-class World:
-    """One read of every object the controller decides over (by name; LocalQueues by (ns, name))."""
-
-    flavors: dict[str, dict] = field(default_factory=dict)
-    cluster_queues: dict[str, dict] = field(default_factory=dict)
-    cohorts: dict[str, dict] = field(default_factory=dict)
-    local_queues: dict[tuple[str, str], dict] = field(default_factory=dict)
-    priority_classes: dict[str, dict] = field(default_factory=dict)
-    admission_checks: dict[str, dict] = field(default_factory=dict)
-    namespace_labels: dict[str, dict] = field(default_factory=dict)
-    workloads: list[dict] = field(default_factory=list)
-
-    @classmethod
-    def read(cls, store) -> World:
-        """The current objects, read afresh from the store (for when no controller keeps a view)."""
-        return cls.build(lambda key: store.list(key)[0])
-
-    @classmethod
-    def build(cls, items: Callable[[str], list[dict]]) -> World:
-        """A World from ``items(key)``, which lists a kind's objects in the store's list order."""
-
-        def by_name(key: str) -> dict[str, dict]:
-            return {o["metadata"]["name"]: o for o in items(key)}
-
-        return cls(
-            flavors=by_name(RF_KEY),
-            cluster_queues=by_name(CQ_KEY),
-            cohorts=by_name(COHORT_KEY),
-            local_queues={(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in items(LQ_KEY)},
-            priority_classes=by_name(WPC_KEY),
-            admission_checks=by_name(AC_KEY),
-            namespace_labels={
-                n: o["metadata"].get("labels") or {} for n, o in by_name(NAMESPACE_KEY).items()
-            },
-            workloads=items(WORKLOAD_KEY),
-        )
-
-    def local_queue_of(self, wl: dict) -> dict | None:
-        return self.local_queues.get(
-            (wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", ""))
-        )
 
 
 class WorkloadIndex:
@@ -143,15 +89,28 @@ class ClusterView:
     frozen ones: read-only. ``on_event(key, type, obj)`` is told of every change. Workloads are also
     indexed (`WorkloadIndex`), and the configuration objects are kept apart from them (`config`), so a
     pass that reads the queues' configuration does not rebuild anything after a Workload write.
+
+    It is empty until ``open`` subscribes (the controller's loop opens it when it starts, and closes it
+    when it stops), so the controller's parts can be handed the view when they are built.
     """
 
     def __init__(self, store, keys: tuple[str, ...], on_event: Callable[[str, str, dict], None]) -> None:
+        self._store = store
+        self._keys = keys
         self._objects: dict[str, dict[tuple[str, str], dict]] = {key: {} for key in keys}
         self._on_event = on_event
         self._world: World | None = None
         self._config: World | None = None
         self.index = WorkloadIndex()
-        self._subscriptions = [store.subscribe(key, functools.partial(self._deliver, key)) for key in keys]
+        self._subscriptions: list = []
+        self.is_open = False
+
+    def open(self) -> None:
+        """Subscribe to every watched kind: the store delivers the existing objects, then each change."""
+        self.is_open = True
+        self._subscriptions = [
+            self._store.subscribe(key, functools.partial(self._deliver, key)) for key in self._keys
+        ]
 
     def _deliver(self, key: str, delivery: Delivery) -> None:
         obj = delivery.object
@@ -192,12 +151,7 @@ class ClusterView:
         return self._world
 
     def close(self) -> None:
+        self.is_open = False
         for subscription in self._subscriptions:
             subscription.close()
-
-
-def int_or_zero(value) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
+        self._subscriptions = []

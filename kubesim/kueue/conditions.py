@@ -2,10 +2,13 @@
 
 Every part of the Kueue controller (job sync, eviction, admission, queue status) and its helpers
 (``admission_checks``, ``pods_ready``) reads and writes conditions the same way, so they live apart from
-any one of them.
+any one of them. So do the requeue rules the scheduler's model reads (a PodsReady or admission-check
+eviction waits out ``requeueState.requeueAt`` and queues by its eviction time).
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from kubesim.clock import parse_time
 from kubesim.kueue import jobs
@@ -23,6 +26,9 @@ MSG_PODS_RECOVERY = "At least one pod has failed, waiting for recovery"
 MSG_DEACTIVATED = "The workload is deactivated"
 MSG_CQ_STOPPED = "The ClusterQueue is stopped"
 MSG_LQ_STOPPED = "The LocalQueue is stopped"
+
+BACKOFF_REQUEUE_REASONS = ("PodsReadyTimeout", "AdmissionCheck")
+"""Evictions whose Workload waits out ``requeueState.requeueAt`` and is then ordered by eviction time."""
 
 
 def find_condition(obj: dict, type_: str) -> dict | None:
@@ -110,3 +116,23 @@ def workload_priority_class_ref(name: str) -> dict:
 
 def timestamp_seconds(value: str | None) -> float:
     return parse_time(value).timestamp() if value else 0.0
+
+
+def requeue_at(wl: dict) -> datetime | None:
+    value = ((wl.get("status") or {}).get("requeueState") or {}).get("requeueAt")
+    return parse_time(value) if value else None
+
+
+def backing_off(wl: dict, now: datetime) -> bool:
+    """The Workload waits out a requeue backoff: the scheduler must not consider it yet."""
+    at = requeue_at(wl)
+    return at is not None and at > now
+
+
+def queue_order_timestamp(wl: dict) -> str | None:
+    """Kueue's queue-order time (``requeuingStrategy.timestamp: Eviction``): a Workload evicted for its pods
+    or an admission check queues by the eviction's time, everything else by its creation."""
+    evicted = find_condition(wl, "Evicted") or {}
+    if evicted.get("status") == "True" and evicted.get("reason") in BACKOFF_REQUEUE_REASONS:
+        return evicted.get("lastTransitionTime")
+    return wl["metadata"].get("creationTimestamp")

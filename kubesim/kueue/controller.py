@@ -4,62 +4,48 @@ Like the real Kueue manager, this is a client of the API server (here: the store
 events (debounced) and a periodic tick, and each pass is level-triggered: it reads the objects it decides
 over, then
 
-1. reconciles each managed Ray job whose object or Workload changed with that Workload (create it, finish
-   it, start or stop the job, and release an evicted Workload's quota once KubeRay finished suspending
-   the job),
+1. reconciles each managed job whose object or Workload changed with that Workload (create it, finish
+   it, start or stop the job, and release an evicted Workload's quota once the job stopped):
+   ``job_sync.JobSync``,
 2. evicts what must go among the Workloads that changed (deactivated Workloads, ClusterQueue/LocalQueue
-   ``HoldAndDrain``); a configuration change makes steps 1 and 2 go over everything,
+   ``HoldAndDrain``): ``eviction.Eviction``; a configuration change makes steps 1 and 2 go over
+   everything; then the admission checks (``admission_check_controller.AdmissionChecks``) and
+   waitForPodsReady (``pods_ready.PodsReady``) decide and evict,
 3. runs admission cycles of the pure scheduler (`kubesim.kueue.scheduler`) over a snapshot built from the
-   objects, applying its decisions (admit, preempt, no fit) as Workload conditions and events,
-4. writes ClusterQueue and LocalQueue status (only when it changed).
+   objects, applying its decisions (admit, preempt, no fit) as Workload conditions and events:
+   ``admission_cycle.AdmissionCycle``,
+4. writes ClusterQueue and LocalQueue status (only when it changed): ``queue_status_writer``.
 
-Every write re-reads the object first and mutates the fresh copy, so a pass never clobbers a concurrent
-change by KubeRay or a user (the store is synchronous, so read+write is atomic on the event loop).
-
-What a pass reads comes from a `ClusterView` (``kubesim.kueue.cache``), the equivalent of Kueue's
-informer caches. Steps 1 to 3 are the mixins ``job_sync.JobSync``, ``eviction.Eviction`` and
-``admission_cycle.AdmissionCycle``; this class holds the state they share and runs the loop.
+Each step is a plain object this class builds and calls in order, handed what it uses: the one ``Writer``
+(every write re-reads the object first and mutates the fresh copy, so a pass never clobbers a concurrent
+change by KubeRay or a user; the store is synchronous, so read+write is atomic on the event loop), the
+``ClusterView`` it reads (``kubesim.kueue.cache``, the equivalent of Kueue's informer caches), and the
+steps it acts through (``JobActions`` starts and stops jobs; the admission checks evict through
+``Eviction``), as Kueue's Preemptor is given its client and recorder. This class keeps what the steps
+share between passes (creation order, the parked set) and what changed since the last pass.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
 
-from kubesim.clock import parse_time
-from kubesim.errors import ApiError
-from kubesim.events import record_event
-from kubesim.jsoncopy import fast_copy
-from kubesim.kueue import admission_checks, jobs, model, pods_ready, visibility
+from kubesim.kueue import jobs, visibility
+from kubesim.kueue.admission_check_controller import AdmissionChecks
 from kubesim.kueue.admission_cycle import AdmissionCycle
-from kubesim.kueue.cache import (
-    CONFIG_KEYS,
-    CQ_KEY,
-    LQ_KEY,
-    NAMESPACE_KEY,
-    WATCHED_KEYS,
-    WPC_KEY,
-    ClusterView,
-    World,
-    int_or_zero,
-)
-from kubesim.kueue.conditions import find_condition, set_condition
+from kubesim.kueue.cache import ClusterView
 from kubesim.kueue.config import KueueConfig
 from kubesim.kueue.equivalence import Parked
 from kubesim.kueue.eviction import Eviction
+from kubesim.kueue.job_actions import JobActions
 from kubesim.kueue.job_sync import JobSync
 from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY
-from kubesim.kueue.queue_status import (
-    cluster_queue_active,
-    cluster_queue_status,
-    local_queue_active,
-    local_queue_status,
-)
+from kubesim.kueue.pods_ready import PodsReady
+from kubesim.kueue.queue_status_writer import QueueStatusWriter
 from kubesim.kueue.webhook import make_admission_hook
+from kubesim.kueue.world import CONFIG_KEYS, NAMESPACE_KEY, WATCHED_KEYS, WPC_KEY, World, int_or_zero
+from kubesim.kueue.writer import Writer
 
 # Real seconds: how long to let a burst of watch events settle, and the resync period.
 DEBOUNCE_SECONDS = 0.01
@@ -67,8 +53,9 @@ FULL_PASS_SECONDS = 10.0
 TICK_SECONDS = 1.0
 
 
-class KueueController(JobSync, Eviction, AdmissionCycle):
-    """Holds what Kueue keeps in memory between passes: the parked (inadmissible) set, creation order."""
+class KueueController:
+    """Runs the loop, builds the steps, and holds what Kueue keeps in memory between passes: the parked
+    (inadmissible) set, creation order, configuration versions, what changed since the last pass."""
 
     def __init__(self, cluster) -> None:
         self.cluster = cluster
@@ -78,14 +65,9 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
         self.parked = Parked()
         self.seq: dict[str, int] = {}
         self.config_versions: dict[tuple[str, str], object] = {}
-        self.warned: set[tuple[str, str]] = set()
-        # Precise quota-reservation times: conditions only keep seconds, but preemption prefers the most
-        # recently admitted candidate, so two admissions within one second must stay ordered.
-        self.reserved_at: dict[str, float] = {}
-        # uid -> (what the model was built from, model.Workload): building one parses every quantity.
-        self._models: dict[str, tuple[tuple, model.Workload]] = {}
-        self._shapes: dict[str, tuple[str | None, str]] = {}  # uid -> (resourceVersion, scheduling shape)
-        self.view: ClusterView | None = None
+        self.config: KueueConfig = getattr(cluster, "kueue_config", None) or KueueConfig()
+        # The informer cache: opened when the loop starts (the steps are handed it now).
+        self.view = ClusterView(self.store, WATCHED_KEYS, self._changed)
         # What changed since a phase last looked: jobs as (key, namespace, name), Workloads as (namespace,
         # name). A pass reconciles only those, unless the configuration changed (``_full``): then every
         # decision may differ, so it goes over everything, as Kueue requeues all on a queue change.
@@ -95,15 +77,19 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
         self._dirty_priority_classes: set[str] = set()
         self._full = True
         self._last_full = 0.0
-        # The admitted part of the scheduler's snapshot, and what it was built from.
-        self._snapshot_cache: tuple[World, tuple[int, int], model.Snapshot] | None = None
-        self._reservations = 0
-        self.config: KueueConfig = getattr(cluster, "kueue_config", None) or KueueConfig()
-        # Precise admission times (the Admitted condition keeps whole seconds), for waitForPodsReady.
-        self.admitted_at: dict[str, datetime] = {}
-        self.checks = admission_checks.AdmissionChecks(self)
-        self.pods_ready = pods_ready.PodsReady(self, self.config)
-        self._wake_handles: dict[int, asyncio.TimerHandle] = {}
+        # The steps of a pass, each handed what it uses.
+        writer = self.writer = Writer(self.store, self.clock, self.wake)
+        actions = JobActions(writer)
+        self.job_sync = JobSync(
+            writer, self.view, actions, seq=self.seq, parked=self.parked, frameworks=self.config.frameworks
+        )
+        self.eviction = Eviction(writer, self.view, actions)
+        self.admission = AdmissionCycle(
+            writer, self.view, actions, self.eviction, seq=self.seq, parked=self.parked
+        )
+        self.checks = AdmissionChecks(writer, self.view, self.eviction, self.admission)
+        self.pods_ready = PodsReady(writer, self.view, self.eviction, self.config)
+        self.queue_status = QueueStatusWriter(writer, self.view)
 
     # -------------------------------------------------------------------------------- loop
 
@@ -116,12 +102,12 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
     def current_world(self) -> World:
         """The current objects: from the view while the controller runs (as Kueue's visibility server
         answers from its in-memory queues), else a fresh read of the store."""
-        if self.view is not None:
+        if self.view.is_open:
             return self.view.world()
         return World.read(self.store)
 
     async def run(self) -> None:
-        self.view = ClusterView(self.store, WATCHED_KEYS, self._changed)
+        self.view.open()
         try:
             while True:
                 # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation that
@@ -134,7 +120,6 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
                 self.reconcile()
         finally:
             self.view.close()
-            self.view = None
 
     def _changed(self, key: str, type_: str, obj: dict) -> None:
         self.observe(key, type_, obj)
@@ -165,8 +150,7 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
             self.seq.setdefault(meta.get("uid", ""), int_or_zero(meta.get("resourceVersion")))
         if key == WORKLOAD_KEY and type_ == "DELETED":
             self.parked.clear()
-            self._models.pop(meta.get("uid", ""), None)
-            self._shapes.pop(meta.get("uid", ""), None)
+            self.admission.forget(meta.get("uid", ""))
         if key in CONFIG_KEYS:
             ident = (key, f"{meta.get('namespace', '')}/{meta.get('name', '')}")
             version = (
@@ -196,98 +180,13 @@ class KueueController(JobSync, Eviction, AdmissionCycle):
             full = True
         if full:
             self._last_full = now
-        self._sync_priority_classes(self._world())
-        self._reconcile_jobs(self._world(), full)
-        self._reconcile_evictions(self._world(), full)
+        dirty_classes, self._dirty_priority_classes = self._dirty_priority_classes, set()
+        self.job_sync.sync_priority_classes(self._world(), dirty_classes)
+        dirty_jobs, self._dirty_jobs = self._dirty_jobs, set()
+        self.job_sync.reconcile(self._world(), dirty_jobs, full)
+        dirty_workloads, self._dirty_workloads = self._dirty_workloads, set()
+        self.eviction.reconcile(self._world(), dirty_workloads, full)
         self.checks.reconcile(self._world())
         self.pods_ready.reconcile(full)
-        self._schedule_pass()
-        self._write_queue_statuses(self._world())
-
-    # -------------------------------------------------------------------------------- writes
-
-    def _mutate(self, key: str, obj: dict, change: Callable[[dict], None], *, status: bool) -> dict | None:
-        """Re-read ``obj``, apply ``change`` to the fresh copy, write it if it changed."""
-        meta = obj["metadata"]
-        try:
-            fresh = self.store.get(key, meta["name"], namespace=meta.get("namespace"))
-        except ApiError:
-            return None
-        updated = fast_copy(fresh)
-        change(updated)
-        if updated == fresh:
-            return fresh
-        try:
-            return self.store.update(key, updated, subresource="status" if status else None)
-        except ApiError as err:
-            if err.code in (404, 409):
-                self.wake.set()
-                return None
-            raise
-
-    def _event(self, obj: dict, type_: str, reason: str, message: str, component: str) -> None:
-        record_event(self.store, obj, type_, reason, message, component)
-
-    def wake_after(self, simulated_seconds: float) -> None:
-        """Run a pass once ``simulated_seconds`` have passed (a timeout or a backoff falls due then, with
-        no object changing to wake the controller). One timer per real second is enough."""
-        delay = max(0.0, self.clock.real_seconds(simulated_seconds)) + 0.01
-        loop = asyncio.get_running_loop()
-        slot = int(loop.time() + delay)
-        if slot not in self._wake_handles:
-            self._wake_handles[slot] = loop.call_later(delay, self._wake_from_timer, slot)
-
-    def _wake_from_timer(self, slot: int) -> None:
-        self._wake_handles.pop(slot, None)
-        self.wake.set()
-
-    def reserved_moment(self, wl: dict) -> datetime:
-        """When the current quota reservation was made, as precisely as known."""
-        at = self.reserved_at.get(wl["metadata"]["uid"])
-        if at is not None:
-            return datetime.fromtimestamp(at, UTC)
-        condition = find_condition(wl, "QuotaReserved") or {}
-        return (
-            parse_time(condition["lastTransitionTime"])
-            if condition.get("lastTransitionTime")
-            else self.clock.now()
-        )
-
-    def admitted_moment(self, wl: dict) -> datetime:
-        """When the Workload was last admitted (``Admitted=True``), as precisely as known."""
-        condition = find_condition(wl, "Admitted") or {}
-        at = self.admitted_at.get(wl["metadata"]["uid"])
-        stamp = condition.get("lastTransitionTime")
-        if at is not None and (not stamp or abs((at - parse_time(stamp)).total_seconds()) < 2):
-            return at
-        return parse_time(stamp) if stamp else self.clock.now()
-
-    def _write_queue_statuses(self, world: World) -> None:
-        """Every queue's status from the index's running sums: O(queues), whatever the Workload count."""
-        now = self.clock.timestamp()
-        index = self.view.index
-        cq_pending: dict[str, int] = {}
-        for key, lq in world.local_queues.items():
-            cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
-            cq_pending[cq_name] = cq_pending.get(cq_name, 0) + index.queued_count.get(key, 0)
-        for name, cq in world.cluster_queues.items():
-            active, reason, message = cluster_queue_active(cq, world.flavors, world.admission_checks)
-            status = cluster_queue_status(cq, index.cluster_queue_tally.get(name), cq_pending.get(name, 0))
-
-            def change(obj: dict, status=status, active=active, reason=reason, message=message) -> None:
-                obj["status"] = copy.deepcopy(status)
-                set_condition(obj, "Active", "True" if active else "False", reason, message, now)
-
-            self._mutate(CQ_KEY, cq, change, status=True)
-        for key, lq in world.local_queues.items():
-            state = local_queue_active(lq, world)
-            cq = world.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue", ""))
-            status = local_queue_status(
-                lq, cq, index.local_queue_tally.get(key), index.queued_count.get(key, 0)
-            )
-
-            def change(obj: dict, status=status, state=state) -> None:
-                obj["status"] = copy.deepcopy(status)
-                set_condition(obj, "Active", *state, now)
-
-            self._mutate(LQ_KEY, lq, change, status=True)
+        self.admission.schedule_pass(self._world())
+        self.queue_status.write(self._world())

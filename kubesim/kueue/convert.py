@@ -7,8 +7,14 @@ for it, so the scheduler never sees a dict and the controller never parses a qua
 from __future__ import annotations
 
 from kubesim import quantity
-from kubesim.kueue import jobs, model, pods_ready
-from kubesim.kueue.conditions import admission_of, find_condition, is_evicting, timestamp_seconds
+from kubesim.kueue import jobs, model
+from kubesim.kueue.conditions import (
+    admission_of,
+    find_condition,
+    is_evicting,
+    queue_order_timestamp,
+    timestamp_seconds,
+)
 from kubesim.kueue.queue_status import cluster_queue_active, stop_policy
 
 
@@ -149,7 +155,7 @@ def model_workload(
         cluster_queue=cluster_queue,
         pod_sets=model_pod_sets(wl),
         priority=int(spec.get("priority") or 0),
-        queue_timestamp=timestamp_seconds(pods_ready.queue_order_timestamp(wl)),
+        queue_timestamp=timestamp_seconds(queue_order_timestamp(wl)),
         creation_seq=seq,
         job_uid=(meta.get("labels") or {}).get(jobs.JOB_UID_LABEL),
         namespace=meta["namespace"],

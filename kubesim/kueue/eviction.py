@@ -1,25 +1,23 @@
-"""Eviction: deactivated Workloads, stopped queues, waitForPodsReady, and the quota an eviction releases.
+"""Eviction: deactivated Workloads, stopped queues, and the evictions other parts ask for.
 
-A mixin of ``KueueController`` (``kubesim.kueue.controller``), which holds the state it uses.
+Step 2 of a Kueue controller pass (``kubesim.kueue.controller``): Kueue's workload controller deactivates a
+Workload whose ``spec.active`` went false and drains a ``HoldAndDrain`` queue. The admission cycle
+(preemption), the admission checks and waitForPodsReady evict through ``Eviction.evict`` too. Once the job
+stopped, the job reconcile (``job_sync``) releases the quota.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kubesim.errors import ApiError
-from kubesim.kueue import admission_checks, jobs
-from kubesim.kueue.cache import World
+from kubesim.kueue import admission_checks
 from kubesim.kueue.conditions import (
     ADMISSION_COMPONENT,
     MSG_CQ_STOPPED,
     MSG_DEACTIVATED,
     MSG_LQ_STOPPED,
-    MSG_NO_RESERVATION,
-    MSG_ON_HOLD,
-    MSG_PODS_NOT_READY,
-    MSG_PODS_READY,
-    MSG_PODS_RECOVERY,
     admission_of,
     condition_true,
     find_condition,
@@ -28,77 +26,38 @@ from kubesim.kueue.conditions import (
     is_finished,
     set_condition,
 )
-from kubesim.kueue.convert import resource_requests
-from kubesim.kueue.jobs import WORKLOAD_KEY, JobKind
+from kubesim.kueue.job_actions import JobActions
+from kubesim.kueue.jobs import WORKLOAD_KEY
 from kubesim.kueue.queue_status import stop_policy
+from kubesim.kueue.world import World
+from kubesim.kueue.writer import Writer
+
+if TYPE_CHECKING:
+    from kubesim.kueue.cache import ClusterView
 
 
+@dataclass(eq=False)
 class Eviction:
     """Step 2 of a pass: evict what must go among the Workloads that changed."""
 
+    writer: Writer
+    view: ClusterView
+    actions: JobActions
+
     def set_deactivation_target(self, wl: dict, reason: str, message: str) -> None:
         """``SetDeactivationTarget``: the workload controller then deactivates and evicts it."""
-        self._mutate(
+        self.writer.mutate(
             WORKLOAD_KEY,
             wl,
             lambda obj: set_condition(
-                obj, "DeactivationTarget", "True", reason, message, self.clock.timestamp()
+                obj, "DeactivationTarget", "True", reason, message, self.writer.clock.timestamp()
             ),
             status=True,
         )
 
-    # -------------------------------------------------------------------------------- jobs
-
-    def _hold(self, wl: dict) -> None:
-        now = self.clock.timestamp()
-
-        def change(obj: dict) -> None:
-            had_admission = obj.get("status", {}).pop("admission", None) is not None
-            set_condition(obj, "QuotaReserved", "False", "OnHold", MSG_ON_HOLD, now)
-            if had_admission or find_condition(obj, "Admitted"):
-                set_condition(obj, "Admitted", "False", "NoReservation", MSG_NO_RESERVATION, now)
-
-        self._mutate(WORKLOAD_KEY, wl, change, status=True)
-        self.parked.clear()
-
-    def _release(self, wl: dict) -> None:
-        """The evicted job stopped: clear the reservation and put the Workload back in its queue."""
-        now = self.clock.timestamp()
-        evicted = find_condition(wl, "Evicted") or {}
-        reason, message = evicted.get("reason", ""), evicted.get("message", "")
-
-        def change(obj: dict) -> None:
-            status = obj.setdefault("status", {})
-            status.pop("admission", None)
-            set_condition(obj, "QuotaReserved", "False", "Pending", message, now)
-            set_condition(obj, "Admitted", "False", "NoReservation", MSG_NO_RESERVATION, now)
-            requeued = "True" if reason in ("Preempted", "NodeFailures") else "False"
-            set_condition(obj, "Requeued", requeued, reason, message, now)
-            if condition_true(obj, "PodsReady"):
-                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
-            status["resourceRequests"] = resource_requests(obj)
-
-        self._mutate(WORKLOAD_KEY, wl, change, status=True)
-        self.parked.clear()
-
-    def _sync_pods_ready(self, kind: JobKind, job: dict, wl: dict) -> None:
-        now = self.clock.timestamp()
-        ready = jobs.pods_ready(kind, job)
-        previous = find_condition(wl, "PodsReady")
-
-        def change(obj: dict) -> None:
-            if ready:
-                set_condition(obj, "PodsReady", "True", "Started", MSG_PODS_READY, now)
-            elif previous and previous.get("status") == "True":
-                set_condition(obj, "PodsReady", "False", "WaitForRecovery", MSG_PODS_RECOVERY, now)
-            elif not previous or previous.get("reason") != "WaitForRecovery":
-                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
-
-        self._mutate(WORKLOAD_KEY, wl, change, status=True)
-
     # -------------------------------------------------------------------------------- evictions
 
-    def _evict(
+    def evict(
         self,
         wl: dict,
         reason: str,
@@ -117,7 +76,7 @@ class Eviction:
         or ``WaitForRecovery``; a deactivation: its DeactivationTarget reason); a preemption's cause is
         empty, its kind (InClusterQueue, ...) is only in the ``Preempted`` condition.
         """
-        now = self.clock.timestamp()
+        now = self.writer.clock.timestamp()
         # A deactivation names its cause in the condition (DeactivatedDueToAdmissionCheck); the
         # eviction stats keep reason and cause apart.
         condition_reason = reason
@@ -141,14 +100,14 @@ class Eviction:
             else:
                 stats.append({"reason": reason, "underlyingCause": underlying_cause, "count": 1})
 
-        if self._mutate(WORKLOAD_KEY, wl, change, status=True) is None:
+        if self.writer.mutate(WORKLOAD_KEY, wl, change, status=True) is None:
             return
-        self._event(wl, "Normal", f"EvictedDueTo{condition_reason}", message, ADMISSION_COMPONENT)
+        self.writer.event(wl, "Normal", f"EvictedDueTo{condition_reason}", message, ADMISSION_COMPONENT)
         if preempted_reason:
-            self._event(wl, "Normal", "Preempted", message, ADMISSION_COMPONENT)
-        self._stop_owner(wl, message)
+            self.writer.event(wl, "Normal", "Preempted", message, ADMISSION_COMPONENT)
+        self.actions.stop_owner(wl, message)
 
-    def _deactivate(self, wl: dict) -> None:
+    def deactivate(self, wl: dict) -> None:
         """Evict an inactive Workload: ``Deactivated``, or ``DeactivatedDueTo<cause>`` with the message of
         the ``DeactivationTarget`` that asked for it (which goes), and no requeue state."""
         target = find_condition(wl, "DeactivationTarget") or {}
@@ -164,27 +123,12 @@ class Eviction:
             ]
             status.pop("requeueState", None)
 
-        self._evict(wl, "Deactivated", message, underlying_cause=cause, prepare=prepare)
+        self.evict(wl, "Deactivated", message, underlying_cause=cause, prepare=prepare)
 
-    def _stop_owner(self, wl: dict, message: str) -> None:
-        for ref in wl["metadata"].get("ownerReferences") or []:
-            kind = jobs.JOB_KINDS_BY_KIND.get(ref.get("kind"))
-            if kind is None or not ref.get("controller"):
-                continue
-            try:
-                job = self.store.get(kind.key, ref["name"], namespace=wl["metadata"]["namespace"])
-            except ApiError:
-                return
-            fresh = self.store.get(
-                WORKLOAD_KEY, wl["metadata"]["name"], namespace=wl["metadata"]["namespace"]
-            )
-            if not jobs.is_suspended(kind, job):
-                self._stop_job(kind, job, fresh, message)
-
-    def _reconcile_evictions(self, world: World, full: bool) -> None:
-        """Deactivation and ``HoldAndDrain`` evict admitted workloads; restarts mark them requeued."""
-        now = self.clock.timestamp()
-        dirty, self._dirty_workloads = self._dirty_workloads, set()
+    def reconcile(self, world: World, dirty: set[tuple[str, str]], full: bool) -> None:
+        """Deactivation and ``HoldAndDrain`` evict admitted workloads; restarts mark them requeued. Over the
+        Workloads in ``dirty`` (namespace, name), or every Workload on a ``full`` pass."""
+        now = self.writer.clock.timestamp()
         if full:
             workloads = self.view.items(WORKLOAD_KEY)
         else:
@@ -195,24 +139,26 @@ class Eviction:
                 continue
             if condition_true(wl, "DeactivationTarget") and (wl.get("spec") or {}).get("active", True):
                 # A rejected admission check or an exhausted requeuing limit: Kueue deactivates it.
-                self._mutate(WORKLOAD_KEY, wl, lambda obj: obj["spec"].update(active=False), status=False)
+                self.writer.mutate(
+                    WORKLOAD_KEY, wl, lambda obj: obj["spec"].update(active=False), status=False
+                )
                 continue
             lq = world.local_queue_of(wl)
             if holds_quota(wl) and not is_evicting(wl):
                 cq = world.cluster_queues.get(admission_of(wl)["clusterQueue"])
                 if not (wl.get("spec") or {}).get("active", True):
-                    self._deactivate(wl)
+                    self.deactivate(wl)
                 elif cq is not None and stop_policy(cq) == "HoldAndDrain":
-                    self._evict(wl, "ClusterQueueStopped", MSG_CQ_STOPPED)
+                    self.evict(wl, "ClusterQueueStopped", MSG_CQ_STOPPED)
                 elif lq is not None and stop_policy(lq) == "HoldAndDrain":
-                    self._evict(wl, "LocalQueueStopped", MSG_LQ_STOPPED)
+                    self.evict(wl, "LocalQueueStopped", MSG_LQ_STOPPED)
                 continue
             requeued = find_condition(wl, "Requeued") or {}
             if admission_of(wl) is None and requeued.get("status") == "False":
                 restart = self._restart_reason(requeued.get("reason"), wl, lq, world)
                 if restart:
                     reason, message = restart
-                    self._mutate(
+                    self.writer.mutate(
                         WORKLOAD_KEY,
                         wl,
                         lambda obj, r=reason, m=message: set_condition(obj, "Requeued", "True", r, m, now),
@@ -232,5 +178,3 @@ class Eviction:
         if reason and reason.startswith("Deactivated") and (wl.get("spec") or {}).get("active", True):
             return "Reactivated", "The workload was reactivated"
         return None
-
-    # -------------------------------------------------------------------------------- scheduling

@@ -1,17 +1,25 @@
-"""Kueue's job integration: one Workload per managed Ray job, and the job started, stopped or finished by it.
+"""Kueue's job integration: one Workload per managed job, and the job started, stopped or finished by it.
 
-A mixin of ``KueueController`` (``kubesim.kueue.controller``), which holds the state it uses (the view,
-the dirty sets, creation order); apart so that the job side reads as one piece, as Kueue's
-jobframework reconciler is one controller.
+Step 1 of a Kueue controller pass (``kubesim.kueue.controller``), as Kueue's jobframework reconciler is one
+controller: it creates, updates and finishes the job's Workload, releases an evicted Workload's quota once
+the job stopped, and keeps its ``PodsReady`` condition. It writes through the ``Writer`` it is given and
+starts or stops jobs through ``JobActions``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 from kubesim.errors import ApiError
 from kubesim.kueue import jobs
-from kubesim.kueue.cache import World, int_or_zero
 from kubesim.kueue.conditions import (
     JOB_COMPONENT,
+    MSG_NO_RESERVATION,
+    MSG_ON_HOLD,
+    MSG_PODS_NOT_READY,
+    MSG_PODS_READY,
+    MSG_PODS_RECOVERY,
     admission_of,
     condition_true,
     find_condition,
@@ -21,14 +29,37 @@ from kubesim.kueue.conditions import (
     set_condition,
     workload_priority_class_ref,
 )
-from kubesim.kueue.jobs import BATCH_JOB, JOB_KINDS, WORKLOAD_KEY, JobKind
+from kubesim.kueue.convert import resource_requests
+from kubesim.kueue.job_actions import JobActions
+from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY, JobKind
+from kubesim.kueue.world import World, int_or_zero
+from kubesim.kueue.writer import Writer
+
+if TYPE_CHECKING:
+    from kubesim.kueue.cache import ClusterView
+    from kubesim.kueue.equivalence import Parked
 
 
+@dataclass(eq=False)
 class JobSync:
-    """Step 1 of a pass: reconcile each changed job with its Workload."""
+    """Step 1 of a pass: reconcile each changed job with its Workload.
 
-    def _reconcile_jobs(self, world: World, full: bool) -> None:
-        dirty, self._dirty_jobs = self._dirty_jobs, set()
+    ``seq`` (uid -> creation order) and ``parked`` are the controller's, shared with the admission cycle:
+    a Workload created here gets its place, and a change that may make a parked Workload admissible
+    requeues them all.
+    """
+
+    writer: Writer
+    view: ClusterView
+    actions: JobActions
+    seq: dict[str, int]
+    parked: Parked
+    frameworks: frozenset[str]
+    warned: set[tuple[str, str]] = field(default_factory=set, init=False)
+    """(job uid, error) already reported: a Workload that cannot be composed is told once."""
+
+    def reconcile(self, world: World, dirty: set[tuple[str, str, str]], full: bool) -> None:
+        """The jobs in ``dirty`` (key, namespace, name), or every job on a ``full`` pass, in creation order."""
         index = self.view.index
         for kind in JOB_KINDS.values():
             if full:
@@ -42,7 +73,7 @@ class JobSync:
                 )
             )
             for job in items:
-                managed = jobs.is_managed(kind, job, self.config.frameworks, self._owner_of)
+                managed = jobs.is_managed(kind, job, self.frameworks, self._owner_of)
                 if managed and not job["metadata"].get("deletionTimestamp"):
                     self._reconcile_job(kind, job, index.owned_by(job["metadata"]["uid"]), world)
 
@@ -56,7 +87,7 @@ class JobSync:
                 return
             if jobs.is_active(kind, job):
                 if not jobs.is_suspended(kind, job):
-                    self._stop_job(kind, job, None, "Not admitted by cluster queue")
+                    self.actions.stop(kind, job, None, "Not admitted by cluster queue")
                 return
             self._create_workload(kind, job, world)
             return
@@ -75,16 +106,16 @@ class JobSync:
         if admission_of(wl) is None:
             self._sync_queued_workload(kind, job, wl, world)
             if not jobs.is_suspended(kind, job):
-                self._stop_job(kind, job, wl, "Not admitted by cluster queue")
+                self.actions.stop(kind, job, wl, "Not admitted by cluster queue")
         elif is_evicting(wl):
             evicted = find_condition(wl, "Evicted") or {}
             if not jobs.is_suspended(kind, job):
-                self._stop_job(kind, job, wl, evicted.get("message", ""))
+                self.actions.stop(kind, job, wl, evicted.get("message", ""))
             elif not jobs.is_active(kind, job):
                 self._release(wl)
         elif condition_true(wl, "Admitted"):  # quota reserved and every admission check Ready
             if jobs.is_suspended(kind, job):
-                self._start_job(kind, job, wl, world)
+                self.actions.start(kind, job, wl, world)
             self._sync_pods_ready(kind, job, wl)
 
     def _replace_workload(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
@@ -107,20 +138,20 @@ class JobSync:
             def change(obj: dict) -> None:
                 obj["spec"] = {**rebuilt["spec"], "active": active}
 
-            if self._mutate(WORKLOAD_KEY, wl, change, status=False) is not None:
+            if self.writer.mutate(WORKLOAD_KEY, wl, change, status=False) is not None:
                 message = f"Updated not matching Workload for suspended job: {where}"
-                self._event(job, "Normal", "UpdatedWorkload", message, JOB_COMPONENT)
+                self.writer.event(job, "Normal", "UpdatedWorkload", message, JOB_COMPONENT)
             return
         if not jobs.is_suspended(kind, job):
             message = "No matching Workload; restoring pod templates according to existent Workload"
-            self._stop_job(kind, job, wl, message)
+            self.actions.stop(kind, job, wl, message)
         try:
-            self.store.delete(WORKLOAD_KEY, meta["name"], namespace=meta["namespace"])
+            self.writer.store.delete(WORKLOAD_KEY, meta["name"], namespace=meta["namespace"])
         except ApiError as err:
             if err.code != 404:
                 raise
             return
-        self._event(
+        self.writer.event(
             job, "Normal", "DeletedWorkload", f"Deleted not matching Workload: {where}", JOB_COMPONENT
         )
 
@@ -139,18 +170,18 @@ class JobSync:
         if error:
             if (job["metadata"]["uid"], error) not in self.warned:
                 self.warned.add((job["metadata"]["uid"], error))
-                self._event(job, "Warning", "ErrWorkloadCompose", error, JOB_COMPONENT)
+                self.writer.event(job, "Warning", "ErrWorkloadCompose", error, JOB_COMPONENT)
             return
         wl = jobs.build_workload(kind, job, priority=priority, priority_class=class_name)
         try:
-            created = self.store.create(WORKLOAD_KEY, wl, namespace=job["metadata"]["namespace"])
+            created = self.writer.store.create(WORKLOAD_KEY, wl, namespace=job["metadata"]["namespace"])
         except ApiError as err:
             if err.code == 409:
                 return
             raise
         meta = created["metadata"]
         self.seq.setdefault(meta["uid"], int_or_zero(meta.get("resourceVersion")))
-        self._event(
+        self.writer.event(
             job,
             "Normal",
             "CreatedWorkload",
@@ -163,13 +194,13 @@ class JobSync:
         queue = jobs.queue_name(job)
         if (wl.get("spec") or {}).get("queueName") == queue:
             return  # already in sync: skip the re-read and copy (the common case, every pass, every job)
-        self._mutate(WORKLOAD_KEY, wl, lambda obj: obj["spec"].update(queueName=queue), status=False)
+        self.writer.mutate(WORKLOAD_KEY, wl, lambda obj: obj["spec"].update(queueName=queue), status=False)
 
     def _sync_workload_priority(self, job: dict, wl: dict, world: World) -> None:
         """A relabelled ``kueue.x-k8s.io/priority-class`` reaches the job's Workload, queued or holding quota.
 
         As Kueue's job reconciler does, only a change of class name is acted on (a class's new value reaches
-        its Workloads through `_sync_priority_classes`). A Workload that reserved quota without a class
+        its Workloads through `sync_priority_classes`). A Workload that reserved quota without a class
         never gets one (the API server refuses to add it then), and one whose priority comes from a pod
         PriorityClass does not follow the label. A class that does not exist yet leaves the Workload as it
         is until it does (its creation is a configuration change, which revisits every job).
@@ -194,11 +225,11 @@ class JobSync:
             else:
                 obj["spec"].pop("priorityClassRef", None)
 
-        updated = self._mutate(WORKLOAD_KEY, wl, change, status=False)
+        updated = self.writer.mutate(WORKLOAD_KEY, wl, change, status=False)
         if updated is None:
             return
         meta = updated["metadata"]
-        self._event(
+        self.writer.event(
             job,
             "Normal",
             "UpdatedWorkload",
@@ -208,13 +239,13 @@ class JobSync:
         # A new priority may make a parked workload admissible, or an admitted one preemptible.
         self.parked.clear()
 
-    def _sync_priority_classes(self, world: World) -> None:
+    def sync_priority_classes(self, world: World, dirty: set[str]) -> None:
         """Kueue's WorkloadPriorityClass controller: a class's value reaches every Workload that names it.
 
-        Runs for the classes created or changed since the last pass. Admitted Workloads follow too, so the
-        next preemption sees the new value; a parked one is retried, as after any configuration change.
+        Runs for the classes created or changed since the last pass (``dirty``). Admitted Workloads follow
+        too, so the next preemption sees the new value; a parked one is retried, as after any configuration
+        change.
         """
-        dirty, self._dirty_priority_classes = self._dirty_priority_classes, set()
         if not dirty:
             return
         values = {
@@ -229,71 +260,67 @@ class JobSync:
                 continue
             value = values[ref["name"]]
             if spec.get("priority") != value:
-                self._mutate(
+                self.writer.mutate(
                     WORKLOAD_KEY, wl, lambda obj, v=value: obj["spec"].update(priority=v), status=False
                 )
 
-    def _start_job(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
-        infos = jobs.pod_set_infos(wl, world.flavors, (wl.get("spec") or {}).get("queueName", ""))
-        started = self._mutate(
-            kind.key, job, lambda obj: obj.update(jobs.start_job(kind, obj, infos)), status=False
-        )
-        if started is not None:
-            cq = admission_of(wl)["clusterQueue"]
-            self._event(job, "Normal", "Started", f"Admitted by clusterQueue {cq}", JOB_COMPONENT)
-
-    def _stop_job(self, kind: JobKind, job: dict, wl: dict | None, message: str) -> None:
-        original = ((wl or {}).get("spec") or {}).get("podSets") or []
-        if kind is BATCH_JOB and wl is not None:
-            self._stop_batch_job(job, original, message)
-            return
-
-        def change(obj: dict) -> None:
-            if wl is None:
-                jobs.set_suspend(kind, obj, True)
-            else:
-                obj.update(jobs.stop_job(kind, obj, original))
-
-        if self._mutate(kind.key, job, change, status=False) is not None:
-            self._event(job, "Normal", "Stopped", message, JOB_COMPONENT)
-
-    def _stop_batch_job(self, job: dict, original: list[dict], message: str) -> None:
-        """A batch Job is stopped in three writes, as Kueue's Job integration does: the API server lets the
-        pod template's scheduling fields change only while the Job is suspended and has no
-        ``status.startTime``, so suspend it, clear ``startTime`` through the status subresource, then
-        restore the template as the Workload recorded it."""
-        suspended = self._mutate(
-            BATCH_JOB.key, job, lambda obj: jobs.set_suspend(BATCH_JOB, obj, True), status=False
-        )
-        if suspended is None:
-            return
-        if not jobs.is_suspended(BATCH_JOB, job):
-            self._event(job, "Normal", "Stopped", message, JOB_COMPONENT)
-        cleared = self._mutate(
-            BATCH_JOB.key,
-            suspended,
-            lambda obj: (obj.get("status") or {}).pop("startTime", None),
-            status=True,
-        )
-        if cleared is None:
-            return
-        self._mutate(
-            BATCH_JOB.key,
-            cleared,
-            lambda obj: obj.update(jobs.stop_job(BATCH_JOB, obj, original)),
-            status=False,
-        )
-
     def _finish(self, kind: JobKind, job: dict, wl: dict, reason: str, message: str) -> None:
-        now = self.clock.timestamp()
-        self._mutate(
+        now = self.writer.clock.timestamp()
+        self.writer.mutate(
             WORKLOAD_KEY,
             wl,
             lambda obj: set_condition(obj, "Finished", "True", reason, message, now),
             status=True,
         )
         name = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
-        self._event(
+        self.writer.event(
             job, "Normal", "FinishedWorkload", f"Workload '{name}' is declared finished", JOB_COMPONENT
         )
         self.parked.clear()
+
+    def _hold(self, wl: dict) -> None:
+        now = self.writer.clock.timestamp()
+
+        def change(obj: dict) -> None:
+            had_admission = obj.get("status", {}).pop("admission", None) is not None
+            set_condition(obj, "QuotaReserved", "False", "OnHold", MSG_ON_HOLD, now)
+            if had_admission or find_condition(obj, "Admitted"):
+                set_condition(obj, "Admitted", "False", "NoReservation", MSG_NO_RESERVATION, now)
+
+        self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
+        self.parked.clear()
+
+    def _release(self, wl: dict) -> None:
+        """The evicted job stopped: clear the reservation and put the Workload back in its queue."""
+        now = self.writer.clock.timestamp()
+        evicted = find_condition(wl, "Evicted") or {}
+        reason, message = evicted.get("reason", ""), evicted.get("message", "")
+
+        def change(obj: dict) -> None:
+            status = obj.setdefault("status", {})
+            status.pop("admission", None)
+            set_condition(obj, "QuotaReserved", "False", "Pending", message, now)
+            set_condition(obj, "Admitted", "False", "NoReservation", MSG_NO_RESERVATION, now)
+            requeued = "True" if reason in ("Preempted", "NodeFailures") else "False"
+            set_condition(obj, "Requeued", requeued, reason, message, now)
+            if condition_true(obj, "PodsReady"):
+                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
+            status["resourceRequests"] = resource_requests(obj)
+
+        self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
+        self.parked.clear()
+
+    def _sync_pods_ready(self, kind: JobKind, job: dict, wl: dict) -> None:
+        now = self.writer.clock.timestamp()
+        ready = jobs.pods_ready(kind, job)
+        previous = find_condition(wl, "PodsReady")
+
+        def change(obj: dict) -> None:
+            if ready:
+                set_condition(obj, "PodsReady", "True", "Started", MSG_PODS_READY, now)
+            elif previous and previous.get("status") == "True":
+                set_condition(obj, "PodsReady", "False", "WaitForRecovery", MSG_PODS_RECOVERY, now)
+            elif not previous or previous.get("reason") != "WaitForRecovery":
+                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
+
+        self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)

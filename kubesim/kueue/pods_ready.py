@@ -17,60 +17,44 @@ Workload instead (``DeactivationTarget`` / ``RequeuingLimitExceeded``).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from kubesim.clock import format_time, parse_time
-from kubesim.kueue.conditions import condition_true, is_evicting, is_finished, set_condition
+from kubesim.kueue.conditions import (
+    BACKOFF_REQUEUE_REASONS,
+    condition_true,
+    find_condition,
+    is_evicting,
+    is_finished,
+    requeue_at,
+    set_condition,
+)
+from kubesim.kueue.config import KueueConfig
+from kubesim.kueue.eviction import Eviction
 from kubesim.kueue.jobs import WORKLOAD_KEY
+from kubesim.kueue.writer import Writer
 
 if TYPE_CHECKING:
-    from kubesim.kueue.config import KueueConfig
-    from kubesim.kueue.controller import KueueController
+    from kubesim.kueue.cache import ClusterView
 
 REASON = "PodsReadyTimeout"
-BACKOFF_REQUEUE_REASONS = ("PodsReadyTimeout", "AdmissionCheck")
-"""Evictions whose Workload waits out ``requeueState.requeueAt`` and is then ordered by eviction time."""
 MSG_BACKOFF_FINISHED = "The workload backoff was finished"
 MSG_REQUEUING_LIMIT = "exceeding the maximum number of re-queuing retries"
 
 
-def _condition(wl: dict, type_: str) -> dict:
-    for condition in (wl.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == type_:
-            return condition
-    return {}
-
-
-def requeue_at(wl: dict) -> datetime | None:
-    value = ((wl.get("status") or {}).get("requeueState") or {}).get("requeueAt")
-    return parse_time(value) if value else None
-
-
-def backing_off(wl: dict, now: datetime) -> bool:
-    """The Workload waits out a requeue backoff: the scheduler must not consider it yet."""
-    at = requeue_at(wl)
-    return at is not None and at > now
-
-
-def queue_order_timestamp(wl: dict) -> str | None:
-    """Kueue's queue-order time (``requeuingStrategy.timestamp: Eviction``): a Workload evicted for its pods
-    or an admission check queues by the eviction's time, everything else by its creation."""
-    evicted = _condition(wl, "Evicted")
-    if evicted.get("status") == "True" and evicted.get("reason") in BACKOFF_REQUEUE_REASONS:
-        return evicted.get("lastTransitionTime")
-    return wl["metadata"].get("creationTimestamp")
-
-
+@dataclass(eq=False)
 class PodsReady:
     """The waitForPodsReady half of Kueue's workload controller, run once per Kueue controller pass."""
 
-    def __init__(self, controller: KueueController, config: KueueConfig) -> None:
-        self.controller = controller
-        self.config = config
-        self.backing_off: set[tuple[str, str]] = set()
-        """Queued Workloads (namespace, name) with a ``requeueAt`` to wait out (all queued ones are looked
-        at on a full pass, so one evicted before a restart of kubesim is found too)."""
+    writer: Writer
+    view: ClusterView
+    eviction: Eviction
+    config: KueueConfig
+    backing_off: set[tuple[str, str]] = field(default_factory=set, init=False)
+    """Queued Workloads (namespace, name) with a ``requeueAt`` to wait out (all queued ones are looked
+    at on a full pass, so one evicted before a restart of kubesim is found too)."""
 
     def reconcile(self, full: bool) -> None:
         self._time_out_unready()
@@ -79,8 +63,7 @@ class PodsReady:
     # -------------------------------------------------------------------------------- timeouts
 
     def _time_out_unready(self) -> None:
-        controller = self.controller
-        for held in list(controller.view.index.holders.values()):
+        for held in list(self.view.index.holders.values()):
             for ident, wl in list(held.items()):
                 if (
                     is_finished(wl)
@@ -93,26 +76,25 @@ class PodsReady:
 
     def _check(self, ident: tuple[str, str], wl: dict) -> None:
         """``reconcileNotReadyTimeout``: wait, evict, or (past ``backoffLimitCount``) deactivate."""
-        controller, config = self.controller, self.config
-        pods_ready = _condition(wl, "PodsReady")
+        writer, config, clock = self.writer, self.config, self.writer.clock
+        pods_ready = find_condition(wl, "PodsReady") or {}
         if pods_ready.get("status") == "True":
             return
         if not pods_ready or pods_ready.get("reason") in ("WaitForStart", "PodsReady"):
-            cause, since, timeout = "WaitForStart", controller.admitted_moment(wl), config.pods_ready_timeout
+            cause, since, timeout = "WaitForStart", writer.admitted_moment(wl), config.pods_ready_timeout
         elif pods_ready.get("reason") == "WaitForRecovery":
             since = parse_time(pods_ready["lastTransitionTime"])
             cause, timeout = "WaitForRecovery", config.effective_recovery_timeout
         else:
             return
-        waited = controller.clock.simulated_since(since)
+        waited = clock.simulated_since(since)
         if waited < timeout:
-            controller.wake_after(timeout - waited)
+            writer.wake_after(timeout - waited)
             return
         count = int(((wl.get("status") or {}).get("requeueState") or {}).get("count") or 0)
         if config.backoff_limit_count is not None and count + 1 > config.backoff_limit_count:
-            controller.set_deactivation_target(wl, "RequeuingLimitExceeded", MSG_REQUEUING_LIMIT)
+            self.eviction.set_deactivation_target(wl, "RequeuingLimitExceeded", MSG_REQUEUING_LIMIT)
             return
-        clock = controller.clock
         wait_until = clock.now() + timedelta(seconds=clock.real_seconds(config.requeue_backoff(count + 1)))
 
         def prepare(obj: dict) -> None:
@@ -123,7 +105,7 @@ class PodsReady:
             state["count"] = count + 1
 
         message = f"Exceeded the PodsReady timeout {ident[0]}/{ident[1]}"
-        controller._evict(wl, REASON, message, underlying_cause=cause, prepare=prepare)
+        self.eviction.evict(wl, REASON, message, underlying_cause=cause, prepare=prepare)
         self.backing_off.add(ident)
 
     # -------------------------------------------------------------------------------- backoff
@@ -131,31 +113,31 @@ class PodsReady:
     def _finish_backoffs(self, full: bool) -> None:
         """A released Workload whose ``requeueAt`` passed queues again: ``Requeued=True`` /
         ``BackoffFinished`` and no ``requeueAt``."""
-        controller = self.controller
-        queued = controller.view.index.queued
+        clock = self.writer.clock
+        queued = self.view.index.queued
         if full:
             self.backing_off |= {ident for ident, wl in queued.items() if requeue_at(wl) is not None}
-        now = controller.clock.now()
+        now = clock.now()
         for ident in sorted(self.backing_off):
-            wl = controller.view.get(WORKLOAD_KEY, *ident)
+            wl = self.view.get(WORKLOAD_KEY, *ident)
             if wl is None:
                 self.backing_off.discard(ident)
                 continue
             if ident not in queued:
                 continue  # still being evicted: the quota is released first
-            requeued = _condition(wl, "Requeued")
+            requeued = find_condition(wl, "Requeued") or {}
             if requeued.get("status") != "False" or requeued.get("reason") not in BACKOFF_REQUEUE_REASONS:
                 self.backing_off.discard(ident)
                 continue
             at = requeue_at(wl)
             if at is not None and at > now:
-                controller.wake_after((at - now).total_seconds() * controller.clock.time_scale)
+                self.writer.wake_after((at - now).total_seconds() * clock.time_scale)
                 continue
-            stamp = controller.clock.timestamp()
+            stamp = clock.timestamp()
 
             def change(obj: dict, stamp: str = stamp) -> None:
                 (obj["status"].get("requeueState") or {}).pop("requeueAt", None)
                 set_condition(obj, "Requeued", "True", "BackoffFinished", MSG_BACKOFF_FINISHED, stamp)
 
-            controller._mutate(WORKLOAD_KEY, wl, change, status=True)
+            self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
             self.backing_off.discard(ident)

@@ -15,7 +15,7 @@ from kubesim.kueue import admission_checks
 from kubesim.kueue.conditions import is_queued
 
 if TYPE_CHECKING:
-    from kubesim.kueue.cache import World
+    from kubesim.kueue.world import World
 
 
 @dataclass
@@ -114,29 +114,27 @@ def _flavor_usage(cq: dict | None, used: dict[tuple[str, str], int], with_borrow
 
 
 def cluster_queue_status(cq: dict, tally: Tally | None, pending: int) -> dict:
-    """The status Kueue reports for ``cq``: counts, reservation and usage per flavor, ``Active``."""
-    tally = tally or Tally()
-    status = copy.deepcopy(cq.get("status") or {})
-    status.update(
-        pendingWorkloads=pending,
-        reservingWorkloads=tally.reserving,
-        admittedWorkloads=tally.admitted,
-        flavorsReservation=_flavor_usage(cq, tally.reserved, True),
-        flavorsUsage=_flavor_usage(cq, tally.used, True),
-    )
-    return status
+    """The status Kueue reports for ``cq``: counts, reservation and usage per flavor (with what is
+    borrowed); the ``Active`` condition is the writer's."""
+    return _queue_status(cq, cq, tally, pending, with_borrowed=True)
 
 
 def local_queue_status(lq: dict, cq: dict | None, tally: Tally | None, pending: int) -> dict:
     """A LocalQueue's status: what its workloads reserve, laid out by its ClusterQueue's flavors."""
+    return _queue_status(lq, cq, tally, pending, with_borrowed=False)
+
+
+def _queue_status(
+    queue: dict, cq: dict | None, tally: Tally | None, pending: int, *, with_borrowed: bool
+) -> dict:
     tally = tally or Tally()
-    status = copy.deepcopy(lq.get("status") or {})
+    status = copy.deepcopy(queue.get("status") or {})
     status.update(
         pendingWorkloads=pending,
         reservingWorkloads=tally.reserving,
         admittedWorkloads=tally.admitted,
-        flavorsReservation=_flavor_usage(cq, tally.reserved, False),
-        flavorsUsage=_flavor_usage(cq, tally.used, False),
+        flavorsReservation=_flavor_usage(cq, tally.reserved, with_borrowed),
+        flavorsUsage=_flavor_usage(cq, tally.used, with_borrowed),
     )
     return status
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from kubesim.errors import ApiError
 from kubesim.kueue import scheduler
-from kubesim.kueue.cache import World
 from kubesim.kueue.convert import model_workload
 from kubesim.kueue.queue_status import queued_by_cluster_queue
+from kubesim.kueue.world import World
 
 GROUP = "visibility.kueue.x-k8s.io"
 VERSION = "v1beta2"

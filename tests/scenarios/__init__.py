@@ -1,7 +1,7 @@
 """Kueue admission scenarios: the project's stories of who gets admitted, who waits and who is preempted.
 
 Each ``*.yaml`` file here is one story (format in README.md). Two drivers replay every story: the pure
-scheduler replay in ``tests/unit/kubesim/test_kueue_scheduler.py`` and the full cluster over HTTP in
+scheduler replay in ``tests/unit/kubesim/kueue/test_scheduler.py`` and the full cluster over HTTP in
 ``tests/integration/kubesim/test_scenarios.py``. ``load`` checks a story before either runs it, so a
 story that forgets a RayJob or misspells a state fails loudly instead of asserting less.
 """

@@ -1,6 +1,6 @@
 """Kueue's RayJob integration rules: Workload naming, pod sets, start/stop of the pod templates."""
 
-from kubesim.kueue import jobs
+from kubesim.kueue import jobs, podset_info
 from kubesim.kueue.jobs import RAYCLUSTER, RAYJOB
 
 
@@ -114,7 +114,7 @@ def test_start_injects_flavor_and_stop_restores_the_templates():
             }
         }
     }
-    started = jobs.start_job(RAYJOB, job, jobs.pod_set_infos(wl, flavors, "user-queue"))
+    started = podset_info.start_job(RAYJOB, job, podset_info.pod_set_infos(wl, flavors, "user-queue"))
     assert started["spec"]["suspend"] is False
     worker = started["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]
     assert worker["spec"]["nodeSelector"] == {"accelerator": "nvidia"}
@@ -123,7 +123,7 @@ def test_start_injects_flavor_and_stop_restores_the_templates():
     submitter = started["spec"]["submitterPodTemplate"]
     assert submitter["metadata"]["labels"][jobs.PODSET_LABEL] == "submitter"
 
-    stopped = jobs.stop_job(RAYJOB, started, wl["spec"]["podSets"])
+    stopped = podset_info.stop_job(RAYJOB, started, wl["spec"]["podSets"])
     assert stopped["spec"]["suspend"] is True
     worker = stopped["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]
     assert worker["metadata"]["labels"] == {"team": "a"}

@@ -1,22 +1,27 @@
 """The simulated kube-scheduler and kubelet for the pods KubeRay and the Job controller create.
 
 A real cluster places and starts the Ray pods and every Job's pods itself; the controllers only create
-them. The RayCluster reconciler and the Job controller (``kubesim.batch.controller``) hand their pods to
-``schedule_pod`` / ``start_pod_later``, which place them by ``kubesim.scheduling`` and report the
-statuses a kubelet writes. ``ctx`` is either controller: its store, clock, ``write_status`` and
-``call_after``.
+them. The RayCluster reconciler (``kubesim.kuberay.raycluster``) and the Job controller
+(``kubesim.batch.controller``) hand their pods to ``schedule_pod`` / ``start_pod_later``, which place them
+by ``kubesim.scheduling`` and report the statuses a kubelet writes. ``ctx`` is either controller: its
+store, clock, ``write_status`` and ``call_after``. It belongs to neither, as a node belongs to no
+controller, so neither controller package imports the other.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from kubesim.errors import ApiError
 from kubesim.images import PULL_ATTEMPT, PULL_RETRY, image_pull_status
-from kubesim.kuberay.context import PODS
+from kubesim.pod_strategy import PODS
 from kubesim.scheduling import NODES, unschedulable_message, unschedulable_pod_status
 
+Process = Callable[[Callable[[str], None]], Awaitable[int]]
+"""A running container: given where to write its log lines, it runs and returns its exit code."""
+ContainerProgram = Callable[[dict, dict], Process | None]
+"""What an image runs, offered to the kubelet (``Cluster.container_programs``): given (pod, container), the
+container's ``Process``, or None when the container is not this program's."""
 PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff"})
 SCHEDULE_RETRY = 10.0  # simulated seconds between two scheduling attempts of an unschedulable pod
 
@@ -100,12 +105,9 @@ def schedule_pod(ctx, namespace: str, pod_name: str, seconds: float, start: Call
     retries unschedulable pods."""
 
     def attempt() -> None:
-        try:
-            pod = ctx.store.get(PODS, pod_name, namespace=namespace)
-        except ApiError as exc:
-            if exc.code == 404:
-                return
-            raise
+        pod = ctx.store.get_or_none(PODS, pod_name, namespace=namespace)
+        if pod is None:
+            return
         status = pod.get("status") or {}
         if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Pending":
             return
@@ -144,12 +146,9 @@ def start_pod_later(ctx, namespace: str, pod_name: str, seconds: float) -> None:
     """Once scheduled, the simulated kubelet: after ``seconds`` the pod is Running and Ready (unless gone)."""
 
     def start() -> None:
-        try:
-            pod = ctx.store.get(PODS, pod_name, namespace=namespace)
-        except ApiError as exc:
-            if exc.code == 404:
-                return
-            raise
+        pod = ctx.store.get_or_none(PODS, pod_name, namespace=namespace)
+        if pod is None:
+            return
         if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Pending":
             return
         ctx.write_status(PODS, pod, running_pod_status(pod, ctx.clock.timestamp()))

@@ -8,13 +8,8 @@ import math
 import pytest
 import yaml
 
-from kubesim.kuberay.dashboard import (
-    DEFAULT_DURATION,
-    EPOCH_SECONDS,
-    RUNTIME_ENV_SETUP,
-    Behaviour,
-    Entrypoint,
-)
+from kubesim.entrypoint import DEFAULT_DURATION, EPOCH_SECONDS, Entrypoint
+from kubesim.kuberay.dashboard import RUNTIME_ENV_SETUP, Behaviour
 
 
 def rayjob(

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from kubesim.cluster import Cluster
 from kubesim.errors import ApiError
 from kubesim.kueue.config import KueueConfig
-from tests.unit.kubesim.test_kuberay import cluster_spec
+from tests.unit.kubesim.kuberay.test_reconcilers import cluster_spec
 
 NS = "serving"
 KUEUE = "kueue.x-k8s.io"

@@ -9,7 +9,15 @@ from __future__ import annotations
 import copy
 
 from kubesim.cluster import Cluster
-from tests.unit.kubesim.test_kuberay import NS, RAYCLUSTERS, cluster_spec, events, exists, scenario, until
+from tests.unit.kubesim.kuberay.test_reconcilers import (
+    NS,
+    RAYCLUSTERS,
+    cluster_spec,
+    events,
+    exists,
+    scenario,
+    until,
+)
 
 RAYSERVICES = "rayservices.ray.io"
 SERVE_CONFIG = (
