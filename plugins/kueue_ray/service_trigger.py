@@ -30,9 +30,10 @@ from airflow.triggers.base import TriggerEvent
 
 from kueue_ray.hub import NOTICE
 from kueue_ray.naming import AirflowIdentity
+from kueue_ray.phases import SERVICE_POSITION_PHASES
 from kueue_ray.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.server_clock import server_clock
-from kueue_ray.service_status import SERVICE_POSITION_PHASES, ServiceObservation
+from kueue_ray.service_status import ServiceObservation
 from kueue_ray.service_waiting import (
     ServiceTarget,
     ServiceTimeline,

@@ -13,19 +13,22 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kueue_ray.api import parse_time, utcnow
-from kueue_ray.server_clock import server_clock
-from kueue_ray.service_status import (
+from kueue_ray.phases import (
     SERVICE_POSITION_PHASES,
     STARTING_SERVICE_PHASES,
     WAITING_SERVICE_PHASES,
-    ServiceObservation,
     ServicePhase,
+)
+from kueue_ray.server_clock import server_clock
+from kueue_ray.service_status import (
+    ServiceObservation,
     observe_service,
 )
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.verdicts import READY_TIMEOUT
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.waiting import Verdict, Watchdog, deleted_verdict, describe_flavors
+from kueue_ray.workload import EVICTED_BY_PREEMPTION
 
 if TYPE_CHECKING:
     from kueue_ray.service_hook import RayServiceHook
@@ -198,7 +201,8 @@ def describe_unseen_preemptions(
         if observation.active_cluster and observation.active_cluster != observation.target_cluster
         else ""
     )
-    line = f"RayService {namespace}/{name}: PREEMPTED ({said.get('reason') or 'Preempted'}): {cluster}: {message}"
+    reason = said.get("reason") or EVICTED_BY_PREEMPTION
+    line = f"RayService {namespace}/{name}: PREEMPTED ({reason}): {cluster}: {message}"
     return [f"{line}{serving}"] * newly_counted
 
 

@@ -80,8 +80,8 @@ from kueue_ray.waiting import (
     access_verdict,
     deleted_verdict,
     describe_transition,
-    owner_deleted,
 )
+from kueue_ray.workload import owner_deleted
 
 if TYPE_CHECKING:
     from kueue_ray.hook import AsyncRayJobHook

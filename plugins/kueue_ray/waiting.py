@@ -37,6 +37,7 @@ from kueue_ray.verdicts import (
     TOO_MANY_PREEMPTIONS,
 )
 from kueue_ray.wait_policy import WaitPolicy
+from kueue_ray.workload import PODS_READY_TIMEOUT, admitted_since, owner_deleted, quota_lost_since
 
 if TYPE_CHECKING:
     from kueue_ray.hook import RayJobHook
@@ -51,14 +52,6 @@ class Verdict:
     status: str
     reason: str
     message: str
-
-
-def condition(obj: dict | None, type_: str) -> dict:
-    """The condition of ``type_`` in ``obj``'s status; {} when there is none."""
-    for found in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if found.get("type") == type_:
-            return found
-    return {}
 
 
 @dataclass(slots=True)  # a triggerer holds one per waiting task
@@ -117,7 +110,7 @@ class Watchdog:
         if limit is not None and observation.pods_ready_evictions > limit:
             return Verdict(
                 PODS_NOT_READY,
-                "PodsReadyTimeout",
+                PODS_READY_TIMEOUT,
                 f"{pods_not_ready_hint(self.pods_ready_timeout)}. Kueue evicted it "
                 f"{observation.pods_ready_evictions} times because its pods did not all become ready "
                 f"(PodsReadyTimeout), more than max_pods_ready_evictions={limit}; Kueue says: "
@@ -152,13 +145,7 @@ class Watchdog:
         self, observation: Any, workload: dict | None, now: datetime
     ) -> tuple[datetime | None, datetime | None]:
         """When the Workload lost (or never got) its quota, and when it was admitted, from its conditions."""
-        quota = condition(workload, "QuotaReserved")
-        lost_quota_at = parse_time(quota.get("lastTransitionTime")) if quota.get("status") != "True" else None
-        admitted = condition(workload, "Admitted")
-        admitted_at = (
-            parse_time(admitted.get("lastTransitionTime")) if admitted.get("status") == "True" else None
-        )
-        return lost_quota_at, admitted_at
+        return parse_time(quota_lost_since(workload)), parse_time(admitted_since(workload))
 
     def succeeded(self, observation: Any) -> bool:
         """Whether a terminal observation is what the task waited for."""
@@ -248,25 +235,6 @@ def event_payload(
             failed_attempts=observation.failed_attempts,
         )
     return payload
-
-
-OWNER_NOT_FOUND = "OwnerNotFound"
-"""The ``Finished`` reason Kueue (``FinishOrphanedWorkloads``, v0.19) gives a Workload whose job is gone."""
-
-
-def owner_deleted(workload: dict | None) -> bool:
-    """Whether Kueue finished ``workload`` because its RayJob no longer exists: the RayJob was deleted,
-    even when the RayJob's own deletion has not reached the waiter yet (real Kueue writes this within
-    milliseconds, often before the RayJob's DELETED event arrives).
-
-    >>> finished = {"type": "Finished", "status": "True", "reason": "OwnerNotFound"}
-    >>> owner_deleted({"status": {"conditions": [finished]}}), owner_deleted(None)
-    (True, False)
-    """
-    for condition in ((workload or {}).get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "Finished" and condition.get("status") == "True":
-            return condition.get("reason") == OWNER_NOT_FOUND
-    return False
 
 
 def deleted_verdict(kind: str, namespace: str, name: str, uid: str, what: str) -> Verdict:

@@ -2,7 +2,8 @@
 
 from datetime import UTC, datetime
 
-from kueue_ray.service_status import ServicePhase, observe_service, related_workload
+from kueue_ray.phases import ServicePhase
+from kueue_ray.service_status import observe_service, related_workload
 
 SERVE_CONFIG = "applications:\n  - name: forecast\n    deployments:\n      - name: Model\n"
 NEVER_FITS = (
