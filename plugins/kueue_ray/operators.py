@@ -28,8 +28,9 @@ from kueue_ray.verdicts import GAVE_UP
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from kueue_ray.hook import QueueCapacity, RayJobHook
+    from kueue_ray.hook import RayJobHook
     from kueue_ray.manifests import BuiltRayJob
+    from kueue_ray.preflight import QueueCapacity
 
 
 def task_identity(context: Context) -> AirflowIdentity:

@@ -28,13 +28,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 from kueue_ray.quantity import parse_quantity, readable_amount
+from kueue_ray.verdicts import Verdict
 from kueue_ray.workload import is_finished
-
-if TYPE_CHECKING:
-    from kueue_ray.waiting import Verdict
 
 MAX_LISTED = 5
 """Admitted Workloads named in the message; the rest are counted."""

@@ -26,7 +26,8 @@ from kueue_ray.api import KUEUE_GROUP, KUEUE_VERSION, RAY_GROUP, RAY_VERSION, RA
 from kueue_ray.api_errors import may_be_missing_api
 from kueue_ray.async_hook import AsyncRayJobHook
 from kueue_ray.deletion import DeleteOutcome, DeleteResult, while_owned
-from kueue_ray.hook import PreflightError, RayJobHook
+from kueue_ray.errors import PreflightError
+from kueue_ray.hook import RayJobHook
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 from kueue_ray.pages import list_all, list_all_async
 from kueue_ray.server_clock import server_clock

@@ -25,9 +25,9 @@ from kueue_ray.service_status import (
     observe_service,
 )
 from kueue_ray.timeline import to_epoch, to_iso
-from kueue_ray.verdicts import READY_TIMEOUT
+from kueue_ray.verdicts import READY_TIMEOUT, Verdict
 from kueue_ray.wait_policy import WaitPolicy
-from kueue_ray.waiting import Verdict, Watchdog, deleted_verdict, describe_flavors
+from kueue_ray.waiting import Watchdog, deleted_verdict, describe_flavors
 from kueue_ray.workload import EVICTED_BY_PREEMPTION
 
 if TYPE_CHECKING:

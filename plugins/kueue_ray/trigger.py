@@ -71,10 +71,9 @@ from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.trigger_base import WaitTrigger
 from kueue_ray.trigger_story import tell_pods, tell_priority, tell_why_queued
-from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS
+from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS, Verdict
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.waiting import (
-    Verdict,
     WaitTarget,
     Watchdog,
     access_verdict,

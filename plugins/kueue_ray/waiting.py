@@ -35,6 +35,7 @@ from kueue_ray.verdicts import (
     RUN_TIMEOUT,
     SUCCESS,
     TOO_MANY_PREEMPTIONS,
+    Verdict,
 )
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.workload import PODS_READY_TIMEOUT, admitted_since, owner_deleted, quota_lost_since
@@ -43,15 +44,6 @@ if TYPE_CHECKING:
     from kueue_ray.hook import RayJobHook
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Why waiting is over. ``status`` is one of ``kueue_ray.verdicts``."""
-
-    status: str
-    reason: str
-    message: str
 
 
 @dataclass(slots=True)  # a triggerer holds one per waiting task

@@ -376,7 +376,7 @@ def test_the_deploy_event_carries_only_what_the_task_needs_so_its_log_line_stays
 
     from kueue_ray.service_status import ServiceObservation
     from kueue_ray.service_waiting import ServiceTarget, ServiceTimeline
-    from kueue_ray.waiting import Verdict
+    from kueue_ray.verdicts import Verdict
 
     target = ServiceTarget(
         name="aurora-serve-2f9c1d", namespace="ray", uid="0c5e8a5e-1d7a-4a43-9a55-2d1c1f0b9b11",
