@@ -24,8 +24,8 @@ from airflow.sdk.exceptions import AirflowException
 
 from kueue_ray.links import KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
 from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL
-from kueue_ray.operators import rayjob_details, task_identity, trigger_ending
-from kueue_ray.results import RAYJOB_XCOM_KEY, finish
+from kueue_ray.results import RAYJOB_XCOM_KEY, finish, rayjob_details
+from kueue_ray.submitting import task_identity, trigger_ending
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
