@@ -7,7 +7,7 @@ wait, withdraw what it gave up on.
 Importing this module (as every DAG file does) must stay cheap: the dag-processor re-imports it for every
 parse of every DAG file that uses it. So at module level it imports only what defining the operator class
 needs (``BaseOperator``, the extra links, and the light ``naming``, ``results`` and ``verdicts``). The
-trigger (which brings Airflow's trigger machinery and the watch hub), the wait (``kueue_ray.waiting``), the
+trigger (which brings Airflow's trigger machinery and the watch hub), the wait (``kueue_ray.waiting``, ``kueue_ray.worker_wait``), the
 status / timeline logic, the hook and the manifests are imported inside the methods that run on a worker or
 the triggerer, where their cost is paid once per task, not once per parse.
 """
@@ -163,7 +163,8 @@ class SubmitRayJobOperator(KueueSubmitOperator):
         from kueue_ray.status import TERMINAL_PHASES, observe
         from kueue_ray.trigger import RayJobTrigger
         from kueue_ray.wait_policy import WaitPolicy
-        from kueue_ray.waiting import WaitTarget, WorkerWait
+        from kueue_ray.waiting import WaitTarget
+        from kueue_ray.worker_wait import WorkerWait
 
         with bad_input_fails():
             identity, priority, built, queue_capacity = self.prepare(

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from kueue_ray.hook import RayJobHook
-    from kueue_ray.waiting import WaitTarget, WorkerWait
+    from kueue_ray.waiting import WaitTarget
+    from kueue_ray.worker_wait import WorkerWait
 
 
 class RayJobSensor(BaseSensorOperator):
@@ -218,7 +219,7 @@ class RayJobSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> PokeReturnValue:
         from kueue_ray.wait_policy import WaitPolicy
-        from kueue_ray.waiting import WorkerWait
+        from kueue_ray.worker_wait import WorkerWait
 
         if self._wait is None:  # kept across pokes in poke mode; rebuilt per poke in reschedule mode
             self._wait = WorkerWait(self._target, WaitPolicy.of(self, context), self.log)

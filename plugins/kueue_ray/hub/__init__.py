@@ -76,10 +76,10 @@ from kueue_ray.hub.subscriptions import (
     Subscription,
     Update,
 )
-from kueue_ray.listwatch import LIST_REQUEST_TIMEOUT_SECONDS, ListWatchSettings, RefusalMemory
 from kueue_ray.refusals import ApiNotServed
 from kueue_ray.shared_client import SharedApiClient, provider_connection
 from kueue_ray.wait_policy import DEFAULT_RESYNC_SECONDS
+from kueue_ray.watch_target import LIST_REQUEST_TIMEOUT_SECONDS, ListWatchSettings, RefusalMemory
 
 log = logging.getLogger(__name__)
 

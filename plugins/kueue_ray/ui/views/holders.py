@@ -36,7 +36,7 @@ from kueue_ray.quantity import (
 )
 from kueue_ray.service_status import observe_service
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import Snapshot
+from kueue_ray.ui.snapshot import Snapshot
 from kueue_ray.ui.views.common import FOREIGN_OWNER, Links, describe_owner, metadata_of
 
 NOT_FROM_AIRFLOW = "not from Airflow"

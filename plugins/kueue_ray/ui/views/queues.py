@@ -18,8 +18,8 @@ from kueue_ray.quantity import QuantityError, add_resources, parse_quantity, rea
 from kueue_ray.status import observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import PendingRead, Snapshot
 from kueue_ray.ui.policy import cohort_usage, may_preempt_words, preemption_words
+from kueue_ray.ui.snapshot import PendingRead, Snapshot
 from kueue_ray.ui.views.common import Links, conditions_of, iso_times, metadata_of, priority_of
 from kueue_ray.ui.views.holders import (
     attribute,

@@ -17,7 +17,7 @@ from kueue_ray.pod_states import pod_states
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import PendingRead, Snapshot
+from kueue_ray.ui.snapshot import PendingRead, Snapshot
 from kueue_ray.ui.spans import build_spans
 from kueue_ray.ui.views.common import (
     FOREIGN_OWNER,
