@@ -122,7 +122,7 @@ async def _apply(
     its Workload, since that is when its status matters.
     """
     from kueue_ray.essential import resource_version_newer
-    from kueue_ray.hub import RAYJOB
+    from kueue_ray.hub.resources import RAYJOB
 
     current = rayjob if update.kind == RAYJOB else workload
     if update.object is not None and not resource_version_newer(update.object, current):

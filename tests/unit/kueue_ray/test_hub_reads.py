@@ -5,8 +5,10 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
-from kueue_ray.hub import RAYJOBS, HubSettings, _WatchLoop
+from kueue_ray.hub import HubSettings
 from kueue_ray.hub.reads import ANSWER, READ, WAIT, LoopState, plan_read, shared_read, wait_for
+from kueue_ray.hub.resources import RAYJOBS
+from kueue_ray.hub.scope import _WatchLoop
 from kueue_ray.refusals import Refused
 
 BUDGET = 120.0
