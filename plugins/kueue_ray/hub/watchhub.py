@@ -15,6 +15,7 @@ import contextvars
 import logging
 import time
 from collections.abc import Callable
+from functools import partialmethod
 from typing import Any
 
 from kueue_ray import metrics
@@ -99,9 +100,12 @@ class WatchHub:
         uid: str,
         resync_interval: float = DEFAULT_RESYNC_SECONDS,
         deployment: str = "",
+        *,
+        kind: str = RAYJOB,
     ) -> Subscribed:
-        """Register interest in one RayJob for the duration of the ``async with`` block (which gives the
-        ``Subscription``).
+        """Register interest in one RayJob (``kind`` RAYSERVICE: one RayService, and the Workloads admitting
+        it) for the duration of the ``async with`` block (which gives the ``Subscription``): the
+        namespace's RayJob (RayService) watch and its Workload watch, shared by every subscriber.
 
         ``resync_interval`` bounds how long a missed event can go unnoticed: the namespace's loops relist
         at the shortest interval of their subscribers (a shorter one takes effect from the next relist).
@@ -109,22 +113,15 @@ class WatchHub:
         deployment's RayJobs; waits of tasks that predate deployments ("") share a watch of every RayJob of
         this integration.
         """
-        subscription = Subscription(self, conn_id, namespace, name, uid, resync_interval, deployment)
-        return Subscribed(self, subscription, (of_deployment(RAYJOBS, deployment), WORKLOADS))
+        service = kind == RAYSERVICE
+        subscription = (ServiceSubscription if service else Subscription)(
+            self, conn_id, namespace, name, uid, resync_interval, deployment
+        )
+        watched = of_deployment(RAYSERVICES if service else RAYJOBS, deployment)
+        return Subscribed(self, subscription, (watched, WORKLOADS))
 
-    def subscribe_service(
-        self,
-        conn_id: str,
-        namespace: str,
-        name: str,
-        uid: str,
-        resync_interval: float = DEFAULT_RESYNC_SECONDS,
-        deployment: str = "",
-    ) -> Subscribed:
-        """Register interest in one RayService (and the Workloads admitting it) for the ``async with``
-        block: the namespace's RayService watch and its Workload watch, shared like the RayJob ones."""
-        subscription = ServiceSubscription(self, conn_id, namespace, name, uid, resync_interval, deployment)
-        return Subscribed(self, subscription, (of_deployment(RAYSERVICES, deployment), WORKLOADS))
+    subscribe_service = partialmethod(subscribe, kind=RAYSERVICE)
+    """``subscribe`` to a RayService."""
 
     def _join(self, subscription: Subscription, resources: tuple[WatchedResource, ...]) -> _Scope:
         """Add ``subscription`` to its scope with the watch loops it needs; the scope joined."""
