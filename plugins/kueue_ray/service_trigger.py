@@ -39,7 +39,6 @@ from kueue_ray.service_waiting import (
     ServiceTimeline,
     ServiceWatchdog,
     describe_service_transition,
-    describe_unseen_preemptions,
     said,
 )
 from kueue_ray.timeline import to_epoch
@@ -194,12 +193,8 @@ class RayServiceTrigger(WaitTrigger):
                 verdict = target.deleted()
                 self.log.error(verdict.message)
                 return self.fire(target.payload(verdict, None, timeline))
-            observation = target.observe(service, workloads)
-            counted = timeline.preemption_count
-            timeline.record(observation, now)
-            for line in describe_unseen_preemptions(
-                self.namespace, self.name, observation, timeline.preemption_count - counted
-            ):
+            observation, unseen = target.record(timeline, service, workloads, now)
+            for line in unseen:
                 self.log.info(line)
             if said(observation) != progress.last_said:
                 progress.last_said = said(observation)

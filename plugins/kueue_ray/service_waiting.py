@@ -274,6 +274,17 @@ class ServiceTarget:
     def observe(self, service: dict, workloads: list[dict]) -> ServiceObservation:
         return observe_service(service, workloads, generation=self.generation, switch_from=self.switch_from)
 
+    def record(
+        self, timeline: ServiceTimeline, service: dict, workloads: list[dict], now: datetime
+    ) -> tuple[ServiceObservation, list[str]]:
+        """Observe the RayService now and record it in ``timeline``; with the log lines of preemptions the
+        timeline had not seen (the trigger and the worker wait tell them alike)."""
+        observation = self.observe(service, workloads)
+        counted = timeline.preemption_count
+        timeline.record(observation, now)
+        unseen = timeline.preemption_count - counted
+        return observation, describe_unseen_preemptions(self.namespace, self.name, observation, unseen)
+
     def payload(
         self, verdict: Verdict, observation: ServiceObservation | None, timeline: ServiceTimeline
     ) -> dict:
@@ -321,12 +332,8 @@ class ServiceWorkerWait:
                 return target.payload(target.deleted(), None, timeline)
             clock = server_clock(getattr(hook, "conn_id", None) or "kubernetes_default")
             now, watchdog.offset_s = clock.now(), clock.offset_s  # the server's clock, as its timestamps
-            observation = target.observe(service, workloads)
-            counted = timeline.preemption_count
-            timeline.record(observation, now)
-            for line in describe_unseen_preemptions(
-                target.namespace, target.name, observation, timeline.preemption_count - counted
-            ):
+            observation, unseen = target.record(timeline, service, workloads, now)
+            for line in unseen:
                 self.log.info(line)
             if said(observation) != last:
                 last = said(observation)
