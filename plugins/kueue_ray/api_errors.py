@@ -170,35 +170,3 @@ def served(custom_api: Any, group: str, version: str) -> bool:
             return False
         raise
     return True
-
-
-def explained(
-    custom_api: Any, exc: BaseException, namespace: str | None, identity: Any, conn_id: str | None
-) -> BaseException:
-    """What a task log needs instead of the client's dump, for an answer that is about access, not about
-    the object: a 401/403 named (verb, resource, namespace, identity, ``kubectl auth can-i``), or an API
-    group/version the cluster does not serve (discovery asked once). Anything else: ``exc`` itself.
-    ``identity`` is called only for a refusal (who the client authenticates as)."""
-    from kueue_ray.errors import ClusterAccessError
-    from kueue_ray.refusals import Denial
-
-    read = read_of(exc)
-    if read is None:
-        return exc
-    verb, resource, group, version = read
-    if may_be_missing_api(exc) and not served(custom_api, group, version):
-        return ClusterAccessError(not_served_message(group, version))
-    denial = Denial.of(verb, resource, namespace, exc)
-    if denial is None:
-        return exc
-    return ClusterAccessError(
-        refusal_message(
-            verb,
-            resource,
-            namespace,
-            status=denial.status,
-            said=denial.message,
-            identity=identity(),
-            conn_id=conn_id,
-        )
-    )

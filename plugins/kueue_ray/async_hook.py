@@ -54,32 +54,36 @@ log = logging.getLogger(__name__)
 class AsyncRayJobHook(AsyncKubernetesHook):
     """The few one-off async calls of the triggerer (the watch hub does the streaming)."""
 
-    @generic_api_retry
-    async def get_rayjob(self, name: str, namespace: str, api_client: Any = None) -> dict | None:
+    async def _get_ray_object(self, plural: str, name: str, namespace: str, api_client: Any) -> dict | None:
+        """The ray.io object ``plural/name``; None once it is gone (a 404 that is not its API missing)."""
         async with self._client(api_client) as client:
             try:
                 return await AsyncCustomObjectsApi(client).get_namespaced_custom_object(
-                    RAY_GROUP, RAY_VERSION, namespace, RAYJOB.plural, name
+                    RAY_GROUP, RAY_VERSION, namespace, plural, name
                 )
             except AsyncApiException as exc:
                 if exc.status == 404 and not may_be_missing_api(exc):  # the object is gone, not its API
                     return None
                 raise
 
+    @staticmethod
+    async def _workloads(client: Any, namespace: str, **selector: str) -> list[dict]:
+        """The Workloads of ``namespace`` (``label_selector=`` narrows them), every page."""
+        list_page = AsyncCustomObjectsApi(client).list_namespaced_custom_object_with_http_info
+        listing = await list_all_async(
+            partial(list_page, KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD.plural), **selector
+        )
+        return listing.items
+
+    @generic_api_retry
+    async def get_rayjob(self, name: str, namespace: str, api_client: Any = None) -> dict | None:
+        return await self._get_ray_object(RAYJOB.plural, name, namespace, api_client)
+
     @generic_api_retry
     async def find_workload(self, uid: str, namespace: str, api_client: Any = None) -> dict | None:
         async with self._client(api_client) as client:
-            listing = await list_all_async(
-                partial(
-                    AsyncCustomObjectsApi(client).list_namespaced_custom_object_with_http_info,
-                    KUEUE_GROUP,
-                    KUEUE_VERSION,
-                    namespace,
-                    WORKLOAD.plural,
-                ),
-                label_selector=f"{JOB_UID_LABEL}={uid}",
-            )
-        return newest(listing.items)
+            workloads = await self._workloads(client, namespace, label_selector=f"{JOB_UID_LABEL}={uid}")
+        return newest(workloads)
 
     async def quota_state(
         self, local_queue: str, namespace: str, api_client: Any = None
@@ -90,17 +94,8 @@ class AsyncRayJobHook(AsyncKubernetesHook):
         try:
             async with self._client(api_client) as client:
                 queue = await self.cluster_queue_of(local_queue, namespace, api_client=client)
-                api = AsyncCustomObjectsApi(client)
-                listing = await list_all_async(
-                    partial(
-                        api.list_namespaced_custom_object_with_http_info,
-                        KUEUE_GROUP,
-                        KUEUE_VERSION,
-                        namespace,
-                        WORKLOAD.plural,
-                    )
-                )
-            return queue, listing.items
+                workloads = await self._workloads(client, namespace)
+            return queue, workloads
         except Exception as exc:  # noqa: BLE001 - the timeout stands without the detail
             log.info(
                 "What held LocalQueue %s/%s's quota could not be read: %s",

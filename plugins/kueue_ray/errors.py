@@ -31,6 +31,11 @@ class PolicyError(KueueRayError):
     """The priority requested for a run is not allowed by the DAG's priority policy."""
 
 
+class PreflightError(KueueRayError):
+    """The cluster cannot run this RayJob (or RayService) as configured; raised before anything is
+    created."""
+
+
 class ClusterAccessError(Exception):
     """The cluster refuses what the task needs (401/403), or does not serve an API it needs (Kueue,
     KubeRay); ``str`` is the whole explanation: what, to whom, the check and the fix."""

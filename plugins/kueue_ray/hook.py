@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from decimal import Decimal
 from functools import partial
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
@@ -44,7 +42,6 @@ from kueue_ray.api import (
     WORKLOAD,
 )
 from kueue_ray.api_errors import describe_error, may_be_missing_api, reading
-from kueue_ray.api_errors import explained as explain_access
 from kueue_ray.async_hook import AsyncRayJobHook
 from kueue_ray.deletion import (
     DELETE_DECISIONS,
@@ -57,7 +54,7 @@ from kueue_ray.deletion import (
     not_waiting_reason,
     while_owned,
 )
-from kueue_ray.errors import KueueRayError
+from kueue_ray.errors import PreflightError
 from kueue_ray.hook_common import (
     SUBMITTER_CONTAINER,
     SUBMITTER_JOB_LABEL,
@@ -73,6 +70,8 @@ from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
 from kueue_ray.pages import Listing, list_all
 from kueue_ray.pod_states import CLUSTER_LABEL
+from kueue_ray.preflight import Preflight, QueueCapacity
+from kueue_ray.refusals import explained as explain_access
 from kueue_ray.server_clock import server_clock
 
 __all__ = [
@@ -95,18 +94,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DELETED, GONE, CONFLICT = DeleteResult.DELETED, DeleteResult.GONE, DeleteResult.CONFLICT
-
-
-class PreflightError(KueueRayError):
-    """The cluster cannot run this RayJob as configured; raised before anything is created."""
-
-
-@dataclass(frozen=True)
-class QueueCapacity:
-    """What preflight learned about the queue a RayJob is submitted to."""
-
-    cluster_queue: str
-    capacity: dict[str, dict[str, Decimal]]
 
 
 class RayJobHook(KubernetesHook):
@@ -400,8 +387,6 @@ class RayJobHook(KubernetesHook):
         self, built: BuiltRayJob, namespace: str, queue: str, priority: str | None
     ) -> QueueCapacity:
         """Everything that can be known to fail before submitting (``kueue_ray.preflight``)."""
-        from kueue_ray.preflight import Preflight
-
         return Preflight(self).run(built, namespace, queue, priority)
 
     # --- refusals and missing APIs --------------------------------------------------------------------
@@ -413,7 +398,7 @@ class RayJobHook(KubernetesHook):
         return identity_of(self.custom_object_client.api_client.configuration)
 
     def explained(self, exc: ApiException, namespace: str | None) -> Exception:
-        """``kueue_ray.api_errors.explained`` for this hook's client: a refusal or missing API in words."""
+        """``kueue_ray.refusals.explained`` for this hook's client: a refusal or missing API in words."""
         return explain_access(self.custom_object_client, exc, namespace, self.identity, self.conn_id)
 
     def raise_explained(self, exc: ApiException, namespace: str | None) -> None:

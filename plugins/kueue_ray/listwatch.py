@@ -30,7 +30,8 @@ What the loop does with each answer (``ListWatchLoop._stream``):
 A watch is opened with ``_preload_content=False``, and in that mode kubernetes_asyncio hands over any
 answer, 200 or not, as a stream: the loop reads the status itself (``Refused``, in ``kueue_ray.refusals``
 with the ``Backoff`` every retry uses). The ApiClient a loop lists and watches with is lent to it by a
-``kueue_ray.shared_client.SharedApiClient``.
+``kueue_ray.shared_client.SharedApiClient``; what it watches and its tunables are plain values in
+``kueue_ray.watch_target``.
 """
 
 from __future__ import annotations
@@ -45,82 +46,23 @@ import math
 import random
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
-from kueue_ray.api_errors import can_i, describe_error
+from kueue_ray.api_errors import describe_error
 from kueue_ray.listbody import ListBody
 from kueue_ray.pages import EXPIRED_RESTARTS, PAGE_SIZE, continue_token, server_time
 from kueue_ray.refusals import Backoff, Refused, WatchGone
 from kueue_ray.server_clock import server_clock
 from kueue_ray.shared_client import SharedApiClient
+from kueue_ray.watch_target import (
+    LIST_REQUEST_TIMEOUT_SECONDS,
+    SERVER_TIMEOUT_GRACE_SECONDS,
+    ListWatchSettings,
+    RefusalMemory,
+    Target,
+)
 
 log = logging.getLogger(__name__)
-
-SERVER_TIMEOUT_GRACE_SECONDS = 15.0
-"""How long past its ``timeoutSeconds`` a watch may stay open before the loop ends it itself, so a server
-or proxy that never closes a silent stream cannot postpone the relist forever."""
-LIST_REQUEST_TIMEOUT_SECONDS = 60.0
-"""The client's total timeout on one page of a list (the cncf provider's ApiClient default, stated here
-so that it holds with any ApiClient): a list that hangs fails and is retried with backoff."""
-
-
-@dataclass
-class ListWatchSettings:
-    """Tunables of a loop; tests shorten them, production keeps the defaults."""
-
-    watch_timeout_seconds: int = 600
-    """Longest single watch request; a relist due earlier ends it sooner."""
-    backoff_initial: float = 0.5
-    backoff_max: float = 30.0
-    min_healthy_stream_seconds: float = 1.0
-    degraded_list_interval: float = 10.0
-    """While the API server refuses to watch a resource (403) but lets it be listed: seconds between the
-    loop's requests, each a list, so a change is seen at most this late (the polling triggers of the cncf
-    provider wait 10 s too, but each makes its own request)."""
-    degraded_watch_retry_every: int = 30
-    """While polling: every this many requests is an attempt to watch again instead of a list (with the
-    defaults, once every 5 minutes)."""
-
-    @property
-    def watch_retry_seconds(self) -> float:
-        return self.degraded_list_interval * self.degraded_watch_retry_every
-
-
-@dataclass(frozen=True)
-class Target:
-    """What one loop lists and watches, through which Airflow connection (``namespace`` None: cluster-wide)."""
-
-    conn_id: str
-    group: str
-    version: str
-    plural: str
-    namespace: str | None
-    label_selector: str | None = None
-
-    @property
-    def qualified(self) -> str:
-        """``plural.group``, as RBAC and ``kubectl auth can-i`` name it."""
-        return f"{self.plural}.{self.group}"
-
-    @property
-    def where(self) -> str:
-        return f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
-
-    def can_i(self, verb: str) -> str:
-        if self.namespace:
-            return can_i(verb, self.qualified, self.namespace)
-        return f"kubectl auth can-i {verb} {self.qualified} --all-namespaces"
-
-    def request(self, api: Any, **kwargs: Any) -> Any:
-        """The list (or, with ``watch=True``, watch) call of a CustomObjectsApi."""
-        if self.label_selector:
-            kwargs["label_selector"] = self.label_selector
-        if self.namespace is None:
-            return api.list_cluster_custom_object(self.group, self.version, self.plural, **kwargs)
-        return api.list_namespaced_custom_object(
-            self.group, self.version, self.namespace, self.plural, **kwargs
-        )
 
 
 async def _as_api_exception(response: Any) -> Any:
@@ -129,10 +71,6 @@ async def _as_api_exception(response: Any) -> Any:
     from kubernetes_asyncio.client.rest import RESTResponse
 
     return ApiException(http_resp=RESTResponse(response, await response.read()))
-
-
-RefusalMemory = dict[Target, tuple[Refused, float]]
-"""Target -> the last 403 to its watch and the monotonic time of it; kept by whoever starts the loops."""
 
 
 class ListWatchLoop:

@@ -45,6 +45,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from kueue_ray.api import parse_time
+from kueue_ray.workload import PODS_READY_TIMEOUT
 
 PREFIX = "kueue_ray"
 QUEUED_UNTIL_QUOTA_RESERVED = f"{PREFIX}.queued_until_quota_reserved"
@@ -58,7 +59,6 @@ TASKS_WAITING = f"{PREFIX}.tasks_waiting"
 FIRST_START_GRACE_SECONDS = 300.0
 """A trigger that starts later than this after its task deferred is taken for a restart or a hand-over.
 Airflow starts a new trigger within seconds; a busy triggerer at capacity may take minutes."""
-PODS_READY_TIMEOUT = "PodsReadyTimeout"
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from decimal import Decimal
 from kueue_ray.naming import AirflowIdentity
 from kueue_ray.phases import POSITION_PHASES, Phase
 from kueue_ray.quantity import readable_bytes
-from kueue_ray.status import Observation, workload_priority
+from kueue_ray.status import Observation
+from kueue_ray.workload import workload_priority
 
 POD_CHECK_SECONDS = 10.0
 """How often the Ray cluster's pods are read while it starts (admitted, the Ray job not running yet)."""

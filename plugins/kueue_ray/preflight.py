@@ -9,7 +9,9 @@ through (``RayJobHook.preflight`` makes one); the capacity arithmetic is ``kueue
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
@@ -22,20 +24,37 @@ from kueue_ray.capacity import (
     queue_fix,
     queues_that_fit,
 )
-from kueue_ray.hook import PreflightError, QueueCapacity
+from kueue_ray.errors import PreflightError
 from kueue_ray.params import QUEUE_ALTERNATIVES
 
 if TYPE_CHECKING:
-    from kueue_ray.hook import RayJobHook
     from kueue_ray.manifests import BuiltRayJob
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class QueueCapacity:
+    """What preflight learned about the queue a RayJob is submitted to."""
+
+    cluster_queue: str
+    capacity: dict[str, dict[str, Decimal]]
+
+
+class KueueReads(Protocol):
+    """What preflight reads through: ``RayJobHook`` (and ``RayServiceHook``, a ``RayJobHook``)."""
+
+    def get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None: ...
+
+    def list_kueue_objects(self, plural: str, namespace: str | None = None) -> list[dict]: ...
+
+    def raise_explained(self, exc: ApiException, namespace: str | None) -> None: ...
+
+
 class Preflight:
     """The checks, reading through ``hook``."""
 
-    def __init__(self, hook: RayJobHook) -> None:
+    def __init__(self, hook: KueueReads) -> None:
         self.hook = hook
 
     def check_queue(self, namespace: str, queue: str, priority: str | None) -> QueueCapacity:

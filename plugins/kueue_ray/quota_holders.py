@@ -28,12 +28,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 from kueue_ray.quantity import parse_quantity, readable_amount
-
-if TYPE_CHECKING:
-    from kueue_ray.waiting import Verdict
+from kueue_ray.verdicts import Verdict
+from kueue_ray.workload import is_finished
 
 MAX_LISTED = 5
 """Admitted Workloads named in the message; the rest are counted."""
@@ -142,10 +140,7 @@ def _admitted_in(workload: dict, cluster_queue: str) -> bool:
     status = workload.get("status") or {}
     if (status.get("admission") or {}).get("clusterQueue") != cluster_queue:
         return False
-    finished = any(
-        c.get("type") == "Finished" and c.get("status") == "True" for c in status.get("conditions") or ()
-    )
-    return not finished
+    return not is_finished(workload)
 
 
 def with_quota_holders(

@@ -5,6 +5,8 @@ line where an event belongs) with the verb it refused; ``WatchGone`` is the one 
 "relist" (410). ``Backoff`` paces every retry of the plugin: the watch loops', a trigger's reads through
 the hub (``kueue_ray.hub.subscriptions``), and a resumed trigger's (``kueue_ray.trigger_base``).
 
+``explained`` puts a refused read or an API the cluster does not serve in the words a task log needs.
+
 ``RefusalWindow`` decides when a row of 401/403 to a read a wait needs has lasted long enough
 (``refusal_timeout``) that the wait must end (``RefusedTooLong``); ``ApiNotServed`` ends it at once.
 
@@ -18,7 +20,16 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from kueue_ray.api_errors import api_error, retry_after_seconds
+from kueue_ray.api_errors import (
+    api_error,
+    may_be_missing_api,
+    not_served_message,
+    read_of,
+    refusal_message,
+    retry_after_seconds,
+    served,
+)
+from kueue_ray.errors import ClusterAccessError
 
 
 class WatchGone(Exception):
@@ -202,3 +213,32 @@ def refusal_timeout() -> float:
             f"AIRFLOW__KUEUE_RAY__REFUSAL_TIMEOUT) to e.g. {DEFAULT_REFUSAL_TIMEOUT:g}"
         )
     return seconds
+
+
+def explained(
+    custom_api: Any, exc: BaseException, namespace: str | None, identity: Any, conn_id: str | None
+) -> BaseException:
+    """What a task log needs instead of the client's dump, for an answer that is about access, not about
+    the object: a 401/403 named (verb, resource, namespace, identity, ``kubectl auth can-i``), or an API
+    group/version the cluster does not serve (discovery asked once). Anything else: ``exc`` itself.
+    ``identity`` is called only for a refusal (who the client authenticates as)."""
+    read = read_of(exc)
+    if read is None:
+        return exc
+    verb, resource, group, version = read
+    if may_be_missing_api(exc) and not served(custom_api, group, version):
+        return ClusterAccessError(not_served_message(group, version))
+    denial = Denial.of(verb, resource, namespace, exc)
+    if denial is None:
+        return exc
+    return ClusterAccessError(
+        refusal_message(
+            verb,
+            resource,
+            namespace,
+            status=denial.status,
+            said=denial.message,
+            identity=identity(),
+            conn_id=conn_id,
+        )
+    )

@@ -6,7 +6,7 @@ The same whether the task ends in the triggerer (a successful RayJob: ``RayJobTr
 failures, and tasks that must run user code at the end). So downstream tasks, the extra links and the task
 log cannot tell the two apart.
 
-Everything but ``finish`` is pure: callers pass in what needs I/O (the preemptor RayJob, the driver log
+Everything but ``finish`` and ``push_xcoms`` is pure: callers pass in what needs I/O (the preemptor RayJob, the driver log
 tail). DAG files import this module through the operators, so at module level it imports only ``verdicts``.
 """
 
@@ -96,7 +96,7 @@ def finish(task: Any, context: Context, event: Mapping[str, Any], *, log_tail_li
     tail to the task log (through ``task.hook``), raise on anything but success."""
     from airflow.sdk.exceptions import AirflowException
 
-    from kueue_ray.waiting import find_rayjob
+    from kueue_ray.worker_wait import find_rayjob
 
     context["ti"].xcom_push(key=TIMELINE_XCOM_KEY, value=event.get("timeline") or {})
     name, namespace, hook = event["name"], event["namespace"], task.hook
@@ -156,3 +156,28 @@ class TriggerEnding:
         if self.push_return_value:
             xcoms[RETURN_VALUE_XCOM_KEY] = reference(event)
         return xcoms
+
+
+async def push_xcoms(ti: Any, xcoms: Mapping[str, Any]) -> None:
+    """Store a task ending in the triggerer's XComs exactly as a worker's ``xcom_push`` does: through
+    Airflow's XCom class (and so any custom XCom backend) and the triggerer's channel to the API server.
+
+    Not as ``TaskSuccessEvent(xcoms=...)``: Airflow 3.3.2 stores those JSON-encoded once more than a
+    worker's (``TaskInstance.xcom_push`` serializes, the column serializes again), so a downstream
+    task would pull a string where it pulled a dict before.
+
+    All are sent at once: the channel carries concurrent requests, so the success waits for about one
+    round trip to the supervisor rather than one per XCom.
+    """
+    import asyncio
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    map_index = getattr(ti, "map_index", -1)
+    coordinates = {
+        "dag_id": ti.dag_id,
+        "task_id": ti.task_id,
+        "run_id": ti.run_id,
+        "map_index": -1 if map_index is None else map_index,
+    }
+    await asyncio.gather(*(XCom.aset(key, value, **coordinates) for key, value in xcoms.items()))

@@ -24,14 +24,15 @@ from airflow.sdk.exceptions import AirflowException
 
 from kueue_ray.links import KueueTabLink, RayDashboardLink, dashboard_template, where_to_look
 from kueue_ray.naming import PRIORITY_CLASS_LABEL, QUEUE_LABEL
-from kueue_ray.operators import rayjob_details, task_identity, trigger_ending
-from kueue_ray.results import RAYJOB_XCOM_KEY, finish
+from kueue_ray.results import RAYJOB_XCOM_KEY, finish, rayjob_details
+from kueue_ray.submitting import task_identity, trigger_ending
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from kueue_ray.hook import RayJobHook
-    from kueue_ray.waiting import WaitTarget, WorkerWait
+    from kueue_ray.waiting import WaitTarget
+    from kueue_ray.worker_wait import WorkerWait
 
 
 class RayJobSensor(BaseSensorOperator):
@@ -218,7 +219,7 @@ class RayJobSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> PokeReturnValue:
         from kueue_ray.wait_policy import WaitPolicy
-        from kueue_ray.waiting import WorkerWait
+        from kueue_ray.worker_wait import WorkerWait
 
         if self._wait is None:  # kept across pokes in poke mode; rebuilt per poke in reschedule mode
             self._wait = WorkerWait(self._target, WaitPolicy.of(self, context), self.log)

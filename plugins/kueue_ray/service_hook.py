@@ -19,16 +19,15 @@ from typing import Any
 
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
 from kubernetes.client.exceptions import ApiException
-from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
 from kueue_ray.api import KUEUE_GROUP, KUEUE_VERSION, RAY_GROUP, RAY_VERSION, RAYSERVICE, WORKLOAD
 from kueue_ray.api_errors import may_be_missing_api
 from kueue_ray.async_hook import AsyncRayJobHook
 from kueue_ray.deletion import DeleteOutcome, DeleteResult, while_owned
-from kueue_ray.hook import PreflightError, RayJobHook
+from kueue_ray.errors import PreflightError
+from kueue_ray.hook import RayJobHook
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
-from kueue_ray.pages import list_all, list_all_async
+from kueue_ray.pages import list_all
 from kueue_ray.server_clock import server_clock
 from kueue_ray.service_status import related_workload
 
@@ -146,31 +145,12 @@ class AsyncRayServiceHook(AsyncRayJobHook):
 
     @generic_api_retry
     async def get_rayservice(self, name: str, namespace: str, api_client: Any = None) -> dict | None:
-        async with self._client(api_client) as client:
-            try:
-                return await AsyncCustomObjectsApi(client).get_namespaced_custom_object(
-                    RAY_GROUP, RAY_VERSION, namespace, RAYSERVICE.plural, name
-                )
-            except AsyncApiException as exc:
-                if exc.status == 404 and not may_be_missing_api(exc):  # the object is gone, not its API
-                    return None
-                raise
+        return await self._get_ray_object(RAYSERVICE.plural, name, namespace, api_client)
 
     @generic_api_retry
     async def list_job_workloads(self, namespace: str, api_client: Any = None) -> list[dict]:
         async with self._client(api_client) as client:
-            api = AsyncCustomObjectsApi(client)
-            listing = await list_all_async(
-                partial(
-                    api.list_namespaced_custom_object_with_http_info,
-                    KUEUE_GROUP,
-                    KUEUE_VERSION,
-                    namespace,
-                    WORKLOAD.plural,
-                ),
-                label_selector=JOB_UID_LABEL,
-            )
-        return listing.items
+            return await self._workloads(client, namespace, label_selector=JOB_UID_LABEL)
 
     async def delete_rayservice(
         self, name: str, namespace: str, uid: str, resource_version: str | None = None

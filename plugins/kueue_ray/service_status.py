@@ -34,66 +34,14 @@ The order of the checks:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import yaml
 
-from kueue_ray.status import (
-    PODS_READY_TIMEOUT,
-    admission_checks,
-    admitted_since,
-    count_pods_ready_evictions,
-    count_preemptions,
-    describe_waiting_for_checks,
-    is_inadmissible,
-    last_preemption,
-    pods_not_ready_hint,
-    pods_ready_timeout,
-    quota_reserved_since,
-)
+from kueue_ray import workload as wl
+from kueue_ray.phases import TERMINAL_SERVICE_PHASES, ServicePhase
+from kueue_ray.status import describe_waiting_for_checks, is_inadmissible, pods_not_ready_hint
 
-
-class ServicePhase(StrEnum):
-    SUBMITTED = "SUBMITTED"
-    """KubeRay or Kueue has not acted on the spec yet (no cluster, or no Workload for it)."""
-    QUEUED = "QUEUED"
-    INADMISSIBLE = "INADMISSIBLE"
-    AWAITING_CHECKS = "AWAITING_CHECKS"
-    ADMITTED = "ADMITTED"
-    """Kueue admitted the target cluster; its pods are starting."""
-    DEPLOYING = "DEPLOYING"
-    """The target cluster is ready; Serve deploys the applications on it."""
-    SERVING = "SERVING"
-    PREEMPTED = "PREEMPTED"
-    PODS_NOT_READY = "PODS_NOT_READY"
-    EVICTED = "EVICTED"
-    DEPLOY_FAILED = "DEPLOY_FAILED"
-    UNHEALTHY = "UNHEALTHY"
-    DEACTIVATED = "DEACTIVATED"
-    BLOCKED = "BLOCKED"
-    """A new cluster config Kueue will never admit while the old cluster serves (see the module doc)."""
-    FAILED = "FAILED"
-    """KubeRay refused the spec."""
-
-
-TERMINAL_SERVICE_PHASES = frozenset(
-    {
-        ServicePhase.SERVING,
-        ServicePhase.DEPLOY_FAILED,
-        ServicePhase.UNHEALTHY,
-        ServicePhase.DEACTIVATED,
-        ServicePhase.BLOCKED,
-        ServicePhase.FAILED,
-    }
-)
-WAITING_SERVICE_PHASES = frozenset(
-    {ServicePhase.SUBMITTED, ServicePhase.QUEUED, ServicePhase.INADMISSIBLE, ServicePhase.AWAITING_CHECKS}
-)
-"""Not admitted yet: the queue clock runs."""
-STARTING_SERVICE_PHASES = frozenset({ServicePhase.ADMITTED, ServicePhase.DEPLOYING})
-"""Admitted and coming up: the start-up clock runs."""
-SERVICE_POSITION_PHASES = frozenset({ServicePhase.QUEUED, ServicePhase.INADMISSIBLE})
 SERVICE_WORKLOAD = "service"
 CLUSTER_WORKLOADS = "cluster"
 
@@ -157,6 +105,7 @@ class ServiceObservation:
 
 
 def _conditions(obj: dict | None) -> dict[str, dict]:
+    """KubeRay's conditions of a RayService by type (a Workload's are read through ``kueue_ray.workload``)."""
     return {c.get("type"): c for c in ((obj or {}).get("status") or {}).get("conditions") or []}
 
 
@@ -297,13 +246,13 @@ def observe_service(
         "flavors": {
             a.get("name", ""): dict(a.get("flavors") or {}) for a in admission.get("podSetAssignments") or []
         },
-        "preemptions": count_preemptions(workload),
-        "pods_ready_evictions": count_pods_ready_evictions(workload),
-        "last_preemption": last_preemption(workload),
-        "quota_reserved_at": quota_reserved_since(workload),
-        "admitted_at": admitted_since(workload),
+        "preemptions": wl.count_preemptions(workload),
+        "pods_ready_evictions": wl.count_pods_ready_evictions(workload),
+        "last_preemption": wl.last_preemption(workload),
+        "quota_reserved_at": wl.quota_reserved_since(workload),
+        "admitted_at": wl.admitted_since(workload),
         "applications": {name: str(app.get("status") or "") for name, app in applications.items()},
-        "pods_ready_timeout": pods_ready_timeout(workload),
+        "pods_ready_timeout": wl.pods_ready_timeout(workload),
     }
 
     def result(phase: ServicePhase, reason: str, message: str) -> ServiceObservation:
@@ -330,15 +279,15 @@ def observe_service(
         phase, message = failure
         return result(ServicePhase(phase), phase, f"on {where}: {message}{serves_meanwhile}")
 
-    wl_conditions = _conditions(workload)
-    quota = wl_conditions.get("QuotaReserved") or {}
-    evicted = wl_conditions.get("Evicted") or {}
+    wl_conditions = wl.conditions(workload)
+    quota = wl_conditions.get(wl.QUOTA_RESERVED) or {}
+    evicted = wl_conditions.get(wl.EVICTED) or {}
     quota_reserved = quota.get("status") == "True"
     cluster_state = (target.get("rayClusterStatus") or {}).get("state")
 
     # 4. Deactivation: it will not be admitted again.
     if workload is not None:
-        rejected = [c for c in admission_checks(workload) if c["state"] == "Rejected"]
+        rejected = [c for c in wl.admission_checks(workload) if c["state"] == wl.ADMISSION_CHECK_REJECTED]
         if rejected:
             checks = "; ".join(
                 f"{c['name']}: {c['message']}" if c["message"] else c["name"] for c in rejected
@@ -348,25 +297,25 @@ def observe_service(
                 "AdmissionCheckRejected",
                 f"admission check rejected {where} ({checks}); Kueue deactivates its Workload",
             )
-        target_condition = wl_conditions.get("DeactivationTarget") or {}
+        target_condition = wl_conditions.get(wl.DEACTIVATION_TARGET) or {}
         if (workload.get("spec") or {}).get("active") is False or target_condition.get("status") == "True":
-            said = evicted if str(evicted.get("reason", "")).startswith("Deactivated") else target_condition
+            said = evicted if wl.is_deactivation(evicted.get("reason")) else target_condition
             return result(
                 ServicePhase.DEACTIVATED,
-                said.get("reason") or "Deactivated",
+                said.get("reason") or wl.DEACTIVATED,
                 f"{where}: {said.get('message') or 'The workload is deactivated'}",
             )
 
     # 5. Evicted while its cluster still holds the quota.
     if evicted.get("status") == "True" and quota_reserved:
-        reason = evicted.get("reason") or "Evicted"
+        reason = evicted.get("reason") or wl.EVICTED
         message = evicted.get("message") or ""
-        if reason == PODS_READY_TIMEOUT:
+        if reason == wl.PODS_READY_TIMEOUT:
             hint = pods_not_ready_hint(common["pods_ready_timeout"])
             return result(
                 ServicePhase.PODS_NOT_READY, reason, f"{where}: {hint} ({message}){serves_meanwhile}"
             )
-        phase = ServicePhase.PREEMPTED if reason == "Preempted" else ServicePhase.EVICTED
+        phase = ServicePhase.PREEMPTED if reason == wl.EVICTED_BY_PREEMPTION else ServicePhase.EVICTED
         return result(phase, reason, f"{where}: {message}{serves_meanwhile}")
 
     # 6. Serving the spec the operator wrote.
@@ -380,17 +329,17 @@ def observe_service(
 
     # 7. Admitted: the cluster starts, then Serve deploys.
     if quota_reserved:
-        admitted = wl_conditions.get("Admitted") or {}
+        admitted = wl_conditions.get(wl.ADMITTED) or {}
         if admitted.get("status") != "True":
             return result(
                 ServicePhase.AWAITING_CHECKS,
-                "QuotaReserved",
-                f"{where}: {describe_waiting_for_checks(common['cluster_queue'], admission_checks(workload))}",
+                wl.QUOTA_RESERVED,
+                f"{where}: {describe_waiting_for_checks(common['cluster_queue'], wl.admission_checks(workload))}",
             )
         if cluster_state != "ready":
             return result(
                 ServicePhase.ADMITTED,
-                "Admitted",
+                wl.ADMITTED,
                 f"{where} admitted by ClusterQueue {common['cluster_queue']}; its pods are starting{serves_meanwhile}",
             )
         deploying = ", ".join(f"{name} {state}" for name, state in sorted(common["applications"].items()))
@@ -434,7 +383,7 @@ def observe_service(
         if requeue_at:
             detail = f"backing off until {requeue_at} after: {detail}"
         return result(
-            ServicePhase.QUEUED, evicted.get("reason") or "Requeued", f"{where}: {detail}{serves_meanwhile}"
+            ServicePhase.QUEUED, evicted.get("reason") or wl.REQUEUED, f"{where}: {detail}{serves_meanwhile}"
         )
     return result(
         ServicePhase.QUEUED,

@@ -30,15 +30,15 @@ from airflow.triggers.base import TriggerEvent
 
 from kueue_ray.hub import NOTICE
 from kueue_ray.naming import AirflowIdentity
+from kueue_ray.phases import SERVICE_POSITION_PHASES
 from kueue_ray.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.server_clock import server_clock
-from kueue_ray.service_status import SERVICE_POSITION_PHASES, ServiceObservation
+from kueue_ray.service_status import ServiceObservation
 from kueue_ray.service_waiting import (
     ServiceTarget,
     ServiceTimeline,
     ServiceWatchdog,
     describe_service_transition,
-    describe_unseen_preemptions,
     said,
 )
 from kueue_ray.timeline import to_epoch
@@ -193,12 +193,8 @@ class RayServiceTrigger(WaitTrigger):
                 verdict = target.deleted()
                 self.log.error(verdict.message)
                 return self.fire(target.payload(verdict, None, timeline))
-            observation = target.observe(service, workloads)
-            counted = timeline.preemption_count
-            timeline.record(observation, now)
-            for line in describe_unseen_preemptions(
-                self.namespace, self.name, observation, timeline.preemption_count - counted
-            ):
+            observation, unseen = target.record(timeline, service, workloads, now)
+            for line in unseen:
                 self.log.info(line)
             if said(observation) != progress.last_said:
                 progress.last_said = said(observation)

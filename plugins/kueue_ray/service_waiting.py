@@ -13,19 +13,22 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kueue_ray.api import parse_time, utcnow
-from kueue_ray.server_clock import server_clock
-from kueue_ray.service_status import (
+from kueue_ray.phases import (
     SERVICE_POSITION_PHASES,
     STARTING_SERVICE_PHASES,
     WAITING_SERVICE_PHASES,
-    ServiceObservation,
     ServicePhase,
+)
+from kueue_ray.server_clock import server_clock
+from kueue_ray.service_status import (
+    ServiceObservation,
     observe_service,
 )
 from kueue_ray.timeline import to_epoch, to_iso
-from kueue_ray.verdicts import READY_TIMEOUT
+from kueue_ray.verdicts import READY_TIMEOUT, Verdict
 from kueue_ray.wait_policy import WaitPolicy
-from kueue_ray.waiting import Verdict, Watchdog, deleted_verdict, describe_flavors
+from kueue_ray.waiting import Watchdog, deleted_verdict, describe_flavors
+from kueue_ray.workload import EVICTED_BY_PREEMPTION
 
 if TYPE_CHECKING:
     from kueue_ray.service_hook import RayServiceHook
@@ -198,7 +201,8 @@ def describe_unseen_preemptions(
         if observation.active_cluster and observation.active_cluster != observation.target_cluster
         else ""
     )
-    line = f"RayService {namespace}/{name}: PREEMPTED ({said.get('reason') or 'Preempted'}): {cluster}: {message}"
+    reason = said.get("reason") or EVICTED_BY_PREEMPTION
+    line = f"RayService {namespace}/{name}: PREEMPTED ({reason}): {cluster}: {message}"
     return [f"{line}{serving}"] * newly_counted
 
 
@@ -270,6 +274,17 @@ class ServiceTarget:
     def observe(self, service: dict, workloads: list[dict]) -> ServiceObservation:
         return observe_service(service, workloads, generation=self.generation, switch_from=self.switch_from)
 
+    def record(
+        self, timeline: ServiceTimeline, service: dict, workloads: list[dict], now: datetime
+    ) -> tuple[ServiceObservation, list[str]]:
+        """Observe the RayService now and record it in ``timeline``; with the log lines of preemptions the
+        timeline had not seen (the trigger and the worker wait tell them alike)."""
+        observation = self.observe(service, workloads)
+        counted = timeline.preemption_count
+        timeline.record(observation, now)
+        unseen = timeline.preemption_count - counted
+        return observation, describe_unseen_preemptions(self.namespace, self.name, observation, unseen)
+
     def payload(
         self, verdict: Verdict, observation: ServiceObservation | None, timeline: ServiceTimeline
     ) -> dict:
@@ -317,12 +332,8 @@ class ServiceWorkerWait:
                 return target.payload(target.deleted(), None, timeline)
             clock = server_clock(getattr(hook, "conn_id", None) or "kubernetes_default")
             now, watchdog.offset_s = clock.now(), clock.offset_s  # the server's clock, as its timestamps
-            observation = target.observe(service, workloads)
-            counted = timeline.preemption_count
-            timeline.record(observation, now)
-            for line in describe_unseen_preemptions(
-                target.namespace, target.name, observation, timeline.preemption_count - counted
-            ):
+            observation, unseen = target.record(timeline, service, workloads, now)
+            for line in unseen:
                 self.log.info(line)
             if said(observation) != last:
                 last = said(observation)

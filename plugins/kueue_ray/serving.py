@@ -1,20 +1,20 @@
 """DeployRayServiceOperator: serve a model as a KubeRay RayService that Kueue queues, prioritises and admits.
 
-The RayJob operator's surface for serving: a template with values, a LocalQueue and a priority decided by
-the same run-type policy, the same preflight, deterministic names adopted on retry, and waiting deferred to
-the triggerer's shared watch. Importing this module (every DAG file that serves does) stays as cheap as
-importing ``kueue_ray.operators``: the hook, manifests, status model and trigger are imported where they run.
+The RayJob operator's surface for serving, from the same base (``kueue_ray.submitting``): a template with
+values, a LocalQueue and a priority decided by the same run-type policy, the same preflight, deterministic
+names adopted on retry, and waiting deferred to the triggerer's shared watch. This module keeps what is a
+RayService's: the name per ``mode``, the rollout, the smoke request and the teardown. Importing it (every
+DAG file that serves does) stays as cheap as importing ``kueue_ray.operators``: the hook, manifests, status
+model and trigger are imported where they run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException
 
 from kueue_ray.naming import (
     DAG_ID_LABEL,
@@ -25,8 +25,8 @@ from kueue_ray.naming import (
     rayjob_name,
     service_name,
 )
-from kueue_ray.operators import build_and_preflight, run_priority, take_local_queue, task_identity
 from kueue_ray.results import RAYSERVICE_XCOM_KEY
+from kueue_ray.submitting import KueueSubmitOperator, bad_input_fails, task_identity
 from kueue_ray.verdicts import SUCCESS
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def serve_service(name: str) -> str:
     return f"{name}-serve-svc"
 
 
-class DeployRayServiceOperator(BaseOperator):
+class DeployRayServiceOperator(KueueSubmitOperator):
     """Create or update a RayService in a Kueue LocalQueue with a WorkloadPriorityClass, and wait until it
     serves: the new cluster active and every Serve application RUNNING with every deployment HEALTHY.
 
@@ -130,21 +130,11 @@ class DeployRayServiceOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "template",
-        "values",
-        "image",
-        "runtime_env",
-        "worker_replicas",
-        "ray_resources",
-        "annotations",
-        "local_queue",
-        "priority",
-        "namespace",
+        *KueueSubmitOperator.template_fields,
         "mode",
         "service_name",
         "smoke_url",
         "teardown_previous",
-        "queue_timeout",
         "ready_timeout",
     )
     template_fields_renderers = {"values": "json", "runtime_env": "json", "template": "yaml"}
@@ -153,73 +143,25 @@ class DeployRayServiceOperator(BaseOperator):
     def __init__(
         self,
         *,
-        template: str | Mapping[str, Any],
-        local_queue: str | None = None,
-        priority: str,
-        namespace: str = "default",
-        values: Mapping[str, Any] | None = None,
         mode: str = UPGRADE,
         service_name: str | None = None,
-        image: str | None = None,
-        runtime_env: Mapping[str, Any] | None = None,
-        worker_replicas: int | Mapping[str, int] | None = None,
-        ray_resources: Mapping[str, Mapping[str, str | int]] | None = None,
-        annotations: Mapping[str, str] | None = None,
-        priority_policy: Mapping[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
-        deferrable: bool = True,
-        queue_timeout: float | str | None = None,
         ready_timeout: float | str | None = None,
-        fail_on_inadmissible: bool = True,
-        inadmissible_grace: float = 60.0,
-        max_preemptions: int | None = None,
-        max_pods_ready_evictions: int | None = 1,
         smoke_url: str | None = None,
         smoke_timeout: float = 30.0,
         teardown_previous: bool | str = False,
         take_over: bool = False,
-        poll_interval: float = 5.0,
-        resync_interval: float = 300.0,
-        template_searchpath: str | Sequence[str] | None = None,
-        executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
-        local_queue = take_local_queue(type(self).__name__, local_queue, kwargs)
-        if executor_queue is not None:
-            kwargs["queue"] = executor_queue
         super().__init__(**kwargs)
-        self.template = template
-        self.template_searchpath = template_searchpath
-        self.local_queue = local_queue
-        self.priority = priority
-        self.namespace = namespace
-        self.values = values
         self.mode = mode
         self.service_name = service_name
-        self.image = image
-        self.runtime_env = runtime_env
-        self.worker_replicas = worker_replicas
-        self.ray_resources = ray_resources
-        self.annotations = annotations
-        self.priority_policy = dict(priority_policy) if priority_policy else None
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.deferrable = deferrable
-        self.queue_timeout = queue_timeout
         self.ready_timeout = ready_timeout
-        self.fail_on_inadmissible = fail_on_inadmissible
-        self.inadmissible_grace = inadmissible_grace
-        self.max_preemptions = max_preemptions
-        self.max_pods_ready_evictions = max_pods_ready_evictions
         self.smoke_url = smoke_url
         self.smoke_timeout = smoke_timeout
         self.teardown_previous = teardown_previous
         self.take_over = take_over
-        self.poll_interval = poll_interval
-        self.resync_interval = resync_interval
 
-    @cached_property
-    def hook(self) -> RayServiceHook:
-        """The synchronous hook on ``kubernetes_conn_id``, made once per task try."""
+    def new_hook(self) -> RayServiceHook:
         from kueue_ray.service_hook import RayServiceHook
 
         return RayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id)
@@ -283,29 +225,21 @@ class DeployRayServiceOperator(BaseOperator):
     # --- execution -----------------------------------------------------------------------------------
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from kueue_ray.errors import KueueRayError
         from kueue_ray.manifests import build_rayservice
         from kueue_ray.quantity import describe_resources
         from kueue_ray.service_waiting import ServiceWorkerWait
         from kueue_ray.wait_policy import WaitPolicy
 
-        try:
-            identity = task_identity(context)
-            priority = run_priority(self.log, context, self.priority, self.priority_policy)
-            name = self.target_name(identity)
-            built, capacity = build_and_preflight(
-                self, build_rayservice, name=name, priority=priority, identity=identity
-            )
+        with bad_input_fails():
+            identity, priority, built, capacity = self.prepare(context, build_rayservice, self.target_name)
             self.log.info(
                 "Preflight ok: LocalQueue %s -> ClusterQueue %s; one Ray cluster of RayService %s requests %s",
                 self.local_queue,
                 capacity.cluster_queue,
-                name,
+                built.name,
                 describe_resources(built.total_request),
             )
             deployment = self.deploy(self.hook, built.body, identity)
-        except KueueRayError as error:
-            raise AirflowFailException(str(error)) from error
         service = deployment.service
         metadata = service["metadata"]
         context["ti"].xcom_push(

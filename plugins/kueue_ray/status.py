@@ -32,14 +32,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kueue_ray.api import parse_time
+from kueue_ray import workload as wl
 from kueue_ray.phases import (
     TERMINAL_PHASES,
     Phase,
 )
 from kueue_ray.quantity import add_resources, format_resources, parse_resources
+from kueue_ray.workload import PODS_READY_TIMEOUT
 
-PODS_READY_TIMEOUT = "PodsReadyTimeout"
 PODS_NOT_READY_HINT = "check taints, tolerations, image pulls"
 MSG_ADMITTED = "The workload is admitted"
 ACTIVE_DEPLOYMENT_STATUSES = frozenset({"Initializing", "Running", "Waiting", "Suspending", "Retrying"})
@@ -136,12 +136,12 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
     failed = int(status.get("failed") or 0)
     suspended = bool((rayjob.get("spec") or {}).get("suspend"))
     wl_status = (workload or {}).get("status") or {}
-    conditions = {c.get("type"): c for c in wl_status.get("conditions") or []}
+    conditions = wl.conditions(workload)
     admission = wl_status.get("admission") or {}
     assignments = admission.get("podSetAssignments") or []
 
     common = {
-        "preemptions": count_preemptions(workload),
+        "preemptions": wl.count_preemptions(workload),
         "cluster_queue": admission.get("clusterQueue") or None,
         "failed_attempts": failed,
         "job_id": status.get("jobId") or None,
@@ -155,12 +155,12 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
         "workload_name": ((workload or {}).get("metadata") or {}).get("name"),
         "job_deployment_status": deployment,
         "job_status": job_status,
-        "last_preemption": last_preemption(workload),
-        "quota_reserved_at": quota_reserved_since(workload),
-        "admitted_at": admitted_since(workload),
-        "admission_checks": admission_checks(workload),
-        "pods_ready_evictions": count_pods_ready_evictions(workload),
-        "pods_ready_timeout": pods_ready_timeout(workload),
+        "last_preemption": wl.last_preemption(workload),
+        "quota_reserved_at": wl.quota_reserved_since(workload),
+        "admitted_at": wl.admitted_since(workload),
+        "admission_checks": wl.admission_checks(workload),
+        "pods_ready_evictions": wl.count_pods_ready_evictions(workload),
+        "pods_ready_timeout": wl.pods_ready_timeout(workload),
         "ray_job_started_at": (status.get("rayJobInfo") or {}).get("startTime") or None,
         "ray_job_finished_at": (status.get("rayJobInfo") or {}).get("endTime") or None,
     }
@@ -180,37 +180,37 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
     if deployment in ("Failed", "ValidationFailed"):
         return result(Phase.FAILED, rj_reason or deployment, rj_message)
 
-    quota = conditions.get("QuotaReserved") or {}
-    evicted = conditions.get("Evicted") or {}
+    quota = conditions.get(wl.QUOTA_RESERVED) or {}
+    evicted = conditions.get(wl.EVICTED) or {}
 
     # 2. Kueue says the job finished (the RayJob we hold may be a step behind).
-    finished = conditions.get("Finished") or {}
+    finished = conditions.get(wl.FINISHED) or {}
     if finished.get("status") == "True":
         reason = finished.get("reason") or ""
         message = finished.get("message") or rj_message
-        if reason == "Succeeded":
+        if reason == wl.FINISHED_SUCCEEDED:
             return result(Phase.SUCCEEDED, reason, message)
         return result(Phase.FAILED, reason or "Failed", message)
-    if quota.get("status") == "False" and quota.get("reason") == "OnHold":
+    if quota.get("status") == "False" and quota.get("reason") == wl.ON_HOLD:
         # Kueue holds a RayJob that KubeRay marked ValidationFailed: it will never start.
         return result(Phase.FAILED, "ValidationFailed", rj_message or quota.get("message") or "")
 
     # 3. Deactivation is final for us; a rejected admission check is Kueue's reason to deactivate.
-    rejected = [c for c in common["admission_checks"] if c["state"] == "Rejected"]
+    rejected = [c for c in common["admission_checks"] if c["state"] == wl.ADMISSION_CHECK_REJECTED]
     if rejected:
         return result(Phase.DEACTIVATED, "AdmissionCheckRejected", describe_rejection(rejected))
-    target = conditions.get("DeactivationTarget") or {}
+    target = conditions.get(wl.DEACTIVATION_TARGET) or {}
     if workload is not None and (workload.get("spec") or {}).get("active") is False:
-        deactivated_by = evicted if str(evicted.get("reason", "")).startswith("Deactivated") else target
+        deactivated_by = evicted if wl.is_deactivation(evicted.get("reason")) else target
         return result(
             Phase.DEACTIVATED,
-            deactivated_by.get("reason") or "Deactivated",
+            deactivated_by.get("reason") or wl.DEACTIVATED,
             deactivated_by.get("message") or "The workload is deactivated",
         )
-    if evicted.get("status") == "True" and str(evicted.get("reason", "")).startswith("Deactivated"):
+    if evicted.get("status") == "True" and wl.is_deactivation(evicted.get("reason")):
         return result(Phase.DEACTIVATED, evicted["reason"], evicted.get("message") or "")
     if target.get("status") == "True":
-        return result(Phase.DEACTIVATED, target.get("reason") or "Deactivated", target.get("message") or "")
+        return result(Phase.DEACTIVATED, target.get("reason") or wl.DEACTIVATED, target.get("message") or "")
 
     # 4. KubeRay retries a failed attempt; the Workload stays admitted meanwhile.
     if deployment == "Retrying" or (deployment == "" and failed > 0 and not suspended):
@@ -228,7 +228,7 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
     # 5. Evicted while the Ray cluster is still being torn down.
     quota_reserved = quota.get("status") == "True"
     if evicted.get("status") == "True" and (quota_reserved or deployment in ACTIVE_DEPLOYMENT_STATUSES):
-        reason = evicted.get("reason") or "Evicted"
+        reason = evicted.get("reason") or wl.EVICTED
         message = evicted.get("message") or ""
         if reason == PODS_READY_TIMEOUT:
             return result(
@@ -236,7 +236,9 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
                 reason,
                 f"{pods_not_ready_hint(common['pods_ready_timeout'])} ({message})",
             )
-        return result(Phase.PREEMPTED if reason == "Preempted" else Phase.EVICTED, reason, message)
+        return result(
+            Phase.PREEMPTED if reason == wl.EVICTED_BY_PREEMPTION else Phase.EVICTED, reason, message
+        )
 
     # 6. Quota reserved: admitted once every admission check is Ready (Admitted=True).
     if quota_reserved:
@@ -246,17 +248,17 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
                 # still the admitted cluster starting, in one phase word, until Ray runs it.
                 return result(Phase.ADMITTED, "Starting", rj_message or MSG_STARTING)
             return result(Phase.RUNNING, job_status, rj_message)
-        admitted = conditions.get("Admitted") or {}
+        admitted = conditions.get(wl.ADMITTED) or {}
         if admitted.get("status") != "True":
             # Kueue leaves a stale Admitted=False/NoReservation from an earlier eviction in place.
-            stale = admitted.get("reason") in (None, "", "NoReservation")
+            stale = admitted.get("reason") in (None, "", wl.NO_RESERVATION)
             return result(
                 Phase.AWAITING_CHECKS,
-                "QuotaReserved" if stale else admitted["reason"],
+                wl.QUOTA_RESERVED if stale else admitted["reason"],
                 describe_waiting_for_checks(common["cluster_queue"], common["admission_checks"]),
             )
         reserved = quota.get("message") or f"Quota reserved in ClusterQueue {common['cluster_queue']}"
-        return result(Phase.ADMITTED, "Admitted", f"{reserved}; {admitted.get('message') or MSG_ADMITTED}")
+        return result(Phase.ADMITTED, wl.ADMITTED, f"{reserved}; {admitted.get('message') or MSG_ADMITTED}")
 
     # 7. Not admitted: inadmissible or simply waiting.
     reason = quota.get("reason") or ""
@@ -274,7 +276,7 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
         detail = evicted.get("message") or ""
         if requeue_at:
             detail = f"Backing off until {requeue_at} after: {detail}"
-        return result(Phase.QUEUED, reason or evicted.get("reason") or "Requeued", message or detail)
+        return result(Phase.QUEUED, reason or evicted.get("reason") or wl.REQUEUED, message or detail)
     return result(Phase.QUEUED, reason or "Pending", message or "Waiting for the Kueue scheduler.")
 
 
@@ -308,44 +310,6 @@ def is_never_fits(message: str) -> bool:
     return False
 
 
-def last_preemption(workload: dict | None) -> dict[str, str] | None:
-    """The ``Preempted`` condition's reason and message, current or historical ("Previously: ...")."""
-    for condition in ((workload or {}).get("status") or {}).get("conditions") or []:
-        if condition.get("type") != "Preempted":
-            continue
-        message = str(condition.get("message") or "")
-        if condition.get("status") == "True":
-            return {"reason": str(condition.get("reason") or "Preempted"), "message": message}
-        if message.startswith("Previously: "):
-            return {"reason": "Preempted", "message": message.removeprefix("Previously: ")}
-    return None
-
-
-def _condition(workload: dict | None, type_: str) -> dict:
-    for condition in ((workload or {}).get("status") or {}).get("conditions") or []:
-        if condition.get("type") == type_:
-            return condition
-    return {}
-
-
-def admitted_since(workload: dict | None) -> str | None:
-    """``lastTransitionTime`` of a True ``Admitted`` condition (finished Workloads keep it)."""
-    condition = _condition(workload, "Admitted")
-    return (condition.get("lastTransitionTime") or None) if condition.get("status") == "True" else None
-
-
-def admission_checks(workload: dict | None) -> list[dict[str, str]]:
-    """The Workload's ``status.admissionChecks`` as ``[{"name", "state", "message"}]``."""
-    return [
-        {
-            "name": str(c.get("name") or ""),
-            "state": str(c.get("state") or ""),
-            "message": str(c.get("message") or ""),
-        }
-        for c in ((workload or {}).get("status") or {}).get("admissionChecks") or []
-    ]
-
-
 def describe_waiting_for_checks(cluster_queue: str | None, checks: list[dict[str, str]]) -> str:
     """``quota reserved in ClusterQueue cq, waiting for admission checks: gpu (Pending: Waiting for nodes)``."""
     where = f" in ClusterQueue {cluster_queue}" if cluster_queue else ""
@@ -365,28 +329,6 @@ def describe_rejection(rejected: list[dict[str, str]]) -> str:
     return f"{noun} rejected the RayJob ({'; '.join(parts)}); Kueue deactivates its Workload"
 
 
-def count_pods_ready_evictions(workload: dict | None) -> int:
-    """How often waitForPodsReady evicted it: ``schedulingStats.evictions`` of reason ``PodsReadyTimeout``,
-    or ``requeueState.count`` (Kueue counts those requeues there) when that is ahead."""
-    status = (workload or {}).get("status") or {}
-    evictions = (status.get("schedulingStats") or {}).get("evictions") or []
-    counted = sum(int(e.get("count") or 0) for e in evictions if e.get("reason") == PODS_READY_TIMEOUT)
-    return max(counted, int((status.get("requeueState") or {}).get("count") or 0))
-
-
-def pods_ready_timeout(workload: dict | None) -> float | None:
-    """Seconds from the admission to the ``PodsReadyTimeout`` eviction (Kueue's waitForPodsReady timeout),
-    while both conditions still say so (Kueue rewrites ``Admitted`` once the quota is released)."""
-    evicted, admitted = _condition(workload, "Evicted"), _condition(workload, "Admitted")
-    if evicted.get("reason") != PODS_READY_TIMEOUT or admitted.get("status") != "True":
-        return None
-    start, end = admitted.get("lastTransitionTime"), evicted.get("lastTransitionTime")
-    if not start or not end:
-        return None
-    seconds = (parse_time(end) - parse_time(start)).total_seconds()
-    return seconds if seconds > 0 else None
-
-
 def format_duration(seconds: float) -> str:
     """``1800`` -> ``30m``, ``5400`` -> ``1h30m``, ``90`` -> ``1m30s``: how Kueue's config spells them."""
     total = max(0, round(seconds))
@@ -400,43 +342,3 @@ def pods_not_ready_hint(timeout: float | None) -> str:
     """``pods not ready within 30m: check taints, tolerations, image pulls``."""
     within = format_duration(timeout) if timeout else "Kueue's waitForPodsReady timeout"
     return f"pods not ready within {within}: {PODS_NOT_READY_HINT}"
-
-
-def quota_reserved_since(workload: dict | None) -> str | None:
-    """``lastTransitionTime`` of a True ``QuotaReserved`` condition (finished Workloads keep it)."""
-    for condition in ((workload or {}).get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "QuotaReserved" and condition.get("status") == "True":
-            return condition.get("lastTransitionTime") or None
-    return None
-
-
-def count_preemptions(workload: dict | None) -> int:
-    """How often Kueue preempted this Workload.
-
-    ``status.schedulingStats.evictions`` counts evictions per reason; without it (older Kueue or a
-    first eviction not yet accounted) a ``Preempted`` condition, current (True) or historical
-    (False / "Previously: ..."), proves at least one.
-    """
-    status = (workload or {}).get("status") or {}
-    evictions = (status.get("schedulingStats") or {}).get("evictions") or []
-    counted = sum(int(e.get("count") or 0) for e in evictions if e.get("reason") == "Preempted")
-    if counted:
-        return counted
-    for condition in status.get("conditions") or []:
-        if condition.get("type") != "Preempted":
-            continue
-        if condition.get("status") == "True" or str(condition.get("message", "")).startswith("Previously:"):
-            return 1
-    return 0
-
-
-def workload_priority(workload: dict | None) -> tuple[str | None, int] | None:
-    """(priority class, priority value) Kueue gave the Workload; None before it has one.
-
-    >>> workload_priority({"spec": {"priorityClassRef": {"name": "prod-priority"}, "priority": 1000}})
-    ('prod-priority', 1000)
-    """
-    spec = (workload or {}).get("spec") or {}
-    if "priority" not in spec:
-        return None
-    return (spec.get("priorityClassRef") or {}).get("name"), spec["priority"]

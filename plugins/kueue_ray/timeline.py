@@ -31,7 +31,8 @@ from kueue_ray.phases import (
     Phase,
 )
 from kueue_ray.quantity import parse_quantity
-from kueue_ray.status import Observation, workload_priority
+from kueue_ray.status import Observation
+from kueue_ray.workload import PODS_READY_TIMEOUT, QUOTA_RESERVED, workload_priority
 
 Timestamp = datetime | float | int | str
 
@@ -178,7 +179,7 @@ class Timeline:
             ):
                 self.pods_ready_eviction_count += 1
         while observation.pods_ready_evictions > self.pods_ready_eviction_count:
-            self.evictions.append({"at": now, "reason": "PodsReadyTimeout", "message": observation.message})
+            self.evictions.append({"at": now, "reason": PODS_READY_TIMEOUT, "message": observation.message})
             self._requeued(now)
             self.pods_ready_eviction_count += 1
 
@@ -225,7 +226,7 @@ class Timeline:
             return now
         if phase is Phase.ADMITTED:
             return reserved_at
-        self._note(Phase.ADMITTED, reserved_at, "QuotaReserved", "")
+        self._note(Phase.ADMITTED, reserved_at, QUOTA_RESERVED, "")
         started = self._within(observation.ray_job_started_at, reserved_at, now)
         if phase is Phase.RUNNING:
             return started if started is not None else now

@@ -65,23 +65,22 @@ from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
 from kueue_ray.priority_change import changed_by
 from kueue_ray.quota_holders import with_quota_holders
 from kueue_ray.refusals import ApiNotServed, RefusedTooLong
-from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, summary_lines
+from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, push_xcoms, summary_lines
 from kueue_ray.server_clock import server_clock
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.trigger_base import WaitTrigger
 from kueue_ray.trigger_story import tell_pods, tell_priority, tell_why_queued
-from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS
+from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS, Verdict
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.waiting import (
-    Verdict,
     WaitTarget,
     Watchdog,
     access_verdict,
     deleted_verdict,
     describe_transition,
-    owner_deleted,
 )
+from kueue_ray.workload import owner_deleted
 
 if TYPE_CHECKING:
     from kueue_ray.hook import AsyncRayJobHook
@@ -123,7 +122,7 @@ async def _apply(
     its Workload, since that is when its status matters.
     """
     from kueue_ray.essential import resource_version_newer
-    from kueue_ray.hub import RAYJOB
+    from kueue_ray.hub.resources import RAYJOB
 
     current = rayjob if update.kind == RAYJOB else workload
     if update.object is not None and not resource_version_newer(update.object, current):
@@ -397,7 +396,7 @@ class RayJobTrigger(WaitTrigger):
         # the triggerer's supervisor), and the task's success waits on both.
         tail, _ = await asyncio.gather(
             self._log_tail(subscription, ending.log_tail_lines) if ending.log_tail_lines > 0 else _none(),
-            self._push(ending.xcoms(payload, dashboard_url)),
+            push_xcoms(self.task_instance, ending.xcoms(payload, dashboard_url)),
         )
         if tail:
             self.log.info(LOG_TAIL_HEADER, ending.log_tail_lines, tail)
@@ -408,24 +407,6 @@ class RayJobTrigger(WaitTrigger):
         )
         self._fired = True
         return TaskSuccessEvent()
-
-    async def _push(self, xcoms: dict[str, Any]) -> None:
-        """Store the XComs exactly as a worker's ``xcom_push`` does: through Airflow's XCom class (and so
-        any custom XCom backend) and the triggerer's channel to the API server.
-
-        Not as ``TaskSuccessEvent(xcoms=...)``: Airflow 3.3.2 stores those JSON-encoded once more than a
-        worker's (``TaskInstance.xcom_push`` serializes, the column serializes again), so a downstream
-        task would pull a string where it pulled a dict before.
-
-        All are sent at once: the channel carries concurrent requests, so the success waits for about one
-        round trip to the supervisor rather than one per XCom.
-        """
-        from airflow.sdk.execution_time.xcom import XCom
-
-        ti = self.task_instance
-        await asyncio.gather(
-            *(XCom.aset(key, value, **_xcom_coordinates(ti)) for key, value in xcoms.items())
-        )
 
     async def _log_tail(self, subscription: Any, lines: int) -> str | None:
         """The driver (submitter) log's last lines, through the namespace's shared client; None, with a
@@ -498,13 +479,3 @@ class RayJobTrigger(WaitTrigger):
 
 async def _none() -> None:
     return None
-
-
-def _xcom_coordinates(ti: Any) -> dict[str, Any]:
-    map_index = getattr(ti, "map_index", -1)
-    return {
-        "dag_id": ti.dag_id,
-        "task_id": ti.task_id,
-        "run_id": ti.run_id,
-        "map_index": -1 if map_index is None else map_index,
-    }

@@ -1,8 +1,22 @@
-"""Why a wait ended: the ``status`` of the trigger's one TriggerEvent.
+"""Why a wait ended: a ``Verdict``, whose ``status`` is the trigger's one TriggerEvent's.
 
 A module of its own so the operator and sensor modules, which every DAG file imports, can name verdicts
-without importing the trigger (and with it Airflow's trigger machinery and the watch hub).
+without importing the trigger (and with it Airflow's trigger machinery and the watch hub), and so the
+pure judges of a wait (``kueue_ray.waiting``, ``kueue_ray.quota_holders``) share them without importing
+each other.
 """
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why waiting is over. ``status`` is one of the constants below."""
+
+    status: str
+    reason: str
+    message: str
+
 
 SUCCESS = "success"
 FAILED = "failed"

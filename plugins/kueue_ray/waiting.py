@@ -1,27 +1,24 @@
-"""When to stop waiting, and waiting in a worker: what the triggers, the operators and the sensor share.
+"""When to stop waiting: what the triggers, the operators and the sensor share.
 
-The ``Watchdog`` judges every observation by the task's ``kueue_ray.wait_policy.WaitPolicy``. ``WorkerWait`` is the
-trigger's wait done with synchronous reads in a worker slot (``deferrable=False`` and the sensor's poke
-mode), so a task tells the same story wherever it waited.
+The ``Watchdog`` judges every observation by the task's ``kueue_ray.wait_policy.WaitPolicy``; ``WaitTarget``
+is the RayJob a task waits for, and the helpers here put verdicts, transitions and event payloads in
+words. Pure: the wait that reads the cluster is the trigger's (``kueue_ray.trigger``) or, in a worker
+slot, ``kueue_ray.worker_wait.WorkerWait``.
 
-Importing this module does not import ``kubernetes`` or Airflow's trigger machinery: the hook is passed in.
+Importing this module does not import ``kubernetes`` or Airflow's trigger machinery.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kueue_ray.api import parse_time, utcnow
-from kueue_ray.naming import QUEUE_LABEL
-from kueue_ray.narration import Story, name_preemptor, preemptor_job_uid, readable_quantities
-from kueue_ray.phases import ADMITTED_PHASES, POSITION_PHASES, WAITING_PHASES, Phase
-from kueue_ray.quota_holders import with_quota_holders
-from kueue_ray.server_clock import server_clock
-from kueue_ray.status import Observation, observe, pods_not_ready_hint
+from kueue_ray.narration import name_preemptor, readable_quantities
+from kueue_ray.phases import ADMITTED_PHASES, WAITING_PHASES, Phase
+from kueue_ray.status import Observation, pods_not_ready_hint
 from kueue_ray.timeline import Timeline
 from kueue_ray.verdicts import (
     API_NOT_SERVED,
@@ -35,30 +32,13 @@ from kueue_ray.verdicts import (
     RUN_TIMEOUT,
     SUCCESS,
     TOO_MANY_PREEMPTIONS,
+    Verdict,
 )
 from kueue_ray.wait_policy import WaitPolicy
+from kueue_ray.workload import PODS_READY_TIMEOUT, admitted_since, quota_lost_since
 
 if TYPE_CHECKING:
-    from kueue_ray.hook import RayJobHook
-
-TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Why waiting is over. ``status`` is one of ``kueue_ray.verdicts``."""
-
-    status: str
-    reason: str
-    message: str
-
-
-def condition(obj: dict | None, type_: str) -> dict:
-    """The condition of ``type_`` in ``obj``'s status; {} when there is none."""
-    for found in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if found.get("type") == type_:
-            return found
-    return {}
+    pass
 
 
 @dataclass(slots=True)  # a triggerer holds one per waiting task
@@ -117,7 +97,7 @@ class Watchdog:
         if limit is not None and observation.pods_ready_evictions > limit:
             return Verdict(
                 PODS_NOT_READY,
-                "PodsReadyTimeout",
+                PODS_READY_TIMEOUT,
                 f"{pods_not_ready_hint(self.pods_ready_timeout)}. Kueue evicted it "
                 f"{observation.pods_ready_evictions} times because its pods did not all become ready "
                 f"(PodsReadyTimeout), more than max_pods_ready_evictions={limit}; Kueue says: "
@@ -152,13 +132,7 @@ class Watchdog:
         self, observation: Any, workload: dict | None, now: datetime
     ) -> tuple[datetime | None, datetime | None]:
         """When the Workload lost (or never got) its quota, and when it was admitted, from its conditions."""
-        quota = condition(workload, "QuotaReserved")
-        lost_quota_at = parse_time(quota.get("lastTransitionTime")) if quota.get("status") != "True" else None
-        admitted = condition(workload, "Admitted")
-        admitted_at = (
-            parse_time(admitted.get("lastTransitionTime")) if admitted.get("status") == "True" else None
-        )
-        return lost_quota_at, admitted_at
+        return parse_time(quota_lost_since(workload)), parse_time(admitted_since(workload))
 
     def succeeded(self, observation: Any) -> bool:
         """Whether a terminal observation is what the task waited for."""
@@ -250,25 +224,6 @@ def event_payload(
     return payload
 
 
-OWNER_NOT_FOUND = "OwnerNotFound"
-"""The ``Finished`` reason Kueue (``FinishOrphanedWorkloads``, v0.19) gives a Workload whose job is gone."""
-
-
-def owner_deleted(workload: dict | None) -> bool:
-    """Whether Kueue finished ``workload`` because its RayJob no longer exists: the RayJob was deleted,
-    even when the RayJob's own deletion has not reached the waiter yet (real Kueue writes this within
-    milliseconds, often before the RayJob's DELETED event arrives).
-
-    >>> finished = {"type": "Finished", "status": "True", "reason": "OwnerNotFound"}
-    >>> owner_deleted({"status": {"conditions": [finished]}}), owner_deleted(None)
-    (True, False)
-    """
-    for condition in ((workload or {}).get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "Finished" and condition.get("status") == "True":
-            return condition.get("reason") == OWNER_NOT_FOUND
-    return False
-
-
 def deleted_verdict(kind: str, namespace: str, name: str, uid: str, what: str) -> Verdict:
     """The verdict for an object deleted under a waiting task (``what``: when, e.g. "before it finished")."""
     return Verdict(DELETED, f"{kind}Deleted", f"{kind} {namespace}/{name} (uid {uid}) was deleted {what}")
@@ -316,27 +271,6 @@ def describe_transition(
     return line
 
 
-def transient(exc: BaseException) -> bool:
-    """An API failure that says nothing about the RayJob (overload, a control plane in trouble, a dropped
-    connection); a refusal (401, 403) or a bad request is not one."""
-    status = getattr(exc, "status", None)
-    if status is not None:
-        return status in TRANSIENT_STATUSES
-    from urllib3.exceptions import HTTPError
-
-    return isinstance(exc, HTTPError | OSError)
-
-
-def find_rayjob(hook: RayJobHook, namespace: str, uid: str) -> dict | None:
-    """This project's RayJob with ``uid`` in ``namespace`` (e.g. a preemptor), for naming it in the log;
-    None when there is none or the list fails (a name in a log line is not worth failing a task)."""
-    try:
-        rayjobs = hook.list_managed_rayjobs(namespace)
-    except Exception:  # noqa: BLE001 - the log line falls back to Kueue's UIDs
-        return None
-    return next((r for r in rayjobs if (r.get("metadata") or {}).get("uid") == uid), None)
-
-
 @dataclass(frozen=True)
 class WaitTarget:
     """The RayJob a task waits for, and what its event payload carries back to the task."""
@@ -363,183 +297,3 @@ class WaitTarget:
 
     def watchdog(self, policy: WaitPolicy) -> Watchdog:
         return Watchdog(policy, parse_time(self.submitted_at) or utcnow())
-
-
-class WorkerWait:
-    """The trigger's rules, one synchronous read at a time: ``deferrable=False`` and the sensor's poke mode.
-
-    Same observe() / Watchdog / Timeline / Story as the trigger, so a task tells the same story whether it
-    waited in the triggerer or in a worker slot.
-    """
-
-    def __init__(self, target: WaitTarget, policy: WaitPolicy, log: Any) -> None:
-        self.target = target
-        self.policy = policy
-        self.log = log
-        self.timeline = Timeline()
-        self.watchdog = target.watchdog(policy)
-        self.story = Story()
-        from kueue_ray.refusals import RefusalWindow, refusal_timeout
-
-        self.refusals = RefusalWindow(refusal_timeout())
-        self.log.info("Limits: %s", policy.limits(self.watchdog.admitted_limit))
-
-    def step(self, hook: RayJobHook) -> dict[str, Any] | None:
-        """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
-        target = self.target
-        try:
-            rayjob, workload = hook.read_state(target.name, target.namespace, target.uid)
-        except Exception as exc:
-            if not transient(exc):
-                return self.cannot_read(hook, exc)
-            from kueue_ray.api_errors import describe_error
-
-            # The hook already retried it for a while: the API server is having a bad minute. Waiting goes
-            # on (as in the triggerer); the next read decides.
-            self.log.warning(
-                "Reading RayJob %s/%s failed (%s); reading it again at the next poll",
-                target.namespace,
-                target.name,
-                describe_error(exc),
-            )
-            return None
-        if rayjob is None or owner_deleted(workload):
-            verdict = deleted_verdict(
-                "RayJob", target.namespace, target.name, target.uid, "before it finished"
-            )
-            return target.payload(verdict, None, self.timeline)
-        self.refusals.cleared()
-        observation = observe(rayjob, workload)
-        clock = server_clock(getattr(hook, "conn_id", None) or "kubernetes_default")
-        now, self.watchdog.offset_s = clock.now(), clock.offset_s  # the clock the server's timestamps use
-        self.timeline.record(observation, now)
-        self.tell(hook, rayjob, observation)
-        verdict = self.watchdog.check(observation, workload, now)
-        if verdict is None:
-            return None
-        local_queue = target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
-        if verdict.status == QUEUE_TIMEOUT and local_queue:
-            queue, workloads = hook.quota_state(local_queue, target.namespace)
-            verdict = with_quota_holders(verdict, queue, workloads, observation.workload_name)
-        return target.payload(verdict, observation, self.timeline)
-
-    def cannot_read(self, hook: RayJobHook, exc: BaseException) -> dict[str, Any] | None:
-        """A read that failed for a reason other than a bad minute: a 401/403 is waited out for the refusal
-        window (then the wait ends, saying what was refused and to whom), an API the cluster does not serve
-        ends it at once; anything else is raised."""
-        from kueue_ray.errors import ClusterAccessError
-        from kueue_ray.refusals import ApiNotServed, RefusedTooLong
-
-        explained = hook.explained(exc, self.target.namespace) if hasattr(exc, "status") else exc
-        if not isinstance(explained, ClusterAccessError):
-            raise exc
-        if getattr(exc, "status", None) not in (401, 403):  # not served: nothing to wait out
-            verdict = access_verdict(ApiNotServed("", "", str(explained)))
-            return self.target.payload(verdict, None, self.timeline)
-        from kueue_ray.api_errors import read_of
-        from kueue_ray.refusals import Denial
-
-        verb, resource = (read_of(exc) or ("get", "rayjobs.ray.io"))[:2]
-        denial = Denial.of(verb, resource, self.target.namespace, exc)
-        started = self.refusals.refused(denial, time.monotonic())
-        if self.refusals.expired():
-            from kueue_ray.api_errors import refusal_message
-
-            window = self.refusals.timeout
-            message = refusal_message(
-                verb,
-                resource,
-                self.target.namespace,
-                status=denial.status,
-                said=denial.message,
-                identity=hook.identity(),
-                conn_id=hook.conn_id,
-                seconds=window,
-            )
-            ended = RefusedTooLong(denial, window, message)
-            return self.target.payload(access_verdict(ended), None, self.timeline)
-        if started:
-            self.log.warning(
-                "%s This task keeps reading every %gs and fails if the refusal lasts %gs ([kueue_ray] "
-                "refusal_timeout)",
-                explained,
-                self.policy.poll_interval,
-                self.refusals.timeout,
-            )
-        return None
-
-    def wait(self, hook: RayJobHook) -> dict[str, Any]:
-        """Hold the worker slot and read every ``poll_interval`` seconds until waiting is over."""
-        while (event := self.step(hook)) is None:
-            time.sleep(self.policy.poll_interval)
-        return event
-
-    def tell(self, hook: RayJobHook, rayjob: dict, observation: Observation) -> None:
-        """Log what is new, as the trigger does: a transition (queue position, preemptor named) or, while
-        waiting, a position that moved since the last line."""
-        target, story, now = self.target, self.story, time.monotonic()
-        if story.news(observation):
-            position = self.position(hook, rayjob, observation)
-            uid = preemptor_job_uid(observation.message)
-            preemptor = find_rayjob(hook, target.namespace, uid) if uid else None
-            self.log.info(
-                describe_transition(target.namespace, target.name, observation, position, preemptor)
-            )
-            story.told_position(position, now)
-            self.why_queued(hook, rayjob, observation, force=True)
-        elif (check := story.position_check_in(observation, now)) is not None and check <= 0:
-            position = self.position(hook, rayjob, observation)
-            line = story.position_line(target.namespace, target.name, observation.phase, position, now)
-            if line:
-                self.log.info(line)
-            self.why_queued(hook, rayjob, observation)
-        self.pods(hook, observation)
-
-    def pods(self, hook: RayJobHook, observation: Observation) -> None:
-        """As the trigger (``kueue_ray.trigger_story.tell_pods``): while the Ray cluster starts, its pods'
-        phase and the scheduler's or kubelet's reason, written when they change."""
-        from kueue_ray.pod_states import describe_pods, pod_states
-
-        check = self.story.pods_check_in(observation, time.monotonic())
-        if check is None or check > 0:
-            return
-        try:
-            pods = hook.cluster_pods(observation.ray_cluster, self.target.namespace)
-        except Exception:  # noqa: BLE001 - the pods are told at the next check
-            pods = None
-        if pods is None:
-            self.story.pods_checked_at = time.monotonic()
-            return
-        told = describe_pods(pod_states(pods))
-        if line := self.story.pods_line(self.target.namespace, self.target.name, told, time.monotonic()):
-            self.log.info(line)
-
-    def why_queued(
-        self, hook: RayJobHook, rayjob: dict, observation: Observation, force: bool = False
-    ) -> None:
-        """As the trigger (``kueue_ray.trigger_story.tell_why_queued``): who holds the quota, and whether
-        waiting can admit it; read with the position."""
-        from kueue_ray.why_queued import why_queued_sentences
-
-        queue = self.target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
-        if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
-            return
-        cluster_queue, workloads = hook.quota_state(queue, self.target.namespace)
-        cohort = ((cluster_queue or {}).get("spec") or {}).get("cohortName")
-        try:
-            queues = hook.list_kueue_objects("clusterqueues") if cohort else []
-            rayjobs = {r["metadata"].get("uid"): r for r in hook.list_managed_rayjobs(self.target.namespace)}
-        except Exception:  # noqa: BLE001 - the explanation then leaves the cohort and the holders' tasks out
-            queues, rayjobs = [], {}
-        sentences = why_queued_sentences(
-            cluster_queue, workloads, queues, observation.workload_name, rayjobs.get
-        )
-        for line in self.story.why_lines(self.target.namespace, self.target.name, sentences, force):
-            self.log.info(line)
-
-    def position(self, hook: RayJobHook, rayjob: dict, observation: Observation) -> str | None:
-        queue = self.target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
-        if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
-            return None
-        found = hook.queue_position(self.target.namespace, queue, observation.workload_name)
-        return found.describe() if found else None

@@ -57,6 +57,7 @@ from kueue_ray.capacity import max_capacity, quotas_of
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 from kueue_ray.quantity import parse_quantity, readable_amount
 from kueue_ray.quota_holders import can_preempt
+from kueue_ray.workload import is_finished
 
 FlavorResource = tuple[str, str]
 LASTING_OWNERS = frozenset({"RayCluster", "RayService"})
@@ -335,7 +336,7 @@ def explain_queued(
     for other in workloads:
         meta = other.get("metadata") or {}
         admitted_to = ((other.get("status") or {}).get("admission") or {}).get("clusterQueue")
-        if meta.get("name") == own_name or admitted_to not in members or _finished(other):
+        if meta.get("name") == own_name or admitted_to not in members or is_finished(other):
             continue
         usage = usage_of(other)
         for key, amount in usage.items():
@@ -459,13 +460,6 @@ def _need(
         limit = cap if len(members) == 1 else min(cap, cohort_total - stuck_others)
         reachable += max(Decimal(0), limit - stuck_own)
     return Need(resource, amount, nominal, capacity_total, free, unused, reachable)
-
-
-def _finished(workload: Mapping) -> bool:
-    return any(
-        c.get("type") == "Finished" and c.get("status") == "True"
-        for c in (workload.get("status") or {}).get("conditions") or ()
-    )
 
 
 def _label(resource: str) -> str:

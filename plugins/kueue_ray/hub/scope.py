@@ -1,7 +1,7 @@
 """What the hub keeps per (connection, namespace): the ``_Scope`` with its subscribers, shared ApiClient
 and shared visibility reads, and the ``_WatchLoop`` of each resource it watches there.
 
-Apart from ``kueue_ray.hub.WatchHub`` because these are the per-namespace state the hub creates with a
+Apart from ``kueue_ray.hub.watchhub.WatchHub`` because these are the per-namespace state the hub creates with a
 scope's first subscriber and drops with its last; the hub itself decides what to cache and whom to tell.
 """
 
@@ -13,18 +13,31 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kueue_ray.api_errors import can_i, not_served_message
 from kueue_ray.hub.resources import RAYJOB, RAYSERVICE, WORKLOAD, WatchedResource
+from kueue_ray.hub.settings import HubSettings
 from kueue_ray.hub.subscriptions import ServiceSubscription, Subscription
-from kueue_ray.listwatch import ListWatchLoop, Target
+from kueue_ray.listwatch import ListWatchLoop
 from kueue_ray.refusals import ApiNotServed, Denial, RefusalWindow, Refused, refusal_timeout
 from kueue_ray.shared_client import SharedApiClient
 from kueue_ray.wait_policy import DEFAULT_RESYNC_SECONDS
+from kueue_ray.watch_target import RefusalMemory, Target
 
-if TYPE_CHECKING:
-    from kueue_ray.hub import WatchHub
+
+class LoopOwner(Protocol):
+    """What a watch loop hands its objects and news to (``kueue_ray.hub.watchhub.WatchHub``)."""
+
+    settings: HubSettings
+    watch_refusals: RefusalMemory
+
+    def offer(self, loop: _WatchLoop, key: str, obj: dict) -> None: ...
+
+    def offer_deleted(self, loop: _WatchLoop, key: str, obj: dict | None = None) -> None: ...
+
+    def notify(self, scope: _Scope, message: str) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +48,7 @@ class _WatchLoop(ListWatchLoop):
     which hands newer versions to their subscribers. While the watch is refused, every subscriber is told
     in its task log how waiting works instead (``polling_notice``)."""
 
-    def __init__(self, hub: WatchHub, scope: _Scope, resource: WatchedResource) -> None:
+    def __init__(self, hub: LoopOwner, scope: _Scope, resource: WatchedResource) -> None:
         self.hub = hub
         self.scope = scope
         self.conn_id, self.namespace, _ = scope.key

@@ -2,7 +2,7 @@
 RayService), the ``Mailbox`` the hub drops ``Update``s into, and the reads a trigger makes through the
 hub's cache.
 
-Apart from ``kueue_ray.hub.WatchHub`` because this is what a trigger holds and calls
+Apart from ``kueue_ray.hub.watchhub.WatchHub`` because this is what a trigger holds and calls
 (``kueue_ray.trigger``, ``kueue_ray.service_trigger``), while the hub's registry, cache and deliveries
 are what every subscription shares.
 """
@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kueue_ray.api_errors import (
     can_i,
@@ -26,10 +26,29 @@ from kueue_ray.api_errors import (
 )
 from kueue_ray.hub.reads import JOB_WORKLOADS, READ, LoopState, plan_read, wait_for
 from kueue_ray.hub.resources import RAYJOB, RAYJOBS, RAYSERVICE, RAYSERVICES, WORKLOAD
+from kueue_ray.hub.settings import HubSettings
 from kueue_ray.refusals import ApiNotServed, Backoff, Denial, RefusalWindow, RefusedTooLong, refusal_timeout
 
-if TYPE_CHECKING:
-    from kueue_ray.hub import WatchHub
+
+class HubView(Protocol):
+    """What a subscription asks of the hub (``kueue_ray.hub.watchhub.WatchHub``), and no more."""
+
+    settings: HubSettings
+
+    def lease(self, subscription: Subscription) -> contextlib.AbstractAsyncContextManager[Any]: ...
+
+    def identity(self, subscription: Subscription) -> str | None: ...
+
+    def workload_changes(self, subscription: Subscription) -> int: ...
+
+    def loop_of(self, subscription: Subscription, kind: str) -> Any: ...
+
+    def cached(self, subscription: Subscription, kind: str) -> dict | None: ...
+
+    async def read(self, subscription: Subscription, what: str) -> None: ...
+
+    async def pending_positions(self, subscription: Subscription, queue: str) -> dict[str, Any] | None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +153,7 @@ class Subscription:
 
     def __init__(
         self,
-        hub: WatchHub,
+        hub: HubView,
         conn_id: str,
         namespace: str,
         name: str,
@@ -166,7 +185,7 @@ class Subscription:
 
     def api_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """The scope's shared ApiClient for a one-off read (e.g. the driver log at the end)."""
-        return self.hub._lease(self)
+        return self.hub.lease(self)
 
     async def current(
         self, *, reread_rayjob: bool = False, reread_workload: bool = False
@@ -217,10 +236,6 @@ class Subscription:
                 if not shared:
                     await asyncio.sleep(delay)
 
-    def _identity(self) -> str | None:
-        scope = self.hub._scopes.get(self.scope)
-        return scope.client.identity() if scope is not None else None
-
     def _refused_too_long(self, denial: Denial, seconds: float) -> RefusedTooLong:
         message = refusal_message(
             denial.verb,
@@ -228,7 +243,7 @@ class Subscription:
             denial.namespace,
             status=denial.status,
             said=denial.message,
-            identity=self._identity(),
+            identity=self.hub.identity(self),
             conn_id=self.conn_id,
             seconds=seconds,
         )
@@ -338,8 +353,7 @@ class Subscription:
     def workloads_version(self) -> int:
         """How many Workload changes of this namespace the hub has seen; a queue position (in a LocalQueue,
         hence in this namespace) can only move when this moves, so an unchanged number needs no new read."""
-        scope = self.hub._scopes.get(self.scope)
-        return scope.workload_changes if scope is not None else 0
+        return self.hub.workload_changes(self)
 
 
 class ServiceSubscription(Subscription):

@@ -15,7 +15,6 @@ to what the pages show:
   ``visibility_min_interval``, and at least every ``visibility_max_age`` while someone looks;
 * a live :class:`~kueue_ray.timeline.Timeline` per RayJob, fed by the same ``status.observe`` as the
   trigger, so a task that is still waiting already has its timeline;
-* who preempted whom (``Snapshot.preempted_by``), from those live timelines;
 * who preempted whom (``Snapshot.preempted_by``), read from those live timelines;
 * a change counter (``version``): a page that already shows the current version is answered "no
   change" without building anything.
@@ -44,13 +43,15 @@ from typing import Any
 
 from kueue_ray import api
 from kueue_ray.essential import resource_version_newer
-from kueue_ray.listwatch import ListWatchLoop, ListWatchSettings, RefusalMemory, Target
+from kueue_ray.listwatch import ListWatchLoop
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, AirflowIdentity
 from kueue_ray.priority_change import changed_by
 from kueue_ray.shared_client import SharedApiClient, provider_connection
 from kueue_ray.status import observe
 from kueue_ray.timeline import Timeline, to_epoch
+from kueue_ray.ui.snapshot import Health, PendingRead, Snapshot
 from kueue_ray.ui.spans import preemptor_job_uid
+from kueue_ray.watch_target import ListWatchSettings, RefusalMemory, Target
 
 log = logging.getLogger(__name__)
 
@@ -112,59 +113,6 @@ class CacheSettings(ListWatchSettings):
     max_timelines: int = 5000
     """Timelines of RayJobs (and identities of RayJobs, RayServices and RayClusters) kept after they are
     gone, oldest dropped first."""
-
-
-@dataclass(frozen=True)
-class Health:
-    """Whether the cache is in step with the API server, and if not since when and why."""
-
-    reachable: bool
-    synced_at: float | None
-    """Wall time the shown state was last known to be current: now while healthy; otherwise the last
-    success (list, open watch, event, visibility read) of whatever is failing."""
-    failing_since: float | None
-    error: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "reachable": self.reachable,
-            "synced_at": self.synced_at,
-            "failing_since": self.failing_since,
-            "error": self.error,
-        }
-
-
-@dataclass(frozen=True)
-class PendingRead:
-    """The latest visibility summary of one ClusterQueue; ``error`` set when the latest read failed (the
-    summary is then the last good one, ``fetched_at`` saying how old)."""
-
-    summary: dict | None
-    fetched_at: float | None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What the views read: plain objects as the API server returned them, and what the cache derived."""
-
-    cluster_queues: list[dict]
-    local_queues: list[dict]
-    workloads: list[dict]
-    rayjobs: list[dict]
-    identities: dict[str, AirflowIdentity]
-    """RayJob, RayService or RayCluster uid -> the task instance that owns it (its annotations), also for
-    objects already deleted."""
-    namespaces: list[str]
-    health: Health
-    version: int
-    rayservices: list[dict] = field(default_factory=list)
-    """This project's RayServices (deploy tasks)."""
-    rayclusters: list[dict] = field(default_factory=list)
-    """This project's RayClusters (a RayService's, a RayJob's)."""
-    preempted_by: dict[str, list[dict]] = field(default_factory=dict)
-    """Preemptor job uid -> the preemptions of RayJobs it caused, as their live timelines recorded them:
-    [{"job_uid", "at" (epoch), "reason", "message"}], oldest first."""
 
 
 def describe_error(exc: BaseException) -> str:

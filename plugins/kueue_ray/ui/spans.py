@@ -12,27 +12,14 @@ Pure: no Airflow, no Kubernetes.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from kueue_ray.narration import readable_quantities
-from kueue_ray.phases import TERMINAL_PHASES, Phase
+from kueue_ray.phases import FINISHED_SPAN, PHASE_SPAN_KINDS, SERVICE_PHASE_SPAN_KINDS, TERMINAL_PHASES, Phase
 from kueue_ray.timeline import to_epoch, to_iso
+from kueue_ray.workload import EVICTED_BY_PREEMPTION
 
-_KIND = {
-    Phase.SUBMITTED.value: "submitted",
-    Phase.QUEUED.value: "queued",
-    Phase.INADMISSIBLE.value: "inadmissible",
-    "AWAITING_CHECKS": "quota_reserved",
-    Phase.ADMITTED.value: "admitted",
-    Phase.RUNNING.value: "running",
-    Phase.RETRYING.value: "retrying",
-    Phase.PREEMPTED.value: "preempted",
-    "PODS_NOT_READY": "evicted",
-    "EVICTED": "evicted",
-}
-"""Phase -> span kind. ``AWAITING_CHECKS``, ``PODS_NOT_READY`` and ``EVICTED`` are phases of the status
-model's Kueue admission checks and waitForPodsReady support; named here by value so the chart knows them
-whichever status model it runs with."""
 LABELS = {
     "submitted": "Submitted: waiting for Kueue to create the Workload",
     "queued": "Queued: waiting for quota",
@@ -44,19 +31,15 @@ LABELS = {
     "retrying": "Retrying: an attempt failed, KubeRay starts another",
     "preempted": "Preempted: evicted by Kueue, the Ray cluster is being torn down",
     "evicted": "Evicted by Kueue (not a preemption), the Ray cluster is being torn down",
-    "finished": "Finished",
+    FINISHED_SPAN: "Finished",
 }
 _JOB_UID = re.compile(r"JobUID: ([^,\s)]+)")
 
 
-def kind_of(phase: str, terminal: frozenset[str] = frozenset(p.value for p in TERMINAL_PHASES)) -> str:
-    """The span kind of a phase; phases this module does not know yet (a newer status model) keep their
-    own name, lower-cased, and ``terminal`` ones (a RayJob's by default) are "finished"."""
-    if phase in terminal:
-        return "finished"
-    if phase in _KIND:
-        return _KIND[phase]
-    return phase.lower()
+def kind_of(phase: str, kinds: Mapping[str, str] = PHASE_SPAN_KINDS) -> str:
+    """The span kind of a phase in ``kinds`` (a RayJob's by default, ``kueue_ray.phases``); a phase it
+    does not know (an XCom written by another version) keeps its own name, lower-cased."""
+    return kinds.get(phase) or phase.lower()
 
 
 def preemptor_job_uid(message: str | None) -> str | None:
@@ -90,9 +73,7 @@ def transitions_of(timeline: dict[str, Any]) -> list[dict]:
 
 
 def build_spans(
-    timeline: dict[str, Any],
-    now: float,
-    terminal: frozenset[str] = frozenset(p.value for p in TERMINAL_PHASES),
+    timeline: dict[str, Any], now: float, kinds: Mapping[str, str] = PHASE_SPAN_KINDS
 ) -> list[dict]:
     """Spans from the transitions: each lasts until the next one (the current one until ``now``); the
     terminal phase is a zero-length "finished" span carrying the outcome.
@@ -103,11 +84,11 @@ def build_spans(
     spans: list[dict] = []
     preempted_before = False
     for index, transition in enumerate(transitions):
-        kind = kind_of(transition["phase"], terminal)
+        kind = kind_of(transition["phase"], kinds)
         if kind == "queued" and preempted_before:
             kind = "requeued"
         start = transition["at"]
-        if kind == "finished":
+        if kind == FINISHED_SPAN:
             end = start
         elif index + 1 < len(transitions):
             end = transitions[index + 1]["at"]
@@ -120,11 +101,11 @@ def build_spans(
             "start": to_iso(start),
             "end": to_iso(end),
             "duration_seconds": round(end - start, 3),
-            "ongoing": kind != "finished" and index + 1 == len(transitions),
+            "ongoing": kind != FINISHED_SPAN and index + 1 == len(transitions),
             "reason": transition.get("reason") or "",
             "message": readable_quantities(transition.get("message") or ""),
         }
-        if kind == "finished" and transition["phase"] not in {p.value for p in TERMINAL_PHASES}:
+        if kind == FINISHED_SPAN and transition["phase"] not in {p.value for p in TERMINAL_PHASES}:
             span["label"] = f"Finished waiting: {transition['phase'].replace('_', ' ').lower()}"
         if kind in ("preempted", "evicted"):
             preempted_before = True
@@ -156,7 +137,7 @@ def service_transitions(timeline: dict[str, Any]) -> list[dict]:
             continue
         at = to_epoch(preemption["at"])
         words = {
-            "reason": preemption.get("reason") or "Preempted",
+            "reason": preemption.get("reason") or EVICTED_BY_PREEMPTION,
             "message": preemption.get("message") or "",
         }
         moments.append({"at": at, "phase": Phase.PREEMPTED.value, **words})
@@ -168,6 +149,8 @@ def service_transitions(timeline: dict[str, Any]) -> list[dict]:
     return [{"reason": "", "message": "", **m} for m in moments]
 
 
-def service_spans(timeline: dict[str, Any], now: float, terminal: frozenset[str]) -> list[dict]:
-    """``build_spans`` of ``service_transitions``; ``terminal``: the RayService phases that end a wait."""
-    return build_spans({"transitions": service_transitions(timeline)}, now, terminal) if timeline else []
+def service_spans(timeline: dict[str, Any], now: float) -> list[dict]:
+    """``build_spans`` of ``service_transitions``, in a RayService's span kinds."""
+    if not timeline:
+        return []
+    return build_spans({"transitions": service_transitions(timeline)}, now, SERVICE_PHASE_SPAN_KINDS)

@@ -164,7 +164,7 @@ def test_an_orphan_adopted_before_its_deletion_is_left_to_the_task_that_adopted_
     def a_retry_adopts_it(states: AirflowStates) -> None:
         # What SubmitRayJobOperator.submit does for try 2: re-annotate the RayJob as its own.
         from kueue_ray.hook import RayJobHook
-        from kueue_ray.operators import task_identity
+        from kueue_ray.submitting import task_identity
 
         rayjob = next(j for j in queues.rayjobs() if j["metadata"]["uid"] == orphan["uid"])
         retry = task_context("submit", run_id="r1", try_number=2)

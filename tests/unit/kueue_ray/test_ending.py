@@ -15,8 +15,7 @@ from kueue_ray.sensors import RayJobSensor
 from kueue_ray.status import Observation, Phase
 from kueue_ray.timeline import Timeline
 from kueue_ray.trigger import RayJobTrigger
-from kueue_ray.verdicts import SUCCESS
-from kueue_ray.waiting import Verdict
+from kueue_ray.verdicts import SUCCESS, Verdict
 
 PREEMPTOR_UID = "0f1e2d3c-preemptor"
 PREEMPTED = (

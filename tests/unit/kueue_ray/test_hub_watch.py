@@ -3,8 +3,10 @@
 import asyncio
 from types import SimpleNamespace
 
-from kueue_ray.hub import RAYJOBS, HubSettings, _WatchLoop
-from kueue_ray.listwatch import SERVER_TIMEOUT_GRACE_SECONDS
+from kueue_ray.hub import HubSettings
+from kueue_ray.hub.resources import RAYJOBS
+from kueue_ray.hub.scope import _WatchLoop
+from kueue_ray.watch_target import SERVER_TIMEOUT_GRACE_SECONDS
 
 
 class EndedStream:

@@ -10,8 +10,9 @@ import pytest
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from kueue_ray.bounds import DEFAULT_RUN_TIMEOUT
-from kueue_ray.hook import QueueCapacity, RayJobHook
+from kueue_ray.hook import RayJobHook
 from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.preflight import QueueCapacity
 from kueue_ray.trigger import RayJobTrigger
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -2,7 +2,8 @@
 
 from datetime import UTC, datetime
 
-from kueue_ray.service_status import ServicePhase, observe_service, related_workload
+from kueue_ray.phases import ServicePhase
+from kueue_ray.service_status import observe_service, related_workload
 
 SERVE_CONFIG = "applications:\n  - name: forecast\n    deployments:\n      - name: Model\n"
 NEVER_FITS = (
@@ -375,7 +376,7 @@ def test_the_deploy_event_carries_only_what_the_task_needs_so_its_log_line_stays
 
     from kueue_ray.service_status import ServiceObservation
     from kueue_ray.service_waiting import ServiceTarget, ServiceTimeline
-    from kueue_ray.waiting import Verdict
+    from kueue_ray.verdicts import Verdict
 
     target = ServiceTarget(
         name="aurora-serve-2f9c1d", namespace="ray", uid="0c5e8a5e-1d7a-4a43-9a55-2d1c1f0b9b11",

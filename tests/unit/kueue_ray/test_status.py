@@ -5,12 +5,11 @@ from kueue_ray.essential import essential_rayjob, essential_workload
 from kueue_ray.quantity import parse_quantity
 from kueue_ray.status import (
     Phase,
-    count_pods_ready_evictions,
-    count_preemptions,
     format_duration,
     is_never_fits,
     observe,
 )
+from kueue_ray.workload import count_pods_ready_evictions, count_preemptions
 
 NEVER_FITS = (
     "couldn't assign flavors to pod set submitter: insufficient quota for cpu in flavor default-flavor, "

@@ -9,7 +9,8 @@ from airflow.sdk import DAG
 from kueue_ray.errors import ManifestError
 from kueue_ray.manifests import TEMPLATES_DIR, build_rayjob, resolve_template
 from kueue_ray.naming import AirflowIdentity
-from kueue_ray.operators import SubmitRayJobOperator, template_searchpath
+from kueue_ray.operators import SubmitRayJobOperator
+from kueue_ray.submitting import template_searchpath
 
 IDENTITY = AirflowIdentity("pipe", "train", "manual__1", -1, 1)
 

@@ -10,9 +10,11 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 from airflow.sdk.serde import deserialize, serialize
-from kueue_ray.hub import RAYJOBS, Subscription, WatchHub, _Scope, _WatchLoop
-from kueue_ray.listwatch import SharedApiClient
+from kueue_ray.hub import Subscription, WatchHub
+from kueue_ray.hub.resources import RAYJOBS
+from kueue_ray.hub.scope import _Scope, _WatchLoop
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from kueue_ray.shared_client import SharedApiClient
 from kueue_ray.status import Observation, Phase
 from kueue_ray.trigger import RayJobTrigger
 from kueue_ray.verdicts import (

@@ -71,7 +71,7 @@ def test_edit_rights_are_asked_once_per_user_within_the_ttl(monkeypatch):
 
 def test_the_tab_says_who_changed_the_priority_from_airflow():
     from kueue_ray.naming import PRIORITY_CHANGED_BY_ANNOTATION
-    from kueue_ray.ui.cache import Snapshot
+    from kueue_ray.ui.snapshot import Snapshot
     from kueue_ray.ui.views import TaskRef, task_view
 
     from tests.unit.kueue_ray.test_ui_views import DAG, FIRST, LINKS, PENDING, READER, T0, snapshot

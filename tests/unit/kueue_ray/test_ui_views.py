@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from kueue_ray.links import kueue_tab_path
 from kueue_ray.naming import AirflowIdentity
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import Health, PendingRead, Snapshot
+from kueue_ray.ui.snapshot import Health, PendingRead, Snapshot
 from kueue_ray.ui.views import HIDDEN_OWNER, Links, TaskRef, queues_view, task_view
 
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC).timestamp()

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from kueue_ray.ui import access, webapp
 from kueue_ray.ui.access import Access, ReadableDags
-from kueue_ray.ui.cache import Health, PendingRead, Snapshot
+from kueue_ray.ui.snapshot import Health, PendingRead, Snapshot
 
 from tests.unit.kueue_ray.test_ui_views import CLUSTER_QUEUE, LOCAL_QUEUE, PENDING
 

@@ -4,7 +4,7 @@ and holders of DAGs the viewer may not read left unnamed."""
 from __future__ import annotations
 
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import Snapshot
+from kueue_ray.ui.snapshot import Snapshot
 from kueue_ray.ui.views import TaskRef, task_view
 
 from tests.unit.kueue_ray.test_ui_views import (

@@ -27,9 +27,8 @@ from kueue_ray.ui.views.common import (
     describe_owner,
 )
 from kueue_ray.ui.views.queues import queues_view, quota_rows
-from kueue_ray.ui.views.rayjob import PHASE_WORDS, task_cluster_queue, task_view
+from kueue_ray.ui.views.rayjob import task_cluster_queue, task_view
 from kueue_ray.ui.views.rayservice import (
-    SERVICE_PHASE_WORDS,
     find_rayservice,
     service_cluster_queue,
     service_task_view,
@@ -39,9 +38,7 @@ __all__ = [
     "APP_PREFIX",
     "FOREIGN_OWNER",
     "HIDDEN_OWNER",
-    "PHASE_WORDS",
     "QUEUES_ROUTE",
-    "SERVICE_PHASE_WORDS",
     "Links",
     "TaskRef",
     "describe_owner",

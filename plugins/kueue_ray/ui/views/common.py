@@ -18,7 +18,7 @@ from kueue_ray.naming import PRIORITY_CLASS_LABEL, AirflowIdentity
 from kueue_ray.narration import readable_quantities
 from kueue_ray.timeline import to_iso
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import PendingRead, Snapshot
+from kueue_ray.ui.snapshot import PendingRead, Snapshot
 
 APP_PREFIX = "/kueue"
 QUEUES_ROUTE = "kueue-queues"

@@ -26,6 +26,7 @@ from typing import Any
 
 from kueue_ray.manifests import pod_requests
 from kueue_ray.naming import JOB_UID_LABEL
+from kueue_ray.phases import ServicePhase
 from kueue_ray.quantity import (
     QuantityError,
     add_resources,
@@ -33,9 +34,9 @@ from kueue_ray.quantity import (
     readable_amount,
     scale_resources,
 )
-from kueue_ray.service_status import ServicePhase, observe_service
+from kueue_ray.service_status import observe_service
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import Snapshot
+from kueue_ray.ui.snapshot import Snapshot
 from kueue_ray.ui.views.common import FOREIGN_OWNER, Links, describe_owner, metadata_of
 
 NOT_FROM_AIRFLOW = "not from Airflow"

@@ -13,7 +13,7 @@ from typing import Any
 
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import Snapshot
+from kueue_ray.ui.snapshot import Snapshot
 from kueue_ray.ui.views.common import HIDDEN_OWNER, Links, describe_owner, metadata_of
 from kueue_ray.why_queued import explain_queued
 

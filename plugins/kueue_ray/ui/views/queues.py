@@ -18,8 +18,8 @@ from kueue_ray.quantity import QuantityError, add_resources, parse_quantity, rea
 from kueue_ray.status import observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import PendingRead, Snapshot
 from kueue_ray.ui.policy import cohort_usage, may_preempt_words, preemption_words
+from kueue_ray.ui.snapshot import PendingRead, Snapshot
 from kueue_ray.ui.views.common import Links, conditions_of, iso_times, metadata_of, priority_of
 from kueue_ray.ui.views.holders import (
     attribute,
@@ -29,6 +29,7 @@ from kueue_ray.ui.views.holders import (
     service_row_phase,
     workload_requests,
 )
+from kueue_ray.workload import holds_quota, quota_reserved_since
 
 
 def _quantity(value: Any) -> Decimal | None:
@@ -110,13 +111,6 @@ def priority_classes(workloads: list[dict]) -> dict[str, int]:
         if name and isinstance(spec.get("priority"), int):
             found[name] = spec["priority"]
     return found
-
-
-def _admitted(workload: dict) -> bool:
-    conditions = conditions_of(workload)
-    return (conditions.get("QuotaReserved") or {}).get("status") == "True" and (
-        conditions.get("Finished") or {}
-    ).get("status") != "True"
 
 
 def queues_view(
@@ -253,14 +247,14 @@ def _admitted_list(
     items, hidden, hidden_totals = [], 0, {}
     for workload in snapshot.workloads:
         admission = (workload.get("status") or {}).get("admission") or {}
-        if admission.get("clusterQueue") != cluster_queue or not _admitted(workload):
+        if admission.get("clusterQueue") != cluster_queue or not holds_quota(workload):
             continue
         owner = attribute(metadata_of(workload), snapshot, access, links)
         if owner is None:
             hidden += 1
             hidden_totals = add_resources(hidden_totals, requested(workload))
             continue
-        since = (conditions_of(workload).get("QuotaReserved") or {}).get("lastTransitionTime")
+        since = quota_reserved_since(workload)
         rayjob = rayjobs_by_uid.get(job_uid(metadata_of(workload)))
         observation = observe(rayjob, workload) if rayjob else None
         items.append(

@@ -12,12 +12,12 @@ import time
 from typing import Any
 
 from kueue_ray.naming import JOB_UID_LABEL, PRIORITY_CHANGED_BY_ANNOTATION, QUEUE_LABEL
-from kueue_ray.phases import POSITION_PHASES, TERMINAL_PHASES, Phase
+from kueue_ray.phases import PHASE_WORDS, POSITION_PHASES, TERMINAL_PHASES, Phase
 from kueue_ray.pod_states import pod_states
 from kueue_ray.status import Observation, observe
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import PendingRead, Snapshot
+from kueue_ray.ui.snapshot import PendingRead, Snapshot
 from kueue_ray.ui.spans import build_spans
 from kueue_ray.ui.views.common import (
     FOREIGN_OWNER,
@@ -35,23 +35,6 @@ from kueue_ray.ui.views.common import (
 )
 from kueue_ray.ui.views.queued import why_queued_view
 from kueue_ray.ui.views.rayservice import service_task_view
-
-PHASE_WORDS = {
-    "SUBMITTED": "Submitted; Kueue has not created its Workload yet",
-    "QUEUED": "Queued: waiting for quota in its ClusterQueue",
-    "INADMISSIBLE": "Inadmissible: it cannot be admitted until the queue or its quota changes",
-    "AWAITING_CHECKS": "Quota reserved: waiting for the ClusterQueue's admission checks",
-    "ADMITTED": "Admitted: quota is reserved and the Ray cluster is starting",
-    "RUNNING": "Running",
-    "RETRYING": "Retrying: an attempt failed and KubeRay starts another one",
-    "PREEMPTED": "Preempted: Kueue evicted it and the Ray cluster is being torn down; it will queue again",
-    "PODS_NOT_READY": "Evicted: its pods were not ready in time; it will queue again after a backoff",
-    "EVICTED": "Evicted by Kueue; the Ray cluster is being torn down and it will queue again",
-    "SUCCEEDED": "Succeeded",
-    "FAILED": "Failed",
-    "STOPPED": "Stopped before it finished",
-    "DEACTIVATED": "Deactivated by Kueue: it will not run again unless reactivated",
-}
 
 
 def task_view(

@@ -13,14 +13,10 @@ import time
 from typing import Any
 
 from kueue_ray.naming import QUEUE_LABEL, AirflowIdentity
-from kueue_ray.service_status import (
-    SERVICE_POSITION_PHASES,
-    TERMINAL_SERVICE_PHASES,
-    ServiceObservation,
-    observe_service,
-)
+from kueue_ray.phases import SERVICE_PHASE_WORDS, SERVICE_POSITION_PHASES
+from kueue_ray.service_status import ServiceObservation, observe_service
 from kueue_ray.ui.access import Access
-from kueue_ray.ui.cache import PendingRead, Snapshot
+from kueue_ray.ui.snapshot import PendingRead, Snapshot
 from kueue_ray.ui.spans import service_spans
 from kueue_ray.ui.views.common import (
     HIDDEN_OWNER,
@@ -34,25 +30,6 @@ from kueue_ray.ui.views.common import (
     priority_of,
     victims_of,
 )
-
-SERVICE_TERMINAL = frozenset(p.value for p in TERMINAL_SERVICE_PHASES)
-SERVICE_PHASE_WORDS = {
-    "SUBMITTED": "Submitted; KubeRay or Kueue has not acted on the spec yet",
-    "QUEUED": "Queued: its Ray cluster waits for quota in its ClusterQueue",
-    "INADMISSIBLE": "Inadmissible: it cannot be admitted until the queue or its quota changes",
-    "AWAITING_CHECKS": "Quota reserved: waiting for the ClusterQueue's admission checks",
-    "ADMITTED": "Admitted: quota is reserved and the Ray cluster is starting",
-    "DEPLOYING": "Deploying: the Ray cluster is ready and Serve deploys the applications",
-    "SERVING": "Serving: every application RUNNING, every deployment HEALTHY",
-    "PREEMPTED": "Preempted: Kueue evicted its Ray cluster; it will queue again",
-    "PODS_NOT_READY": "Evicted: its pods were not ready in time; it will queue again after a backoff",
-    "EVICTED": "Evicted by Kueue; it will queue again",
-    "DEPLOY_FAILED": "Deploy failed: Serve could not deploy an application",
-    "UNHEALTHY": "Unhealthy: Serve reports an application or deployment unhealthy",
-    "DEACTIVATED": "Deactivated by Kueue: it will not be admitted again unless reactivated",
-    "BLOCKED": "Blocked: Kueue will not admit the new cluster config while the old cluster serves",
-    "FAILED": "Failed: KubeRay refused the spec",
-}
 
 
 def find_rayservice(snapshot: Snapshot, rayservice_xcom: dict) -> dict | None:
@@ -160,7 +137,7 @@ def service_task_view(
             "queued_seconds": recorded.get("queued_seconds"),
             "starting_seconds": recorded.get("starting_seconds"),
             "preemption_count": recorded.get("preemption_count"),
-            "spans": service_spans(recorded or live, time.time() if now is None else now, SERVICE_TERMINAL),
+            "spans": service_spans(recorded or live, time.time() if now is None else now),
         },
         "links": {"ray_dashboard": None, "queue": links.queue(cluster_queue) if cluster_queue else None},
     }

@@ -1,0 +1,229 @@
+"""Waiting in a worker slot (``deferrable=False`` and the sensor's poke mode): the trigger's wait done
+with synchronous reads, judged by the same ``kueue_ray.waiting.Watchdog`` and told in the same words, so a
+task tells the same story wherever it waited.
+
+Importing this module does not import ``kubernetes`` or Airflow's trigger machinery: the hook is passed in.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from kueue_ray.naming import QUEUE_LABEL
+from kueue_ray.narration import Story, preemptor_job_uid
+from kueue_ray.phases import POSITION_PHASES
+from kueue_ray.quota_holders import with_quota_holders
+from kueue_ray.server_clock import server_clock
+from kueue_ray.status import Observation, observe
+from kueue_ray.timeline import Timeline
+from kueue_ray.verdicts import QUEUE_TIMEOUT
+from kueue_ray.wait_policy import WaitPolicy
+from kueue_ray.waiting import WaitTarget, access_verdict, deleted_verdict, describe_transition
+from kueue_ray.workload import owner_deleted
+
+if TYPE_CHECKING:
+    from kueue_ray.hook import RayJobHook
+
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def transient(exc: BaseException) -> bool:
+    """An API failure that says nothing about the RayJob (overload, a control plane in trouble, a dropped
+    connection); a refusal (401, 403) or a bad request is not one."""
+    status = getattr(exc, "status", None)
+    if status is not None:
+        return status in TRANSIENT_STATUSES
+    from urllib3.exceptions import HTTPError
+
+    return isinstance(exc, HTTPError | OSError)
+
+
+def find_rayjob(hook: RayJobHook, namespace: str, uid: str) -> dict | None:
+    """This project's RayJob with ``uid`` in ``namespace`` (e.g. a preemptor), for naming it in the log;
+    None when there is none or the list fails (a name in a log line is not worth failing a task)."""
+    try:
+        rayjobs = hook.list_managed_rayjobs(namespace)
+    except Exception:  # noqa: BLE001 - the log line falls back to Kueue's UIDs
+        return None
+    return next((r for r in rayjobs if (r.get("metadata") or {}).get("uid") == uid), None)
+
+
+class WorkerWait:
+    """The trigger's rules, one synchronous read at a time: ``deferrable=False`` and the sensor's poke mode.
+
+    Same observe() / Watchdog / Timeline / Story as the trigger, so a task tells the same story whether it
+    waited in the triggerer or in a worker slot.
+    """
+
+    def __init__(self, target: WaitTarget, policy: WaitPolicy, log: Any) -> None:
+        self.target = target
+        self.policy = policy
+        self.log = log
+        self.timeline = Timeline()
+        self.watchdog = target.watchdog(policy)
+        self.story = Story()
+        from kueue_ray.refusals import RefusalWindow, refusal_timeout
+
+        self.refusals = RefusalWindow(refusal_timeout())
+        self.log.info("Limits: %s", policy.limits(self.watchdog.admitted_limit))
+
+    def step(self, hook: RayJobHook) -> dict[str, Any] | None:
+        """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
+        target = self.target
+        try:
+            rayjob, workload = hook.read_state(target.name, target.namespace, target.uid)
+        except Exception as exc:
+            if not transient(exc):
+                return self.cannot_read(hook, exc)
+            from kueue_ray.api_errors import describe_error
+
+            # The hook already retried it for a while: the API server is having a bad minute. Waiting goes
+            # on (as in the triggerer); the next read decides.
+            self.log.warning(
+                "Reading RayJob %s/%s failed (%s); reading it again at the next poll",
+                target.namespace,
+                target.name,
+                describe_error(exc),
+            )
+            return None
+        if rayjob is None or owner_deleted(workload):
+            verdict = deleted_verdict(
+                "RayJob", target.namespace, target.name, target.uid, "before it finished"
+            )
+            return target.payload(verdict, None, self.timeline)
+        self.refusals.cleared()
+        observation = observe(rayjob, workload)
+        clock = server_clock(getattr(hook, "conn_id", None) or "kubernetes_default")
+        now, self.watchdog.offset_s = clock.now(), clock.offset_s  # the clock the server's timestamps use
+        self.timeline.record(observation, now)
+        self.tell(hook, rayjob, observation)
+        verdict = self.watchdog.check(observation, workload, now)
+        if verdict is None:
+            return None
+        local_queue = target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
+        if verdict.status == QUEUE_TIMEOUT and local_queue:
+            queue, workloads = hook.quota_state(local_queue, target.namespace)
+            verdict = with_quota_holders(verdict, queue, workloads, observation.workload_name)
+        return target.payload(verdict, observation, self.timeline)
+
+    def cannot_read(self, hook: RayJobHook, exc: BaseException) -> dict[str, Any] | None:
+        """A read that failed for a reason other than a bad minute: a 401/403 is waited out for the refusal
+        window (then the wait ends, saying what was refused and to whom), an API the cluster does not serve
+        ends it at once; anything else is raised."""
+        from kueue_ray.errors import ClusterAccessError
+        from kueue_ray.refusals import ApiNotServed, RefusedTooLong
+
+        explained = hook.explained(exc, self.target.namespace) if hasattr(exc, "status") else exc
+        if not isinstance(explained, ClusterAccessError):
+            raise exc
+        if getattr(exc, "status", None) not in (401, 403):  # not served: nothing to wait out
+            verdict = access_verdict(ApiNotServed("", "", str(explained)))
+            return self.target.payload(verdict, None, self.timeline)
+        from kueue_ray.api_errors import read_of
+        from kueue_ray.refusals import Denial
+
+        verb, resource = (read_of(exc) or ("get", "rayjobs.ray.io"))[:2]
+        denial = Denial.of(verb, resource, self.target.namespace, exc)
+        started = self.refusals.refused(denial, time.monotonic())
+        if self.refusals.expired():
+            from kueue_ray.api_errors import refusal_message
+
+            window = self.refusals.timeout
+            message = refusal_message(
+                verb,
+                resource,
+                self.target.namespace,
+                status=denial.status,
+                said=denial.message,
+                identity=hook.identity(),
+                conn_id=hook.conn_id,
+                seconds=window,
+            )
+            ended = RefusedTooLong(denial, window, message)
+            return self.target.payload(access_verdict(ended), None, self.timeline)
+        if started:
+            self.log.warning(
+                "%s This task keeps reading every %gs and fails if the refusal lasts %gs ([kueue_ray] "
+                "refusal_timeout)",
+                explained,
+                self.policy.poll_interval,
+                self.refusals.timeout,
+            )
+        return None
+
+    def wait(self, hook: RayJobHook) -> dict[str, Any]:
+        """Hold the worker slot and read every ``poll_interval`` seconds until waiting is over."""
+        while (event := self.step(hook)) is None:
+            time.sleep(self.policy.poll_interval)
+        return event
+
+    def tell(self, hook: RayJobHook, rayjob: dict, observation: Observation) -> None:
+        """Log what is new, as the trigger does: a transition (queue position, preemptor named) or, while
+        waiting, a position that moved since the last line."""
+        target, story, now = self.target, self.story, time.monotonic()
+        if story.news(observation):
+            position = self.position(hook, rayjob, observation)
+            uid = preemptor_job_uid(observation.message)
+            preemptor = find_rayjob(hook, target.namespace, uid) if uid else None
+            self.log.info(
+                describe_transition(target.namespace, target.name, observation, position, preemptor)
+            )
+            story.told_position(position, now)
+            self.why_queued(hook, rayjob, observation, force=True)
+        elif (check := story.position_check_in(observation, now)) is not None and check <= 0:
+            position = self.position(hook, rayjob, observation)
+            line = story.position_line(target.namespace, target.name, observation.phase, position, now)
+            if line:
+                self.log.info(line)
+            self.why_queued(hook, rayjob, observation)
+        self.pods(hook, observation)
+
+    def pods(self, hook: RayJobHook, observation: Observation) -> None:
+        """As the trigger (``kueue_ray.trigger_story.tell_pods``): while the Ray cluster starts, its pods'
+        phase and the scheduler's or kubelet's reason, written when they change."""
+        from kueue_ray.pod_states import describe_pods, pod_states
+
+        check = self.story.pods_check_in(observation, time.monotonic())
+        if check is None or check > 0:
+            return
+        try:
+            pods = hook.cluster_pods(observation.ray_cluster, self.target.namespace)
+        except Exception:  # noqa: BLE001 - the pods are told at the next check
+            pods = None
+        if pods is None:
+            self.story.pods_checked_at = time.monotonic()
+            return
+        told = describe_pods(pod_states(pods))
+        if line := self.story.pods_line(self.target.namespace, self.target.name, told, time.monotonic()):
+            self.log.info(line)
+
+    def why_queued(
+        self, hook: RayJobHook, rayjob: dict, observation: Observation, force: bool = False
+    ) -> None:
+        """As the trigger (``kueue_ray.trigger_story.tell_why_queued``): who holds the quota, and whether
+        waiting can admit it; read with the position."""
+        from kueue_ray.why_queued import why_queued_sentences
+
+        queue = self.target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
+        if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
+            return
+        cluster_queue, workloads = hook.quota_state(queue, self.target.namespace)
+        cohort = ((cluster_queue or {}).get("spec") or {}).get("cohortName")
+        try:
+            queues = hook.list_kueue_objects("clusterqueues") if cohort else []
+            rayjobs = {r["metadata"].get("uid"): r for r in hook.list_managed_rayjobs(self.target.namespace)}
+        except Exception:  # noqa: BLE001 - the explanation then leaves the cohort and the holders' tasks out
+            queues, rayjobs = [], {}
+        sentences = why_queued_sentences(
+            cluster_queue, workloads, queues, observation.workload_name, rayjobs.get
+        )
+        for line in self.story.why_lines(self.target.namespace, self.target.name, sentences, force):
+            self.log.info(line)
+
+    def position(self, hook: RayJobHook, rayjob: dict, observation: Observation) -> str | None:
+        queue = self.target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
+        if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
+            return None
+        found = hook.queue_position(self.target.namespace, queue, observation.workload_name)
+        return found.describe() if found else None
