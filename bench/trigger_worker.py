@@ -79,8 +79,8 @@ def report_watch_ends() -> None:
     The wrapper only times and forwards the call; the hub behaves exactly as it does in a triggerer.
     """
     from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import API_TIMEOUT
-    from kueue_ray.hub import _WatchLoop
-    from kueue_ray.listwatch import SERVER_TIMEOUT_GRACE_SECONDS
+    from kueue_ray.hub.scope import _WatchLoop
+    from kueue_ray.watch_target import SERVER_TIMEOUT_GRACE_SECONDS
 
     watch = _WatchLoop._watch
 

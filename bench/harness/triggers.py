@@ -20,7 +20,7 @@ from bench.kube import Api
 from bench.stats import summary_ms
 
 DEFAULT_RESYNC_S = 300.0
-"""RayJobTrigger's default ``resync_interval`` (kueue_ray.hub.DEFAULT_RESYNC_SECONDS): the hub's relist
+"""RayJobTrigger's default ``resync_interval`` (kueue_ray.wait_policy.DEFAULT_RESYNC_SECONDS): the hub's relist
 period, which the workers run with as a triggerer would."""
 STREAMS = len(WATCHED)
 """Watch streams one trigger process holds whatever its N: the hub's RayJob and Workload watches."""

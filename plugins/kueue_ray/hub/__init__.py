@@ -45,9 +45,6 @@ what the loops offer and delivers it to subscribers. This module names what the 
 
 from __future__ import annotations
 
-from kueue_ray.hub.scope import (
-    _WatchLoop as _WatchLoop,  # bench/trigger_worker.py times its watches from here
-)
 from kueue_ray.hub.settings import HubSettings
 from kueue_ray.hub.subscriptions import ADMITTED, NOTICE, QUEUED, Subscription, Update
 from kueue_ray.hub.watchhub import HUB, WatchHub
