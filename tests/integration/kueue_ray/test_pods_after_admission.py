@@ -22,7 +22,8 @@ def unpullable_head(rayjob_body, image: str, **sizes: str) -> dict:
 def assert_told_the_image_pull(out: list[str], rayjob: str, image: str) -> None:
     told = [line for line in "".join(out).splitlines() if "Ray cluster starting, pods:" in line]
     assert told, "".join(out)
-    assert f"RayJob {rayjob}: Ray cluster starting, pods: head " in told[0]
+    # The first read may come before KubeRay made the pods ("no pods yet").
+    assert any(f"RayJob {rayjob}: Ray cluster starting, pods: head " in t for t in told), told
     assert any(
         f'Pending (ImagePullBackOff: Back-off pulling image "{image}": ErrImagePull: ' in t for t in told
     )

@@ -92,15 +92,20 @@ def with_model(model: str):
 
 def test_a_new_rayservice_deploys_serve_on_a_pending_cluster_then_serves_from_it():
     async def body(cluster: Cluster) -> None:
+        # Every status the service goes through (DEPLOYING lasts 10 simulated ms here: polling may miss it).
+        statuses: list[dict] = []
+        cluster.store.subscribe(
+            RAYSERVICES, lambda event: statuses.append(event.object.get("status") or {}), namespace=NS
+        )
         cluster.store.create(RAYSERVICES, rayservice())
 
-        deploying = await until(
-            lambda: (
-                apps(service_status(cluster).get("pendingServiceStatus") or {}) == {"fruit": "DEPLOYING"}
-                and service_status(cluster)
-            ),
-            "DEPLOYING on the pending cluster",
-        )
+        def deploying_seen() -> dict | None:
+            return next(
+                (s for s in statuses if apps(s.get("pendingServiceStatus") or {}) == {"fruit": "DEPLOYING"}),
+                None,
+            )
+
+        deploying = await until(deploying_seen, "DEPLOYING on the pending cluster")
         assert conditions(deploying)["Ready"] == ("False", "Initializing")
         status = await serving(cluster)
 
