@@ -17,7 +17,6 @@ import secrets
 import signal
 import ssl
 import subprocess
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import httpx
 import yaml
 
 from kubesim.apiserver.faults import DEFAULT_USER
+from kubesim.testing import serve_command
 
 ROOT = Path(__file__).resolve().parent.parent
 KUEUE_MANIFESTS = ROOT / "include" / "manifests" / "kueue"
@@ -154,26 +154,14 @@ def start_kubesim(
     kubeconfig = workdir / "kubesim.kubeconfig"
     log_path = workdir / "kubesim.log"
     kubeconfig.unlink(missing_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "kubesim",
-        "serve",
-        "--port",
-        "0",
-        "--kubeconfig-out",
-        str(kubeconfig),
-        "--time-scale",
-        str(time_scale),
-        "--token",
-        token,
-    ]
-    for path in [*setup_manifests(queues), *(extra_apply or [])]:
-        command += ["--apply", str(path)]
-    if kueue_config is not None:
-        command += ["--kueue-config", str(kueue_config)]
-    if tls:
-        command.append("--tls")
+    command = serve_command(
+        kubeconfig,
+        time_scale=time_scale,
+        apply=[*setup_manifests(queues), *(extra_apply or [])],
+        kueue_config=kueue_config,
+        token=token,
+        tls=tls,
+    )
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command,
