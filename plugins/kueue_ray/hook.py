@@ -52,6 +52,7 @@ from kueue_ray.deletion import (
     delete_options,
     foreign_run,
     not_waiting_reason,
+    refused_delete,
     while_owned,
 )
 from kueue_ray.errors import PreflightError
@@ -65,6 +66,7 @@ from kueue_ray.hook_common import (
     newest,
     position_from_summary,
     positions_from_summary,
+    quota_unread,
 )
 from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
@@ -260,11 +262,9 @@ class RayJobHook(KubernetesHook):
             )
             return DeleteResult.DELETED
         except ApiException as exc:
-            if exc.status == 404:
-                return DeleteResult.GONE
-            if exc.status == 409:
-                return DeleteResult.CONFLICT
-            raise
+            if (refused := refused_delete(exc.status)) is None:
+                raise
+            return refused
 
     def delete_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> DeleteOutcome:
         """Delete the RayJob only while ``owner`` (one task try) still owns it; deleted, gone or conflict.
@@ -375,13 +375,7 @@ class RayJobHook(KubernetesHook):
             queue = self.get_kueue_object(CLUSTER_QUEUE.plural, (lq.get("spec") or {})["clusterQueue"])
             return queue, self.list_kueue_objects(WORKLOAD.plural, namespace)
         except Exception as exc:  # noqa: BLE001 - the timeout stands without the detail
-            log.info(
-                "What held LocalQueue %s/%s's quota could not be read: %s",
-                namespace,
-                local_queue,
-                describe_error(exc),
-            )
-            return None, []
+            return quota_unread(exc, namespace, local_queue)
 
     def preflight(
         self, built: BuiltRayJob, namespace: str, queue: str, priority: str | None
