@@ -98,6 +98,14 @@ log = logging.getLogger(__name__)
 DELETED, GONE, CONFLICT = DeleteResult.DELETED, DeleteResult.GONE, DeleteResult.CONFLICT
 
 
+def _written(answer: dict | None, rayjob: dict, problem: str, fix: str) -> dict:
+    """The object a write on ``rayjob``'s name answered with; a PreflightError when there is none, because
+    the name changed hands or the object disappeared meanwhile."""
+    if answer is None:
+        raise PreflightError(problem, field="metadata.name", value=rayjob["metadata"]["name"], fix=fix)
+    return answer
+
+
 class RayJobHook(KubernetesHook):
     """Synchronous access for the operator (worker side) and the sensor's poke mode."""
 
@@ -114,14 +122,12 @@ class RayJobHook(KubernetesHook):
             return created, True
         existing = self.get_rayjob(body["metadata"]["name"], namespace)
         if existing is None:  # deleted between our create and get: try once more
-            created = self._create_rayjob(body, namespace)
-            if created is None:
-                raise PreflightError(
-                    "the RayJob name keeps changing hands while submitting",
-                    field="metadata.name",
-                    value=body["metadata"]["name"],
-                    fix="check for another controller creating or deleting RayJobs with this name",
-                )
+            created = _written(
+                self._create_rayjob(body, namespace),
+                body,
+                "the RayJob name keeps changing hands while submitting",
+                "check for another controller creating or deleting RayJobs with this name",
+            )
             return created, True
         return existing, False
 
@@ -309,15 +315,12 @@ class RayJobHook(KubernetesHook):
         trigger no longer owns it and its on_kill leaves it alone. A legacy RayJob (made before RayJobs
         carried their deployment) gets this deployment's labels too: from now on it is this deployment's.
         """
-        claimed = self._annotate(rayjob, owner.annotations(), owner.labels())
-        if claimed is None:
-            raise PreflightError(
-                "could not take over the RayJob an earlier try submitted: it changed or disappeared meanwhile",
-                field="metadata.name",
-                value=rayjob["metadata"]["name"],
-                fix="retry the task",
-            )
-        return claimed
+        return _written(
+            self._annotate(rayjob, owner.annotations(), owner.labels()),
+            rayjob,
+            "could not take over the RayJob an earlier try submitted: it changed or disappeared meanwhile",
+            "retry the task",
+        )
 
     # --- Kueue objects -------------------------------------------------------------------------------
 
