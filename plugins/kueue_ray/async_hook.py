@@ -30,6 +30,7 @@ from kueue_ray.deletion import (
     DeleteRule,
     after_conflict,
     delete_options,
+    refused_delete,
     while_owned,
     while_waiting,
 )
@@ -42,6 +43,7 @@ from kueue_ray.hook_common import (
     QueuePosition,
     newest,
     positions_from_items,
+    quota_unread,
 )
 from kueue_ray.listbody import ListBody
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
@@ -97,13 +99,7 @@ class AsyncRayJobHook(AsyncKubernetesHook):
                 workloads = await self._workloads(client, namespace)
             return queue, workloads
         except Exception as exc:  # noqa: BLE001 - the timeout stands without the detail
-            log.info(
-                "What held LocalQueue %s/%s's quota could not be read: %s",
-                namespace,
-                local_queue,
-                describe_error(exc),
-            )
-            return None, []
+            return quota_unread(exc, namespace, local_queue)
 
     async def cluster_queue_of(self, local_queue: str, namespace: str, api_client: Any = None) -> dict | None:
         """The ClusterQueue behind LocalQueue ``namespace/local_queue`` (raises when it cannot be read)."""
@@ -162,11 +158,9 @@ class AsyncRayJobHook(AsyncKubernetesHook):
                 )
                 return DeleteResult.DELETED
             except AsyncApiException as exc:
-                if exc.status == 404:
-                    return DeleteResult.GONE
-                if exc.status == 409:
-                    return DeleteResult.CONFLICT
-                raise
+                if (refused := refused_delete(exc.status)) is None:
+                    raise
+                return refused
 
     async def delete_if_owned(
         self, name: str, namespace: str, uid: str, owner: AirflowIdentity

@@ -35,6 +35,16 @@ class DeleteResult(StrEnum):
     """Left alone on purpose; ``DeleteOutcome.why`` says why."""
 
 
+def refused_delete(status: int | None) -> DeleteResult | None:
+    """What a delete the API server refused with HTTP ``status`` came to, for both hooks' clients: GONE
+    (404), CONFLICT (409), or None when the refusal is an error to raise.
+
+    >>> refused_delete(404), refused_delete(409), refused_delete(403)
+    (<DeleteResult.GONE: 'gone'>, <DeleteResult.CONFLICT: 'conflict'>, None)
+    """
+    return {404: DeleteResult.GONE, 409: DeleteResult.CONFLICT}.get(status)
+
+
 @dataclass(frozen=True)
 class DeleteOutcome:
     """A ``DeleteResult`` with the reason it was left alone, if it was. ``str()`` is the text logs and

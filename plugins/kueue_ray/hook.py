@@ -52,6 +52,7 @@ from kueue_ray.deletion import (
     delete_options,
     foreign_run,
     not_waiting_reason,
+    refused_delete,
     while_owned,
 )
 from kueue_ray.errors import PreflightError
@@ -65,6 +66,7 @@ from kueue_ray.hook_common import (
     newest,
     position_from_summary,
     positions_from_summary,
+    quota_unread,
 )
 from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
@@ -96,6 +98,14 @@ log = logging.getLogger(__name__)
 DELETED, GONE, CONFLICT = DeleteResult.DELETED, DeleteResult.GONE, DeleteResult.CONFLICT
 
 
+def _written(answer: dict | None, rayjob: dict, problem: str, fix: str) -> dict:
+    """The object a write on ``rayjob``'s name answered with; a PreflightError when there is none, because
+    the name changed hands or the object disappeared meanwhile."""
+    if answer is None:
+        raise PreflightError(problem, field="metadata.name", value=rayjob["metadata"]["name"], fix=fix)
+    return answer
+
+
 class RayJobHook(KubernetesHook):
     """Synchronous access for the operator (worker side) and the sensor's poke mode."""
 
@@ -112,14 +122,12 @@ class RayJobHook(KubernetesHook):
             return created, True
         existing = self.get_rayjob(body["metadata"]["name"], namespace)
         if existing is None:  # deleted between our create and get: try once more
-            created = self._create_rayjob(body, namespace)
-            if created is None:
-                raise PreflightError(
-                    "the RayJob name keeps changing hands while submitting",
-                    field="metadata.name",
-                    value=body["metadata"]["name"],
-                    fix="check for another controller creating or deleting RayJobs with this name",
-                )
+            created = _written(
+                self._create_rayjob(body, namespace),
+                body,
+                "the RayJob name keeps changing hands while submitting",
+                "check for another controller creating or deleting RayJobs with this name",
+            )
             return created, True
         return existing, False
 
@@ -260,11 +268,9 @@ class RayJobHook(KubernetesHook):
             )
             return DeleteResult.DELETED
         except ApiException as exc:
-            if exc.status == 404:
-                return DeleteResult.GONE
-            if exc.status == 409:
-                return DeleteResult.CONFLICT
-            raise
+            if (refused := refused_delete(exc.status)) is None:
+                raise
+            return refused
 
     def delete_if_owned(self, name: str, namespace: str, uid: str, owner: AirflowIdentity) -> DeleteOutcome:
         """Delete the RayJob only while ``owner`` (one task try) still owns it; deleted, gone or conflict.
@@ -309,15 +315,12 @@ class RayJobHook(KubernetesHook):
         trigger no longer owns it and its on_kill leaves it alone. A legacy RayJob (made before RayJobs
         carried their deployment) gets this deployment's labels too: from now on it is this deployment's.
         """
-        claimed = self._annotate(rayjob, owner.annotations(), owner.labels())
-        if claimed is None:
-            raise PreflightError(
-                "could not take over the RayJob an earlier try submitted: it changed or disappeared meanwhile",
-                field="metadata.name",
-                value=rayjob["metadata"]["name"],
-                fix="retry the task",
-            )
-        return claimed
+        return _written(
+            self._annotate(rayjob, owner.annotations(), owner.labels()),
+            rayjob,
+            "could not take over the RayJob an earlier try submitted: it changed or disappeared meanwhile",
+            "retry the task",
+        )
 
     # --- Kueue objects -------------------------------------------------------------------------------
 
@@ -375,13 +378,7 @@ class RayJobHook(KubernetesHook):
             queue = self.get_kueue_object(CLUSTER_QUEUE.plural, (lq.get("spec") or {})["clusterQueue"])
             return queue, self.list_kueue_objects(WORKLOAD.plural, namespace)
         except Exception as exc:  # noqa: BLE001 - the timeout stands without the detail
-            log.info(
-                "What held LocalQueue %s/%s's quota could not be read: %s",
-                namespace,
-                local_queue,
-                describe_error(exc),
-            )
-            return None, []
+            return quota_unread(exc, namespace, local_queue)
 
     def preflight(
         self, built: BuiltRayJob, namespace: str, queue: str, priority: str | None

@@ -1,15 +1,21 @@
 """What the synchronous and the asynchronous hook share: where Kueue's visibility API and a RayJob's
-submitter pod are found, and the pure readings of what the cluster answers.
+submitter pod are found, the pure readings of what the cluster answers, and what either does when a
+read only meant to enrich a message fails.
 
 Apart from ``kueue_ray.hook`` (worker side, ``kubernetes``) and ``kueue_ray.async_hook`` (triggerer,
 ``kubernetes_asyncio``) so that the two clients' code stays thin and neither hook depends on the other.
-Pure: no I/O.
+Pure but for one log line: no cluster I/O.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from kueue_ray.api_errors import describe_error
+
+log = logging.getLogger(__name__)
 
 VISIBILITY_PATH = (
     "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{name}/pendingworkloads"
@@ -77,3 +83,15 @@ def position_from_summary(summary: dict, workload_name: str) -> QueuePosition | 
 def newest(items: list[dict]) -> dict | None:
     """The most recently created object of ``items`` (Kueue may briefly keep an old Workload)."""
     return max(items, key=lambda o: o["metadata"].get("creationTimestamp") or "", default=None)
+
+
+def quota_unread(exc: Exception, namespace: str, local_queue: str) -> tuple[None, list[dict]]:
+    """What ``quota_state`` (both hooks) answers when the ClusterQueue or the Workloads cannot be read:
+    logged, and (None, []), which only shortens the queue timeout's message."""
+    log.info(
+        "What held LocalQueue %s/%s's quota could not be read: %s",
+        namespace,
+        local_queue,
+        describe_error(exc),
+    )
+    return None, []

@@ -27,7 +27,7 @@ from kueue_ray.service_status import (
 from kueue_ray.timeline import to_epoch, to_iso
 from kueue_ray.verdicts import READY_TIMEOUT, Verdict
 from kueue_ray.wait_policy import WaitPolicy
-from kueue_ray.waiting import Watchdog, deleted_verdict, describe_flavors
+from kueue_ray.waiting import Watchdog, deleted_verdict, describe_flavors, so_far, waited_for
 from kueue_ray.workload import EVICTED_BY_PREEMPTION
 
 if TYPE_CHECKING:
@@ -213,11 +213,7 @@ def describe_service_transition(
     line = f"RayService {namespace}/{name}: {observation.describe()}"
     if observation.phase is ServicePhase.ADMITTED and observation.flavors:
         line += f" [flavors: {describe_flavors(observation.flavors)}]"
-    if observation.preemptions:
-        line += f" [preempted {observation.preemptions}x so far]"
-    if position:
-        line += f" — {position}"
-    return line
+    return line + so_far(observation.preemptions, position)
 
 
 def service_event_payload(
@@ -292,11 +288,7 @@ class ServiceTarget:
             verdict,
             observation,
             timeline,
-            name=self.name,
-            namespace=self.namespace,
-            uid=self.uid,
-            queue=self.queue,
-            priority=self.priority,
+            **waited_for(self),
             created=self.created,
             switch_from=self.switch_from,
         )

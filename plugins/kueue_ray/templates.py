@@ -146,26 +146,22 @@ def render_template(
             fix="pass the missing variable in values={...}",
         ) from exc
     except jinja2.TemplateError as exc:
-        raise ManifestError(
-            f"template {path.name} does not render: {exc}",
-            field="template",
-            value=str(template),
-            fix="fix the Jinja syntax",
+        raise _template_error(
+            template, f"template {path.name} does not render: {exc}", "fix the Jinja syntax"
         ) from exc
     try:
         body = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ManifestError(
+        raise _template_error(
+            template,
             f"template {path.name} renders invalid YAML: {exc}",
-            field="template",
-            value=str(template),
-            fix="use every {{ expression }} as a whole YAML value (key: {{ value }})",
+            "use every {{ expression }} as a whole YAML value (key: {{ value }})",
         ) from exc
     if not isinstance(body, dict):
-        raise ManifestError(
-            "template does not render to a mapping",
-            field="template",
-            value=str(template),
-            fix="check the file",
-        )
+        raise _template_error(template, "template does not render to a mapping", "check the file")
     return body
+
+
+def _template_error(template: str | os.PathLike, problem: str, fix: str) -> ManifestError:
+    """A ManifestError about the template file itself (as opposed to the values given to it)."""
+    return ManifestError(problem, field="template", value=str(template), fix=fix)

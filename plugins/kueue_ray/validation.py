@@ -104,13 +104,7 @@ def validate_rayjob(body: dict) -> None:
             value=spec.get("clusterSelector"),
             fix="remove clusterSelector and describe the cluster in rayClusterSpec",
         )
-    if not spec.get("rayClusterSpec"):
-        raise ManifestError(
-            "rayClusterSpec is required for Kueue-managed jobs",
-            field="spec.rayClusterSpec",
-            value=spec.get("rayClusterSpec"),
-            fix="describe the head (and worker groups) under spec.rayClusterSpec",
-        )
+    _require_cluster(spec, "rayClusterSpec", " for Kueue-managed jobs")
     if spec.get("shutdownAfterJobFinishes") is not True:
         raise ManifestError(
             "Kueue only manages RayJobs that delete their cluster after finishing",
@@ -134,16 +128,21 @@ def validate_rayservice(body: dict) -> None:
     spec = body.get("spec") or {}
     _validate_name(metadata.get("name"))
     _validate_labels(metadata.get("labels") or {})
-    if not spec.get("rayClusterConfig"):
-        raise ManifestError(
-            "rayClusterConfig is required",
-            field="spec.rayClusterConfig",
-            value=spec.get("rayClusterConfig"),
-            fix="describe the head (and worker groups) under spec.rayClusterConfig",
-        )
+    _require_cluster(spec, "rayClusterConfig")
     if "serveConfigV2" in spec:
         load_mapping(spec["serveConfigV2"], "spec.serveConfigV2")
     _validate_cluster(spec["rayClusterConfig"], "spec.rayClusterConfig", metadata, k8s_job_mode=False)
+
+
+def _require_cluster(spec: dict, key: str, scope: str = "") -> None:
+    """Both kinds must describe their own Ray cluster (``key``: rayClusterSpec, rayClusterConfig)."""
+    if not spec.get(key):
+        raise ManifestError(
+            f"{key} is required{scope}",
+            field=f"spec.{key}",
+            value=spec.get(key),
+            fix=f"describe the head (and worker groups) under spec.{key}",
+        )
 
 
 def _validate_name(name: Any) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from kueue_ray.api import parse_time, utcnow
 from kueue_ray.narration import name_preemptor, readable_quantities
@@ -264,11 +264,18 @@ def describe_transition(
         )
     if observation.phase is Phase.RUNNING and observation.job_id:
         line += f" [Ray job {observation.job_id} on RayCluster {observation.ray_cluster}]"
-    if observation.preemptions:
-        line += f" [preempted {observation.preemptions}x so far]"
-    if position:
-        line += f" — {position}"
-    return line
+    return line + so_far(observation.preemptions, position)
+
+
+def so_far(preemptions: int, position: str | None) -> str:
+    """The tail every transition line ends with (RayJobs and RayServices alike): how often the object was
+    preempted, and its place in the queue.
+
+    >>> so_far(2, "position 3 in LocalQueue team-a"), so_far(0, None)
+    (' [preempted 2x so far] — position 3 in LocalQueue team-a', '')
+    """
+    tail = f" [preempted {preemptions}x so far]" if preemptions else ""
+    return f"{tail} — {position}" if position else tail
 
 
 @dataclass(frozen=True)
@@ -284,16 +291,28 @@ class WaitTarget:
     """ISO time of submission (the queue clock's start); None: now."""
 
     def payload(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> dict:
-        return event_payload(
-            verdict,
-            observation,
-            timeline,
-            name=self.name,
-            namespace=self.namespace,
-            uid=self.uid,
-            queue=self.queue,
-            priority=self.priority,
-        )
+        return event_payload(verdict, observation, timeline, **waited_for(self))
 
     def watchdog(self, policy: WaitPolicy) -> Watchdog:
         return Watchdog(policy, parse_time(self.submitted_at) or utcnow())
+
+
+class Waited(Protocol):
+    """What ``waited_for`` reads of a target (``WaitTarget``, ``service_waiting.ServiceTarget``)."""
+
+    name: str
+    namespace: str
+    uid: str
+    queue: str | None
+    priority: str | None
+
+
+def waited_for(target: Waited) -> dict[str, Any]:
+    """What a wait's event payload names its object and queue by (RayJobs and RayServices alike)."""
+    return {
+        "name": target.name,
+        "namespace": target.namespace,
+        "uid": target.uid,
+        "queue": target.queue,
+        "priority": target.priority,
+    }

@@ -47,27 +47,24 @@ class WatchedResource:
         return f"{self.plural}.{self.group}"
 
 
-RAYJOBS = WatchedResource(
-    kind=RAYJOB,
-    group=api.RAYJOB.group,
-    version=api.RAYJOB.version,
-    plural=api.RAYJOB.plural,
-    label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
-    key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
-    selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
-    essential=essential_rayjob,
-)
-RAYSERVICES = WatchedResource(
-    kind=RAYSERVICE,
-    group=api.RAYSERVICE.group,
-    version=api.RAYSERVICE.version,
-    plural=api.RAYSERVICE.plural,
-    label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
-    key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
-    selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
-    # Whole: the RayService status model reads spec and status alike, and a namespace holds few services.
-    essential=lambda obj: obj,
-)
+def _managed(kind: str, coordinates: api.Resource, essential: Callable[[dict], dict]) -> WatchedResource:
+    """A ray.io resource the plugin creates (RayJobs, RayServices): listed by our managed-by label, keyed by
+    its name."""
+    return WatchedResource(
+        kind=kind,
+        group=coordinates.group,
+        version=coordinates.version,
+        plural=coordinates.plural,
+        label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
+        key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
+        selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
+        essential=essential,
+    )
+
+
+RAYJOBS = _managed(RAYJOB, api.RAYJOB, essential_rayjob)
+# Whole: the RayService status model reads spec and status alike, and a namespace holds few services.
+RAYSERVICES = _managed(RAYSERVICE, api.RAYSERVICE, lambda obj: obj)
 """The deploy operator's RayServices. Their Workloads are in the same Workload watch: the RayService's own
 (keyed by its uid) or, when Kueue admits it through its RayClusters, each cluster's."""
 # Kueue copies no labels of ours onto Workloads, only the owner's uid: select on that label existing and
