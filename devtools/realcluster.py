@@ -46,6 +46,7 @@ from devtools.realcluster_kueue import (
     write_kueue_config,
 )
 from devtools.realcluster_pki import FRONT_PROXY_CLIENT, make_pki, write_kubeconfig
+from kubesim.testing import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = GO_MODULE / "build.sh"
@@ -199,21 +200,12 @@ class _Starter:
         process = subprocess.Popen(
             [str(a) for a in self.wrap(argv)], stdout=log, stderr=subprocess.STDOUT, env=env
         )
-        self.stack.callback(_stop, process)
+        self.stack.callback(stop_process, process)
         time.sleep(0.5)
         if process.poll() is not None:
             tail = (self.logs / f"{name}.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"{name} exited with {process.returncode}:\n{tail}")
         return process
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def _free_port() -> int:

@@ -229,6 +229,16 @@ def serve_command(
     return command
 
 
+def stop_process(process: subprocess.Popen, grace_s: float = 15) -> None:
+    """SIGTERM, then SIGKILL if ``process`` has not exited within ``grace_s``; returns once it is gone."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 @contextlib.contextmanager
 def _run_subprocess(
     crds_dir, apply: list, time_scale: float, kubeconfig_path: Path, kueue_config, token: str | None
@@ -254,12 +264,7 @@ def _run_subprocess(
         _wait_ready(url, deadline=time.monotonic() + READY_TIMEOUT_S)
         yield Kubesim(url, str(kubeconfig_path), token=token)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         process.stdout.close()
     if process.returncode != 0:
         raise RuntimeError(f"kubesim exited with code {process.returncode} on SIGTERM")
