@@ -26,11 +26,10 @@ from tests.integration.kueue_ray.serve_support import (
 )
 
 STALLS_ON_REAL = pytest.mark.kubesim_only(
-    "stalls on the real stack (KubeRay v1.6.2, Kueue v0.19.2 admitting the RayService's RayClusters on their "
-    "own): in two runs (2026-12-04: the module; this test alone) the service's cluster was admitted and the wait stayed "
-    "at ADMITTED ('its pods are starting') until the test's timeout, while the first test passed; cause not "
-    "yet found (a candidate: v1.6.2's shouldUpdateCluster re-applies the RayService's rayClusterConfig.suspend "
-    "to a RayCluster that Kueue suspends and admits, realcluster/README.md)"
+    "stalls now and then on the real stack (KubeRay v1.6.2, Kueue v0.19.2 admitting a RayService's "
+    "RayClusters on their own): in the whole module's run (2026-12-04) the wait stayed at ADMITTED ('its "
+    "pods are starting') until the timeout in this test and two others, and the teardown test alone "
+    "stalled once and passed once (48 s); cause not pinned down (candidates in realcluster/README.md)"
 )
 
 BY_CLUSTER = """\
