@@ -29,7 +29,8 @@ STALLS_ON_REAL = pytest.mark.kubesim_only(
     "stalls now and then on the real stack (KubeRay v1.6.2, Kueue v0.19.2 admitting a RayService's "
     "RayClusters on their own): in the whole module's run (2026-12-04) the wait stayed at ADMITTED ('its "
     "pods are starting') until the timeout in this test and two others, and the teardown test alone "
-    "stalled once and passed once (48 s); cause not pinned down (candidates in realcluster/README.md)"
+    "stalled once and passed once (48 s); in a stalled run Kueue's unsuspend of the RayCluster hit a 409 "
+    "while KubeRay updated that cluster, and no head pod followed (realcluster/README.md)"
 )
 
 BY_CLUSTER = """\
