@@ -37,6 +37,7 @@ import yaml
 
 from devtools.realcluster_kueue import (
     GO_MODULE,
+    KUEUE_FRAMEWORKS,
     kueue_command,
     kueue_module,
     register_visibility,
@@ -90,9 +91,15 @@ def binaries_dir(build: bool = False) -> Path:
 
 
 @contextlib.contextmanager
-def run_realcluster(workdir: str | Path | None = None, time_scale: float = 1.0) -> Iterator[RealCluster]:
-    """``time_scale``: simulated seconds per real second of the Ray jobs on the heads' dashboards (a
-    ``sleep 30`` entrypoint takes 3 s at 10); Kubernetes, Kueue and KubeRay run on the real clock."""
+def run_realcluster(
+    workdir: str | Path | None = None,
+    time_scale: float = 1.0,
+    kueue_frameworks: tuple[str, ...] = KUEUE_FRAMEWORKS,
+) -> Iterator[RealCluster]:
+    """``time_scale``: simulated seconds per real second of the Ray jobs and Serve deployments on the heads'
+    dashboards (a ``sleep 30`` entrypoint takes 3 s at 10); Kubernetes, Kueue and KubeRay run on the real
+    clock. ``kueue_frameworks``: Kueue's ``integrations.frameworks`` (include/kueue-config.yaml's by
+    default; ``SHIPPED_FRAMEWORKS`` admits a RayService as one Workload, as Kueue ships)."""
     from kubernetes import client
 
     from devtools.realcluster_dashboard import HeadDashboards
@@ -163,7 +170,9 @@ def run_realcluster(workdir: str | Path | None = None, time_scale: float = 1.0) 
         _apply_crds(api_client)
         client.CoreV1Api(api_client).create_namespace({"metadata": {"name": "kueue-system"}})
         webhook_port, visibility_port = _free_port(), _free_port()
-        kueue_config = write_kueue_config(work, webhook_port, visibility_port, _free_port(), pki)
+        kueue_config = write_kueue_config(
+            work, webhook_port, visibility_port, _free_port(), pki, kueue_frameworks
+        )
         start(
             "kueue",
             kueue_command(bins / "kueue", kueue_config, pki["webhook"], work, inside),

@@ -23,8 +23,10 @@ import ssl
 import yaml
 from aiohttp import web
 
+from devtools.realcluster_serve import HeadServe, add_serve_routes, proxy_app
 from kubesim.clock import Clock
 from kubesim.kuberay.dashboard import Behaviour, RayDashboards, RayJobRun
+from kubesim.kuberay.rayservice import SERVE_PORT
 from kubesim.kuberay.submitter import submission_lines
 
 DASHBOARD_PORT = 8265
@@ -78,6 +80,7 @@ class HeadDashboards:
         self._jobs = RayDashboards(self._jobs_clock, lambda namespace, cluster: None)
         self._submissions: dict[tuple[str, str, str], dict] = {}
         self._runners: dict[tuple[str, str], web.AppRunner] = {}
+        self._proxies: dict[tuple[str, str], web.AppRunner] = {}  # Serve's proxy, port 8000, once started
         self._ids = itertools.count(1)
         self._pod_logs: dict[tuple[str, str, str], list[str]] = {}
 
@@ -160,16 +163,27 @@ class HeadDashboards:
 
     async def _open(self, namespace: str, cluster: str, ip: str) -> None:
         await self._close(namespace, cluster)  # a new head is a new Ray cluster: the old one's jobs are gone
-        runner = web.AppRunner(self._app(namespace, cluster), access_log=None)
+        app = self._app(namespace, cluster)
+
+        async def start_proxy() -> None:
+            proxy = web.AppRunner(proxy_app(), access_log=None)
+            await proxy.setup()
+            await web.TCPSite(proxy, ip, SERVE_PORT).start()
+            self._proxies[(namespace, cluster)] = proxy
+
+        add_serve_routes(app, HeadServe(self._jobs_clock), start_proxy)
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, ip, DASHBOARD_PORT).start()
         self._runners[(namespace, cluster)] = runner
 
     async def _close(self, namespace: str, cluster: str) -> None:
         runner = self._runners.pop((namespace, cluster), None)
+        proxy = self._proxies.pop((namespace, cluster), None)
         self._jobs.drop_cluster(namespace, cluster)
-        if runner is not None:
-            await runner.cleanup()
+        for server in (runner, proxy):
+            if server is not None:
+                await server.cleanup()
 
     def _app(self, namespace: str, cluster: str) -> web.Application:
         jobs, submissions = self._jobs, self._submissions

@@ -18,15 +18,23 @@ GO_MODULE = Path(__file__).resolve().parent.parent / "realcluster"
 KUEUE_FRAMEWORKS = ("batch/job", "ray.io/rayjob", "ray.io/raycluster")
 """include/kueue-config.yaml's frameworks without the pod-based ones (pod, deployment, statefulset): the
 project creates none of those, and their webhooks would intercept every pod the harness's driver sees."""
+SHIPPED_FRAMEWORKS = (*KUEUE_FRAMEWORKS, "ray.io/rayservice")
+"""Kueue's shipped frameworks as far as the project goes: a RayService is admitted as one Workload (kubesim's
+default, ``kubesim.kueue.config.SHIPPED_FRAMEWORKS``)."""
 KUEUE_WEBHOOK_GROUPS = {"batch", "ray.io", "kueue.x-k8s.io"}
 KUEUE_MODULE = "sigs.k8s.io/kueue@v0.19.2"
 
 
 def write_kueue_config(
-    work: Path, webhook_port: int, visibility_port: int, health_port: int, pki: dict[str, Path]
+    work: Path,
+    webhook_port: int,
+    visibility_port: int,
+    health_port: int,
+    pki: dict[str, Path],
+    frameworks: tuple[str, ...] = KUEUE_FRAMEWORKS,
 ) -> Path:
     """Kueue's manager configuration: its webhooks, visibility server and health probe on loopback, the
-    harness's certificates, no leader election, and only the frameworks the project uses."""
+    harness's certificates, no leader election, and ``frameworks`` (those the project uses)."""
     config = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -37,7 +45,7 @@ def write_kueue_config(
         "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": visibility_port},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
-        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        "integrations": {"frameworks": list(frameworks)},
     }
     path = work / "kueue-config.yaml"
     path.write_text(yaml.safe_dump(config))

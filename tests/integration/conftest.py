@@ -26,13 +26,15 @@ PENDING straight to SUCCEEDED, as on a real cluster (at 20, a requeued 40 s job 
 @pytest.fixture(scope="session")
 def kubesim(request):
     """The shared cluster: kubesim, or with ``--cluster=real`` the real control plane (skipped, saying
-    why, when its binaries are not built)."""
+    why, when its binaries are not built); both with Kueue's shipped frameworks (a RayService is admitted
+    as one Workload)."""
     if request.config.getoption("cluster") == "real":
         from devtools.realcluster import RealClusterUnavailable, run_realcluster
+        from devtools.realcluster_kueue import SHIPPED_FRAMEWORKS
         from tests.integration.real_backend import RealBackend
 
         try:
-            stack = run_realcluster(time_scale=REAL_TIME_SCALE)
+            stack = run_realcluster(time_scale=REAL_TIME_SCALE, kueue_frameworks=SHIPPED_FRAMEWORKS)
             real = stack.__enter__()
         except RealClusterUnavailable as exc:
             pytest.skip(str(exc))

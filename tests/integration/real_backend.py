@@ -11,9 +11,10 @@ import pytest
 
 from devtools.realcluster import RealCluster
 
-RAY_SERVE = pytest.mark.kubesim_only(
-    "needs Ray Serve to run on the head's dashboard (KubeRay reads a RayService's applications from it), "
-    "and the real stack has none (realcluster/README.md)"
+SERVE_FAILURE_BY_ANNOTATION = pytest.mark.kubesim_only(
+    "makes Serve fail through kubesim's kubesim.dev/serve-status annotation on the RayService, which a real "
+    "Ray cluster never sees: the real stack's Serve (devtools/realcluster_serve.py) runs every config it is "
+    "sent to RUNNING"
 )
 
 

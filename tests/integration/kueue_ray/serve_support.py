@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from kueue_ray.service_trigger import RayServiceTrigger
 from kueue_ray.serving import DeployRayServiceOperator
 
-from tests.integration.kueue_ray.conftest import FakeDagRun, FakeTaskInstance
+from tests.integration.kueue_ray.conftest import FakeDagRun, FakeTaskInstance, wait_for
 from tests.rayjobs import container, head_group
 
 EVENT_TIMEOUT = 60
@@ -42,6 +42,18 @@ def service_body(model: str = "/models/v1", *, cpu: str = "1", annotations: dict
             "rayClusterConfig": {"headGroupSpec": head_group({"containers": [head]})},
         },
     }
+
+
+def wait_admitted(queues, rayjob: dict) -> None:
+    """Until Kueue has admitted ``rayjob`` (the submit operator's result): real Kueue may admit a Workload
+    created within the same second as the blocker's before it (one-second timestamps, then random UIDs)."""
+
+    def admitted() -> bool:
+        workload = queues.workload(rayjob["uid"]) or {}
+        conditions = (workload.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions)
+
+    wait_for(admitted)
 
 
 def deploy_op(queues, body: dict, *, task_id: str = "serve", priority: str | None = None, **kwargs):

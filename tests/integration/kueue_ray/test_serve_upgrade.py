@@ -1,4 +1,4 @@
-"""Zero-downtime upgrades with DeployRayServiceOperator against kubesim where Kueue admits a RayService
+"""Zero-downtime upgrades with DeployRayServiceOperator against a cluster where Kueue admits a RayService
 through its RayClusters (``ray.io/rayservice`` left out of ``integrations.frameworks``): the traffic switch,
 a preempted pending cluster, and the teardown of earlier services."""
 
@@ -25,9 +25,12 @@ from tests.integration.kueue_ray.serve_support import (
     workloads,
 )
 
-pytestmark = pytest.mark.kubesim_only(
-    "runs a kubesim of its own with Kueue admitting RayServices through their RayClusters, and needs Ray "
-    "Serve, which the real stack does not have (realcluster/README.md)"
+STALLS_ON_REAL = pytest.mark.kubesim_only(
+    "stalls now and then on the real stack (KubeRay v1.6.2, Kueue v0.19.2 admitting a RayService's "
+    "RayClusters on their own): in the whole module's run (2026-12-04) the wait stayed at ADMITTED ('its "
+    "pods are starting') until the timeout in this test and two others, and the teardown test alone "
+    "stalled once and passed once (48 s); in a stalled run Kueue's unsuspend of the RayCluster hit a 409 "
+    "while KubeRay updated that cluster, and no head pod followed (realcluster/README.md)"
 )
 
 BY_CLUSTER = """\
@@ -39,8 +42,24 @@ integrations:
 
 
 @pytest.fixture(scope="module")
-def kubesim(tmp_path_factory):
-    """This module's own cluster: Kueue configured to admit RayServices through their RayClusters."""
+def kubesim(request, tmp_path_factory):
+    """This module's own cluster: Kueue configured to admit RayServices through their RayClusters (with
+    ``--cluster=real``, a real stack of its own whose Kueue runs include/kueue-config.yaml's frameworks)."""
+    if request.config.getoption("cluster") == "real":
+        from devtools.realcluster import RealClusterUnavailable, run_realcluster
+        from tests.integration.conftest import REAL_TIME_SCALE
+        from tests.integration.real_backend import RealBackend
+
+        try:
+            stack = run_realcluster(time_scale=REAL_TIME_SCALE)
+            real = stack.__enter__()
+        except RealClusterUnavailable as exc:
+            pytest.skip(str(exc))
+        try:
+            yield RealBackend(real)
+        finally:
+            stack.__exit__(None, None, None)
+        return
     config = tmp_path_factory.mktemp("kueue") / "kueue-config.yaml"
     config.write_text(BY_CLUSTER)
     with run_kubesim(time_scale=TIME_SCALE, kueue_config=config) as sim:
@@ -99,6 +118,7 @@ def test_a_new_model_is_served_by_a_new_cluster_and_traffic_switches_without_dow
     ] == [{"name": "MODEL_PATH", "value": "/models/v2"}]
 
 
+@STALLS_ON_REAL
 def test_a_preempted_pending_cluster_is_reported_and_the_upgrade_completes_once_readmitted(
     queues, rayjob_body, task_context, eventually, capfd
 ):
@@ -154,6 +174,7 @@ def test_a_preempted_pending_cluster_is_reported_and_the_upgrade_completes_once_
     assert result["replaced_cluster"] == old and result["active_cluster"] not in (None, old)
 
 
+@STALLS_ON_REAL
 def test_teardown_deletes_earlier_services_of_the_task_and_spares_the_one_just_deployed(queues, eventually):
     first = deploy_op(queues, service_body("/models/v1"), mode="new_service", deferrable=False).execute(
         run_context("manual__1")
@@ -169,6 +190,7 @@ def test_teardown_deletes_earlier_services_of_the_task_and_spares_the_one_just_d
     assert ready(queues, second["name"]), "the service just deployed keeps serving"
 
 
+@STALLS_ON_REAL
 def test_clearing_a_finished_deploy_rolls_the_service_out_again_without_downtime(queues, capfd):
     """Clear of ``deploy_serve`` after its rollout finished: the same spec, yet a new cluster and a traffic
     switch (the try is stamped into the cluster config), while a retry mid-rollout adopts instead."""

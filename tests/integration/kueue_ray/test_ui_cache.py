@@ -14,9 +14,14 @@ from kueue_ray.ui.access import Access
 from kueue_ray.ui.cache import CacheSettings, ClusterCache
 from kueue_ray.ui.views import Links, TaskRef, queues_view, service_cluster_queue, task_view
 
-from tests.integration.kueue_ray.serve_support import defer, deploy_op, run_context, service_body
+from tests.integration.kueue_ray.serve_support import (
+    defer,
+    deploy_op,
+    run_context,
+    service_body,
+    wait_admitted,
+)
 from tests.integration.kueue_ray.test_hub import quota_reserved
-from tests.integration.real_backend import RAY_SERVE
 
 QUICK = CacheSettings(backoff_initial=0.05, backoff_max=0.3, visibility_min_interval=0.2)
 
@@ -267,11 +272,11 @@ def test_the_cache_knows_whom_a_rayjob_preempted_and_the_queues_page_attributes_
     assert all(row["requests"] for row in rows), rows
 
 
-@RAY_SERVE
 def test_a_deploy_tasks_tab_follows_its_rayservice_from_queued_to_serving(
     queues, rayjob_body, task_context, connection
 ):
     blocker = submit(queues, rayjob_body, task_context, "blocker", "inf")
+    wait_admitted(queues, blocker)
     context = run_context("manual__ui")
     defer(deploy_op(queues, service_body(cpu="2")), context)
     xcom = context["ti"].xcom[RAYSERVICE_XCOM_KEY]
