@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CLUSTER_REQUEST_LOGS = pytest.StashKey[list]()
 """kubesim request-log records of test packages that run a kubesim of their own (tests/browser), so the
-RBAC test (tests/e2e/test_08_security.py) judges every call the project made in the session. The browser
+RBAC test (tests/e2e/test_99_security.py) judges every call the project made in the session. The browser
 package writes them to ``BROWSER_REQUEST_LOG`` in ``run_directory`` when it ends: the RBAC test may run in
 another xdist worker."""
 

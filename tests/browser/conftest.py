@@ -71,7 +71,7 @@ def chromium_binaries():
 @pytest.fixture(scope="package", autouse=True)
 def _hand_the_request_log_to_the_rbac_test(request, tmp_path_factory):
     """When the package ends, write what ``keep_request_log`` kept to ``BROWSER_REQUEST_LOG`` (an empty
-    list if no kubesim ran) for tests/e2e/test_08_security.py, which may run in another xdist worker.
+    list if no kubesim ran) for tests/e2e/test_99_security.py, which may run in another xdist worker.
     Written whole and renamed into place: the RBAC test reads it as soon as it exists."""
     yield
     path = run_directory(tmp_path_factory) / BROWSER_REQUEST_LOG
@@ -95,7 +95,7 @@ def ui_kubesim(tmp_path_factory, request):
 
 
 def keep_request_log(config: pytest.Config, sim) -> None:
-    """Hand kubesim's request log to the RBAC test (tests/e2e/test_08_security.py) before it goes.
+    """Hand kubesim's request log to the RBAC test (tests/e2e/test_99_security.py) before it goes.
 
     kubesim logs a request when its answer ends, and a watch ends only when a side closes it: the Kueue
     pages' watches (ClusterQueues change rarely) may still be open. Ending every open watch once first, as

@@ -10,7 +10,7 @@ attributed by user as a cluster's audit log attributes it: the rights used are a
 list kept beside the Role.
 
 Which Role holds which verb is judged here for the calls these scenarios make; the e2e RBAC test
-(tests/e2e/test_08_security.py) checks that every granted right is used somewhere.
+(tests/e2e/test_99_security.py) checks that every granted right is used somewhere.
 """
 
 from __future__ import annotations

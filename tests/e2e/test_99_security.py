@@ -1,6 +1,10 @@
 """The RBAC in include/manifests grants exactly what the project did during these tests (kubesim's
 request log), and no credential reaches a task log.
 
+The e2e session's last module (file order): it judges what every module before it did, and it needs the
+browser tests' request log, which their package writes when it ends in the other xdist worker; run last,
+it rarely waits for it (run earlier, it held the shared e2e Airflow's worker idle for minutes).
+
 The tests' own cluster reads are all-namespaces lists of namespaced resources, which the project never
 makes; they are left out of "what the project did". The browser tests (tests/browser) run a kubesim of
 their own, where the Kueue pages are viewed; its request log is judged here too.
