@@ -271,7 +271,8 @@ def queues_that_fit(
     cohort borrowing: the fix a request refused in ``refused`` needs first."""
     fitting = []
     for local_queue in local_queues:
-        cluster_queue = cluster_queues.get((local_queue.get("spec") or {}).get("clusterQueue"))
+        name = (local_queue.get("spec") or {}).get("clusterQueue")
+        cluster_queue = None if name is None else cluster_queues.get(name)
         if local_queue["metadata"]["name"] == refused or cluster_queue is None:
             continue
         capacity = max_capacity(cluster_queue, cluster_queues=cluster_queues.values(), cohorts=cohorts)

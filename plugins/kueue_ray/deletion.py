@@ -42,6 +42,8 @@ def refused_delete(status: int | None) -> DeleteResult | None:
     >>> refused_delete(404), refused_delete(409), refused_delete(403)
     (<DeleteResult.GONE: 'gone'>, <DeleteResult.CONFLICT: 'conflict'>, None)
     """
+    if status is None:
+        return None
     return {404: DeleteResult.GONE, 409: DeleteResult.CONFLICT}.get(status)
 
 

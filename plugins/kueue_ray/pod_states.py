@@ -52,7 +52,7 @@ def pod_state(pod: dict) -> PodState:
     """One pod's phase and the first reason it is not running: unscheduled, then a container waiting."""
     metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
     reason = message = None
-    scheduled = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {})
+    scheduled: dict = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {})
     if scheduled.get("status") == "False":
         reason, message = scheduled.get("reason"), scheduled.get("message")
     else:

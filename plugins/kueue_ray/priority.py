@@ -75,7 +75,8 @@ def resolve_priority(
             note += f" (requested {wanted}); set allow_backfill_priority=True to keep the requested priority"
         return PriorityDecision(backfill_priority, "backfill-policy", note)
     if kind == "asset_triggered":
-        inherited, ignored = [], []
+        inherited: list[str] = []
+        ignored: list[object] = []
         for extra in asset_events_extra:
             value = (extra or {}).get(PRIORITY_PARAM)
             if value is None:

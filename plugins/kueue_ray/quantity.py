@@ -35,7 +35,7 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
-def parse_quantity(value: str | int | float | Decimal) -> Decimal:
+def parse_quantity(value: object) -> Decimal:
     """Parse a quantity exactly as the API server accepts it; raise QuantityError otherwise."""
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")

@@ -58,7 +58,8 @@ def usage(cluster_queue: dict, admitted: Iterable[dict] = ()) -> list[str]:
             reported[(flavor.get("name"), resource.get("name"))] = parse_quantity(
                 resource.get("total") or "0"
             )
-    charged: dict[tuple[str, str], Decimal] = {}
+    # a resource the admission names no flavor for is charged under None and matches no nominal quota
+    charged: dict[tuple[str | None, str], Decimal] = {}
     for workload in admitted:
         for assignment in ((workload.get("status") or {}).get("admission") or {}).get(
             "podSetAssignments"
@@ -88,11 +89,11 @@ def can_preempt(policy: str, own_priority: int | None, own_created: str | None, 
     if theirs < own_priority:
         return True
     created = (other.get("metadata") or {}).get("creationTimestamp") or ""
-    return (
+    return bool(
         policy == "LowerOrNewerEqualPriority"
         and theirs == own_priority
-        and bool(own_created)
-        and (created > own_created)
+        and own_created
+        and created > own_created
     )
 
 

@@ -115,9 +115,10 @@ def expiry_reason(
     metadata = rayjob["metadata"]
     annotations = metadata.get("annotations") or {}
     owner = AirflowIdentity.from_annotations(annotations)
-    if owner is None or not past_retention(rayjob, now=now, retention=retention):
+    ended = finished_at(rayjob)
+    if owner is None or ended is None or not past_retention(rayjob, now=now, retention=retention):
         return None  # also when the server wrote no finish time: nothing to measure the retention from
-    age = now - finished_at(rayjob)  # type: ignore[operator] - past_retention found it
+    age = now - ended
     status = rayjob["status"]["jobDeploymentStatus"]
     finished = f"finished ({status}) {_span(age)} ago, longer than the retention of {_span(retention)}"
     if run_state is None:

@@ -181,10 +181,11 @@ def pods_ready_timeout(workload: Mapping | None) -> float | None:
     evicted, admitted = condition(workload, EVICTED), condition(workload, ADMITTED)
     if evicted.get("reason") != PODS_READY_TIMEOUT or admitted.get("status") != "True":
         return None
-    start, end = admitted.get("lastTransitionTime"), evicted.get("lastTransitionTime")
-    if not start or not end:
+    start = parse_time(admitted.get("lastTransitionTime"))
+    end = parse_time(evicted.get("lastTransitionTime"))
+    if start is None or end is None:
         return None
-    seconds = (parse_time(end) - parse_time(start)).total_seconds()
+    seconds = (end - start).total_seconds()
     return seconds if seconds > 0 else None
 
 
