@@ -25,7 +25,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from decimal import Decimal
 
@@ -81,7 +81,7 @@ def usage(cluster_queue: dict, admitted: Iterable[dict] = ()) -> list[str]:
     return lines
 
 
-def can_preempt(policy: str, own_priority: int | None, own_created: str | None, other: dict) -> bool:
+def can_preempt(policy: str, own_priority: int | None, own_created: str | None, other: Mapping) -> bool:
     """Whether Kueue's ``withinClusterQueue`` policy lets a Workload of ``own_priority`` preempt ``other``."""
     if own_priority is None or policy not in ("LowerPriority", "LowerOrNewerEqualPriority"):
         return False
@@ -133,7 +133,7 @@ def quota_holders(
     return sentence
 
 
-def _priority(workload: dict) -> int:
+def _priority(workload: Mapping) -> int:
     return int((workload.get("spec") or {}).get("priority") or 0)
 
 

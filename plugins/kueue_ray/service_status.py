@@ -235,14 +235,19 @@ def observe_service(
     wl_status = (workload or {}).get("status") or {}
     admission = wl_status.get("admission") or {}
     applications = target.get("applicationStatuses") or {}
-    common = {
+    cluster_queue: str | None = admission.get("clusterQueue") or None
+    application_states = {name: str(app.get("status") or "") for name, app in applications.items()}
+    pods_ready_timeout = wl.pods_ready_timeout(workload)
+    # ServiceObservation's fields every rule's result shares (checked by the dataclass at run time: the
+    # rules below read the typed locals above, not this dict)
+    common: dict[str, Any] = {
         "target_cluster": target_name,
         "target_role": role,
         "active_cluster": active_name,
         "pending_cluster": pending_name,
         "admitted_by": admitted_by,
         "workload_name": ((workload or {}).get("metadata") or {}).get("name"),
-        "cluster_queue": admission.get("clusterQueue") or None,
+        "cluster_queue": cluster_queue,
         "flavors": {
             a.get("name", ""): dict(a.get("flavors") or {}) for a in admission.get("podSetAssignments") or []
         },
@@ -251,8 +256,8 @@ def observe_service(
         "last_preemption": wl.last_preemption(workload),
         "quota_reserved_at": wl.quota_reserved_since(workload),
         "admitted_at": wl.admitted_since(workload),
-        "applications": {name: str(app.get("status") or "") for name, app in applications.items()},
-        "pods_ready_timeout": wl.pods_ready_timeout(workload),
+        "applications": application_states,
+        "pods_ready_timeout": pods_ready_timeout,
     }
 
     def result(phase: ServicePhase, reason: str, message: str) -> ServiceObservation:
@@ -311,7 +316,7 @@ def observe_service(
         reason = evicted.get("reason") or wl.EVICTED
         message = evicted.get("message") or ""
         if reason == wl.PODS_READY_TIMEOUT:
-            hint = pods_not_ready_hint(common["pods_ready_timeout"])
+            hint = pods_not_ready_hint(pods_ready_timeout)
             return result(
                 ServicePhase.PODS_NOT_READY, reason, f"{where}: {hint} ({message}){serves_meanwhile}"
             )
@@ -334,15 +339,15 @@ def observe_service(
             return result(
                 ServicePhase.AWAITING_CHECKS,
                 wl.QUOTA_RESERVED,
-                f"{where}: {describe_waiting_for_checks(common['cluster_queue'], wl.admission_checks(workload))}",
+                f"{where}: {describe_waiting_for_checks(cluster_queue, wl.admission_checks(workload))}",
             )
         if cluster_state != "ready":
             return result(
                 ServicePhase.ADMITTED,
                 wl.ADMITTED,
-                f"{where} admitted by ClusterQueue {common['cluster_queue']}; its pods are starting{serves_meanwhile}",
+                f"{where} admitted by ClusterQueue {cluster_queue}; its pods are starting{serves_meanwhile}",
             )
-        deploying = ", ".join(f"{name} {state}" for name, state in sorted(common["applications"].items()))
+        deploying = ", ".join(f"{name} {state}" for name, state in sorted(application_states.items()))
         problems = _serving_problems(service, active, switch_from) if not pending_name else []
         detail = deploying or "; ".join(problems) or "Serve applications not reported yet"
         return result(

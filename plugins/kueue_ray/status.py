@@ -139,10 +139,15 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
     conditions = wl.conditions(workload)
     admission = wl_status.get("admission") or {}
     assignments = admission.get("podSetAssignments") or []
+    cluster_queue: str | None = admission.get("clusterQueue") or None
+    admission_checks = wl.admission_checks(workload)
+    pods_ready_timeout = wl.pods_ready_timeout(workload)
 
-    common = {
+    # Observation's fields every rule's result shares (checked by the dataclass at run time: the rules
+    # below read the typed locals above, not this dict)
+    common: dict[str, Any] = {
         "preemptions": wl.count_preemptions(workload),
-        "cluster_queue": admission.get("clusterQueue") or None,
+        "cluster_queue": cluster_queue,
         "failed_attempts": failed,
         "job_id": status.get("jobId") or None,
         "ray_cluster": status.get("rayClusterName") or None,
@@ -158,9 +163,9 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
         "last_preemption": wl.last_preemption(workload),
         "quota_reserved_at": wl.quota_reserved_since(workload),
         "admitted_at": wl.admitted_since(workload),
-        "admission_checks": wl.admission_checks(workload),
+        "admission_checks": admission_checks,
         "pods_ready_evictions": wl.count_pods_ready_evictions(workload),
-        "pods_ready_timeout": wl.pods_ready_timeout(workload),
+        "pods_ready_timeout": pods_ready_timeout,
         "ray_job_started_at": (status.get("rayJobInfo") or {}).get("startTime") or None,
         "ray_job_finished_at": (status.get("rayJobInfo") or {}).get("endTime") or None,
     }
@@ -196,7 +201,7 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
         return result(Phase.FAILED, "ValidationFailed", rj_message or quota.get("message") or "")
 
     # 3. Deactivation is final for us; a rejected admission check is Kueue's reason to deactivate.
-    rejected = [c for c in common["admission_checks"] if c["state"] == wl.ADMISSION_CHECK_REJECTED]
+    rejected = [c for c in admission_checks if c["state"] == wl.ADMISSION_CHECK_REJECTED]
     if rejected:
         return result(Phase.DEACTIVATED, "AdmissionCheckRejected", describe_rejection(rejected))
     target = conditions.get(wl.DEACTIVATION_TARGET) or {}
@@ -234,7 +239,7 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
             return result(
                 Phase.PODS_NOT_READY,
                 reason,
-                f"{pods_not_ready_hint(common['pods_ready_timeout'])} ({message})",
+                f"{pods_not_ready_hint(pods_ready_timeout)} ({message})",
             )
         return result(
             Phase.PREEMPTED if reason == wl.EVICTED_BY_PREEMPTION else Phase.EVICTED, reason, message
@@ -255,9 +260,9 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
             return result(
                 Phase.AWAITING_CHECKS,
                 wl.QUOTA_RESERVED if stale else admitted["reason"],
-                describe_waiting_for_checks(common["cluster_queue"], common["admission_checks"]),
+                describe_waiting_for_checks(cluster_queue, admission_checks),
             )
-        reserved = quota.get("message") or f"Quota reserved in ClusterQueue {common['cluster_queue']}"
+        reserved = quota.get("message") or f"Quota reserved in ClusterQueue {cluster_queue}"
         return result(Phase.ADMITTED, wl.ADMITTED, f"{reserved}; {admitted.get('message') or MSG_ADMITTED}")
 
     # 7. Not admitted: inadmissible or simply waiting.
@@ -269,7 +274,7 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
     backing_off = evicted.get("status") == "True" and evicted.get("reason") == PODS_READY_TIMEOUT
     if backing_off and message in ("", evicted.get("message")):  # nothing newer from the scheduler yet
         backoff = f" once its backoff ends at {requeue_at}" if requeue_at else ""
-        hint = pods_not_ready_hint(common["pods_ready_timeout"])
+        hint = pods_not_ready_hint(pods_ready_timeout)
         detail = f"{hint}; Kueue requeues it{backoff} ({evicted.get('message') or ''})"
         return result(Phase.QUEUED, PODS_READY_TIMEOUT, detail)
     if evicted.get("status") == "True":

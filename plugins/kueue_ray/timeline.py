@@ -39,11 +39,12 @@ Timestamp = datetime | float | int | str
 
 def to_epoch(at: Timestamp) -> float:
     """datetime (naive = UTC), epoch seconds or ISO 8601 text -> epoch seconds."""
-    if isinstance(at, str):
-        at = parse_time(at)
-    if isinstance(at, datetime):
-        return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
-    return float(at)
+    moment = parse_time(at) if isinstance(at, str) else at
+    if moment is None:
+        raise ValueError(f"{at!r} is not a timestamp: expected ISO 8601 text, a datetime or epoch seconds")
+    if isinstance(moment, datetime):
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    return float(moment)
 
 
 def to_iso(epoch: float | None) -> str | None:
@@ -101,8 +102,8 @@ class Timeline:
         admitted_at = None
         current_since = now
         first_look = self.last_observed_at is None
-        if first_look:
-            admitted_at = self._catch_up(observation, now)
+        if self.last_observed_at is None:
+            admitted_at = self._catch_up(observation, self.submitted_at, now)
             current_since = self._transitions_before(observation, admitted_at, now)
         elif previous is not None:
             self._attribute(previous, max(0.0, now - self.last_observed_at))
@@ -160,7 +161,13 @@ class Timeline:
             self.finished_at = self.finished_at or now  # the catch-up may know the Ray job's own end
             self.final_phase = current.value
         if current is not previous or (self.transitions and self.transitions[-1]["phase"] != current.value):
-            since = self.finished_at if current in TERMINAL_PHASES else current_since
+            if current in TERMINAL_PHASES:
+                # set with final_phase just above, or at the terminal observation that set final_phase
+                # (to_dict and from_dict keep both)
+                assert self.finished_at is not None
+                since = self.finished_at
+            else:
+                since = current_since
             self._note(current, since, observation.reason, observation.message)
         self.phase = current.value
         return current is not previous
@@ -234,7 +241,7 @@ class Timeline:
             self._note(Phase.RUNNING, started, "Running", "")
         return now
 
-    def _catch_up(self, observation: Observation, now: float) -> float | None:
+    def _catch_up(self, observation: Observation, submitted: float, now: float) -> float | None:
         """Account for the time before the first observation; return when quota was reserved, if known.
 
         A waiter often starts after the fact: the sensor runs once the submit task has finished, a
@@ -246,26 +253,28 @@ class Timeline:
         """
         phase = observation.phase
         if phase is Phase.AWAITING_CHECKS and observation.quota_reserved_at:
-            reserved_at = self._within(observation.quota_reserved_at, self.submitted_at, now)
-            self._attribute(Phase.QUEUED, reserved_at - self.submitted_at)
+            reserved_at = self._clamp(to_epoch(observation.quota_reserved_at), submitted, now)
+            self._attribute(Phase.QUEUED, reserved_at - submitted)
             self._attribute(Phase.AWAITING_CHECKS, now - reserved_at)
             self.quota_reserved_at = reserved_at
             return None
         if phase in WAITING_PHASES:
-            self._attribute(phase, max(0.0, now - self.submitted_at))
+            self._attribute(phase, max(0.0, now - submitted))
             return None
-        quota_at = reserved_at = None
-        if observation.quota_reserved_at and (phase in HOLDING_QUOTA_PHASES or phase in TERMINAL_PHASES):
-            quota_at = self._within(observation.quota_reserved_at, self.submitted_at, now)
-            # Admitted once the admission checks passed (at the reservation when there were none).
-            reserved_at = (
-                self._within(observation.admitted_at, quota_at, now) if observation.admitted_at else quota_at
-            )
-        if reserved_at is None:
+        if not observation.quota_reserved_at or not (
+            phase in HOLDING_QUOTA_PHASES or phase in TERMINAL_PHASES
+        ):
             return None
+        quota_at = self._clamp(to_epoch(observation.quota_reserved_at), submitted, now)
+        # Admitted once the admission checks passed (at the reservation when there were none).
+        reserved_at = (
+            self._clamp(to_epoch(observation.admitted_at), quota_at, now)
+            if observation.admitted_at
+            else quota_at
+        )
         self.quota_reserved_at = quota_at
         self.resource_usage = dict(observation.resource_usage)
-        self._attribute(Phase.QUEUED, quota_at - self.submitted_at)
+        self._attribute(Phase.QUEUED, quota_at - submitted)
         self._attribute(Phase.AWAITING_CHECKS, reserved_at - quota_at)
         started = self._within(observation.ray_job_started_at, reserved_at, now)
         if phase in TERMINAL_PHASES:
@@ -285,9 +294,11 @@ class Timeline:
     def _within(value: str | None, earliest: float | None, latest: float) -> float | None:
         """A Kubernetes timestamp clamped into [earliest, latest]: they have 1 s precision, and clocks
         differ, so never before what it follows nor after now."""
-        if not value:
-            return None
-        return min(max(to_epoch(value), earliest if earliest is not None else float("-inf")), latest)
+        return None if not value else Timeline._clamp(to_epoch(value), earliest, latest)
+
+    @staticmethod
+    def _clamp(at: float, earliest: float | None, latest: float) -> float:
+        return min(max(at, earliest if earliest is not None else float("-inf")), latest)
 
     def _attribute(self, phase: Phase, seconds: float) -> None:
         if phase in WAITING_PHASES:

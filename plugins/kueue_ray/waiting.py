@@ -103,7 +103,9 @@ class Watchdog:
                 f"(PodsReadyTimeout), more than max_pods_ready_evictions={limit}; Kueue says: "
                 f"{observation.describe()}",
             )
+        # _track above started the clock of the phase each rule below reads
         if phase is self.inadmissible_phase and policy.fail_on_inadmissible:
+            assert self.inadmissible_since is not None
             waited = (now - self.inadmissible_since).total_seconds()
             if waited >= policy.inadmissible_grace:
                 return Verdict(
@@ -113,6 +115,7 @@ class Watchdog:
                     f"inadmissible_grace={policy.inadmissible_grace:g}s)",
                 )
         if phase in self.waiting_phases and policy.queue_timeout is not None:
+            assert self.waiting_since is not None
             waited = (now - self.waiting_since).total_seconds()
             if waited >= policy.queue_timeout:
                 return Verdict(
@@ -123,6 +126,7 @@ class Watchdog:
                 )
         limit = getattr(policy, self.admitted_limit)
         if phase in self.admitted_phases and limit is not None:
+            assert self.admitted_since is not None
             elapsed = (now - self.admitted_since).total_seconds()
             if elapsed >= limit:
                 return self.overdue(observation, elapsed)
@@ -140,6 +144,7 @@ class Watchdog:
 
     def overdue(self, observation: Any, elapsed: float) -> Verdict:
         """The verdict when the time since admission exceeds ``admitted_limit``."""
+        assert self.admitted_since is not None  # check() asks only while the admitted clock runs
         return Verdict(
             RUN_TIMEOUT,
             "RunTimeout",
@@ -298,13 +303,19 @@ class WaitTarget:
 
 
 class Waited(Protocol):
-    """What ``waited_for`` reads of a target (``WaitTarget``, ``service_waiting.ServiceTarget``)."""
+    """What ``waited_for`` reads of a target (``WaitTarget``, ``service_waiting.ServiceTarget``): read-only,
+    so frozen dataclasses satisfy it."""
 
-    name: str
-    namespace: str
-    uid: str
-    queue: str | None
-    priority: str | None
+    @property
+    def name(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def queue(self) -> str | None: ...
+    @property
+    def priority(self) -> str | None: ...
 
 
 def waited_for(target: Waited) -> dict[str, Any]:

@@ -336,7 +336,12 @@ def explain_queued(
     for other in workloads:
         meta = other.get("metadata") or {}
         admitted_to = ((other.get("status") or {}).get("admission") or {}).get("clusterQueue")
-        if meta.get("name") == own_name or admitted_to not in members or is_finished(other):
+        if (
+            meta.get("name") == own_name
+            or admitted_to is None
+            or admitted_to not in members
+            or is_finished(other)
+        ):
             continue
         usage = usage_of(other)
         for key, amount in usage.items():
@@ -346,7 +351,7 @@ def explain_queued(
             continue
         may_take = admitted_to == name and can_preempt(within, own_priority, own_created, other)
         how = f"its priority may{'' if may_take else ' not'} preempt it (withinClusterQueue: {within})"
-        owner = next(iter(meta.get("ownerReferences") or ()), {})
+        owner: dict = next(iter(meta.get("ownerReferences") or ()), {})
         hidden = conceal(other)
         holders.append(
             Holder(
@@ -397,7 +402,7 @@ def _rejudge(
         return holder
     nominal = quotas_of(members[holder.cluster_queue].get("spec") or {})
     borrowing = any(
-        used_by_queue[holder.cluster_queue].get(key, Decimal(0)) > nominal.get(key).nominal
+        used_by_queue[holder.cluster_queue].get(key, Decimal(0)) > nominal[key].nominal
         for key in holder.usage
         if key in nominal
     )
