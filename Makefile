@@ -35,6 +35,7 @@ REAL_PYTEST := $(BIN)/python -m pytest -p no:xdist --cluster=real tests/integrat
 
 test: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
 	$(E2E_PYTEST)
 	@if [ -n "$(GO_TOOLCHAIN)" ]; then $(MAKE) --no-print-directory test-real; \
@@ -46,6 +47,7 @@ demo: venv
 # The same suite with the e2e fault test at full load (CI runs a smaller one).
 test-full: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
 	E2E_FULL=1 $(E2E_PYTEST)
 
@@ -58,11 +60,13 @@ realcluster:
 test-real: venv realcluster
 	$(REAL_PYTEST)
 
+# ruff over everything; mypy over the pure core listed in pyproject.toml's [tool.mypy]
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .run
+	rm -rf $(VENV) .pytest_cache .mypy_cache .run
 
 # Benchmarks (not part of `make test`): quick (< 5 min) and full (every figure of bench/README.md, one run).
 bench: venv
