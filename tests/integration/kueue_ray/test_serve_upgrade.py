@@ -27,10 +27,12 @@ from tests.integration.kueue_ray.serve_support import (
 
 STALLS_ON_REAL = pytest.mark.kubesim_only(
     "stalls now and then on the real stack (KubeRay v1.6.2, Kueue v0.19.2 admitting a RayService's "
-    "RayClusters on their own): in the whole module's run (2026-12-04) the wait stayed at ADMITTED ('its "
-    "pods are starting') until the timeout in this test and two others, and the teardown test alone "
-    "stalled once and passed once (48 s); in a stalled run Kueue's unsuspend of the RayCluster hit a 409 "
-    "while KubeRay updated that cluster, and no head pod followed (realcluster/README.md)"
+    "RayClusters on their own): the wait stays at ADMITTED ('its pods are starting') until the timeout; "
+    "each of the module's four tests stalled in one run or another on 2026-12-04 (the zero-downtime "
+    "upgrade in a CI run). In a stalled run Kueue's unsuspend of the RayCluster hit a 409 while KubeRay "
+    "updated that cluster, and no head pod followed: v1.6.2 writes the RayService's "
+    "rayClusterConfig.suspend into the existing cluster (kuberay#4739) as Kueue admits it "
+    "(realcluster/README.md)"
 )
 
 BY_CLUSTER = """\
@@ -87,6 +89,7 @@ def serve_selector(queues, name: str) -> str:
     return svc.spec.selector["ray.io/cluster"]
 
 
+@STALLS_ON_REAL
 def test_a_new_model_is_served_by_a_new_cluster_and_traffic_switches_without_downtime(
     queues, eventually, capfd
 ):
