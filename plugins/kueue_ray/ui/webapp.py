@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import string
 from contextlib import asynccontextmanager
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
-from fastapi.responses import FileResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from kueue_ray.ui.access import Access, ReadableDags
@@ -57,8 +58,14 @@ STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = frozenset({"kueue.js", "kueue.css", "kueue.svg"})
 CONFIG_SECTION = "kueue_ray"
 DEFAULT_NAMESPACES = "ray"
+PAGES = string.Template((STATIC / "page.html").read_text())
+"""Both pages are one HTML shell (``static/page.html``); ``kueue.js`` draws the page its ``data-page`` names."""
 DASHBOARD_LINK_XCOM = "_link_RayDashboardLink"
 """Where Airflow keeps the Ray dashboard extra link the task rendered (``links.RayDashboardLink``)."""
+
+
+def _page(page: str, title: str) -> HTMLResponse:
+    return HTMLResponse(PAGES.substitute(page=page, title=title), headers={"Cache-Control": "no-store"})
 
 
 def settings_from_airflow() -> tuple[str, list[str]]:
@@ -177,12 +184,12 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
         return RedirectResponse(f"{airflow_root()}{APP_PREFIX}/queues")
 
     @router.get("/queues", include_in_schema=False)
-    async def queues_page() -> FileResponse:
-        return FileResponse(STATIC / "queues.html", headers={"Cache-Control": "no-store"})
+    async def queues_page() -> HTMLResponse:
+        return _page("queues", "Kueue queues")
 
     @router.get("/task-instance", include_in_schema=False)
-    async def task_page() -> FileResponse:
-        return FileResponse(STATIC / "task.html", headers={"Cache-Control": "no-store"})
+    async def task_page() -> HTMLResponse:
+        return _page("task", "Kueue")
 
     @router.get("/static/{name}", include_in_schema=False)
     async def static(name: str) -> FileResponse:

@@ -161,3 +161,15 @@ def test_the_plugins_urls_hold_no_placeholder_airflow_may_leave_and_its_nav_labe
         "{RUN_ID}",
         "{TASK_ID}",
     }
+
+
+def test_each_page_names_itself_and_is_never_cached(client):
+    """The queues page and the task tab are one HTML shell: its title, heading and ``data-page`` (which
+    ``kueue.js`` draws) must be each page's own."""
+    test_client, app, _ = client
+    signed_in(app)
+    for path, page, title in (("/queues", "queues", "Kueue queues"), ("/task-instance", "task", "Kueue")):
+        answer = test_client.get(path)
+        assert answer.status_code == 200 and answer.headers["cache-control"] == "no-store", path
+        assert f"<title>{title}</title>" in answer.text and f"<h1>{title}</h1>" in answer.text, path
+        assert f'data-page="{page}"' in answer.text and "$" not in answer.text, path
