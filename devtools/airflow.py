@@ -3,7 +3,8 @@ end-to-end tests, and talk to it through its REST API like a user or CI would.
 
 The components run as `airflow standalone` would run them, but through devtools.components, which binds
 every listener (the log server included) to loopback. Starting it in its own session and signalling the
-whole process group is the reliable way to stop everything (reference/airflow-3.3.md §6).
+whole process group is the reliable way to stop everything: SIGTERM to the parent alone orphans its children
+(scheduler, api-server, dag-processor, triggerer), and the triggerer takes ~20 s to exit.
 """
 
 from __future__ import annotations
