@@ -416,7 +416,10 @@ def test_a_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_api_server_f
         admitted_at = to_epoch(workload_condition("Admitted")["lastTransitionTime"])
         waiting = asyncio.create_task(first_event(trigger))  # its first list: RUNNING
         # Captured output read so far, kept whole: a line may be half written when it is read.
-        await until(lambda: captured.append(capfd.readouterr().out) or "RUNNING" in trigger_lines())
+        try:
+            await until(lambda: captured.append(capfd.readouterr().out) or "RUNNING" in trigger_lines())
+        except TimeoutError:  # say what the trigger and the hub did say, so a miss explains itself
+            raise AssertionError(f"no RUNNING line in 30 s; captured:\n{''.join(captured)[-6000:]}") from None
         urgent_context = task_context("urgent")
         urgent = submit(
             queues,
