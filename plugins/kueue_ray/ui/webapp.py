@@ -120,6 +120,14 @@ def parse_map_index(value: str | None) -> int:
         return -1
 
 
+def task_ref(dag_id: str, run_id: str, task_id: str, map_index: str = "-1") -> TaskRef:
+    """The task instance a request names in its query (``dag_id``, ``run_id``, ``task_id``, ``map_index``)."""
+    return TaskRef(dag_id, run_id, task_id, parse_map_index(map_index))
+
+
+TaskInstance = Annotated[TaskRef, Depends(task_ref)]
+
+
 def read_task_xcoms(ref: TaskRef) -> dict[str, Any]:
     """The task instance's ``rayjob``, ``timeline`` and ``rayservice`` XComs and its Ray dashboard link
     (blocking)."""
@@ -221,22 +229,15 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             403: {"description": "the user may not read the DAG"},
         },
     )
-    async def task_instance(
-        request: Request,
-        user: User,
-        dag_id: str,
-        run_id: str,
-        task_id: str,
-        map_index: str = "-1",
-        known: Known = None,
-    ) -> Any:
+    async def task_instance(request: Request, user: User, ref: TaskInstance, known: Known = None) -> Any:
         cluster_cache: ClusterCache = request.app.state.cache
         access = await run_in_threadpool(readable.for_user, user)
-        if not access.can_read(dag_id):
-            raise HTTPException(403, f"You may not read DAG {dag_id!r}, so nothing of its RayJobs is shown.")
+        if not access.can_read(ref.dag_id):
+            raise HTTPException(
+                403, f"You may not read DAG {ref.dag_id!r}, so nothing of its RayJobs is shown."
+            )
         if known is not None and known == cluster_cache.version:
             return Response(status_code=204)
-        ref = TaskRef(dag_id, run_id, task_id, parse_map_index(map_index))
         xcoms = await run_in_threadpool(read_task_xcoms, ref)
         snapshot = cluster_cache.snapshot()
         rayjob = xcoms.get("rayjob") or {}
@@ -264,7 +265,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             rayservice_xcom=rayservice or None,
             pods=pods,
         )
-        editable = await run_in_threadpool(editable_dag, user, dag_id)
+        editable = await run_in_threadpool(editable_dag, user, ref.dag_id)
         return (
             view
             | {"priority_change": offer(view, rayjob or None, editable)}
@@ -279,20 +280,11 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             409: {"description": "not allowed"},
         },
     )
-    async def task_instance_priority(
-        request: Request,
-        user: User,
-        dag_id: str,
-        run_id: str,
-        task_id: str,
-        priority: str,
-        map_index: str = "-1",
-    ) -> Any:
-        if not await run_in_threadpool(editable_dag, user, dag_id):
+    async def task_instance_priority(request: Request, user: User, ref: TaskInstance, priority: str) -> Any:
+        if not await run_in_threadpool(editable_dag, user, ref.dag_id):
             raise HTTPException(
-                403, f"You may not edit DAG {dag_id!r}, so you may not change its priorities."
+                403, f"You may not edit DAG {ref.dag_id!r}, so you may not change its priorities."
             )
-        ref = TaskRef(dag_id, run_id, task_id, parse_map_index(map_index))
         rayjob = (await run_in_threadpool(read_task_xcoms, ref)).get("rayjob") or {}
         if not rayjob.get("name"):
             raise HTTPException(404, "This task instance has no RayJob.")
@@ -305,7 +297,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             snapshot=snapshot,
             live_timeline=None,
             pending=None,
-            access=Access(user_name=user.get_name(), dag_ids=frozenset({dag_id})),
+            access=Access(user_name=user.get_name(), dag_ids=frozenset({ref.dag_id})),
             links=Links(),
         )
         if offer(current, rayjob, True) is None:
