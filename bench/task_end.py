@@ -56,30 +56,18 @@ from bench.harness.airflow import (
     ClusterWatch,
     JobWatch,
     airflow_stack,
+    dag_bundles,
     epoch,
     log_entries,
 )
 from bench.stats import summary_ms
 
-BENCH_DAGS = Path(__file__).resolve().parent / "dags"
 PEER = "bench_provider_kueue_job"
 PEER_TASK = "kueue_job"
 """The peer's one task: it submits its Job and waits for it."""
 PATHS = {"bench_end_in_triggerer": True, "bench_end_on_worker": False, PEER: None}
 """DAG id → its sensor's ``end_in_triggerer``; None: the peer, which has no sensor."""
 TIME_SCALE = 10.0
-
-
-def dag_bundles() -> str:
-    from devtools.airflow import ROOT
-
-    local = "airflow.dag_processing.bundles.local.LocalDagBundle"
-    return json.dumps(
-        [
-            {"name": "dags-folder", "classpath": local, "kwargs": {"path": str(ROOT / "dags")}},
-            {"name": "bench", "classpath": local, "kwargs": {"path": str(BENCH_DAGS)}},
-        ]
-    )
 
 
 def waiting_task(dag_id: str) -> str:

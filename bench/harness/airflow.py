@@ -23,6 +23,9 @@ PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 if str(PLUGINS) not in sys.path:
     sys.path.append(str(PLUGINS))
 
+BENCH_DAGS = Path(__file__).resolve().parents[1] / "dags"
+"""The benchmark-only DAGs: their own bundle, which only the benchmarks add, so ``make run`` and the DAG
+integrity tests see only the pipelines."""
 NAMESPACE = "ray"
 """Where the project's DAGs submit (the single-queue setup's namespace)."""
 TERMINAL_TI_STATES = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
@@ -68,6 +71,19 @@ def airflow_stack(
     finally:
         sim.stop()
         database.stop()
+
+
+def dag_bundles() -> str:
+    """``[dag_processor] dag_bundle_config_list``: the pipelines' DAG folder and the benchmark DAGs."""
+    from devtools.airflow import ROOT
+
+    local = "airflow.dag_processing.bundles.local.LocalDagBundle"
+    return json.dumps(
+        [
+            {"name": "dags-folder", "classpath": local, "kwargs": {"path": str(ROOT / "dags")}},
+            {"name": "bench", "classpath": local, "kwargs": {"path": str(BENCH_DAGS)}},
+        ]
+    )
 
 
 def epoch(value: str) -> float:
