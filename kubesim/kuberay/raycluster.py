@@ -284,6 +284,10 @@ def build_pod(cluster: dict, template: dict, node_type: str, group: str) -> dict
             CREATED_BY: OPERATOR,
         }
     )
+    if (cluster["metadata"].get("labels") or {}).get("ray.io/originated-from-crd") == "RayService":
+        # A RayService's worker takes traffic by its readiness probe, its head once the RayService
+        # controller has found the head's Serve proxy healthy (BuildPod).
+        labels["ray.io/serve"] = "false" if node_type == "head" else "true"
     prefix = f"{name}-head" if node_type == "head" else f"{name}-{group}-worker"
     return {
         "apiVersion": "v1",
