@@ -30,7 +30,8 @@ import json
 from aiohttp import web
 
 from kubesim.clock import Clock
-from kubesim.kuberay.serve import SERVE_PORT, ServeDeployment, serve_statuses
+from kubesim.kuberay.raycluster import SERVE_PORT
+from kubesim.kuberay.serve import ServeDeployment, serve_statuses
 
 SERVE_PATH = "/api/serve/applications/"
 PROXY_HEALTH_PATH = "/-/healthz"

@@ -23,8 +23,7 @@ import copy
 
 from kubesim.errors import ApiError
 from kubesim.kuberay.context import PODS, SERVICES, Context, owner_reference
-from kubesim.kuberay.raycluster import CLUSTER_LABEL, DEFAULT_PORTS, NODE_TYPE_LABEL, pod_running
-from kubesim.kuberay.serve import SERVE_PORT
+from kubesim.kuberay.raycluster import CLUSTER_LABEL, DEFAULT_PORTS, NODE_TYPE_LABEL, SERVE_PORT, pod_running
 
 SERVE_LABEL = "ray.io/serve"
 ORIGINATED_FROM_NAME = "ray.io/originated-from-cr-name"

@@ -21,7 +21,6 @@ from datetime import datetime
 
 import yaml
 
-SERVE_PORT = 8000
 SERVE_DEPLOY_SECONDS = 10.0
 """Simulated seconds Serve takes to deploy an application (replicas start, the model loads)."""
 
