@@ -74,6 +74,7 @@ class Context:
         self.simulated_since = self.moments.simulated_since
         self._armed: set[tuple[Key, str]] = set()
         self._due: dict[Key, datetime] = {}
+        self._failures: dict[Key, int] = {}
         # The RayJob (namespace, name) whose current attempt runs on a cluster, for dashboard callbacks.
         self.cluster_users: dict[tuple[str, str], Key] = {}
         # What KubeRay's RayService controller keeps in memory: the Serve config it submitted to each
@@ -102,6 +103,17 @@ class Context:
                 self.enqueue(key)
 
         self.call_after(simulated_seconds, fire)
+
+    def requeue_failed(self, key: Key) -> None:
+        """A reconcile that ended in an error: controller-runtime ignores its ``RequeueAfter`` and retries
+        with the workqueue's per-item exponential backoff (5 ms, doubling, at most 1000 s)."""
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        self.requeue_within(key, min(1000.0, 0.005 * 2**failures))
+
+    def forget(self, key: Key) -> None:
+        """A reconcile that succeeded: the next failure starts the backoff again (``Forget``)."""
+        self._failures.pop(key, None)
 
     def requeue_once(self, key: Key, tag: str, simulated_seconds: float) -> None:
         """Like :meth:`requeue_after`, but only the first request per (key, tag) arms a timer."""

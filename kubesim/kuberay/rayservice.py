@@ -117,8 +117,9 @@ def reconcile_rayservice(ctx: Context, namespace: str, name: str) -> None:
         if not _handle_suspend(ctx, service, status, now):
             _serve(ctx, service, status, now)
     except NoHeadPod:
-        ctx.requeue_within(key, REQUEUE_SECONDS)  # an error: the status is not written
+        ctx.requeue_failed(key)  # an error: the status is not written
         return
+    ctx.forget(key)
     status = go_status(status)
     if _changed(original, status):
         status["lastUpdateTime"] = now

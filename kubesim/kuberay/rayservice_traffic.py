@@ -31,7 +31,8 @@ ORIGINATED_FROM_CRD = "ray.io/originated-from-crd"
 
 
 class NoHeadPod(Exception):
-    """``found 0 head``: the reconcile stops here and is retried ``ServiceDefaultRequeueDuration`` later."""
+    """``found 0 head``: the reconcile ends in this error, before any status is written; controller-runtime
+    retries it with its exponential backoff (``Context.requeue_failed``), or at the next event."""
 
 
 def serve_service_name(service_name: str) -> str:
