@@ -104,15 +104,16 @@ def reconcile_rayservice(ctx: Context, namespace: str, name: str) -> None:
         return
     original = service.get("status") or {}
     status = copy.deepcopy(original)
-    status["observedGeneration"] = meta.get("generation", 1)
     now = ctx.clock.timestamp()
     error = validate_rayservice(service)
     if error:
+        # Validation comes before calculateStatus: the status keeps the generation it observed before.
         set_service_condition(status, now, "Ready", "False", "ValidationFailed", error)
         ctx.event(service, "Warning", "InvalidRayServiceSpec", f"{namespace}/{name}: {error}")
         status["lastUpdateTime"] = now
         ctx.write_status(RAYSERVICES, service, go_status(status))
         return  # no requeue: only a change of the spec brings it back
+    status["observedGeneration"] = meta.get("generation", 1)
     try:
         if not _handle_suspend(ctx, service, status, now):
             _serve(ctx, service, status, now)

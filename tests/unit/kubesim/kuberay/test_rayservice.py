@@ -96,7 +96,8 @@ def with_model(model: str):
 
 def test_a_new_rayservice_deploys_serve_on_a_pending_cluster_then_serves_from_it():
     async def body(cluster: Cluster) -> None:
-        # Every status the service goes through (DEPLOYING lasts 10 simulated ms here: polling may miss it).
+        # Every status the service goes through. KubeRay reads Serve every 2 s: at a time scale of 100,
+        # Serve's 10 s of DEPLOYING (100 ms) span several of those reads even on a loaded machine.
         statuses: list[dict] = []
         cluster.store.subscribe(
             RAYSERVICES, lambda event: statuses.append(event.object.get("status") or {}), namespace=NS
@@ -124,7 +125,7 @@ def test_a_new_rayservice_deploys_serve_on_a_pending_cluster_then_serves_from_it
         assert status["numServeEndpoints"] == 3
         assert serve_selector(cluster) == active["rayClusterName"]
 
-    scenario(body)
+    scenario(body, time_scale=100.0)
 
 
 def test_a_new_cluster_config_brings_up_a_pending_cluster_switches_traffic_then_deletes_the_old_one():
@@ -167,7 +168,10 @@ def test_suspend_and_replicas_are_not_part_of_the_cluster_config_hash():
             spec["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] = 3
 
         update_spec(cluster, flip)
-        await until(lambda: service_status(cluster).get("observedGeneration") == 2, "generation 2 observed")
+        generation = cluster.store.get(RAYSERVICES, "serve", namespace=NS)["metadata"]["generation"]
+        await until(
+            lambda: service_status(cluster).get("observedGeneration") == generation, "the flip observed"
+        )
 
         status = service_status(cluster)
         assert not pending_name(status)
@@ -231,7 +235,7 @@ def test_a_serve_config_change_alone_updates_the_applications_in_place():
         assert status["activeServiceStatus"]["rayClusterName"] == active
         assert not pending_name(status)
 
-    scenario(body)
+    scenario(body, time_scale=100.0)  # DEPLOYING lasts 100 ms: several of KubeRay's 2 s reads
 
 
 def test_an_application_serve_cannot_import_fails_on_the_pending_cluster_and_never_takes_traffic():
