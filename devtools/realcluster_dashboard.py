@@ -26,7 +26,7 @@ from aiohttp import web
 from devtools.realcluster_serve import HeadServe, add_serve_routes, proxy_app
 from kubesim.clock import Clock
 from kubesim.kuberay.dashboard import Behaviour, RayDashboards, RayJobRun
-from kubesim.kuberay.rayservice import SERVE_PORT
+from kubesim.kuberay.raycluster import SERVE_PORT
 from kubesim.kuberay.submitter import submission_lines
 
 DASHBOARD_PORT = 8265

@@ -12,10 +12,11 @@ KubeRay v1.6.2 (``--use-kubernetes-proxy``) makes three calls per reconcile of a
   health on the head; 200 labels the head pod ``ray.io/serve=true``, so that the ``<name>-serve-svc``
   Service selects it and its EndpointSlice counts a serve endpoint (the RayService's ``Ready``).
 
-What Serve does with a config is kubesim's model (``kubesim.kuberay.rayservice.serve_statuses``): every
-application ``DEPLOYING`` (deployments ``UPDATING``) for ``SERVE_DEPLOY_SECONDS`` simulated seconds after the
-config changed, then ``RUNNING`` (``HEALTHY``). Only what Ray sees is used, the config sent; a RayService's
-annotations never reach Ray, so kubesim's ``kubesim.dev/serve-status`` failures are not reproduced here.
+What Serve does with a config is kubesim's model (``kubesim.kuberay.serve``): every application
+``DEPLOYING`` (deployments ``UPDATING``) for ``SERVE_DEPLOY_SECONDS`` simulated seconds after the config
+changed, then ``RUNNING`` (``HEALTHY``), or ``DEPLOY_FAILED`` with Python's ``ModuleNotFoundError`` when its
+``import_path`` names a module that can never be imported. It reads only the config Ray is sent, so kubesim
+and this stand-in fail the same configs.
 
     serve = HeadServe(clock)
     serve.deploy(config_json_text)   # PUT: Serve starts, its proxy listens on the head's port 8000
@@ -29,7 +30,8 @@ import json
 from aiohttp import web
 
 from kubesim.clock import Clock
-from kubesim.kuberay.rayservice import SERVE_PORT, ServeDeployment, serve_statuses
+from kubesim.kuberay.raycluster import SERVE_PORT
+from kubesim.kuberay.serve import ServeDeployment, serve_statuses
 
 SERVE_PATH = "/api/serve/applications/"
 PROXY_HEALTH_PATH = "/-/healthz"
@@ -53,9 +55,7 @@ class HeadServe:
         if config == self._config:
             return
         self._config = config
-        self._deployment = ServeDeployment(
-            config=json.dumps(config), submitted_at=self._clock.now(), outcome="RUNNING", message=""
-        )
+        self._deployment = ServeDeployment(config=json.dumps(config), submitted_at=self._clock.now())
 
     def details(self) -> dict:
         """``GET /api/serve/applications/``: Serve's ``ServeInstanceDetails`` (the fields KubeRay reads,
@@ -72,7 +72,8 @@ class HeadServe:
         """
         if self._deployment is None:
             return {"controller_info": {}, "proxies": {}, "deploy_mode": "MULTI_APP", "applications": {}}
-        elapsed = self._clock.simulated_since(self._deployment.submitted_at)
+        submitted_at = self._deployment.submitted_at
+        elapsed = self._clock.simulated_since(submitted_at)
         configs = {
             app.get("name") or "default": app for app in (self._config or {}).get("applications") or []
         }
@@ -84,13 +85,13 @@ class HeadServe:
                 "route_prefix": config.get("route_prefix", "/"),
                 "docs_path": None,
                 "status": app["status"],
-                "message": app["message"],
-                "last_deployed_time_s": self._deployment.submitted_at.timestamp(),
+                "message": app.get("message", ""),
+                "last_deployed_time_s": submitted_at.timestamp(),
                 "deployed_app_config": config,
                 "source": "declarative",
                 "deployments": {
-                    deployment: {"name": deployment, "status": state["status"], "message": state["message"]}
-                    for deployment, state in app["serveDeploymentStatuses"].items()
+                    deployment: {"name": deployment, "status": state["status"], "message": ""}
+                    for deployment, state in (app.get("serveDeploymentStatuses") or {}).items()
                 },
             }
         return {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from kubesim.clock import Clock
 from kubesim.events import record_event
@@ -73,6 +73,8 @@ class Context:
         self.stamp = self.moments.stamp
         self.simulated_since = self.moments.simulated_since
         self._armed: set[tuple[Key, str]] = set()
+        self._due: dict[Key, datetime] = {}
+        self._failures: dict[Key, int] = {}
         # The RayJob (namespace, name) whose current attempt runs on a cluster, for dashboard callbacks.
         self.cluster_users: dict[tuple[str, str], Key] = {}
         # What KubeRay's RayService controller keeps in memory: the Serve config it submitted to each
@@ -85,6 +87,33 @@ class Context:
     def requeue_after(self, key: Key, simulated_seconds: float) -> None:
         """Reconcile ``key`` again once ``simulated_seconds`` have passed."""
         self.call_after(simulated_seconds, lambda: self.enqueue(key))
+
+    def requeue_within(self, key: Key, simulated_seconds: float) -> None:
+        """controller-runtime's ``RequeueAfter``: the delaying queue holds one entry per key, so of several
+        requests the earliest wins and the later ones add nothing."""
+        due = self.clock.now() + timedelta(seconds=self.clock.real_seconds(simulated_seconds))
+        current = self._due.get(key)
+        if current is not None and current <= due:
+            return
+        self._due[key] = due
+
+        def fire() -> None:
+            if self._due.get(key) == due:
+                del self._due[key]
+                self.enqueue(key)
+
+        self.call_after(simulated_seconds, fire)
+
+    def requeue_failed(self, key: Key) -> None:
+        """A reconcile that ended in an error: controller-runtime ignores its ``RequeueAfter`` and retries
+        with the workqueue's per-item exponential backoff (5 ms, doubling, at most 1000 s)."""
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        self.requeue_within(key, min(1000.0, 0.005 * 2**failures))
+
+    def forget(self, key: Key) -> None:
+        """A reconcile that succeeded: the next failure starts the backoff again (``Forget``)."""
+        self._failures.pop(key, None)
 
     def requeue_once(self, key: Key, tag: str, simulated_seconds: float) -> None:
         """Like :meth:`requeue_after`, but only the first request per (key, tag) arms a timer."""

@@ -21,6 +21,7 @@ from kubesim.kuberay.context import (
     RAYCLUSTERS,
     RAYJOBS,
     RAYSERVICES,
+    SERVICES,
     Context,
     Key,
     controller_of,
@@ -48,6 +49,8 @@ class KubeRay:
         self.ctx = Context(store, clock, logs, self._enqueue)
         self.queue: WorkQueue[Key] = WorkQueue(self._reconcile, self.ctx.timers, logger)
         self._container_programs = container_programs if container_programs is not None else []
+        # What the RayService controller's predicates compare: generation, labels, annotations.
+        self._rayservice_seen: dict[tuple[str, str], tuple] = {}
 
     def _enqueue(self, key: Key) -> None:
         self.queue.enqueue(key)
@@ -64,6 +67,7 @@ class KubeRay:
             RAYSERVICES: self._on_rayservice,
             PODS: self._on_pod,
             JOBS: self._on_job,
+            SERVICES: self._on_service,
         }
         try:
             await self.queue.run(self.ctx.store, watches)
@@ -80,8 +84,23 @@ class KubeRay:
         self._enqueue(("rayjob", meta["namespace"], meta["name"]))
 
     def _on_rayservice(self, event: WatchEvent) -> None:
+        """``GenerationChangedPredicate`` or ``LabelChangedPredicate`` or ``AnnotationChangedPredicate``:
+        an update of the status or of the finalizers alone reconciles nothing."""
         meta = event.object["metadata"]
-        self._enqueue(("rayservice", meta["namespace"], meta["name"]))
+        where = (meta["namespace"], meta["name"])
+        seen = (meta.get("generation"), meta.get("labels") or {}, meta.get("annotations") or {})
+        if event.type == "DELETED":
+            self._rayservice_seen.pop(where, None)
+        else:
+            before = self._rayservice_seen.get(where)
+            self._rayservice_seen[where] = seen
+            if event.type == "MODIFIED" and before == seen:
+                return
+        self._enqueue(("rayservice", *where))
+
+    def _on_service(self, event: WatchEvent) -> None:
+        """``Owns(&corev1.Service{})``: a RayService's Services bring it back."""
+        self._enqueue_owner(event.object)
 
     def _on_raycluster(self, event: WatchEvent) -> None:
         meta = event.object["metadata"]

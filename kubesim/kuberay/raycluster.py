@@ -32,6 +32,16 @@ GROUP_LABEL = "ray.io/group"
 HEAD_GROUP = "headgroup"
 MAX_INT32 = 2147483647
 DEFAULT_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080}
+SERVE_PORT = 8000
+
+
+def cluster_ports(cluster: dict) -> dict[str, int]:
+    """The head's ports: a RayService's cluster also gets Serve's (``serve``, 8000) by default."""
+    if (cluster["metadata"].get("labels") or {}).get("ray.io/originated-from-crd") == "RayService":
+        return {**DEFAULT_PORTS, "serve": SERVE_PORT}
+    return DEFAULT_PORTS
+
+
 DASHBOARD_PORT = 8265
 
 
@@ -228,7 +238,7 @@ def raycluster_status(cluster: dict, pods: list[dict], now: str, failure: PodRef
         status["state"] = "suspended"
 
     name = cluster["metadata"]["name"]
-    status["endpoints"] = {port: str(number) for port, number in DEFAULT_PORTS.items()}
+    status["endpoints"] = {port: str(number) for port, number in cluster_ports(cluster).items()}
     head = status.setdefault("head", {})
     head.update(
         {"serviceName": head_service_name(name), "serviceIP": head.get("serviceIP") or next_ip("10.96")}
@@ -284,6 +294,10 @@ def build_pod(cluster: dict, template: dict, node_type: str, group: str) -> dict
             CREATED_BY: OPERATOR,
         }
     )
+    if (cluster["metadata"].get("labels") or {}).get("ray.io/originated-from-crd") == "RayService":
+        # A RayService's worker takes traffic by its readiness probe, its head once the RayService
+        # controller has found the head's Serve proxy healthy (BuildPod).
+        labels["ray.io/serve"] = "false" if node_type == "head" else "true"
     prefix = f"{name}-head" if node_type == "head" else f"{name}-{group}-worker"
     return {
         "apiVersion": "v1",
@@ -353,7 +367,7 @@ def _ensure_head_service(ctx: Context, cluster: dict) -> None:
             "selector": {CLUSTER_LABEL: name, NODE_TYPE_LABEL: "head"},
             "ports": [
                 {"name": port, "port": number, "targetPort": number, "protocol": "TCP"}
-                for port, number in DEFAULT_PORTS.items()
+                for port, number in cluster_ports(cluster).items()
             ],
         },
     }

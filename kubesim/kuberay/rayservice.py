@@ -9,23 +9,27 @@ What ``RayServiceReconciler.Reconcile`` does, reduced to the default ``NewCluste
   cluster only when it is created; afterwards it is Kueue's to change. When the goal hash differs from the
   pending (else the active) cluster's, a new pending cluster is prepared (``shouldPrepareNewCluster``); an
   outdated pending cluster is simply dropped.
-* **Serve.** Once a cluster's head is ready, the Serve config is submitted to it (the pending cluster if
-  there is one, else the active one, so a ``serveConfigV2`` change alone is an in-place update). Serve
-  reports every application ``DEPLOYING`` (deployments ``UPDATING``) for ``SERVE_DEPLOY_SECONDS``, then
-  ``RUNNING`` / ``HEALTHY``. During an upgrade the active cluster's applications are not read, so its
-  ``applicationStatuses`` are empty, as KubeRay writes them.
-* **Switch.** When every application of the pending cluster is ``RUNNING``, the Serve Service
-  ``<name>-serve-svc`` is pointed at it and it becomes the active cluster (traffic switched, no downtime);
-  the old one, now owned but unused, is deleted ``rayClusterDeletionDelaySeconds`` later (default 60 s).
+* **Passes.** The first reconcile of a RayService only adds the ``ray.io/rayservice-finalizer``, writing
+  the object back as Go's types do (``go_round_trip``: a spec the client wrote without those empty
+  fields changes, so its generation does, and that write brings the next reconcile at once; else it
+  comes ``REQUEUE_SECONDS`` later). Every later reconcile ends with a requeue ``REQUEUE_SECONDS`` on: the
+  controller sees changes of a RayService's spec, labels and annotations, and of its RayClusters and
+  Services, but not its own status writes, pods or Serve, which it polls. A RayService being deleted
+  has every cluster deleted, and its finalizer removed once none is left.
+* **Serve.** Once a cluster's head is ready, Serve's applications are read from it, then the Serve config
+  is submitted to it if it has not got it (the pending cluster if there is one, else the active one, so
+  a ``serveConfigV2`` change alone is an in-place update). What Serve reports is ``kubesim.kuberay.serve``.
+  During an upgrade the active cluster's applications are not read, so its ``applicationStatuses`` are
+  empty, as KubeRay writes them.
+* **Switch.** When every application of the pending cluster is ``RUNNING``, the Services ``<name>-head-svc``
+  and ``<name>-serve-svc`` are pointed at it and it becomes the active cluster (traffic switched, no
+  downtime); the old one, now unused, is deleted ``rayClusterDeletionDelaySeconds`` later (default 60 s).
+  Which pods take traffic: ``kubesim.kuberay.rayservice_traffic``.
 * **Conditions.** ``Ready`` (``NonZeroServeEndpoints`` / ``ZeroServeEndpoints``), ``UpgradeInProgress``
   (``BothActivePendingClustersExist`` / ``NoPendingCluster``), exactly as ``calculateConditions`` writes
-  them; ``numServeEndpoints`` counts the running pods of the cluster the Serve Service selects.
+  them; the status's JSON shape: ``kubesim.kuberay.rayservice_status``.
 * ``spec.suspend`` deletes every owned cluster and walks ``Suspending`` -> ``Suspended``; clearing it
   starts over.
-
-Test-only annotations (on the RayService; never in the project's templates): ``kubesim.dev/serve-status``
-``DEPLOY_FAILED`` or ``UNHEALTHY`` makes every Serve deployment of this RayService end that way instead of
-``RUNNING``, with ``kubesim.dev/serve-message`` as Serve's message.
 """
 
 from __future__ import annotations
@@ -33,15 +37,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from dataclasses import dataclass
-from datetime import datetime
-
-import yaml
 
 from kubesim.errors import ApiError
 from kubesim.kuberay.context import (
-    CREATED_BY,
-    OPERATOR,
+    PODS,
     RAYCLUSTERS,
     RAYSERVICES,
     SERVICES,
@@ -49,37 +48,30 @@ from kubesim.kuberay.context import (
     owner_reference,
     random_suffix,
 )
-from kubesim.kuberay.raycluster import CLUSTER_LABEL, live_pods, pod_running, set_condition
+from kubesim.kuberay.rayservice_status import ROLES, go_status, is_true, set_service_condition
+from kubesim.kuberay.rayservice_traffic import (
+    ORIGINATED_FROM_CRD,
+    ORIGINATED_FROM_NAME,
+    NoHeadPod,
+    point_services,
+    serve_endpoints,
+    serve_service_name,
+    serve_target,
+    update_head_serve_label,
+)
+from kubesim.kuberay.serve import ServeDeployment, serve_statuses
 from kubesim.kuberay.validation import validate_rayservice
 
 INITIALIZING = "RayService is initializing"
 CLUSTER_HASH = "ray.io/hash-without-replicas-and-workers-to-delete"
 NUM_WORKER_GROUPS = "ray.io/num-worker-groups"
 KUBERAY_VERSION = "ray.io/kuberay-version"
-SERVE_PORT = 8000
-SERVE_DEPLOY_SECONDS = 10.0
-"""Simulated seconds Serve takes to deploy an application (replicas start, the model loads)."""
+FINALIZER = "ray.io/rayservice-finalizer"
+REQUEUE_SECONDS = 2.0
+"""``ServiceDefaultRequeueDuration``: every reconcile looks again this much later (KubeRay polls Serve,
+the head's proxy and the EndpointSlices; none of them is watched)."""
 DELETION_DELAY_SECONDS = 60.0
 """``RayClusterDeletionDelayDuration``: how long an unused cluster is kept (``rayClusterDeletionDelaySeconds``)."""
-SERVE_STATUS_ANNOTATION = "kubesim.dev/serve-status"
-SERVE_MESSAGE_ANNOTATION = "kubesim.dev/serve-message"
-FAILED_OUTCOMES = ("DEPLOY_FAILED", "UNHEALTHY")
-
-
-@dataclass(frozen=True)
-class ServeDeployment:
-    """A Serve config submitted to one cluster: what Serve reports depends on it and on the time since."""
-
-    config: str
-    submitted_at: datetime
-    outcome: str
-    """``RUNNING``, or one of ``FAILED_OUTCOMES`` (test annotation)."""
-    message: str
-
-
-def serve_service_name(service_name: str) -> str:
-    """``GenerateServeServiceName``: the Service clients send requests to."""
-    return f"{service_name}-serve-svc"
 
 
 def goal_hash(service: dict) -> str:
@@ -92,81 +84,108 @@ def goal_hash(service: dict) -> str:
     return hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def application_deployments(serve_config: str | None) -> dict[str, list[str]]:
-    """Application name -> its deployment names, from ``serveConfigV2``."""
-    try:
-        config = yaml.safe_load(serve_config or "") or {}
-    except yaml.YAMLError:
-        return {}
-    if not isinstance(config, dict):
-        return {}
-    return {
-        app.get("name") or "default": [d["name"] for d in app.get("deployments") or [] if d.get("name")]
-        for app in config.get("applications") or []
-        if isinstance(app, dict)
-    }
-
-
-def serve_statuses(deployment: ServeDeployment, elapsed: float) -> dict:
-    """``applicationStatuses`` as Serve reports them ``elapsed`` simulated seconds after the submission."""
-    applications = {}
-    deploying = elapsed < SERVE_DEPLOY_SECONDS
-    for app, names in application_deployments(deployment.config).items():
-        if deploying:
-            app_status, app_message = "DEPLOYING", ""
-            deployments = {name: {"status": "UPDATING", "message": ""} for name in names}
-        elif deployment.outcome == "RUNNING":
-            app_status, app_message = "RUNNING", ""
-            deployments = {name: {"status": "HEALTHY", "message": ""} for name in names}
-        else:
-            app_status = deployment.outcome
-            message = deployment.message or "The deployment failed to start."
-            if deployment.outcome == "DEPLOY_FAILED":
-                app_message = f"Deploying application {app} failed with exception:\n{message}"
-            else:
-                app_message = f"The deployments {names} are UNHEALTHY."
-            deployments = {name: {"status": deployment.outcome, "message": message} for name in names}
-        applications[app] = {
-            "status": app_status,
-            "message": app_message,
-            "serveDeploymentStatuses": deployments,
-        }
-    return applications
-
-
 def reconcile_rayservice(ctx: Context, namespace: str, name: str) -> None:
     service = ctx.store.get_or_none(RAYSERVICES, name, namespace=namespace)
     if service is None:
         return
-    if service["metadata"].get("deletionTimestamp"):
+    key = ("rayservice", namespace, name)
+    meta = service["metadata"]
+    has_clusters_to_clean = _clean_up_clusters(ctx, service)
+    if meta.get("deletionTimestamp"):
+        if has_clusters_to_clean:
+            ctx.requeue_within(key, REQUEUE_SECONDS)
+        else:
+            _update_finalizers(ctx, service, [f for f in meta.get("finalizers") or [] if f != FINALIZER])
+        return
+    if FINALIZER not in (meta.get("finalizers") or []):
+        # The first pass only adds the finalizer, writing the object back through KubeRay's Go types.
+        _update_finalizers(ctx, service, [*(meta.get("finalizers") or []), FINALIZER])
+        ctx.requeue_within(key, REQUEUE_SECONDS)
         return
     original = service.get("status") or {}
     status = copy.deepcopy(original)
-    status["observedGeneration"] = service["metadata"].get("generation", 1)
     now = ctx.clock.timestamp()
-    conditions = status.setdefault("conditions", [])
     error = validate_rayservice(service)
     if error:
-        set_condition(conditions, now, "Ready", "False", "ValidationFailed", error)
-        if _changed(original, status):
-            ctx.event(service, "Warning", "InvalidRayServiceSpec", f"{namespace}/{name}: {error}")
-    elif not _handle_suspend(ctx, service, status, now):
-        _serve(ctx, service, status, now)
+        # Validation comes before calculateStatus: the status keeps the generation it observed before.
+        set_service_condition(status, now, "Ready", "False", "ValidationFailed", error)
+        ctx.event(service, "Warning", "InvalidRayServiceSpec", f"{namespace}/{name}: {error}")
+        status["lastUpdateTime"] = now
+        ctx.write_status(RAYSERVICES, service, go_status(status))
+        return  # no requeue: only a change of the spec brings it back
+    status["observedGeneration"] = meta.get("generation", 1)
+    try:
+        if not _handle_suspend(ctx, service, status, now):
+            _serve(ctx, service, status, now)
+    except NoHeadPod:
+        ctx.requeue_failed(key)  # an error: the status is not written
+        return
+    ctx.forget(key)
+    status = go_status(status)
     if _changed(original, status):
         status["lastUpdateTime"] = now
         ctx.write_status(RAYSERVICES, service, status)
+    ctx.requeue_within(key, REQUEUE_SECONDS)
+
+
+def _update_finalizers(ctx: Context, service: dict, finalizers: list[str]) -> None:
+    """``r.Update`` of the whole RayService: the finalizers changed, and the spec as Go's types write it."""
+    body = copy.deepcopy(service)
+    body["metadata"]["finalizers"] = finalizers
+    go_round_trip(body.get("spec") or {})
+    try:
+        ctx.store.update(RAYSERVICES, body)
+    except ApiError as exc:
+        if exc.code not in (404, 409):
+            raise
+        ctx.requeue_within(("rayservice", *_namespaced(service)), REQUEUE_SECONDS)
+
+
+def _namespaced(service: dict) -> tuple[str, str]:
+    return service["metadata"]["namespace"], service["metadata"]["name"]
+
+
+def go_round_trip(spec: dict) -> dict:
+    """A RayService spec read into KubeRay's Go structs and written back: the struct-typed fields a client
+    may leave out come back as ``{}`` (``encoding/json`` never omits a struct), which makes the write a
+    spec change and a new ``generation``.
+
+    >>> go_round_trip({"rayClusterConfig": {"headGroupSpec": {"template": {"spec": {"containers": [{}]}}}}})
+    {'rayClusterConfig': {'headGroupSpec': {'template': {'spec': {'containers': [{'resources': {}}]}, 'metadata': {}}}}}
+    """
+    config = spec.get("rayClusterConfig")
+    if not isinstance(config, dict):
+        return spec
+    workers = [g for g in config.get("workerGroupSpecs") or [] if isinstance(g, dict)]
+    for group in [config.get("headGroupSpec"), *workers]:
+        if not isinstance(group, dict) or not isinstance(group.get("template"), dict):
+            continue
+        template = group["template"]
+        template.setdefault("metadata", {})
+        pod_spec = template.get("spec") or {}
+        for container in (pod_spec.get("containers") or []) + (pod_spec.get("initContainers") or []):
+            if isinstance(container, dict):
+                container.setdefault("resources", {})
+    for group in workers:
+        group.setdefault("scaleStrategy", {})
+    return spec
 
 
 def _serve(ctx: Context, service: dict, status: dict, now: str) -> None:
     namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
-    active = status.get("activeServiceStatus") or {}
-    pending = status.get("pendingServiceStatus") or {}
+    active = dict(status.get("activeServiceStatus") or {})
+    pending = dict(status.get("pendingServiceStatus") or {})
     owned = _owned_clusters(ctx, service)
-    _clean_up_unused(ctx, service, owned, {active.get("rayClusterName"), pending.get("rayClusterName")})
     if pending.get("rayClusterName") and pending["rayClusterName"] not in owned:
         owned[pending["rayClusterName"]] = _create_cluster(ctx, service, pending["rayClusterName"])
     active_cluster = owned.get(active.get("rayClusterName") or "")
     pending_cluster = owned.get(pending.get("rayClusterName") or "")
+
+    # What the EndpointSlices show this pass: the pods and the Serve Service as they were before it.
+    pods, _ = ctx.store.list(PODS, namespace=namespace)
+    _, selector = serve_target(ctx, service)
+    update_head_serve_label(ctx, service, active_cluster, pods)
+    update_head_serve_label(ctx, service, pending_cluster, pods)
 
     pending_ready, pending_apps = False, None
     if pending_cluster is not None:
@@ -179,15 +198,16 @@ def _serve(ctx: Context, service: dict, status: dict, now: str) -> None:
     ):
         active_ready, active_apps = _reconcile_serve(ctx, service, active_cluster)
 
-    serving = _serve_target(ctx, service)
+    serving = None
     if pending_ready or active_ready:
         target = pending_cluster if pending_ready else active_cluster
-        serving = _point_serve_service(ctx, service, target["metadata"]["name"])
+        serving = target["metadata"]["name"]
+        point_services(ctx, service, serving)
 
     active["rayClusterStatus"] = (active_cluster or {}).get("status") or {}
     pending["rayClusterStatus"] = (pending_cluster or {}).get("status") or {}
-    _set_applications(active, active_apps)
-    _set_applications(pending, pending_apps)
+    active["applicationStatuses"] = active_apps or {}
+    pending["applicationStatuses"] = pending_apps or {}
     if (
         serving is not None
         and serving != active.get("rayClusterName")
@@ -199,46 +219,47 @@ def _serve(ctx: Context, service: dict, status: dict, now: str) -> None:
         active_cluster, pending_cluster = pending_cluster, None
     newest = pending_cluster or active_cluster
     if newest is None or _needs_new_cluster(service, newest):
-        # shouldPrepareNewCluster: name it now; the reconcile its status write triggers creates it.
+        # shouldPrepareNewCluster: name it now; a later reconcile creates it.
         pending = {"rayClusterName": f"{name}-{random_suffix()}"}
-    status["activeServiceStatus"] = _clean(active)
-    status["pendingServiceStatus"] = _clean(pending)
-
-    endpoints = 0
-    if serving is not None and serving == active.get("rayClusterName"):
-        endpoints = sum(1 for pod in live_pods(ctx, namespace, serving) if pod_running(pod))
-    status["numServeEndpoints"] = endpoints
-    conditions = status["conditions"]
-    if not conditions:
-        set_condition(conditions, now, "Ready", "False", "Initializing", INITIALIZING)
-        set_condition(conditions, now, "UpgradeInProgress", "False", "Initializing", INITIALIZING)
-    if endpoints > 0:
-        set_condition(
-            conditions,
-            now,
-            "Ready",
-            "True",
-            "NonZeroServeEndpoints",
-            "Number of serve endpoints is greater than 0",
-        )
-    elif _is_true(conditions, "Ready"):
-        set_condition(
-            conditions, now, "Ready", "False", "ZeroServeEndpoints", "Number of serve endpoints dropped to 0"
-        )
-    if active.get("rayClusterName") and pending.get("rayClusterName"):
-        set_condition(
-            conditions, now, "UpgradeInProgress", "True", "BothActivePendingClustersExist",
-            "Both active and pending Ray clusters exist",
-        )  # fmt: skip
-    elif active.get("rayClusterName"):
-        set_condition(
-            conditions, now, "UpgradeInProgress", "False", "NoPendingCluster",
-            "Active Ray cluster exists and no pending Ray cluster",
-        )  # fmt: skip
-    if _is_true(conditions, "Ready"):
+    status["activeServiceStatus"] = active
+    status["pendingServiceStatus"] = pending
+    status["numServeEndpoints"] = serve_endpoints(pods, selector)
+    _calculate_conditions(status, now)
+    if is_true(status, "Ready"):
         status["serviceStatus"] = "Running"
     else:
         status.pop("serviceStatus", None)
+
+
+def _calculate_conditions(status: dict, now: str) -> None:
+    """``calculateConditions`` (without the initializing timeout, which the project never sets)."""
+    if not status.get("conditions"):
+        set_service_condition(status, now, "Ready", "False", "Initializing", INITIALIZING)
+        set_service_condition(status, now, "UpgradeInProgress", "False", "Initializing", INITIALIZING)
+    if status["numServeEndpoints"] > 0:
+        message = "Number of serve endpoints is greater than 0"
+        set_service_condition(status, now, "Ready", "True", "NonZeroServeEndpoints", message)
+    elif is_true(status, "Ready"):
+        message = "Number of serve endpoints dropped to 0"
+        set_service_condition(status, now, "Ready", "False", "ZeroServeEndpoints", message)
+    active = status["activeServiceStatus"].get("rayClusterName")
+    pending = status["pendingServiceStatus"].get("rayClusterName")
+    if active and pending:
+        message = "Both active and pending Ray clusters exist"
+        set_service_condition(
+            status, now, "UpgradeInProgress", "True", "BothActivePendingClustersExist", message
+        )
+    elif active:
+        message = "Active Ray cluster exists and no pending Ray cluster"
+        set_service_condition(status, now, "UpgradeInProgress", "False", "NoPendingCluster", message)
+    else:
+        upgrade = next((c for c in status["conditions"] if c["type"] == "UpgradeInProgress"), None)
+        if upgrade is None or upgrade["reason"] not in ("Initializing", "InitializingTimeout"):
+            message = (
+                "No active Ray cluster exists, and the RayService is not initializing. "
+                "Please open a GitHub issue in the KubeRay repository."
+            )
+            set_service_condition(status, now, "UpgradeInProgress", "Unknown", "NoActiveCluster", message)
 
 
 def _promotion(namespace: str, active: dict, pending: dict) -> str:
@@ -247,18 +268,6 @@ def _promotion(namespace: str, active: dict, pending: dict) -> str:
     if old:
         return f"Switched traffic from RayCluster {namespace}/{old} to {namespace}/{new}"
     return f"RayCluster {namespace}/{new} serves"
-
-
-def _set_applications(role: dict, applications: dict | None) -> None:
-    if applications:
-        role["applicationStatuses"] = applications
-    else:
-        role.pop("applicationStatuses", None)
-
-
-def _clean(role: dict) -> dict:
-    """A role with no cluster is written as KubeRay's zero value: nothing."""
-    return role if role.get("rayClusterName") else {}
 
 
 def _needs_new_cluster(service: dict, cluster: dict) -> bool:
@@ -271,36 +280,26 @@ def _needs_new_cluster(service: dict, cluster: dict) -> bool:
 
 
 def _reconcile_serve(ctx: Context, service: dict, cluster: dict) -> tuple[bool, dict | None]:
-    """``reconcileServe``: submit the Serve config to a cluster whose head is ready, if it has not got it;
-    (all applications RUNNING, their statuses)."""
+    """``reconcileServe``: once a cluster's head is ready, read Serve's applications from it, then submit
+    the Serve config if it has not got it; (all applications RUNNING, the statuses read)."""
     conditions = (cluster.get("status") or {}).get("conditions") or []
-    if not _is_true(conditions, "HeadPodReady"):
+    if not any(c["type"] == "HeadPodReady" and c["status"] == "True" for c in conditions):
         return False, None
     namespace = service["metadata"]["namespace"]
     cluster_name = cluster["metadata"]["name"]
     config = (service.get("spec") or {}).get("serveConfigV2") or ""
     deployed = ctx.serve_deployments.get((namespace, cluster_name))
-    key = ("rayservice", namespace, service["metadata"]["name"])
+    applications: dict = {}
+    if isinstance(deployed, ServeDeployment):
+        applications = serve_statuses(deployed, ctx.clock.simulated_since(deployed.submitted_at))
     if not isinstance(deployed, ServeDeployment) or deployed.config != config:
-        annotations = service["metadata"].get("annotations") or {}
-        outcome = annotations.get(SERVE_STATUS_ANNOTATION, "RUNNING")
-        deployed = ServeDeployment(
-            config=config,
-            submitted_at=ctx.clock.now(),
-            outcome=outcome if outcome in FAILED_OUTCOMES else "RUNNING",
-            message=annotations.get(SERVE_MESSAGE_ANNOTATION, ""),
-        )
-        ctx.serve_deployments[(namespace, cluster_name)] = deployed
+        ctx.serve_deployments[(namespace, cluster_name)] = ServeDeployment(config, ctx.clock.now())
         ctx.event(
             service,
             "Normal",
             "UpdatedServeApplications",
             f"Updated serve applications to the RayCluster {namespace}/{cluster_name}",
         )
-    elapsed = ctx.clock.simulated_since(deployed.submitted_at)
-    if elapsed < SERVE_DEPLOY_SECONDS:
-        ctx.requeue_after(key, SERVE_DEPLOY_SECONDS - elapsed + 0.001)
-    applications = serve_statuses(deployed, elapsed)
     ready = bool(applications) and all(app["status"] == "RUNNING" for app in applications.values())
     return ready, applications
 
@@ -317,99 +316,60 @@ def _owned_clusters(ctx: Context, service: dict) -> dict[str, dict]:
     }
 
 
-def _clean_up_unused(ctx: Context, service: dict, owned: dict[str, dict], in_use: set) -> None:
-    """``cleanUpRayClusterInstance``: an owned cluster that is neither active nor pending is deleted once
-    its deletion delay has passed (the delay starts when it is first found unused)."""
-    namespace = service["metadata"]["namespace"]
+def _clean_up_clusters(ctx: Context, service: dict) -> bool:
+    """``cleanUpRayClusterInstance``: a cluster of the RayService's that is neither active nor pending is
+    deleted at the first reconcile after its deletion delay (the delay starts when it is first found
+    unused); every one, at once, when the RayService is being deleted. True while any is left to clean."""
+    meta = service["metadata"]
+    namespace = meta["namespace"]
+    status = service.get("status") or {}
+    in_use = {(status.get(role) or {}).get("rayClusterName") for role in ROLES}
+    deleting = bool(meta.get("deletionTimestamp"))
     delay = (service.get("spec") or {}).get("rayClusterDeletionDelaySeconds")
     delay = DELETION_DELAY_SECONDS if delay is None else float(delay)
-    for cluster_name in [n for n in owned if n not in in_use]:
-        unused_since = ctx.cluster_deletions.setdefault((namespace, cluster_name), ctx.clock.now())
-        waited = ctx.clock.simulated_since(unused_since)
-        if waited >= delay:
-            _delete_cluster(ctx, namespace, cluster_name)
-            ctx.cluster_deletions.pop((namespace, cluster_name), None)
+    clusters, _ = ctx.store.list(
+        RAYCLUSTERS,
+        namespace=namespace,
+        label_selector=f"{ORIGINATED_FROM_NAME}={meta['name']},{ORIGINATED_FROM_CRD}=RayService",
+    )
+    to_clean = False
+    for cluster in clusters:
+        cluster_name = cluster["metadata"]["name"]
+        if not deleting and cluster_name in in_use:
+            continue
+        to_clean = True
+        unused_since = ctx.cluster_deletions.get((namespace, cluster_name))
+        if unused_since is None and not deleting:
+            ctx.cluster_deletions[(namespace, cluster_name)] = ctx.clock.now()
+        elif deleting or ctx.clock.simulated_since(unused_since) >= delay:
+            _delete(ctx, RAYCLUSTERS, namespace, cluster_name)
             ctx.serve_deployments.pop((namespace, cluster_name), None)
-            del owned[cluster_name]
             ctx.event(
                 service, "Normal", "DeletedRayCluster", f"Deleted the RayCluster {namespace}/{cluster_name}"
             )
-        else:
-            key = ("rayservice", namespace, service["metadata"]["name"])
-            ctx.requeue_after(key, delay - waited + 0.001)
-
-
-def _serve_target(ctx: Context, service: dict) -> str | None:
-    """The cluster the Serve Service selects now, None before there is one."""
-    meta = service["metadata"]
-    svc = ctx.store.get_or_none(SERVICES, serve_service_name(meta["name"]), namespace=meta["namespace"])
-    if svc is None:
-        return None
-    return ((svc.get("spec") or {}).get("selector") or {}).get(CLUSTER_LABEL)
-
-
-def _point_serve_service(ctx: Context, service: dict, cluster_name: str) -> str:
-    """``reconcileServices``: create ``<name>-serve-svc`` or switch its selector to ``cluster_name``."""
-    namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
-    selector = {CLUSTER_LABEL: cluster_name, "ray.io/serve": "true"}
-    try:
-        current = ctx.store.get(SERVICES, serve_service_name(name), namespace=namespace)
-    except ApiError as exc:
-        if exc.code != 404:
-            raise
-        body = {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {
-                "name": serve_service_name(name),
-                "namespace": namespace,
-                "labels": {"ray.io/originated-from-cr-name": name, CREATED_BY: OPERATOR},
-                "ownerReferences": [owner_reference(service)],
-            },
-            "spec": {
-                "type": "ClusterIP",
-                "selector": selector,
-                "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}],
-            },
-        }
-        ctx.store.create(SERVICES, body, namespace=namespace)
-        return cluster_name
-    if (current.get("spec") or {}).get("selector") != selector:
-        current = copy.deepcopy(current)
-        current["spec"]["selector"] = selector
-        ctx.store.update(SERVICES, current)
-    return cluster_name
+    return to_clean
 
 
 def _handle_suspend(ctx: Context, service: dict, status: dict, now: str) -> bool:
-    """``handleSuspend``; True while suspend drives the RayService (the normal path must not run)."""
-    conditions = status["conditions"]
+    """``handleSuspend`` (KubeRay v1.7.0); True while suspend drives the RayService (the normal path must
+    not run)."""
     suspend = bool((service.get("spec") or {}).get("suspend"))
-    if _is_true(conditions, "Suspended"):
+    if is_true(status, "Suspended"):
         if suspend:
             return True
-        set_condition(
-            conditions,
-            now,
-            "Suspended",
-            "False",
-            "RayServiceResumed",
-            "Spec.Suspend is false; RayService has resumed.",
-        )
-        set_condition(conditions, now, "Ready", "False", "Initializing", INITIALIZING)
-        set_condition(conditions, now, "UpgradeInProgress", "False", "Initializing", INITIALIZING)
+        message = "Spec.Suspend is false; RayService has resumed."
+        set_service_condition(status, now, "Suspended", "False", "RayServiceResumed", message)
+        set_service_condition(status, now, "Ready", "False", "Initializing", INITIALIZING)
+        set_service_condition(status, now, "UpgradeInProgress", "False", "Initializing", INITIALIZING)
         return False
-    if not _is_true(conditions, "Suspending"):
+    if not is_true(status, "Suspending"):
         if not suspend:
             return False
-        set_condition(
-            conditions, now, "Suspending", "True", "SuspendRequested",
-            "Spec.Suspend is true; will delete all Kubernetes resources owned by this RayService.",
-        )  # fmt: skip
-        set_condition(conditions, now, "Ready", "False", "SuspendInProgress", "RayService is suspending.")
-        set_condition(
-            conditions, now, "UpgradeInProgress", "False", "SuspendInProgress", "RayService is suspending."
-        )
+        message = "Spec.Suspend is true; will delete all Kubernetes resources owned by this RayService."
+        set_service_condition(status, now, "Suspending", "True", "SuspendRequested", message)
+        set_service_condition(status, now, "Ready", "False", "SuspendInProgress", "RayService is suspending.")
+        message = "RayService is suspending."
+        set_service_condition(status, now, "UpgradeInProgress", "False", "SuspendInProgress", message)
         status["activeServiceStatus"], status["pendingServiceStatus"] = {}, {}
         status["numServeEndpoints"] = 0
         status.pop("serviceStatus", None)
@@ -421,21 +381,14 @@ def _handle_suspend(ctx: Context, service: dict, status: dict, now: str) -> bool
     _delete(ctx, SERVICES, namespace, serve_service_name(service["metadata"]["name"]))
     if owned:
         return True  # their DELETED events bring us back
-    set_condition(
-        conditions, now, "Suspending", "False", "SuspendComplete", "All owned resources have been deleted."
-    )
-    set_condition(
-        conditions, now, "Suspended", "True", "SuspendComplete", "All owned resources have been deleted."
-    )
-    set_condition(conditions, now, "Ready", "False", "SuspendComplete", "RayService is suspended.")
-    set_condition(
-        conditions, now, "UpgradeInProgress", "False", "SuspendComplete", "RayService is suspended."
+    done = "All owned resources have been deleted."
+    set_service_condition(status, now, "Suspending", "False", "SuspendComplete", done)
+    set_service_condition(status, now, "Suspended", "True", "SuspendComplete", done)
+    set_service_condition(status, now, "Ready", "False", "SuspendComplete", "RayService is suspended.")
+    set_service_condition(
+        status, now, "UpgradeInProgress", "False", "SuspendComplete", "RayService is suspended."
     )
     return True
-
-
-def _delete_cluster(ctx: Context, namespace: str, name: str) -> None:
-    _delete(ctx, RAYCLUSTERS, namespace, name)
 
 
 def _delete(ctx: Context, key: str, namespace: str, name: str) -> None:
@@ -477,10 +430,6 @@ def _create_cluster(ctx: Context, service: dict, cluster_name: str) -> dict:
     created = ctx.store.create(RAYCLUSTERS, cluster, namespace=namespace)
     ctx.event(service, "Normal", "CreatedRayCluster", f"Created the RayCluster {namespace}/{cluster_name}")
     return created
-
-
-def _is_true(conditions: list[dict], kind: str) -> bool:
-    return any(c["type"] == kind and c["status"] == "True" for c in conditions)
 
 
 def _changed(old: dict, new: dict) -> bool:

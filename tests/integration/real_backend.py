@@ -11,12 +11,6 @@ import pytest
 
 from devtools.realcluster import RealCluster
 
-SERVE_FAILURE_BY_ANNOTATION = pytest.mark.kubesim_only(
-    "makes Serve fail through kubesim's kubesim.dev/serve-status annotation on the RayService, which a real "
-    "Ray cluster never sees: the real stack's Serve (devtools/realcluster_serve.py) runs every config it is "
-    "sent to RUNNING"
-)
-
 
 class RealBackend:
     """``kubesim.testing.Kubesim``'s interface over a running ``RealCluster``."""

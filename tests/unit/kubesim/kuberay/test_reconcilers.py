@@ -65,8 +65,10 @@ def rayjob(name: str = "train", annotations: dict | None = None, **spec) -> dict
     }
 
 
-async def started(controllers: tuple[str, ...] = ("kubesim.batch", "kubesim.kuberay")) -> Cluster:
-    cluster = Cluster(time_scale=TIME_SCALE, controllers=controllers)
+async def started(
+    controllers: tuple[str, ...] = ("kubesim.batch", "kubesim.kuberay"), time_scale: float = TIME_SCALE
+) -> Cluster:
+    cluster = Cluster(time_scale=time_scale, controllers=controllers)
     await cluster.start()
     with contextlib.suppress(ApiError):  # the store may create "default" itself
         cluster.store.create("namespaces", {"metadata": {"name": NS}})
@@ -109,9 +111,13 @@ def events(cluster: Cluster) -> list[tuple[str, str]]:
     return [(e["reason"], e["message"]) for e in items]
 
 
-def scenario(body: Callable[[Cluster], object], controllers: tuple[str, ...] | None = None) -> None:
+def scenario(
+    body: Callable[[Cluster], object],
+    controllers: tuple[str, ...] | None = None,
+    time_scale: float = TIME_SCALE,
+) -> None:
     async def main() -> None:
-        cluster = await started(*([controllers] if controllers else []))
+        cluster = await started(controllers or ("kubesim.batch", "kubesim.kuberay"), time_scale)
         try:
             await body(cluster)
         finally:

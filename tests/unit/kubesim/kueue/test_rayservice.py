@@ -157,7 +157,11 @@ def serving_on(cluster: Cluster, *, other_than: str | None = None) -> Callable[[
         active = (status.get("activeServiceStatus") or {}).get("rayClusterName")
         apps = (status.get("activeServiceStatus") or {}).get("applicationStatuses") or {}
         running = apps and all(app["status"] == "RUNNING" for app in apps.values())
-        if status.get("serviceStatus") == "Running" and running and not status.get("pendingServiceStatus"):
+        if (
+            status.get("serviceStatus") == "Running"
+            and running
+            and not (status.get("pendingServiceStatus") or {}).get("rayClusterName")
+        ):
             return active if active != other_than else None
         return None
 
