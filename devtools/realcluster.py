@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import tempfile
@@ -300,7 +301,15 @@ def apply_manifests(kubeconfig: str, paths: list[Path]) -> list[str]:
     return created
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    # Started in the background, a process inherits SIGINT ignored, and SIGTERM would end it without the
+    # context manager's cleanup, orphaning etcd, kube-apiserver and the controllers: both stop it cleanly.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     with run_realcluster() as real:
         print(
             f"real control plane at {real.url}; KUBECONFIG={real.kubeconfig}; logs in {real.logs}", flush=True
