@@ -22,7 +22,7 @@ admin's bearer token (what a browser tab asks, Airflow's authentication included
   database, the snapshot, the queue's pending list);
 * **api-server RSS**: the resident memory of Airflow's api-server process (the one that loads the plugin
   and its cache) after Airflow started (before any RayJob) and after the measurements;
-* **cache requests per minute**: kubesim's requests not made by the harness, over a ``--window`` with one
+* **cache requests per minute**: kubesim's requests not made by the harness, over a ``--window`` (90 s) with one
   simulated open tab (a poll every 2 s, as ``kueue.js`` polls) and over another with twenty; the
   difference is what the extra nineteen tabs cost the Kubernetes API.
 
@@ -55,6 +55,8 @@ QUEUES = 4
 TIME_SCALE = 50.0
 PAGE_P99_TARGET_MS = 200
 UNCHANGED_TARGET_MS = 20
+FINISHED_BATCH = 400
+"""Finished RayJobs created at a time (each queue's quota runs 400 at once)."""
 POLL_S = 2.0
 """How often an open page asks (``kueue.js``'s ``POLL_SECONDS``)."""
 RAYJOBS = f"{RAY}/namespaces/{NAMESPACE}/rayjobs"
@@ -121,17 +123,22 @@ async def fill(url: str, headers: dict, finished: int, pending: int, phases: Pha
                 },
             )
         one = {"cpu": "1", "memory": "1Gi"}
-        await create_each(
-            finished,
-            lambda i: api.create(RAYJOBS, job(f"done-{i:05d}", i % QUEUES, duration="1", requests=one)),
-            parallel=32,
-        )
 
         async def all_finished() -> bool:
             counts = await queue_counts(api)
             return all(not c.get("pendingWorkloads") and not c.get("reservingWorkloads") for c in counts)
 
-        await wait_until(all_finished, timeout_s=3600, interval_s=5)
+        # In batches that fit the quota: a Kueue with thousands pending spends its cycles on them, and ten
+        # thousand RayJobs created at once took kubesim longer than the benchmark allows.
+        for start in range(0, finished, FINISHED_BATCH):
+            await create_each(
+                min(FINISHED_BATCH, finished - start),
+                lambda i, start=start: api.create(
+                    RAYJOBS, job(f"done-{start + i:05d}", (start + i) % QUEUES, duration="1", requests=one)
+                ),
+                parallel=32,
+            )
+            await wait_until(all_finished, timeout_s=600, interval_s=2)
         phases.mark("finished")
         for i in range(QUEUES):
             await api.patch(f"{KUEUE}/clusterqueues/ui-scale-{i}", {"spec": resource_groups(HELD)})
@@ -251,6 +258,7 @@ def measure(finished: int, pending: int, samples: int, window_s: float, workdir:
         "pending": pending,
         "samples": samples,
         "window_s": window_s,
+        "cluster_queues": len(last.json()["cluster_queues"]),
         "airflow_startup_s": stack.startup_s,
         "phases": phases.durations(),
         "page": page
@@ -269,6 +277,15 @@ def measure(finished: int, pending: int, samples: int, window_s: float, workdir:
         "api_server_rss_mib": {"after_start": rss_before, "after": rss_after},
         "cache_requests_per_min": {"1 tab": one_tab, "20 tabs": twenty_tabs},
     }
+
+
+def independent(r: dict) -> bool:
+    """Twenty tabs cost no more than one, give or take one round of the cache's own refresh: each
+    ClusterQueue's pending list is read again every ``visibility_max_age`` (30 s) while anyone looks, so a
+    window can catch one round more or less than another."""
+    cache = r["cache_requests_per_min"]
+    one_round = r["cluster_queues"] * 60 / r["window_s"]
+    return cache["20 tabs"] <= cache["1 tab"] + one_round
 
 
 def verdict(value: float, target: float) -> str:
@@ -300,7 +317,7 @@ def render(r: dict) -> str:
             "none set | |",
             f"| Kubernetes API requests per minute by the cache, 1 tab vs 20 tabs ({r['window_s']:g} s "
             f"windows) | {cache['1 tab']} vs {cache['20 tabs']} | independent of tabs | "
-            f"{'met' if cache['20 tabs'] <= cache['1 tab'] + 2 else '**missed**'} |",
+            f"{'met' if independent(r) else '**missed**'} |",
         ]
     )
 
@@ -310,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--finished", type=int, default=10000)
     parser.add_argument("--pending", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--window", type=float, default=60.0)
+    parser.add_argument("--window", type=float, default=90.0)
     parser.add_argument("--out", help="write the JSON result here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-ui-scale-") as directory:
