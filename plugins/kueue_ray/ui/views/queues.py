@@ -11,6 +11,7 @@ shares with them only ``kueue_ray.ui.views.common``.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
@@ -137,6 +138,7 @@ def queues_view(
             }
         )
     priorities = priority_classes(snapshot.workloads)
+    holding = quota_holders_by_queue(snapshot.workloads)
     queues = []
     for cq in sorted(snapshot.cluster_queues, key=lambda c: metadata_of(c).get("name") or ""):
         name = metadata_of(cq).get("name")
@@ -163,7 +165,9 @@ def queues_view(
                 "quota": quota_rows(cq),
                 "local_queues": sorted(local_queues.get(name, []), key=lambda q: (q["namespace"], q["name"])),
                 "pending": _pending(pending.get(name), snapshot, workloads, access, links, now),
-                "admitted": _admitted_list(name, snapshot, rayjobs_by_uid, access, links, now),
+                "admitted": _admitted_list(
+                    holding.get(name, ()), snapshot, rayjobs_by_uid, access, links, now
+                ),
                 "url": links.queue(name),
             }
         )
@@ -236,8 +240,19 @@ def _pending(
     }
 
 
+def quota_holders_by_queue(workloads: list[dict]) -> dict[str, list[dict]]:
+    """ClusterQueue name -> the Workloads holding its quota, in one pass over the cluster's Workloads (a
+    cluster that has run for weeks keeps thousands of finished ones, which each queue would scan again)."""
+    holding: dict[str, list[dict]] = {}
+    for workload in workloads:
+        cluster_queue = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        if cluster_queue and holds_quota(workload):
+            holding.setdefault(cluster_queue, []).append(workload)
+    return holding
+
+
 def _admitted_list(
-    cluster_queue: str,
+    holders: Iterable[dict],
     snapshot: Snapshot,
     rayjobs_by_uid: dict[str, dict],
     access: Access,
@@ -245,10 +260,7 @@ def _admitted_list(
     now: float,
 ) -> dict[str, Any]:
     items, hidden, hidden_totals = [], 0, {}
-    for workload in snapshot.workloads:
-        admission = (workload.get("status") or {}).get("admission") or {}
-        if admission.get("clusterQueue") != cluster_queue or not holds_quota(workload):
-            continue
+    for workload in holders:
         owner = attribute(metadata_of(workload), snapshot, access, links)
         if owner is None:
             hidden += 1
