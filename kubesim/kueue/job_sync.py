@@ -15,7 +15,6 @@ from kubesim.errors import ApiError
 from kubesim.kueue import jobs
 from kubesim.kueue.conditions import (
     JOB_COMPONENT,
-    MSG_NO_RESERVATION,
     MSG_ON_HOLD,
     MSG_PODS_NOT_READY,
     MSG_PODS_READY,
@@ -27,6 +26,7 @@ from kubesim.kueue.conditions import (
     is_finished,
     is_workload_priority_class,
     set_condition,
+    sync_admitted,
     workload_priority_class_ref,
 )
 from kubesim.kueue.convert import resource_requests
@@ -103,6 +103,7 @@ class JobSync:
         if jobs.is_on_hold(kind, job):
             self._hold(wl)
             return
+        self._sync_pods_ready(kind, job, wl)
         if admission_of(wl) is None:
             self._sync_queued_workload(kind, job, wl, world)
             if not jobs.is_suspended(kind, job):
@@ -113,10 +114,8 @@ class JobSync:
                 self.actions.stop(kind, job, wl, evicted.get("message", ""))
             elif not jobs.is_active(kind, job):
                 self._release(wl)
-        elif condition_true(wl, "Admitted"):  # quota reserved and every admission check Ready
-            if jobs.is_suspended(kind, job):
-                self.actions.start(kind, job, wl, world)
-            self._sync_pods_ready(kind, job, wl)
+        elif condition_true(wl, "Admitted") and jobs.is_suspended(kind, job):
+            self.actions.start(kind, job, wl, world)  # quota reserved and every admission check Ready
 
     def _replace_workload(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
         """``ensureOneWorkload`` when the job no longer matches its Workload (its pod sets changed).
@@ -282,10 +281,9 @@ class JobSync:
         now = self.writer.clock.timestamp()
 
         def change(obj: dict) -> None:
-            had_admission = obj.get("status", {}).pop("admission", None) is not None
+            obj.get("status", {}).pop("admission", None)
             set_condition(obj, "QuotaReserved", "False", "OnHold", MSG_ON_HOLD, now)
-            if had_admission or find_condition(obj, "Admitted"):
-                set_condition(obj, "Admitted", "False", "NoReservation", MSG_NO_RESERVATION, now)
+            sync_admitted(obj, now)
 
         self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
         self.parked.clear()
@@ -297,30 +295,54 @@ class JobSync:
         reason, message = evicted.get("reason", ""), evicted.get("message", "")
 
         def change(obj: dict) -> None:
+            # Kueue's order: Requeued first, then UnsetQuotaReservationWithCondition (QuotaReserved,
+            # the admission, SyncAdmittedCondition). PodsReady follows on the next job reconcile.
             status = obj.setdefault("status", {})
-            status.pop("admission", None)
-            set_condition(obj, "QuotaReserved", "False", "Pending", message, now)
-            set_condition(obj, "Admitted", "False", "NoReservation", MSG_NO_RESERVATION, now)
             requeued = "True" if reason in ("Preempted", "NodeFailures") else "False"
             set_condition(obj, "Requeued", requeued, reason, message, now)
-            if condition_true(obj, "PodsReady"):
-                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
+            status.pop("admission", None)
+            set_condition(obj, "QuotaReserved", "False", "Pending", message, now)
+            sync_admitted(obj, now)
             status["resourceRequests"] = resource_requests(obj)
 
         self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
         self.parked.clear()
 
     def _sync_pods_ready(self, kind: JobKind, job: dict, wl: dict) -> None:
+        """The job reconciler's ``PodsReady`` (waitForPodsReady is always on with Kueue's v1beta2 config):
+        written whenever its (status, reason) differs from ``pods_ready_condition``, for every Workload
+        that is not finished or on hold, queued ones included."""
+        status, reason, message = pods_ready_condition(
+            condition_true(wl, "Admitted"), jobs.pods_ready(kind, job), find_condition(wl, "PodsReady")
+        )
+        current = find_condition(wl, "PodsReady") or {}
+        if (current.get("status"), current.get("reason")) == (status, reason):
+            return
         now = self.writer.clock.timestamp()
-        ready = jobs.pods_ready(kind, job)
-        previous = find_condition(wl, "PodsReady")
+        self.writer.mutate(
+            WORKLOAD_KEY,
+            wl,
+            lambda obj: set_condition(obj, "PodsReady", status, reason, message, now),
+            status=True,
+        )
 
-        def change(obj: dict) -> None:
-            if ready:
-                set_condition(obj, "PodsReady", "True", "Started", MSG_PODS_READY, now)
-            elif previous and previous.get("status") == "True":
-                set_condition(obj, "PodsReady", "False", "WaitForRecovery", MSG_PODS_RECOVERY, now)
-            elif not previous or previous.get("reason") != "WaitForRecovery":
-                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
 
-        self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
+def pods_ready_condition(admitted: bool, ready: bool, previous: dict | None) -> tuple[str, str, str]:
+    """``generatePodsReadyCondition``: (status, reason, message) of a Workload's ``PodsReady``.
+
+    >>> pods_ready_condition(False, False, None)
+    ('False', 'WaitForStart', 'Not all pods are ready or succeeded')
+    >>> pods_ready_condition(True, False, {"status": "True", "reason": "Started"})[1]
+    'WaitForRecovery'
+    >>> pods_ready_condition(True, True, {"status": "False", "reason": "WaitForRecovery"})[1]
+    'Recovered'
+    """
+    if not admitted:  # not admitted yet, or evicted and released
+        return "False", "WaitForStart", MSG_PODS_NOT_READY
+    previous = previous or {}
+    if ready:
+        recovering = previous.get("reason") in ("WaitForRecovery", "Recovered")
+        return "True", "Recovered" if recovering else "Started", MSG_PODS_READY
+    if previous.get("status") == "True" or previous.get("reason") == "WaitForRecovery":
+        return "False", "WaitForRecovery", MSG_PODS_RECOVERY
+    return "False", "WaitForStart", MSG_PODS_NOT_READY
