@@ -95,7 +95,11 @@ class KueueController:
 
     def install(self) -> None:
         """What must exist before any object is accepted: the admission webhooks, the visibility API."""
-        self.store.add_admission_hook(make_admission_hook(self.store, self.config.frameworks))
+        self.store.add_admission_hook(
+            make_admission_hook(
+                self.store, self.config.frameworks, self.config.managed_jobs_namespace_selector
+            )
+        )
         handler = visibility.make_handler(self.current_world, self.seq)
         self.cluster.register_api(visibility.GROUP, visibility.VERSION, visibility.RESOURCES, handler)
 

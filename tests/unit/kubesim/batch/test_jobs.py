@@ -329,7 +329,7 @@ def test_kueue_makes_no_workload_for_a_job_whose_ancestor_it_admits_by_queue_lab
 
 def test_default_local_queue_labels_a_job_unless_its_controller_owner_is_a_kind_kueue_manages():
     def default_queue_label(child: dict) -> str | None:
-        webhook.apply_defaults(BATCH_JOB, child, default_queue_exists=True, owner_of=lambda *_: None)
+        webhook.apply_defaults(BATCH_JOB, child, default_queue=True, owner_of=lambda *_: None)
         return child["metadata"]["labels"].get(jobs.QUEUE_LABEL)
 
     # KubeRay's submitter Job: owned by its RayJob, whatever the RayJob's labels.
