@@ -81,7 +81,13 @@ class KueueController:
         writer = self.writer = Writer(self.store, self.clock, self.wake)
         actions = JobActions(writer)
         self.job_sync = JobSync(
-            writer, self.view, actions, seq=self.seq, parked=self.parked, frameworks=self.config.frameworks
+            writer,
+            self.view,
+            actions,
+            seq=self.seq,
+            parked=self.parked,
+            frameworks=self.config.frameworks,
+            namespace_selector=self.config.managed_jobs_namespace_selector,
         )
         self.eviction = Eviction(writer, self.view, actions)
         self.admission = AdmissionCycle(

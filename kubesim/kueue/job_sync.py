@@ -29,11 +29,13 @@ from kubesim.kueue.conditions import (
     sync_admitted,
     workload_priority_class_ref,
 )
+from kubesim.kueue.config import DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR
 from kubesim.kueue.convert import resource_requests
 from kubesim.kueue.job_actions import JobActions
-from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY, JobKind
+from kubesim.kueue.jobs import BATCH_JOB, JOB_KINDS, WORKLOAD_KEY, JobKind
 from kubesim.kueue.world import World, int_or_zero
 from kubesim.kueue.writer import Writer
+from kubesim.selectors import match_label_selector_obj
 
 if TYPE_CHECKING:
     from kubesim.kueue.cache import ClusterView
@@ -55,8 +57,11 @@ class JobSync:
     seq: dict[str, int]
     parked: Parked
     frameworks: frozenset[str]
+    namespace_selector: dict = field(default_factory=lambda: dict(DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR))
+    """``managedJobsNamespaceSelector``: jobs elsewhere are not reconciled at all."""
     warned: set[tuple[str, str]] = field(default_factory=set, init=False)
     """(job uid, error) already reported: a Workload that cannot be composed is told once."""
+    _managed_namespaces: tuple[World | None, frozenset[str]] = field(default=(None, frozenset()), init=False)
 
     def reconcile(self, world: World, dirty: set[tuple[str, str, str]], full: bool) -> None:
         """The jobs in ``dirty`` (key, namespace, name), or every job on a ``full`` pass, in creation order."""
@@ -72,10 +77,45 @@ class JobSync:
                     job["metadata"]["uid"], int_or_zero(job["metadata"].get("resourceVersion"))
                 )
             )
+            managed_namespaces = self._selected_namespaces(world)
             for job in items:
-                managed = jobs.is_managed(kind, job, self.frameworks, self._owner_of)
-                if managed and not job["metadata"].get("deletionTimestamp"):
+                if job["metadata"].get("deletionTimestamp") or job["metadata"]["namespace"] not in (
+                    managed_namespaces
+                ):
+                    continue
+                if jobs.is_managed(kind, job, self.frameworks, self._owner_of):
                     self._reconcile_job(kind, job, index.owned_by(job["metadata"]["uid"]), world)
+                elif kind is BATCH_JOB and kind.framework in self.frameworks:
+                    self._suspend_child_without_admitted_ancestor(job)
+
+    def _selected_namespaces(self, world: World) -> frozenset[str]:
+        """The namespaces ``namespace_selector`` selects, by their labels (once per configuration read)."""
+        if self._managed_namespaces[0] is not world:
+            selected = frozenset(
+                name
+                for name, labels in world.namespace_labels.items()
+                if match_label_selector_obj(self.namespace_selector, labels)
+            )
+            self._managed_namespaces = (world, selected)
+        return self._managed_namespaces[1]
+
+    def _suspend_child_without_admitted_ancestor(self, job: dict) -> None:
+        """``shouldSuspendChildJob``: a Job under a queue-labelled job Kueue manages (KubeRay's submitter
+        Job under its RayJob) that is neither finished nor suspended is suspended once that ancestor has
+        no unfinished Workload (it finished) or its Workload is not admitted."""
+        if jobs.is_suspended(BATCH_JOB, job) or jobs.finished(BATCH_JOB, job)[0]:
+            return
+        found, ancestor = jobs.find_managed_ancestor(job, self._owner_of, self.frameworks)
+        if not found or ancestor is None:
+            return
+        wl = self.view.index.owned_by(ancestor["metadata"]["uid"])
+        if wl is not None and not is_finished(wl) and condition_true(wl, "Admitted"):
+            return
+        suspended = self.writer.mutate(
+            BATCH_JOB.key, job, lambda obj: obj["spec"].update(suspend=True), status=False
+        )
+        if suspended is not None:
+            self.writer.event(job, "Normal", "Suspended", "Kueue managed child job suspended", JOB_COMPONENT)
 
     def _owner_of(self, kind: JobKind, namespace: str, name: str) -> dict | None:
         return self.view.get(kind.key, namespace, name)

@@ -137,25 +137,34 @@ OwnerLookup = Callable[[JobKind, str, str], dict | None]
 def has_managed_ancestor(
     job: dict, owner_of: OwnerLookup | None, frameworks: frozenset[str] = ALL_FRAMEWORKS
 ) -> bool:
+    """Whether ``find_managed_ancestor`` finds one: then Kueue admits that ancestor and never makes a
+    Workload for this job, nor suspends it on create. An owner that cannot be read stops Kueue with an
+    error, which creates nothing either: True."""
+    return find_managed_ancestor(job, owner_of, frameworks)[0]
+
+
+def find_managed_ancestor(
+    job: dict, owner_of: OwnerLookup | None, frameworks: frozenset[str] = ALL_FRAMEWORKS
+) -> tuple[bool, dict | None]:
     """``FindAncestorJobManagedByKueue`` (``manageJobsWithoutQueueName`` false): walking up the controller
-    owners while their kind is one Kueue knows, is one of them of an enabled integration and queue-labelled?
-    Then Kueue admits that ancestor and never makes a Workload for this job, nor suspends it on create.
-    An owner that cannot be read stops Kueue with an error, which creates nothing either: True."""
+    owners while their kind is one Kueue knows, (True, that owner) for the first of an enabled
+    integration with a queue label; (True, None) when an owner cannot be read (Kueue stops with an error);
+    (False, None) when there is none."""
     namespace = job.get("metadata", {}).get("namespace", "")
     current, seen = job, set()
     while (ref := controller_ref(current)) is not None and (kind := owner_kind(ref)) is not None:
         if ref.get("uid") in seen:
-            return False  # cyclic ownership: Kueue gives up on the search
+            return False, None  # cyclic ownership: Kueue gives up on the search
         seen.add(ref.get("uid"))
         parent = owner_of(kind, namespace, ref["name"]) if owner_of else None
         if parent is None:
-            return True
+            return True, None
         if parent["metadata"].get("uid") != ref.get("uid"):
-            return False
+            return False, None
         if kind.framework in frameworks and queue_name(parent):
-            return True
+            return True, parent
         current = parent
-    return False
+    return False, None
 
 
 def owned_by_ray_controller(job: dict, frameworks: frozenset[str] = ALL_FRAMEWORKS) -> bool:
