@@ -15,6 +15,7 @@ from collections.abc import Callable
 from kubesim.cluster import Cluster
 from kubesim.kueue import jobs
 from kubesim.kueue.conditions import sync_admitted
+from kubesim.kueue.job_sync import pods_ready_condition
 
 NS = "ml"
 JOBS = "jobs.batch"
@@ -248,3 +249,20 @@ def test_admitted_is_written_only_when_it_flips():
     stale["status"]["admissionChecks"] = [{"name": "c", "state": "Pending"}]
     sync_admitted(stale, "2026-01-01T00:01:00Z")
     assert said(stale, "Admitted")[1] == "NoReservation"
+
+
+def test_pods_ready_follows_the_job_reconcilers_rule():
+    """``generatePodsReadyCondition``: not admitted waits for start whatever the pods; once admitted,
+    ready pods start it (or recover it), pods lost after being ready wait for recovery."""
+    ready = {"status": "True", "reason": "Started"}
+    recovering = {"status": "False", "reason": "WaitForRecovery"}
+    assert pods_ready_condition(False, True, ready) == WAIT_FOR_START
+    assert pods_ready_condition(True, False, None) == WAIT_FOR_START
+    assert pods_ready_condition(True, True, None)[:2] == ("True", "Started")
+    assert pods_ready_condition(True, False, ready) == (
+        "False",
+        "WaitForRecovery",
+        "At least one pod has failed, waiting for recovery",
+    )
+    assert pods_ready_condition(True, False, recovering)[1] == "WaitForRecovery"
+    assert pods_ready_condition(True, True, recovering)[:2] == ("True", "Recovered")
