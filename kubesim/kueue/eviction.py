@@ -177,7 +177,9 @@ class Eviction:
                 return "ClusterQueueRestarted", "The ClusterQueue was restarted after being stopped"
         if reason == "LocalQueueStopped" and lq is not None and stop_policy(lq) == "None":
             return "LocalQueueRestarted", "The LocalQueue was restarted after being stopped"
-        if reason and reason.startswith("Deactivated") and (wl.get("spec") or {}).get("active", True):
+        if reason == "Deactivated" and (wl.get("spec") or {}).get("active", True):
+            # Only the plain reason: Kueue's switch leaves Requeued=False/DeactivatedDueTo<cause> (a
+            # rejected check, an exceeded requeuing limit) as it is when the Workload is reactivated.
             return "Reactivated", "The workload was reactivated"
         if reason in BACKOFF_REQUEUE_REASONS and requeue_at(wl) is None:
             # An admission check's Retry sets no backoff (unless the check asks for one): over at once.

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from kubesim.cluster import Cluster
 from kubesim.kueue import jobs
 from kubesim.kueue.conditions import sync_admitted
+from kubesim.kueue.eviction import Eviction
 from kubesim.kueue.job_sync import pods_ready_condition
+from kubesim.kueue.world import World
 
 NS = "ml"
 JOBS = "jobs.batch"
@@ -266,3 +268,35 @@ def test_pods_ready_follows_the_job_reconcilers_rule():
     )
     assert pods_ready_condition(True, False, recovering)[1] == "WaitForRecovery"
     assert pods_ready_condition(True, True, recovering)[:2] == ("True", "Recovered")
+
+
+def test_reactivation_requeues_a_workload_deactivated_by_hand_only():
+    """Kueue's workload controller flips ``Requeued=False`` / ``Deactivated`` to ``Reactivated`` when
+    ``spec.active`` is true again; a deactivation with a cause (``DeactivatedDueToAdmissionCheck``, ...)
+    keeps its ``Requeued=False``, as its switch matches the plain reason only."""
+
+    async def body(cluster: Cluster) -> None:
+        store = cluster.store
+        store.create(JOBS, job("train", "low"), namespace=NS)
+        await until(
+            lambda: condition(workload_of(cluster, "train"), "Admitted").get("status") == "True", "in"
+        )
+        name = workload_of(cluster, "train")["metadata"]["name"]
+        store.patch(WORKLOADS, name, {"spec": {"active": False}}, namespace=NS)
+        await until(lambda: (said(workload_of(cluster, "train"), "Requeued") or ("",))[0] == "False", "out")
+        assert said(workload_of(cluster, "train"), "Requeued")[1] == "Deactivated"
+        store.patch(WORKLOADS, name, {"spec": {"active": True}}, namespace=NS)
+        await until(lambda: (said(workload_of(cluster, "train"), "Requeued") or ("",))[0] == "True", "back")
+        assert said(workload_of(cluster, "train"), "Requeued") == (
+            "True",
+            "Reactivated",
+            "The workload was reactivated",
+        )
+
+    run(body)
+    active = {"spec": {"active": True}}
+    assert Eviction._restart_reason("Deactivated", active, None, World()) == (
+        "Reactivated",
+        "The workload was reactivated",
+    )
+    assert Eviction._restart_reason("DeactivatedDueToAdmissionCheck", active, None, World()) is None
