@@ -59,7 +59,7 @@ def checked_queue(queues, unique_name):
     decides; yields the check's name."""
     custom = queues.custom
     check, cq, flavor = f"{unique_name}-check", f"{unique_name}-checked", f"{unique_name}-flavor"
-    created = custom.create_cluster_custom_object(
+    custom.create_cluster_custom_object(
         *KUEUE,
         "admissionchecks",
         {
@@ -70,8 +70,9 @@ def checked_queue(queues, unique_name):
         },
     )
     active = {"type": "Active", "status": "True", "reason": "Active", "message": "The check is active"}
-    created["status"] = {"conditions": [{**active, "lastTransitionTime": now()}]}
-    custom.replace_cluster_custom_object_status(*KUEUE, "admissionchecks", check, created)
+    # A merge patch: Kueue adds its resource-in-use finalizer to the AdmissionCheck meanwhile.
+    status = {"status": {"conditions": [{**active, "lastTransitionTime": now()}]}}
+    custom.patch_cluster_custom_object_status(*KUEUE, "admissionchecks", check, status)
     quota = [
         {"name": "cpu", "nominalQuota": "2"},
         {"name": "memory", "nominalQuota": "8G"},
