@@ -12,6 +12,9 @@ de-duplicating queue, and one reconcile reads the Job and its pods and writes wh
   ``SuccessCriteriaMet`` then ``Complete`` / ``CompletionsReached`` and ``completionTime`` (Kubernetes
   1.31 and later write both).
 * ``status.active`` / ``ready`` / ``succeeded`` / ``failed`` count the pods.
+* Events on the Job, reported by ``job-controller``: ``SuccessfulCreate`` "Created pod: <pod>",
+  ``SuccessfulDelete`` "Deleted pod: <pod>", ``Suspended`` "Job suspended", ``Resumed`` "Job resumed",
+  ``Completed`` "Job completed", Warning ``BackoffLimitExceeded`` with the condition's message.
 
 Every Job is run so, KubeRay's submitter Job of a RayJob too. Pods go Pending → Running →
 Succeeded/Failed through kubesim's scheduler and kubelet (``kubesim.kubelet``); what the container
@@ -30,12 +33,15 @@ from collections.abc import Callable
 
 from kubesim.batch.container import STARTUP, container_run
 from kubesim.errors import ApiError
+from kubesim.events import record_event
 from kubesim.job_strategy import CONTROLLER_UID, JOBS
 from kubesim.kubelet import Process, pending_pod_status, running_pod_status, schedule_pod
 from kubesim.watch import WatchEvent
 from kubesim.workqueue import Moments, Timers, WorkQueue
 
 log = logging.getLogger("kubesim.batch")
+COMPONENT = "job-controller"
+"""The reporting component of the Job controller's Events, as kube-controller-manager names it."""
 
 PODS = "pods"
 BACKOFF_BASE = 10.0
@@ -53,13 +59,16 @@ def _condition(kind: str, status: str, reason: str, message: str, now: str) -> d
     }
 
 
-def _set_condition(conditions: list[dict], new: dict) -> None:
+def _set_condition(conditions: list[dict], new: dict) -> bool:
+    """``ensureJobConditionStatus``: True when the condition was added or its status changed."""
     for index, old in enumerate(conditions):
         if old["type"] == new["type"]:
             if old["status"] != new["status"]:
                 conditions[index] = new
-            return
+                return True
+            return False
     conditions.append(new)
+    return True
 
 
 def _phase(pod: dict) -> str:
@@ -132,19 +141,21 @@ class JobController:
         status = copy.deepcopy(old)
         conditions = status.setdefault("conditions", [])
         now = self.clock.timestamp()
+        events: list[tuple[str, str, str]] = []  # what recordJobFinished and the suspension record
         done = finished_condition(job)
         if done or spec.get("suspend"):
             for pod in active:
-                self._delete_pod(pod)
+                self._delete_pod(pod, job)
             active = []
-            if not done:
-                _set_condition(
-                    conditions, _condition("Suspended", "True", "JobSuspended", "Job suspended", now)
-                )
+            if not done and _set_condition(
+                conditions, _condition("Suspended", "True", "JobSuspended", "Job suspended", now)
+            ):
+                events.append(("Normal", "Suspended", "Job suspended"))
         else:
             suspended = next((c for c in conditions if c["type"] == "Suspended"), None)
             if suspended and suspended["status"] == "True":
                 _set_condition(conditions, _condition("Suspended", "False", "JobResumed", "Job resumed", now))
+                events.append(("Normal", "Resumed", "Job resumed"))
                 status["startTime"] = now
             status.setdefault("startTime", now)
             completions = spec.get("completions")
@@ -156,12 +167,14 @@ class JobController:
                 for kind in ("SuccessCriteriaMet", "Complete"):
                     _set_condition(conditions, _condition(kind, "True", "CompletionsReached", message, now))
                 status["completionTime"] = now
+                events.append(("Normal", "Completed", "Job completed"))
             elif failed > int(spec.get("backoffLimit", 6)):
                 message = "Job has reached the specified backoff limit"
                 for kind in ("FailureTarget", "Failed"):
                     _set_condition(conditions, _condition(kind, "True", "BackoffLimitExceeded", message, now))
+                events.append(("Warning", "BackoffLimitExceeded", message))
                 for pod in active:
-                    self._delete_pod(pod)
+                    self._delete_pod(pod, job)
                 active = []
             else:
                 wanted = parallelism if completions is None else min(parallelism, completions - succeeded)
@@ -184,6 +197,8 @@ class JobController:
             status.pop("conditions")
         if status != old:
             self.write_status(JOBS, job, status)
+        for type_, reason, message in events:
+            record_event(self.store, job, type_, reason, message, COMPONENT)
 
     def _backoff(self, pods: list[dict], failed: int) -> float:
         """Simulated seconds until a failed pod may be replaced: 10 s after the last failure, doubled."""
@@ -227,6 +242,14 @@ class JobController:
             "spec": copy.deepcopy(template.get("spec") or {}),
         }
         created = self.store.create(PODS, pod, namespace=namespace)
+        record_event(
+            self.store,
+            job,
+            "Normal",
+            "SuccessfulCreate",
+            f"Created pod: {created['metadata']['name']}",
+            COMPONENT,
+        )
         created = self.write_status(PODS, created, pending_pod_status(created, self.clock.timestamp()))
         name, uid = created["metadata"]["name"], created["metadata"]["uid"]
         schedule_pod(self, namespace, name, STARTUP, lambda: self._start(namespace, name, uid))
@@ -309,9 +332,12 @@ class JobController:
             }
         self.write_status(PODS, pod, status)
 
-    def _delete_pod(self, pod: dict) -> None:
+    def _delete_pod(self, pod: dict, job: dict) -> None:
         meta = pod["metadata"]
         self._kill(meta["uid"])
         with contextlib.suppress(ApiError):
             self.store.delete(PODS, meta["name"], namespace=meta["namespace"])
+            record_event(
+                self.store, job, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}", COMPONENT
+            )
         self.logs.close(meta["namespace"], meta["name"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from kubesim.clock import parse_time
-from kubesim.kueue import jobs
+from kubesim.kueue import admission_checks, jobs
 
 # The component that reports an Event (``reportingController``/``source.component``).
 ADMISSION_COMPONENT = "kueue-admission"
@@ -19,6 +19,8 @@ JOB_COMPONENT = "kueue-job-controller"
 
 MSG_ADMITTED = "The workload is admitted"
 MSG_NO_RESERVATION = "The workload has no reservation"
+MSG_NO_RESERVATION_UNSATISFIED_CHECKS = "The workload has no reservation and not all checks ready"
+MSG_UNSATISFIED_CHECKS = "The workload has not all checks ready"
 MSG_ON_HOLD = "Job is on hold"
 MSG_PODS_READY = "All pods reached readiness and the workload is running"
 MSG_PODS_NOT_READY = "Not all pods are ready or succeeded"
@@ -26,6 +28,7 @@ MSG_PODS_RECOVERY = "At least one pod has failed, waiting for recovery"
 MSG_DEACTIVATED = "The workload is deactivated"
 MSG_CQ_STOPPED = "The ClusterQueue is stopped"
 MSG_LQ_STOPPED = "The LocalQueue is stopped"
+MSG_BACKOFF_FINISHED = "The workload backoff was finished"
 
 BACKOFF_REQUEUE_REASONS = ("PodsReadyTimeout", "AdmissionCheck")
 """Evictions whose Workload waits out ``requeueState.requeueAt`` and is then ordered by eviction time."""
@@ -61,6 +64,39 @@ def set_condition(obj: dict, type_: str, status: str, reason: str, message: str,
             conditions[index] = new
             return
     conditions.append(new)
+
+
+def sync_admitted(obj: dict, now: str) -> None:
+    """``SyncAdmittedCondition`` as Kueue v0.19 runs it with ``UnadmittedWorkloadsObservability`` off (its
+    default): ``Admitted`` is written only when it flips, i.e. when "quota reserved and every admission
+    check Ready" differs from ``Admitted=True``. So a Workload that was never admitted gets no ``Admitted``
+    condition when its quota goes, and one that was admitted gets ``False`` with
+    ``NoReservationUnsatisfiedChecks`` when its checks are not all Ready (an eviction resets them to
+    Pending), ``NoReservation`` only when every check is Ready or there are none, ``UnsatisfiedChecks``
+    when it keeps its quota. Leaving ``Admitted=True`` adds the admitted time to
+    ``accumulatedPastExecutionTimeSeconds``."""
+    reserved = condition_true(obj, "QuotaReserved")
+    checks_ready = admission_checks.all_ready(obj)
+    previous = find_condition(obj, "Admitted")
+    admitted = bool(previous) and previous.get("status") == "True"
+    if admitted == (reserved and checks_ready):
+        return
+    if reserved and checks_ready:
+        set_condition(obj, "Admitted", "True", "Admitted", MSG_ADMITTED, now)
+        return
+    if not reserved and not checks_ready:
+        reason, message = "NoReservationUnsatisfiedChecks", MSG_NO_RESERVATION_UNSATISFIED_CHECKS
+    elif not reserved:
+        reason, message = "NoReservation", MSG_NO_RESERVATION
+    else:
+        reason, message = "UnsatisfiedChecks", MSG_UNSATISFIED_CHECKS
+    if previous and previous.get("lastTransitionTime"):
+        ran = int(timestamp_seconds(now) - timestamp_seconds(previous["lastTransitionTime"]))
+        status = obj["status"]
+        status["accumulatedPastExecutionTimeSeconds"] = (
+            int(status.get("accumulatedPastExecutionTimeSeconds") or 0) + ran
+        )
+    set_condition(obj, "Admitted", "False", reason, message, now)
 
 
 # ----------------------------------------------------------------------------------------------- workload state

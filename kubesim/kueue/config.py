@@ -1,5 +1,5 @@
-"""The part of Kueue's manager configuration kubesim honours: ``waitForPodsReady`` and which job kinds
-``integrations.frameworks`` enables.
+"""The part of Kueue's manager configuration kubesim honours: ``waitForPodsReady``, which job kinds
+``integrations.frameworks`` enables, and which namespaces ``managedJobsNamespaceSelector`` selects.
 
 Kueue v0.19 reads a ``Configuration`` (``config.kueue.x-k8s.io/v1beta2``, the ``controller_manager_config.yaml``
 of its ConfigMap). ``waitForPodsReady`` is on by default there: an admitted Workload whose pods are not all
@@ -24,6 +24,18 @@ DEFAULT_BACKOFF_BASE = 60.0
 DEFAULT_BACKOFF_MAX = 3600.0
 SHIPPED_FRAMEWORKS = frozenset({"ray.io/rayjob", "ray.io/raycluster", "ray.io/rayservice", "batch/job"})
 """The integrations in Kueue v0.19.2's shipped ``controller_manager_config.yaml`` that kubesim serves."""
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""The label the API server gives every Namespace, its name: what the default selector below reads."""
+KUEUE_NAMESPACE = "kueue-system"
+
+
+def namespaces_not_in(*names: str) -> dict:
+    """A ``metav1.LabelSelector`` for every namespace but ``names``: Kueue's default
+    ``managedJobsNamespaceSelector`` is ``namespaces_not_in("kube-system", <Kueue's namespace>)``."""
+    return {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": list(names)}]}
+
+
+DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR = namespaces_not_in("kube-system", KUEUE_NAMESPACE)
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
@@ -42,6 +54,11 @@ class KueueConfig:
     """``requeuingStrategy.backoffLimitCount``: None requeues forever (Kueue's default)."""
     frameworks: frozenset[str] = field(default=SHIPPED_FRAMEWORKS)
     """``integrations.frameworks``: the job kinds Kueue manages."""
+    managed_jobs_namespace_selector: dict = field(
+        default_factory=lambda: dict(DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR)
+    )
+    """``managedJobsNamespaceSelector``: the namespaces whose jobs Kueue manages and labels for a
+    ``default`` LocalQueue (default: all but ``kube-system`` and Kueue's own ``namespace``)."""
 
     def requeue_backoff(self, count: int) -> float:
         """Seconds before the ``count``-th PodsReadyTimeout eviction may be requeued: base * 2^(count-1),
@@ -61,6 +78,9 @@ class KueueConfig:
         recovery = parse_duration(pods_ready.get("recoveryTimeout"))
         limit = strategy.get("backoffLimitCount")
         frameworks = ((document or {}).get("integrations") or {}).get("frameworks")
+        selector = (document or {}).get("managedJobsNamespaceSelector")
+        if selector is None:
+            selector = namespaces_not_in("kube-system", (document or {}).get("namespace") or KUEUE_NAMESPACE)
         return cls(
             pods_ready_timeout=timeout,
             recovery_timeout=recovery,
@@ -68,6 +88,7 @@ class KueueConfig:
             backoff_max=float(strategy.get("backoffMaxSeconds") or DEFAULT_BACKOFF_MAX),
             backoff_limit_count=None if limit is None else int(limit),
             frameworks=SHIPPED_FRAMEWORKS if frameworks is None else frozenset(frameworks),
+            managed_jobs_namespace_selector=selector,
         )
 
     @classmethod

@@ -81,7 +81,13 @@ class KueueController:
         writer = self.writer = Writer(self.store, self.clock, self.wake)
         actions = JobActions(writer)
         self.job_sync = JobSync(
-            writer, self.view, actions, seq=self.seq, parked=self.parked, frameworks=self.config.frameworks
+            writer,
+            self.view,
+            actions,
+            seq=self.seq,
+            parked=self.parked,
+            frameworks=self.config.frameworks,
+            namespace_selector=self.config.managed_jobs_namespace_selector,
         )
         self.eviction = Eviction(writer, self.view, actions)
         self.admission = AdmissionCycle(
@@ -95,7 +101,11 @@ class KueueController:
 
     def install(self) -> None:
         """What must exist before any object is accepted: the admission webhooks, the visibility API."""
-        self.store.add_admission_hook(make_admission_hook(self.store, self.config.frameworks))
+        self.store.add_admission_hook(
+            make_admission_hook(
+                self.store, self.config.frameworks, self.config.managed_jobs_namespace_selector
+            )
+        )
         handler = visibility.make_handler(self.current_world, self.seq)
         self.cluster.register_api(visibility.GROUP, visibility.VERSION, visibility.RESOURCES, handler)
 

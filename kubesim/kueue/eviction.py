@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from kubesim.kueue import admission_checks
 from kubesim.kueue.conditions import (
     ADMISSION_COMPONENT,
+    BACKOFF_REQUEUE_REASONS,
+    MSG_BACKOFF_FINISHED,
     MSG_CQ_STOPPED,
     MSG_DEACTIVATED,
     MSG_LQ_STOPPED,
@@ -24,6 +26,7 @@ from kubesim.kueue.conditions import (
     holds_quota,
     is_evicting,
     is_finished,
+    requeue_at,
     set_condition,
 )
 from kubesim.kueue.job_actions import JobActions
@@ -68,7 +71,7 @@ class Eviction:
         prepare: Callable[[dict], None] | None = None,
     ) -> None:
         """Set Evicted (and Preempted) and count it; the job reconcile then stops the job and, once it is
-        inactive, releases the quota. ``prepare`` edits the Workload first (Kueue's ``WithCustomPrepare``,
+        inactive, releases the quota (and writes ``Requeued``). ``prepare`` edits the Workload first (Kueue's ``WithCustomPrepare``,
         e.g. the requeue state of a PodsReady timeout); every admission check goes back to Pending.
 
         ``status.schedulingStats.evictions`` counts evictions per (reason, underlyingCause). Kueue gives an
@@ -90,8 +93,7 @@ class Eviction:
             set_condition(obj, "Evicted", "True", condition_reason, message, now)
             if preempted_reason:
                 set_condition(obj, "Preempted", "True", preempted_reason, message, now)
-            if reason != "Preempted":
-                set_condition(obj, "Requeued", "False", condition_reason, message, now)
+            # No Requeued here: Kueue writes it when the job stopped and the quota is released.
             stats = obj["status"].setdefault("schedulingStats", {}).setdefault("evictions", [])
             for entry in stats:
                 if entry.get("reason") == reason and entry.get("underlyingCause", "") == underlying_cause:
@@ -175,6 +177,12 @@ class Eviction:
                 return "ClusterQueueRestarted", "The ClusterQueue was restarted after being stopped"
         if reason == "LocalQueueStopped" and lq is not None and stop_policy(lq) == "None":
             return "LocalQueueRestarted", "The LocalQueue was restarted after being stopped"
-        if reason and reason.startswith("Deactivated") and (wl.get("spec") or {}).get("active", True):
+        if reason == "Deactivated" and (wl.get("spec") or {}).get("active", True):
+            # Only the plain reason: Kueue's switch leaves Requeued=False/DeactivatedDueTo<cause> (a
+            # rejected check, an exceeded requeuing limit) as it is when the Workload is reactivated.
             return "Reactivated", "The workload was reactivated"
+        if reason in BACKOFF_REQUEUE_REASONS and requeue_at(wl) is None:
+            # An admission check's Retry sets no backoff (unless the check asks for one): over at once.
+            # One with a requeueAt is waited out by ``PodsReady``, which clears it as it flips this.
+            return "BackoffFinished", MSG_BACKOFF_FINISHED
         return None

@@ -15,7 +15,6 @@ from kubesim.errors import ApiError
 from kubesim.kueue import jobs
 from kubesim.kueue.conditions import (
     JOB_COMPONENT,
-    MSG_NO_RESERVATION,
     MSG_ON_HOLD,
     MSG_PODS_NOT_READY,
     MSG_PODS_READY,
@@ -27,13 +26,16 @@ from kubesim.kueue.conditions import (
     is_finished,
     is_workload_priority_class,
     set_condition,
+    sync_admitted,
     workload_priority_class_ref,
 )
+from kubesim.kueue.config import DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR
 from kubesim.kueue.convert import resource_requests
 from kubesim.kueue.job_actions import JobActions
-from kubesim.kueue.jobs import JOB_KINDS, WORKLOAD_KEY, JobKind
+from kubesim.kueue.jobs import BATCH_JOB, JOB_KINDS, WORKLOAD_KEY, JobKind
 from kubesim.kueue.world import World, int_or_zero
 from kubesim.kueue.writer import Writer
+from kubesim.selectors import match_label_selector_obj
 
 if TYPE_CHECKING:
     from kubesim.kueue.cache import ClusterView
@@ -55,8 +57,11 @@ class JobSync:
     seq: dict[str, int]
     parked: Parked
     frameworks: frozenset[str]
+    namespace_selector: dict = field(default_factory=lambda: dict(DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR))
+    """``managedJobsNamespaceSelector``: jobs elsewhere are not reconciled at all."""
     warned: set[tuple[str, str]] = field(default_factory=set, init=False)
     """(job uid, error) already reported: a Workload that cannot be composed is told once."""
+    _managed_namespaces: tuple[World | None, frozenset[str]] = field(default=(None, frozenset()), init=False)
 
     def reconcile(self, world: World, dirty: set[tuple[str, str, str]], full: bool) -> None:
         """The jobs in ``dirty`` (key, namespace, name), or every job on a ``full`` pass, in creation order."""
@@ -72,10 +77,45 @@ class JobSync:
                     job["metadata"]["uid"], int_or_zero(job["metadata"].get("resourceVersion"))
                 )
             )
+            managed_namespaces = self._selected_namespaces(world)
             for job in items:
-                managed = jobs.is_managed(kind, job, self.frameworks, self._owner_of)
-                if managed and not job["metadata"].get("deletionTimestamp"):
+                if job["metadata"].get("deletionTimestamp") or job["metadata"]["namespace"] not in (
+                    managed_namespaces
+                ):
+                    continue
+                if jobs.is_managed(kind, job, self.frameworks, self._owner_of):
                     self._reconcile_job(kind, job, index.owned_by(job["metadata"]["uid"]), world)
+                elif kind is BATCH_JOB and kind.framework in self.frameworks:
+                    self._suspend_child_without_admitted_ancestor(job)
+
+    def _selected_namespaces(self, world: World) -> frozenset[str]:
+        """The namespaces ``namespace_selector`` selects, by their labels (once per configuration read)."""
+        if self._managed_namespaces[0] is not world:
+            selected = frozenset(
+                name
+                for name, labels in world.namespace_labels.items()
+                if match_label_selector_obj(self.namespace_selector, labels)
+            )
+            self._managed_namespaces = (world, selected)
+        return self._managed_namespaces[1]
+
+    def _suspend_child_without_admitted_ancestor(self, job: dict) -> None:
+        """``shouldSuspendChildJob``: a Job under a queue-labelled job Kueue manages (KubeRay's submitter
+        Job under its RayJob) that is neither finished nor suspended is suspended once that ancestor has
+        no unfinished Workload (it finished) or its Workload is not admitted."""
+        if jobs.is_suspended(BATCH_JOB, job) or jobs.finished(BATCH_JOB, job)[0]:
+            return
+        found, ancestor = jobs.find_managed_ancestor(job, self._owner_of, self.frameworks)
+        if not found or ancestor is None:
+            return
+        wl = self.view.index.owned_by(ancestor["metadata"]["uid"])
+        if wl is not None and not is_finished(wl) and condition_true(wl, "Admitted"):
+            return
+        suspended = self.writer.mutate(
+            BATCH_JOB.key, job, lambda obj: obj["spec"].update(suspend=True), status=False
+        )
+        if suspended is not None:
+            self.writer.event(job, "Normal", "Suspended", "Kueue managed child job suspended", JOB_COMPONENT)
 
     def _owner_of(self, kind: JobKind, namespace: str, name: str) -> dict | None:
         return self.view.get(kind.key, namespace, name)
@@ -103,6 +143,7 @@ class JobSync:
         if jobs.is_on_hold(kind, job):
             self._hold(wl)
             return
+        self._sync_pods_ready(kind, job, wl)
         if admission_of(wl) is None:
             self._sync_queued_workload(kind, job, wl, world)
             if not jobs.is_suspended(kind, job):
@@ -113,10 +154,8 @@ class JobSync:
                 self.actions.stop(kind, job, wl, evicted.get("message", ""))
             elif not jobs.is_active(kind, job):
                 self._release(wl)
-        elif condition_true(wl, "Admitted"):  # quota reserved and every admission check Ready
-            if jobs.is_suspended(kind, job):
-                self.actions.start(kind, job, wl, world)
-            self._sync_pods_ready(kind, job, wl)
+        elif condition_true(wl, "Admitted") and jobs.is_suspended(kind, job):
+            self.actions.start(kind, job, wl, world)  # quota reserved and every admission check Ready
 
     def _replace_workload(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
         """``ensureOneWorkload`` when the job no longer matches its Workload (its pod sets changed).
@@ -282,10 +321,9 @@ class JobSync:
         now = self.writer.clock.timestamp()
 
         def change(obj: dict) -> None:
-            had_admission = obj.get("status", {}).pop("admission", None) is not None
+            obj.get("status", {}).pop("admission", None)
             set_condition(obj, "QuotaReserved", "False", "OnHold", MSG_ON_HOLD, now)
-            if had_admission or find_condition(obj, "Admitted"):
-                set_condition(obj, "Admitted", "False", "NoReservation", MSG_NO_RESERVATION, now)
+            sync_admitted(obj, now)
 
         self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
         self.parked.clear()
@@ -297,30 +335,54 @@ class JobSync:
         reason, message = evicted.get("reason", ""), evicted.get("message", "")
 
         def change(obj: dict) -> None:
+            # Kueue's order: Requeued first, then UnsetQuotaReservationWithCondition (QuotaReserved,
+            # the admission, SyncAdmittedCondition). PodsReady follows on the next job reconcile.
             status = obj.setdefault("status", {})
-            status.pop("admission", None)
-            set_condition(obj, "QuotaReserved", "False", "Pending", message, now)
-            set_condition(obj, "Admitted", "False", "NoReservation", MSG_NO_RESERVATION, now)
             requeued = "True" if reason in ("Preempted", "NodeFailures") else "False"
             set_condition(obj, "Requeued", requeued, reason, message, now)
-            if condition_true(obj, "PodsReady"):
-                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
+            status.pop("admission", None)
+            set_condition(obj, "QuotaReserved", "False", "Pending", message, now)
+            sync_admitted(obj, now)
             status["resourceRequests"] = resource_requests(obj)
 
         self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
         self.parked.clear()
 
     def _sync_pods_ready(self, kind: JobKind, job: dict, wl: dict) -> None:
+        """The job reconciler's ``PodsReady`` (waitForPodsReady is always on with Kueue's v1beta2 config):
+        written whenever its (status, reason) differs from ``pods_ready_condition``, for every Workload
+        that is not finished or on hold, queued ones included."""
+        status, reason, message = pods_ready_condition(
+            condition_true(wl, "Admitted"), jobs.pods_ready(kind, job), find_condition(wl, "PodsReady")
+        )
+        current = find_condition(wl, "PodsReady") or {}
+        if (current.get("status"), current.get("reason")) == (status, reason):
+            return
         now = self.writer.clock.timestamp()
-        ready = jobs.pods_ready(kind, job)
-        previous = find_condition(wl, "PodsReady")
+        self.writer.mutate(
+            WORKLOAD_KEY,
+            wl,
+            lambda obj: set_condition(obj, "PodsReady", status, reason, message, now),
+            status=True,
+        )
 
-        def change(obj: dict) -> None:
-            if ready:
-                set_condition(obj, "PodsReady", "True", "Started", MSG_PODS_READY, now)
-            elif previous and previous.get("status") == "True":
-                set_condition(obj, "PodsReady", "False", "WaitForRecovery", MSG_PODS_RECOVERY, now)
-            elif not previous or previous.get("reason") != "WaitForRecovery":
-                set_condition(obj, "PodsReady", "False", "WaitForStart", MSG_PODS_NOT_READY, now)
 
-        self.writer.mutate(WORKLOAD_KEY, wl, change, status=True)
+def pods_ready_condition(admitted: bool, ready: bool, previous: dict | None) -> tuple[str, str, str]:
+    """``generatePodsReadyCondition``: (status, reason, message) of a Workload's ``PodsReady``.
+
+    >>> pods_ready_condition(False, False, None)
+    ('False', 'WaitForStart', 'Not all pods are ready or succeeded')
+    >>> pods_ready_condition(True, False, {"status": "True", "reason": "Started"})[1]
+    'WaitForRecovery'
+    >>> pods_ready_condition(True, True, {"status": "False", "reason": "WaitForRecovery"})[1]
+    'Recovered'
+    """
+    if not admitted:  # not admitted yet, or evicted and released
+        return "False", "WaitForStart", MSG_PODS_NOT_READY
+    previous = previous or {}
+    if ready:
+        recovering = previous.get("reason") in ("WaitForRecovery", "Recovered")
+        return "True", "Recovered" if recovering else "Started", MSG_PODS_READY
+    if previous.get("status") == "True" or previous.get("reason") == "WaitForRecovery":
+        return "False", "WaitForRecovery", MSG_PODS_RECOVERY
+    return "False", "WaitForStart", MSG_PODS_NOT_READY

@@ -45,7 +45,6 @@ SUBMITTER_CONTAINER = "ray-job-submitter"
 # KubeRay's default submitter container resources (K8sJobMode), which Kueue accounts for.
 SUBMITTER_REQUESTS = {"cpu": "500m", "memory": "200Mi"}
 SUBMITTER_LIMITS = {"cpu": "1", "memory": "1Gi"}
-SUBMITTER_IMAGE = "rayproject/ray:2.46.0"
 
 
 @dataclass(frozen=True)
@@ -138,25 +137,34 @@ OwnerLookup = Callable[[JobKind, str, str], dict | None]
 def has_managed_ancestor(
     job: dict, owner_of: OwnerLookup | None, frameworks: frozenset[str] = ALL_FRAMEWORKS
 ) -> bool:
+    """Whether ``find_managed_ancestor`` finds one: then Kueue admits that ancestor and never makes a
+    Workload for this job, nor suspends it on create. An owner that cannot be read stops Kueue with an
+    error, which creates nothing either: True."""
+    return find_managed_ancestor(job, owner_of, frameworks)[0]
+
+
+def find_managed_ancestor(
+    job: dict, owner_of: OwnerLookup | None, frameworks: frozenset[str] = ALL_FRAMEWORKS
+) -> tuple[bool, dict | None]:
     """``FindAncestorJobManagedByKueue`` (``manageJobsWithoutQueueName`` false): walking up the controller
-    owners while their kind is one Kueue knows, is one of them of an enabled integration and queue-labelled?
-    Then Kueue admits that ancestor and never makes a Workload for this job, nor suspends it on create.
-    An owner that cannot be read stops Kueue with an error, which creates nothing either: True."""
+    owners while their kind is one Kueue knows, (True, that owner) for the first of an enabled
+    integration with a queue label; (True, None) when an owner cannot be read (Kueue stops with an error);
+    (False, None) when there is none."""
     namespace = job.get("metadata", {}).get("namespace", "")
     current, seen = job, set()
     while (ref := controller_ref(current)) is not None and (kind := owner_kind(ref)) is not None:
         if ref.get("uid") in seen:
-            return False  # cyclic ownership: Kueue gives up on the search
+            return False, None  # cyclic ownership: Kueue gives up on the search
         seen.add(ref.get("uid"))
         parent = owner_of(kind, namespace, ref["name"]) if owner_of else None
         if parent is None:
-            return True
+            return True, None
         if parent["metadata"].get("uid") != ref.get("uid"):
-            return False
+            return False, None
         if kind.framework in frameworks and queue_name(parent):
-            return True
+            return True, parent
         current = parent
-    return False
+    return False, None
 
 
 def owned_by_ray_controller(job: dict, frameworks: frozenset[str] = ALL_FRAMEWORKS) -> bool:
@@ -251,20 +259,17 @@ def pods_ready(kind: JobKind, job: dict) -> bool:
 # ----------------------------------------------------------------------------------------------- pod sets
 
 
-def default_submitter_template() -> dict:
-    """KubeRay's default submitter pod template (K8sJobMode) that Kueue accounts for and writes on start."""
-    return {
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": SUBMITTER_CONTAINER,
-                    "image": SUBMITTER_IMAGE,
-                    "resources": {"requests": dict(SUBMITTER_REQUESTS), "limits": dict(SUBMITTER_LIMITS)},
-                }
-            ],
-        }
-    }
+def default_submitter_template(job: dict) -> dict:
+    """KubeRay's default submitter pod template (K8sJobMode) that Kueue accounts for and writes on start:
+    one container running the head's image (the head group's first container), as both KubeRay's
+    ``GetDefaultSubmitterContainer`` and Kueue's copy of it in ``getSubmitterTemplate`` say."""
+    head = (((job.get("spec") or {}).get("rayClusterSpec") or {}).get("headGroupSpec") or {}).get("template")
+    image = (((head or {}).get("spec") or {}).get("containers") or [{}])[0].get("image")
+    container: dict = {"name": SUBMITTER_CONTAINER}
+    if image:  # an empty image is left out of the JSON, as Go's omitempty does
+        container["image"] = image
+    container["resources"] = {"requests": dict(SUBMITTER_REQUESTS), "limits": dict(SUBMITTER_LIMITS)}
+    return {"spec": {"restartPolicy": "Never", "containers": [container]}}
 
 
 def worker_count(group: dict) -> int:
@@ -310,7 +315,7 @@ def build_pod_sets(kind: JobKind, job: dict) -> list[dict]:
         spec = job.get("spec") or {}
         mode = spec.get("submissionMode") or "K8sJobMode"
         if mode == "K8sJobMode":
-            template = copy.deepcopy(spec.get("submitterPodTemplate") or default_submitter_template())
+            template = copy.deepcopy(spec.get("submitterPodTemplate") or default_submitter_template(job))
             pod_sets.append({"name": SUBMITTER_POD_SET, "count": 1, "template": template})
         elif mode == "SidecarMode":
             containers = pod_sets[0]["template"].setdefault("spec", {}).setdefault("containers", [])
@@ -372,7 +377,7 @@ def _job_shapes(kind: JobKind, job: dict) -> list[tuple]:
         spec = job.get("spec") or {}
         mode = spec.get("submissionMode") or "K8sJobMode"
         if mode == "K8sJobMode":
-            template = spec.get("submitterPodTemplate") or default_submitter_template()
+            template = spec.get("submitterPodTemplate") or default_submitter_template(job)
             shapes.append(_shape(SUBMITTER_POD_SET, 1, template))
         elif mode == "SidecarMode":
             return [_shape(ps["name"], ps["count"], ps["template"]) for ps in build_pod_sets(kind, job)]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from kubesim.clock import format_time, parse_time
 from kubesim.kueue.conditions import (
     BACKOFF_REQUEUE_REASONS,
+    MSG_BACKOFF_FINISHED,
     condition_true,
     find_condition,
     is_evicting,
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from kubesim.kueue.cache import ClusterView
 
 REASON = "PodsReadyTimeout"
-MSG_BACKOFF_FINISHED = "The workload backoff was finished"
 MSG_REQUEUING_LIMIT = "exceeding the maximum number of re-queuing retries"
 
 

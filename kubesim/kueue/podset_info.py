@@ -41,7 +41,7 @@ def _pod_templates(kind: JobKind, job: dict, *, create_submitter: bool) -> list[
         spec = job["spec"]
         if (spec.get("submissionMode") or "K8sJobMode") == "K8sJobMode":
             if spec.get("submitterPodTemplate") is None and create_submitter:
-                spec["submitterPodTemplate"] = default_submitter_template()
+                spec["submitterPodTemplate"] = default_submitter_template(job)
             if spec.get("submitterPodTemplate") is not None:
                 templates.append((SUBMITTER_POD_SET, spec["submitterPodTemplate"]))
     return templates

@@ -4,7 +4,8 @@ validating ``v*.kb.io``), run as a store admission hook: the same place the API 
 Mutation (create only): default the queue label to ``default`` when a LocalQueue named ``default`` exists
 in the namespace, and default managed jobs to suspended so that nothing runs before Kueue admits it.
 The same LocalQueue defaulting applies to the other kinds kubesim serves that Kueue's shipped config
-integrates: ownerless Pods and batch Jobs (``label_for_default_queue``).
+integrates: ownerless Pods and batch Jobs (``label_for_default_queue``). Only in the namespaces Kueue's
+``managedJobsNamespaceSelector`` selects (by default all but ``kube-system`` and ``kueue-system``).
 Validation (create and update): the rules Kueue v0.19.2 enforces, denied with the API server's wording
 ``admission webhook "<name>" denied the request: <field errors>`` (403 Forbidden).
 
@@ -23,7 +24,9 @@ from collections.abc import Callable
 from kubesim.errors import ApiError
 from kubesim.errors import invalid as invalid_object
 from kubesim.kueue import jobs
+from kubesim.kueue.config import DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR, NAMESPACE_NAME_LABEL
 from kubesim.kueue.jobs import BATCH_JOB, RAYCLUSTER, RAYJOB, RAYSERVICE, JobKind
+from kubesim.selectors import match_label_selector_obj
 
 WEBHOOK_NAMES = {
     RAYJOB.key: "vrayjob.kb.io",
@@ -252,24 +255,28 @@ def cluster_queue_causes(cq: dict) -> list[dict]:
 def apply_defaults(
     kind: JobKind,
     job: dict,
-    default_queue_exists: bool,
+    default_queue: bool,
     frameworks: frozenset[str] = jobs.ALL_FRAMEWORKS,
     owner_of: jobs.OwnerLookup | None = None,
 ) -> None:
     """Mutating webhook on create: default the queue label, then suspend a managed job.
 
-    A batch Job whose controller owner is of an enabled integration's kind (KubeRay's submitter Job,
-    owned by its RayJob) gets no default queue label (``ApplyDefaultLocalQueue``), and a Job with a
-    queue-labelled managed ancestor is not suspended (``WorkloadShouldBeSuspended``)."""
+    ``default_queue``: a LocalQueue named ``default`` exists in the job's namespace and Kueue's
+    ``managedJobsNamespaceSelector`` selects that namespace (``ApplyDefaultLocalQueueWith
+    ManagedJobsNamespaceSelector``, for every kind). A job whose controller owner is of an enabled
+    integration's kind (KubeRay's submitter Job or a RayCluster, owned by their RayJob) gets no default
+    queue label (``IsOwnerManagedByKueueForObject``), and a Job with a queue-labelled managed ancestor is
+    not suspended (``WorkloadShouldBeSuspended``). A job with a queue label is suspended whatever its
+    namespace: the selector only limits the defaulting (and which jobs the reconciler manages)."""
     if kind.framework not in frameworks:
         return
     if kind is RAYCLUSTER and jobs.owned_by_ray_controller(job, frameworks):
         return
     if kind is BATCH_JOB:
         if not jobs.owner_managed_by_kueue(job, frameworks):
-            label_for_default_queue(job, default_queue_exists, owners_allowed=True)
-    elif not jobs.queue_name(job) and default_queue_exists:
-        job.setdefault("metadata", {}).setdefault("labels", {})[jobs.QUEUE_LABEL] = DEFAULT_LOCAL_QUEUE
+            label_for_default_queue(job, default_queue, owners_allowed=True)
+    else:
+        label_for_default_queue(job, default_queue, owners_allowed=True)
     if jobs.is_managed(kind, job, frameworks, owner_of) and not jobs.is_suspended(kind, job):
         jobs.set_suspend(kind, job, True)
 
@@ -280,21 +287,19 @@ DEFAULTED_KINDS = ("pods", "jobs.batch")
 """Kinds besides the Ray ones whose objects Kueue v0.19 puts into a LocalQueue named ``default``: its shipped
 configuration enables the ``pod``, ``batch/job``, ``deployment`` and ``statefulset`` integrations (kubesim
 serves no Deployments or StatefulSets)."""
-UNMANAGED_NAMESPACES = ("kube-system", "kueue-system")
-"""Kueue's default ``managedJobsNamespaceSelector`` leaves these namespaces alone."""
 
 
-def label_for_default_queue(obj: dict, default_queue_exists: bool, *, owners_allowed: bool = False) -> bool:
-    """LocalQueueDefaulting: an object without a queue label, in a namespace with a LocalQueue named
-    ``default``, gets ``kueue.x-k8s.io/queue-name: default``. A Pod only when it has no owner (kubesim does
-    not gate Pods: its only pods are Jobs' and KubeRay's, which have owners); a batch Job
-    (``owners_allowed``) also when an owner Kueue does not manage has it (``apply_defaults`` leaves out the
-    rest). A labelled Job is then suspended and queued by the batch/job integration. True when it labelled
-    the object."""
+def label_for_default_queue(obj: dict, default_queue: bool, *, owners_allowed: bool = False) -> bool:
+    """LocalQueueDefaulting: an object without a queue label, where ``default_queue`` (a LocalQueue named
+    ``default`` in a namespace ``managedJobsNamespaceSelector`` selects), gets
+    ``kueue.x-k8s.io/queue-name: default``. A Pod only when it has no owner (kubesim does not gate Pods:
+    its only pods are Jobs' and KubeRay's, which have owners); a job kind (``owners_allowed``) also when an
+    owner Kueue does not manage has it (``apply_defaults`` leaves out the rest). A labelled Job is then
+    suspended and queued by the batch/job integration. True when it labelled the object."""
     metadata = obj.setdefault("metadata", {})
-    if not default_queue_exists or (metadata.get("ownerReferences") and not owners_allowed):
+    if not default_queue or (metadata.get("ownerReferences") and not owners_allowed):
         return False
-    if metadata.get("namespace") in UNMANAGED_NAMESPACES or jobs.queue_name(obj):
+    if jobs.queue_name(obj):
         return False
     metadata.setdefault("labels", {})[jobs.QUEUE_LABEL] = DEFAULT_LOCAL_QUEUE
     return True
@@ -304,17 +309,26 @@ def label_for_default_queue(obj: dict, default_queue_exists: bool, *, owners_all
 
 
 def make_admission_hook(
-    store, frameworks: frozenset[str] = jobs.ALL_FRAMEWORKS
+    store,
+    frameworks: frozenset[str] = jobs.ALL_FRAMEWORKS,
+    namespace_selector: dict | None = None,
 ) -> Callable[[str, object, dict, dict | None], None]:
     """The store admission hook standing in for Kueue's webhook configurations (only the enabled
-    integrations' webhooks are registered)."""
+    integrations' webhooks are registered). ``namespace_selector``: Kueue's
+    ``managedJobsNamespaceSelector`` (default: every namespace but ``kube-system`` and ``kueue-system``)."""
+    selector = DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR if namespace_selector is None else namespace_selector
 
     def default_queue_exists(namespace: str | None) -> bool:
+        """A LocalQueue named ``default`` exists there, and the namespace is one Kueue manages."""
         try:
             store.get(LOCAL_QUEUE_KEY, DEFAULT_LOCAL_QUEUE, namespace=namespace)
         except ApiError:
             return False
-        return True
+        namespace_obj = store.get_or_none("namespaces", namespace or "")
+        labels = ((namespace_obj or {}).get("metadata") or {}).get("labels") or {
+            NAMESPACE_NAME_LABEL: namespace or ""
+        }
+        return match_label_selector_obj(selector, labels)
 
     def owner_of(kind: JobKind, namespace: str, name: str) -> dict | None:
         try:

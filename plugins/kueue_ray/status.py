@@ -255,8 +255,9 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
             return result(Phase.RUNNING, job_status, rj_message)
         admitted = conditions.get(wl.ADMITTED) or {}
         if admitted.get("status") != "True":
-            # Kueue leaves a stale Admitted=False/NoReservation from an earlier eviction in place.
-            stale = admitted.get("reason") in (None, "", wl.NO_RESERVATION)
+            # Kueue writes Admitted only when it flips: absent for a Workload never admitted, and the
+            # Admitted=False of an earlier release (NoReservation, NoReservationUnsatisfiedChecks) stays.
+            stale = not admitted.get("reason") or admitted["reason"] in wl.STALE_ADMITTED_REASONS
             return result(
                 Phase.AWAITING_CHECKS,
                 wl.QUOTA_RESERVED if stale else admitted["reason"],

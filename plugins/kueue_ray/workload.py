@@ -50,7 +50,14 @@ FINISHED_SUCCEEDED = "Succeeded"
 ON_HOLD = "OnHold"
 """``QuotaReserved=False`` reason of a job its integration holds back (a RayJob KubeRay refused)."""
 NO_RESERVATION = "NoReservation"
-"""``Admitted=False`` reason Kueue leaves in place after an eviction: stale, not a pending check."""
+"""``Admitted=False`` reason Kueue writes when an admitted Workload's quota is released and every admission
+check is Ready (or it has none); left in place afterwards: stale, not a pending check."""
+NO_RESERVATION_UNSATISFIED_CHECKS = "NoReservationUnsatisfiedChecks"
+"""The same when its checks are not all Ready (an eviction resets them to Pending): also stale once the
+Workload holds quota again, its checks then say what it waits for."""
+STALE_ADMITTED_REASONS = frozenset({NO_RESERVATION, NO_RESERVATION_UNSATISFIED_CHECKS})
+"""``Admitted=False`` reasons written when the quota went, which Kueue (``UnadmittedWorkloadsObservability``
+off, its default) does not rewrite when quota is reserved again."""
 PREVIOUSLY = "Previously: "
 """Prefix Kueue puts before a ``Preempted`` condition's message once the Workload is admitted again."""
 ADMISSION_CHECK_REJECTED = "Rejected"

@@ -19,6 +19,7 @@ JOB_KEYS = {"queue", "priority", "head", "workers", "mode", "namespace"}
 STEP_KEYS = {"submit", "finish", "apply", "relabel", "pause", "then", "queues"}
 QUEUE_KEYS = {"status", "reason", "message"}
 EVICTION_KEYS = {"reason", "underlyingCause", "count"}
+CONDITION_KEYS = {"status", "reason", "message"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,10 @@ class Expectation:
     evictions: tuple[dict, ...] | None = None
     """Exactly its Workload's ``status.schedulingStats.evictions`` (``reason``, ``underlyingCause``,
     ``count``). Written by the Kueue controller, so only the HTTP driver checks it."""
+    conditions: dict[str, dict | None] | None = None
+    """Condition type -> ``{status, reason}`` its Workload's condition of that type shows (``message``
+    too when given), or None: the Workload has no condition of that type. Written by the Kueue
+    controller, so only the HTTP driver checks it."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,14 @@ def _expectation(value: str | dict, where: str) -> Expectation:
                     raise ValueError(
                         f"{where}: an eviction names exactly {sorted(EVICTION_KEYS)}, not {entry}"
                     )
+        for type_, wanted in (value.get("conditions") or {}).items():
+            if wanted is not None and not (
+                set(wanted) >= {"status", "reason"} and set(wanted) <= CONDITION_KEYS
+            ):
+                raise ValueError(
+                    f"{where}: condition {type_} is null (absent) or names status, reason and maybe "
+                    f"message, not {wanted}"
+                )
         expectation = Expectation(**value)
     if expectation.state not in STATES:
         raise ValueError(f"{where}: state {expectation.state!r} is not one of {STATES}")

@@ -240,6 +240,10 @@ def mismatches(
             problems.append(
                 f"{name}: expected evictions {list(expected.evictions)}, got {evictions(workload)}"
             )
+        for type_, wanted in (expected.conditions or {}).items():
+            got = condition(workload, type_)
+            if (wanted is None and got) or (wanted and any(got.get(k) != v for k, v in wanted.items())):
+                problems.append(f"{name}: expected {type_} {wanted or 'absent'}, got {got or 'absent'}")
     return problems
 
 

@@ -391,6 +391,22 @@ def test_quota_reserved_is_not_admitted_while_admission_checks_are_pending():
         rayjob("Suspended"), workload(RESERVED, no_reservation, admission=ADMISSION, checks=CHECKS)
     )
     assert (again.phase, again.reason) == (Phase.AWAITING_CHECKS, "QuotaReserved")
+    # Evicted while admitted with checks (they are reset to Pending): Kueue's reason says so, and it is
+    # as stale once quota is reserved again; the checks tell what the Workload waits for.
+    reset = cond(
+        "Admitted",
+        "False",
+        "NoReservationUnsatisfiedChecks",
+        "The workload has no reservation and not all checks ready",
+    )
+    again = observe(rayjob("Suspended"), workload(RESERVED, reset, admission=ADMISSION, checks=CHECKS))
+    assert (again.phase, again.reason) == (Phase.AWAITING_CHECKS, "QuotaReserved")
+    assert again.message.startswith(
+        "quota reserved in ClusterQueue cluster-queue, waiting for admission checks"
+    )
+    # Never admitted: no Admitted condition at all.
+    never = observe(rayjob("Suspended"), workload(RESERVED, admission=ADMISSION, checks=CHECKS))
+    assert (never.phase, never.reason) == (Phase.AWAITING_CHECKS, "QuotaReserved")
     unsatisfied = cond("Admitted", "False", "UnsatisfiedChecks", "The workload has not all checks ready")
     assert (
         observe(rayjob("Suspended"), workload(RESERVED, unsatisfied, checks=CHECKS)).reason

@@ -189,8 +189,24 @@ def test_an_unsuspended_job_runs_its_pods_to_complete():
         assert pod["metadata"]["ownerReferences"][0]["kind"] == "Job"
         assert pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] == "pi"
         assert cluster.logs.read(NS, pod["metadata"]["name"], "base") == "pi is 3.14\n"
+        await until(lambda: ("Normal", "Completed", "Job completed") in job_events(cluster), "Completed")
+        said = job_events(cluster)
+        created = sorted(f"Created pod: {p['metadata']['name']}" for p in found)
+        assert sorted(m for _, r, m in said if r == "SuccessfulCreate") == created
 
     run(body)
+
+
+def job_events(cluster: Cluster, name: str = "pi") -> list[tuple[str, str, str]]:
+    """The Job controller's Events about Job ``name``: (type, reason, message), oldest first."""
+    found, _ = cluster.store.list("events", namespace=NS)
+    return [
+        (e["type"], e["reason"], e["message"])
+        for e in found
+        if e["involvedObject"]["kind"] == "Job"
+        and e["involvedObject"]["name"] == name
+        and e["source"]["component"] == "job-controller"
+    ]
 
 
 def test_a_failing_job_retries_up_to_its_backoff_limit_then_fails():
@@ -202,6 +218,8 @@ def test_a_failing_job_retries_up_to_its_backoff_limit_then_fails():
         assert list(conditions(failed)) == ["FailureTarget", "Failed"]
         assert failed["status"]["conditions"][-1]["reason"] == "BackoffLimitExceeded"
         assert failed["status"]["failed"] == 2
+        warning = ("Warning", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        await until(lambda: warning in job_events(cluster), "the backoff limit's Warning")
 
     run(body)
 
@@ -220,6 +238,11 @@ def test_suspending_a_running_job_deletes_its_pods():
             "suspended without pods",
         )
         assert "active" not in suspended["status"]
+        await until(lambda: ("Normal", "Suspended", "Job suspended") in job_events(cluster), "Event")
+        said = job_events(cluster)
+        assert any(r == "SuccessfulDelete" and m.startswith("Deleted pod: pi-") for _, r, m in said)
+        cluster.store.patch(JOBS, "pi", {"spec": {"suspend": False}}, namespace=NS)
+        await until(lambda: ("Normal", "Resumed", "Job resumed") in job_events(cluster), "Resumed")
 
     run(body)
 
@@ -329,7 +352,7 @@ def test_kueue_makes_no_workload_for_a_job_whose_ancestor_it_admits_by_queue_lab
 
 def test_default_local_queue_labels_a_job_unless_its_controller_owner_is_a_kind_kueue_manages():
     def default_queue_label(child: dict) -> str | None:
-        webhook.apply_defaults(BATCH_JOB, child, default_queue_exists=True, owner_of=lambda *_: None)
+        webhook.apply_defaults(BATCH_JOB, child, default_queue=True, owner_of=lambda *_: None)
         return child["metadata"]["labels"].get(jobs.QUEUE_LABEL)
 
     # KubeRay's submitter Job: owned by its RayJob, whatever the RayJob's labels.

@@ -64,6 +64,29 @@ def test_pod_sets_head_workers_and_default_submitter():
     assert submitter["resources"]["requests"] == {"cpu": "500m", "memory": "200Mi"}
 
 
+def test_the_default_submitter_runs_the_head_image_in_the_pod_set_and_the_template_kueue_writes():
+    """``getSubmitterTemplate`` (Kueue) and ``GetDefaultSubmitterContainer`` (KubeRay): the head's image, so
+    a submitter never needs an image the cluster's own pods do not use."""
+    job = rayjob()
+    job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = "ray:2.52"
+    [*_, submitter] = jobs.build_pod_sets(RAYJOB, job)
+    assert submitter["template"]["spec"]["containers"][0]["image"] == "ray:2.52"
+    wl = jobs.build_workload(RAYJOB, job, priority=0, priority_class=None)
+    wl["status"] = {
+        "admission": {
+            "clusterQueue": "cq",
+            "podSetAssignments": [
+                {"name": ps["name"], "flavors": {}, "count": ps["count"]} for ps in wl["spec"]["podSets"]
+            ],
+        }
+    }
+    started = podset_info.start_job(RAYJOB, job, podset_info.pod_set_infos(wl, {}, "user-queue"))
+    assert started["spec"]["submitterPodTemplate"]["spec"]["containers"][0]["image"] == "ray:2.52"
+    # A head without an image (refused later, when its pod is created) gives a container without one.
+    del job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+    assert "image" not in jobs.build_pod_sets(RAYJOB, job)[-1]["template"]["spec"]["containers"][0]
+
+
 def test_worker_group_without_replicas_counts_zero_as_the_crd_defaults_it():
     job = rayjob()
     del job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"]

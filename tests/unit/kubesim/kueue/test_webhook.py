@@ -6,6 +6,7 @@ import pytest
 
 from kubesim.clock import Clock
 from kubesim.errors import ApiError
+from kubesim.kueue.config import KueueConfig
 from kubesim.kueue.jobs import PRIORITY_CLASS_LABEL, QUEUE_LABEL
 from kubesim.kueue.webhook import make_admission_hook
 from kubesim.resources import CRDS_DIR, Registry
@@ -78,6 +79,87 @@ def test_queue_label_defaults_to_the_default_local_queue(store):
     created = store.create(RAYJOBS, rayjob(queue=None))
     assert created["metadata"]["labels"][QUEUE_LABEL] == "default"
     assert created["spec"]["suspend"] is True
+
+
+def default_queue_in(store: Store, namespace: str) -> None:
+    store.create("namespaces", {"metadata": {"name": namespace}})
+    store.create(
+        "localqueues.kueue.x-k8s.io",
+        {"metadata": {"name": "default", "namespace": namespace}, "spec": {"clusterQueue": "cq"}},
+    )
+
+
+def ray_kinds(namespace: str) -> list[tuple[str, dict]]:
+    job = rayjob(queue=None)
+    job["metadata"]["namespace"] = namespace
+    spec = job["spec"]["rayClusterSpec"]
+    meta = {"name": "r", "namespace": namespace}
+    return [
+        (RAYJOBS, job),
+        (
+            "rayclusters.ray.io",
+            {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta, "spec": spec},
+        ),
+        (
+            "rayservices.ray.io",
+            {
+                "apiVersion": "ray.io/v1",
+                "kind": "RayService",
+                "metadata": meta,
+                "spec": {"rayClusterConfig": spec},
+            },
+        ),
+    ]
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "kueue-system"])
+def test_the_default_managed_jobs_namespace_selector_leaves_kube_system_and_kueues_namespace_alone(
+    store, namespace
+):
+    """``ApplyDefaultLocalQueueWithManagedJobsNamespaceSelector``: in a namespace the selector leaves out,
+    no Ray kind (nor Pod, nor Job) is put into its ``default`` LocalQueue."""
+    if store.get_or_none("namespaces", namespace) is None:
+        store.create("namespaces", {"metadata": {"name": namespace}})
+    store.create(
+        "localqueues.kueue.x-k8s.io",
+        {"metadata": {"name": "default", "namespace": namespace}, "spec": {"clusterQueue": "cq"}},
+    )
+    for key, obj in ray_kinds(namespace):
+        created = store.create(key, obj)
+        assert QUEUE_LABEL not in (created["metadata"].get("labels") or {}), key
+    pod = {"metadata": {"name": "p", "namespace": namespace}, "spec": {"containers": [{"name": "c"}]}}
+    assert QUEUE_LABEL not in (store.create("pods", pod)["metadata"].get("labels") or {})
+    managed = "team-a"
+    default_queue_in(store, managed)
+    for key, obj in ray_kinds(managed):
+        assert store.create(key, obj)["metadata"]["labels"][QUEUE_LABEL] == "default", key
+
+
+def test_a_configured_selector_decides_by_the_namespace_labels():
+    """``managedJobsNamespaceSelector`` from Kueue's Configuration: only namespaces labelled for Kueue."""
+    config = KueueConfig.from_configuration(
+        {"managedJobsNamespaceSelector": {"matchLabels": {"kueue-managed": "true"}}}
+    )
+    store = Store(Registry(CRDS_DIR), Clock())
+    store.add_admission_hook(
+        make_admission_hook(store, config.frameworks, config.managed_jobs_namespace_selector)
+    )
+    default_queue_in(store, "plain")
+    store.create("namespaces", {"metadata": {"name": "opted-in", "labels": {"kueue-managed": "true"}}})
+    store.create(
+        "localqueues.kueue.x-k8s.io",
+        {"metadata": {"name": "default", "namespace": "opted-in"}, "spec": {"clusterQueue": "cq"}},
+    )
+    [(_, plain)] = ray_kinds("plain")[:1]
+    assert QUEUE_LABEL not in (store.create(RAYJOBS, plain)["metadata"].get("labels") or {})
+    [(_, opted)] = ray_kinds("opted-in")[:1]
+    created = store.create(RAYJOBS, opted)
+    assert created["metadata"]["labels"][QUEUE_LABEL] == "default"
+    assert created["spec"]["suspend"] is True
+    # Kueue's own namespace, renamed in the Configuration, is the one the default selector leaves out.
+    renamed = KueueConfig.from_configuration({"namespace": "queueing"})
+    values = renamed.managed_jobs_namespace_selector["matchExpressions"][0]["values"]
+    assert values == ["kube-system", "queueing"]
 
 
 def test_ownerless_pods_and_jobs_in_a_namespace_with_a_default_local_queue_get_its_label(store):
