@@ -1,5 +1,7 @@
 """The Kueue pages with a large cluster: 1,000 pending and 10,000 finished workloads in 4 ClusterQueues.
-``python -m bench.ui_scale [--finished 10000] [--pending 1000] [--samples 200] [--out file.json]``
+``python -m bench.ui_scale [--finished 10000] [--pending 1000] [--samples 200] [--before DIR] [--out file.json]``
+(``--before``: first the same measurement with another checkout's ``plugins/``, e.g.
+``git archive <rev> plugins | tar -x -C /tmp/before``, then this checkout's, in one run.)
 
 Setup: one Airflow (``bench.harness.airflow.airflow_stack``: scheduler, dag-processor, triggerer,
 api-server on a throwaway PostgreSQL) against kubesim (single-queue setup, time-scale 50), the plugin's
@@ -39,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import aiohttp
@@ -57,6 +60,8 @@ PAGE_P99_TARGET_MS = 200
 UNCHANGED_TARGET_MS = 20
 FINISHED_BATCH = 400
 """Finished RayJobs created at a time (each queue's quota runs 400 at once)."""
+VISIBILITY_READ = "get clusterqueues pendingworkloads"
+"""The one request a page's poll can cause (the cache's pending list of a ClusterQueue)."""
 POLL_S = 2.0
 """How often an open page asks (``kueue.js``'s ``POLL_SECONDS``)."""
 RAYJOBS = f"{RAY}/namespaces/{NAMESPACE}/rayjobs"
@@ -195,10 +200,9 @@ def page_shows_everything(client: httpx.Client, pending: int) -> bool:
     return rows >= pending + 1
 
 
-def foreign_per_minute(
-    sim_url: str, headers: dict, client: httpx.Client, tabs: int, window_s: float
-) -> float:
-    """kubesim's requests per minute, not the harness's, while ``tabs`` threads poll like open pages."""
+def cache_requests(sim_url: str, headers: dict, client: httpx.Client, tabs: int, window_s: float) -> dict:
+    """kubesim's requests in a window while ``tabs`` threads poll like open pages (the harness makes none
+    then): per minute in total, and how many of each kind (verb, resource, subresource)."""
     stop = threading.Event()
 
     def tab() -> None:
@@ -214,18 +218,32 @@ def foreign_per_minute(
     for thread in threads:
         thread.start()
     time.sleep(POLL_S * 2)  # every tab has its first full answer
-    before = httpx.get(f"{sim_url}/kubesim/stats", headers=headers).json()["requests_total"]
+    started = time.time()
     time.sleep(window_s)
-    after = httpx.get(f"{sim_url}/kubesim/stats", headers=headers).json()["requests_total"]
+    ended = time.time()
+    log = httpx.get(f"{sim_url}/kubesim/requests", headers=headers).json()
     stop.set()
     for thread in threads:
         thread.join()
-    return round((after - before) * 60 / window_s, 1)  # kubesim does not count its /kubesim/stats
+    kinds = Counter(
+        " ".join(filter(None, (r["verb"], r["resource"], r["subresource"])))
+        for r in log
+        if started <= r["at"] <= ended
+    )
+    return {"per_min": round(sum(kinds.values()) * 60 / window_s, 1), "kinds": dict(kinds)}
 
 
-def measure(finished: int, pending: int, samples: int, window_s: float, workdir: Path) -> dict:
+def measure(
+    finished: int, pending: int, samples: int, window_s: float, workdir: Path, plugins: Path | None = None
+) -> dict:
+    """One Airflow's figures; ``plugins``: another checkout's ``plugins/`` for every Airflow component
+    (e.g. the code before a change), else this checkout's."""
     phases = Phases()
     extra_env = {"AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": dag_bundles()}
+    if plugins is not None:
+        from devtools.airflow import ROOT
+
+        extra_env |= {"AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins), "PYTHONPATH": f"{plugins}:{ROOT}"}
     with airflow_stack(workdir, [DAG_ID], time_scale=TIME_SCALE, extra_env=extra_env) as stack:
         airflow, sim = stack.airflow, stack.sim
         rss_before = api_server_rss_mib()
@@ -249,8 +267,8 @@ def measure(finished: int, pending: int, samples: int, window_s: float, workdir:
         )
         position = tabs[-1].json().get("position")
         phases.mark("timed")
-        one_tab = foreign_per_minute(sim.url, sim.headers, client, 1, window_s)
-        twenty_tabs = foreign_per_minute(sim.url, sim.headers, client, 20, window_s)
+        one_tab = cache_requests(sim.url, sim.headers, client, 1, window_s)
+        twenty_tabs = cache_requests(sim.url, sim.headers, client, 20, window_s)
         phases.mark("tabs")
         rss_after = api_server_rss_mib()
     return {
@@ -282,10 +300,11 @@ def measure(finished: int, pending: int, samples: int, window_s: float, workdir:
 def independent(r: dict) -> bool:
     """Twenty tabs cost no more than one, give or take one round of the cache's own refresh: each
     ClusterQueue's pending list is read again every ``visibility_max_age`` (30 s) while anyone looks, so a
-    window can catch one round more or less than another."""
+    window can catch one round more than another. (Watches that end and are opened again are the
+    cache's life, not the tabs'.)"""
     cache = r["cache_requests_per_min"]
-    one_round = r["cluster_queues"] * 60 / r["window_s"]
-    return cache["20 tabs"] <= cache["1 tab"] + one_round
+    one, twenty = (cache[n]["kinds"].get(VISIBILITY_READ, 0) for n in ("1 tab", "20 tabs"))
+    return twenty <= one + r["cluster_queues"]
 
 
 def verdict(value: float, target: float) -> str:
@@ -316,7 +335,8 @@ def render(r: dict) -> str:
             f"| api-server RSS, after start → after the run | {rss['after_start']} → {rss['after']} MiB | "
             "none set | |",
             f"| Kubernetes API requests per minute by the cache, 1 tab vs 20 tabs ({r['window_s']:g} s "
-            f"windows) | {cache['1 tab']} vs {cache['20 tabs']} | independent of tabs | "
+            f"windows) | {cache['1 tab']['per_min']} ({cache['1 tab']['kinds']}) vs {cache['20 tabs']['per_min']} "
+            f"({cache['20 tabs']['kinds']}) | independent of tabs | "
             f"{'met' if independent(r) else '**missed**'} |",
         ]
     )
@@ -328,13 +348,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pending", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--window", type=float, default=90.0)
+    parser.add_argument(
+        "--before", type=Path, help="a plugins/ folder (e.g. git archive of an older commit) measured first"
+    )
     parser.add_argument("--out", help="write the JSON result here")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="bench-ui-scale-") as directory:
-        result = measure(args.finished, args.pending, args.samples, args.window, Path(directory))
+    codes = {"before": args.before, "this checkout": None} if args.before else {"this checkout": None}
+    results = {}
+    for code, plugins in codes.items():
+        with tempfile.TemporaryDirectory(prefix="bench-ui-scale-") as directory:
+            sizes = (args.finished, args.pending, args.samples, args.window)
+            results[code] = measure(*sizes, Path(directory), plugins)
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
-    print(render(result))
+        Path(args.out).write_text(json.dumps(results, indent=1))
+    print("\n\n".join(f"**{code}**: {render(result)}" for code, result in results.items()))
     return 0
 
 
