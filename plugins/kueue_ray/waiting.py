@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from kueue_ray.api import parse_time, utcnow
-from kueue_ray.narration import name_preemptor, readable_quantities
-from kueue_ray.phases import ADMITTED_PHASES, WAITING_PHASES, Phase
-from kueue_ray.status import Observation, pods_not_ready_hint
-from kueue_ray.timeline import Timeline
+from kueue_ray.naming import QUEUE_LABEL
+from kueue_ray.narration import name_preemptor, preemptor_job_uid, readable_quantities
+from kueue_ray.phases import ADMITTED_PHASES, POSITION_PHASES, WAITING_PHASES, Phase
+from kueue_ray.status import Observation, observe, pods_not_ready_hint
+from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.verdicts import (
     API_NOT_SERVED,
     DELETED,
@@ -35,10 +36,8 @@ from kueue_ray.verdicts import (
     Verdict,
 )
 from kueue_ray.wait_policy import WaitPolicy
-from kueue_ray.workload import PODS_READY_TIMEOUT, admitted_since, quota_lost_since
-
-if TYPE_CHECKING:
-    pass
+from kueue_ray.wait_step import WaitKind
+from kueue_ray.workload import PODS_READY_TIMEOUT, admitted_since, owner_deleted, quota_lost_since
 
 
 @dataclass(slots=True)  # a triggerer holds one per waiting task
@@ -300,6 +299,46 @@ class WaitTarget:
 
     def watchdog(self, policy: WaitPolicy) -> Watchdog:
         return Watchdog(policy, parse_time(self.submitted_at) or utcnow())
+
+    def timeline(self, data: dict[str, Any] | None) -> Timeline:
+        """The timeline a deferred wait continues (``data``: the one the task deferred with, if any)."""
+        timeline = Timeline.from_dict(data)
+        if timeline.submitted_at is None and self.submitted_at:
+            timeline.submitted_at = to_epoch(self.submitted_at)
+        return timeline
+
+    def queue_of(self, rayjob: dict) -> str | None:
+        """The LocalQueue the RayJob waits in: the task's, else the RayJob's label."""
+        return self.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+
+    def kind(self) -> WaitKind:
+        """How a wait step (``kueue_ray.wait_step``) observes, times, words and reports this RayJob."""
+
+        def record(timeline: Timeline, observation: Observation, now: datetime) -> list[str]:
+            timeline.record(observation, now)
+            return []
+
+        return WaitKind(
+            observe=observe,
+            gone=lambda rayjob, workload: rayjob is None or owner_deleted(workload),
+            deleted=deleted_verdict("RayJob", self.namespace, self.name, self.uid, "before it finished"),
+            workload=lambda workload: workload,
+            record=record,
+            describe=lambda observation, position, preemptor: describe_transition(
+                self.namespace, self.name, observation, position, preemptor
+            ),
+            payload=self.payload,
+            queue_of=self.queue_of,
+            position_phases=POSITION_PHASES,
+            preemptor_uid=lambda observation: preemptor_job_uid(observation.message),
+            clock_verdicts=CLOCK_VERDICTS,
+            watchdog=self.watchdog,
+            timeline=self.timeline,
+        )
+
+
+CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, EXECUTION_TIMEOUT})
+"""Verdicts a clock gives (not a state): a wait confirms them on a fresh read before it ends."""
 
 
 class Waited(Protocol):
