@@ -25,7 +25,7 @@ from kueue_ray.service_status import (
     observe_service,
 )
 from kueue_ray.timeline import to_epoch, to_iso
-from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT, Verdict
+from kueue_ray.verdicts import Verdict, VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.wait_step import Read, WaitKind, WaitState, wait_step
 from kueue_ray.waiting import Watchdog, deleted_verdict, describe_flavors, so_far, waited_for
@@ -57,7 +57,7 @@ class ServiceWatchdog(Watchdog):
 
     def overdue(self, observation: ServiceObservation, elapsed: float) -> Verdict:
         return Verdict(
-            READY_TIMEOUT,
+            VerdictStatus.READY_TIMEOUT,
             "ReadyTimeout",
             f"admitted {elapsed:.0f}s ago and not serving yet (ready_timeout={self.policy.ready_timeout:g}s); "
             f"{observation.describe()}",
@@ -229,7 +229,7 @@ def service_event_payload(
     the Kueue tab reads the rest from the cluster."""
     recorded = timeline.to_dict()
     return {
-        "status": verdict.status,
+        "status": str(verdict.status),  # the plain value, as JSON and the task log show it
         "reason": verdict.reason,
         "message": verdict.message,
         "phase": observation.phase.value if observation else None,
@@ -243,7 +243,14 @@ def service_event_payload(
     }
 
 
-CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT, EXECUTION_TIMEOUT})
+CLOCK_VERDICTS = frozenset(
+    {
+        VerdictStatus.INADMISSIBLE,
+        VerdictStatus.QUEUE_TIMEOUT,
+        VerdictStatus.READY_TIMEOUT,
+        VerdictStatus.EXECUTION_TIMEOUT,
+    }
+)
 """Verdicts a clock gives (not a state): a wait confirms them on a fresh read before it ends."""
 TIMELINE_STATE_ONLY = frozenset({"admitted_key", "last_observed_at"})
 """Timeline fields that only carry the trigger's own state from one look to the next."""

@@ -70,7 +70,7 @@ from kueue_ray.status import Observation
 from kueue_ray.timeline import Timeline
 from kueue_ray.trigger_base import WaitTrigger
 from kueue_ray.trigger_story import tell_pods, tell_priority, tell_why_queued
-from kueue_ray.verdicts import QUEUE_TIMEOUT, SUCCESS, Verdict
+from kueue_ray.verdicts import Verdict, VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.wait_step import Read, Step, WaitState, newest, wait_step
 from kueue_ray.waiting import WaitTarget, access_verdict
@@ -314,14 +314,18 @@ class RayJobTrigger(WaitTrigger):
                 # ago must not be given up on. Judge again on what the API server says now.
                 read = Read(*await subscription.current(reread_rayjob=True, reread_workload=True), fresh=True)
                 continue
-            if step.verdict is not None and step.verdict.status == QUEUE_TIMEOUT:
+            if step.verdict is not None and step.verdict.status == VerdictStatus.QUEUE_TIMEOUT:
                 step = step.ending(await self._with_quota_holders(step.verdict, observation, subscription))
             if step.verdict is not None:
                 verdict = step.verdict
                 progress.metrics.ended(verdict.status, verdict.reason, observation.cluster_queue)
                 # Only a triggerer can end a task: outside one (``dag.test()`` runs the trigger inline and
                 # hands the task only a TriggerEvent's payload) the task resumes and finishes itself.
-                if verdict.status == SUCCESS and self.end_in_triggerer and self.task_instance is not None:
+                if (
+                    verdict.status == VerdictStatus.SUCCESS
+                    and self.end_in_triggerer
+                    and self.task_instance is not None
+                ):
                     return await self._end_here(verdict, observation, state.timeline, subscription)
                 return self.fire(step.payload)
             read = Read(read.obj, read.related)  # acted on: not fresh any more

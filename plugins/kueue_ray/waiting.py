@@ -21,20 +21,7 @@ from kueue_ray.narration import name_preemptor, preemptor_job_uid, readable_quan
 from kueue_ray.phases import ADMITTED_PHASES, POSITION_PHASES, WAITING_PHASES, Phase
 from kueue_ray.status import Observation, observe, pods_not_ready_hint
 from kueue_ray.timeline import Timeline, to_epoch
-from kueue_ray.verdicts import (
-    API_NOT_SERVED,
-    DELETED,
-    EXECUTION_TIMEOUT,
-    FAILED,
-    INADMISSIBLE,
-    PODS_NOT_READY,
-    QUEUE_TIMEOUT,
-    REFUSED,
-    RUN_TIMEOUT,
-    SUCCESS,
-    TOO_MANY_PREEMPTIONS,
-    Verdict,
-)
+from kueue_ray.verdicts import Verdict, VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.wait_step import WaitKind
 from kueue_ray.workload import PODS_READY_TIMEOUT, admitted_since, owner_deleted, quota_lost_since
@@ -75,19 +62,21 @@ class Watchdog:
         policy, phase = self.policy, observation.phase
         if observation.terminal:
             return Verdict(
-                SUCCESS if self.succeeded(observation) else FAILED, observation.reason, observation.message
+                VerdictStatus.SUCCESS if self.succeeded(observation) else VerdictStatus.FAILED,
+                observation.reason,
+                observation.message,
             )
         deadline = parse_time(policy.deadline)
         if deadline is not None and now >= deadline + timedelta(seconds=self.offset_s):
             return Verdict(
-                EXECUTION_TIMEOUT,
+                VerdictStatus.EXECUTION_TIMEOUT,
                 "ExecutionTimeout",
                 f"execution_timeout passed at {policy.deadline} while it was {observation.phase.value}: "
                 f"{observation.describe()}",
             )
         if policy.max_preemptions is not None and observation.preemptions > policy.max_preemptions:
             return Verdict(
-                TOO_MANY_PREEMPTIONS,
+                VerdictStatus.TOO_MANY_PREEMPTIONS,
                 "MaxPreemptionsExceeded",
                 f"preempted {observation.preemptions} times, more than "
                 f"max_preemptions={policy.max_preemptions}; Kueue says: {observation.describe()}",
@@ -95,7 +84,7 @@ class Watchdog:
         limit = policy.max_pods_ready_evictions
         if limit is not None and observation.pods_ready_evictions > limit:
             return Verdict(
-                PODS_NOT_READY,
+                VerdictStatus.PODS_NOT_READY,
                 PODS_READY_TIMEOUT,
                 f"{pods_not_ready_hint(self.pods_ready_timeout)}. Kueue evicted it "
                 f"{observation.pods_ready_evictions} times because its pods did not all become ready "
@@ -108,7 +97,7 @@ class Watchdog:
             waited = (now - self.inadmissible_since).total_seconds()
             if waited >= policy.inadmissible_grace:
                 return Verdict(
-                    INADMISSIBLE,
+                    VerdictStatus.INADMISSIBLE,
                     observation.reason,
                     f"Kueue cannot admit it: {observation.message} (unchanged for {waited:.0f}s, "
                     f"inadmissible_grace={policy.inadmissible_grace:g}s)",
@@ -118,7 +107,7 @@ class Watchdog:
             waited = (now - self.waiting_since).total_seconds()
             if waited >= policy.queue_timeout:
                 return Verdict(
-                    QUEUE_TIMEOUT,
+                    VerdictStatus.QUEUE_TIMEOUT,
                     "QueueTimeout",
                     f"not admitted within queue_timeout={policy.queue_timeout:g}s (waiting since "
                     f"{self.waiting_since.isoformat()}); Kueue says: {observation.describe()}",
@@ -145,7 +134,7 @@ class Watchdog:
         """The verdict when the time since admission exceeds ``admitted_limit``."""
         assert self.admitted_since is not None  # check() asks only while the admitted clock runs
         return Verdict(
-            RUN_TIMEOUT,
+            VerdictStatus.RUN_TIMEOUT,
             "RunTimeout",
             f"still {observation.phase.value} {elapsed:.0f}s after its last admission at "
             f"{self.admitted_since.isoformat()} (run_timeout={self.policy.run_timeout:g}s)",
@@ -204,7 +193,7 @@ def event_payload(
     ``extra`` carries context the resumed task wants back (e.g. queue and priority).
     """
     payload: dict[str, Any] = {
-        "status": verdict.status,
+        "status": str(verdict.status),  # the plain value, as JSON and the task log show it
         "reason": verdict.reason,
         "message": verdict.message,
         "name": name,
@@ -230,7 +219,9 @@ def event_payload(
 
 def deleted_verdict(kind: str, namespace: str, name: str, uid: str, what: str) -> Verdict:
     """The verdict for an object deleted under a waiting task (``what``: when, e.g. "before it finished")."""
-    return Verdict(DELETED, f"{kind}Deleted", f"{kind} {namespace}/{name} (uid {uid}) was deleted {what}")
+    return Verdict(
+        VerdictStatus.DELETED, f"{kind}Deleted", f"{kind} {namespace}/{name} (uid {uid}) was deleted {what}"
+    )
 
 
 def access_verdict(ended: BaseException) -> Verdict:
@@ -239,8 +230,8 @@ def access_verdict(ended: BaseException) -> Verdict:
     from kueue_ray.refusals import ApiNotServed
 
     if isinstance(ended, ApiNotServed):
-        return Verdict(API_NOT_SERVED, "ApiNotServed", ended.message)
-    return Verdict(REFUSED, "Refused", str(ended))
+        return Verdict(VerdictStatus.API_NOT_SERVED, "ApiNotServed", ended.message)
+    return Verdict(VerdictStatus.REFUSED, "Refused", str(ended))
 
 
 def describe_flavors(flavors: Mapping[str, Mapping[str, str]]) -> str:
@@ -337,7 +328,14 @@ class WaitTarget:
         )
 
 
-CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, EXECUTION_TIMEOUT})
+CLOCK_VERDICTS = frozenset(
+    {
+        VerdictStatus.INADMISSIBLE,
+        VerdictStatus.QUEUE_TIMEOUT,
+        VerdictStatus.RUN_TIMEOUT,
+        VerdictStatus.EXECUTION_TIMEOUT,
+    }
+)
 """Verdicts a clock gives (not a state): a wait confirms them on a fresh read before it ends."""
 
 

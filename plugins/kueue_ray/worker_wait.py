@@ -15,7 +15,7 @@ from kueue_ray.quota_holders import with_quota_holders
 from kueue_ray.server_clock import server_clock
 from kueue_ray.status import Observation
 from kueue_ray.timeline import Timeline
-from kueue_ray.verdicts import QUEUE_TIMEOUT
+from kueue_ray.verdicts import VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.wait_step import Read, Step, WaitState, wait_step
 from kueue_ray.waiting import WaitTarget, Watchdog, access_verdict
@@ -92,7 +92,7 @@ class WorkerWait:
         self.refusals.cleared()
         self.tell(hook, step)
         local_queue = self.target.queue_of(rayjob)
-        if step.verdict is not None and step.verdict.status == QUEUE_TIMEOUT and local_queue:
+        if step.verdict is not None and step.verdict.status == VerdictStatus.QUEUE_TIMEOUT and local_queue:
             queue, workloads = hook.quota_state(local_queue, target.namespace)
             step = step.ending(
                 with_quota_holders(step.verdict, queue, workloads, step.observation.workload_name)

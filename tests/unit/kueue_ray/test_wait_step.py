@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from kueue_ray.service_waiting import ServiceTarget, ServiceTimeline
 from kueue_ray.timeline import Timeline
-from kueue_ray.verdicts import DELETED, QUEUE_TIMEOUT, SUCCESS
+from kueue_ray.verdicts import VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.wait_step import Read, WaitState, wait_step
 from kueue_ray.waiting import WaitTarget
@@ -145,12 +145,13 @@ def test_an_overdue_admission_is_confirmed_on_a_fresh_read_then_ends_with_the_wa
     kind, state = rayjob_wait(queue_timeout=60)
 
     cached = wait_step(kind, state, Read(*QUEUED), at(61))
-    assert cached.verdict.status == QUEUE_TIMEOUT and cached.confirm and cached.payload is None
+    assert cached.verdict.status == VerdictStatus.QUEUE_TIMEOUT and cached.confirm and cached.payload is None
 
     fresh = wait_step(kind, state, Read(*deepcopy(QUEUED), fresh=True), at(61))  # as read again
     assert not fresh.confirm
     payload = fresh.payload
-    assert payload["status"] == QUEUE_TIMEOUT and payload["reason"] == "QueueTimeout"
+    assert payload["status"] == VerdictStatus.QUEUE_TIMEOUT and payload["reason"] == "QueueTimeout"
+    assert type(payload["status"]) is str  # the event as the task log prints it says 'queue_timeout'
     assert payload["message"].startswith(
         "not admitted within queue_timeout=60s (waiting since 2026-12-01T12:00"
     )
@@ -171,7 +172,7 @@ def test_a_deleted_rayjob_ends_the_wait_saying_so():
     step = wait_step(kind, state, Read(None, None), at(40))
 
     assert step.gone and not step.news
-    assert step.payload["status"] == DELETED
+    assert step.payload["status"] == VerdictStatus.DELETED
     assert step.payload["message"] == "RayJob ray/train-42 (uid 6f1c2d3e) was deleted before it finished"
 
 
@@ -183,7 +184,7 @@ def test_a_succeeded_rayjob_ends_with_its_timeline():
 
     step = wait_step(kind, state, Read(done, finished), at(90))
 
-    assert step.payload["status"] == SUCCESS and step.payload["phase"] == "SUCCEEDED"
+    assert step.payload["status"] == VerdictStatus.SUCCESS and step.payload["phase"] == "SUCCEEDED"
     assert step.payload["timeline"]["final_phase"] == "SUCCEEDED"
 
 
@@ -276,5 +277,9 @@ def test_a_serving_rayservice_ends_the_wait_with_its_active_cluster():
 
     assert step.news and step.position_in is None
     payload = step.payload
-    assert (payload["status"], payload["phase"], payload["active_cluster"]) == (SUCCESS, "SERVING", "serve-a")
+    assert (payload["status"], payload["phase"], payload["active_cluster"]) == (
+        VerdictStatus.SUCCESS,
+        "SERVING",
+        "serve-a",
+    )
     assert payload["created"] is True and payload["queue"] == "team-a"
