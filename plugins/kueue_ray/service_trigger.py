@@ -147,6 +147,7 @@ class RayServiceTrigger(WaitTrigger):
             self.uid,
             self.policy.resync_interval,
             deployment=(self.owner or {}).get("deployment") or "",
+            reader=self.hook,
         ) as subscription:
             try:
                 return await self._follow(state, subscription)

@@ -253,6 +253,7 @@ class RayJobTrigger(WaitTrigger):
             self.uid,
             self.policy.resync_interval,
             deployment=(self.owner or self.waiter or {}).get("deployment") or "",
+            reader=self.hook,
         ) as subscription:
             try:
                 return await self._follow(progress, subscription)
