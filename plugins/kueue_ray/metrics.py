@@ -45,6 +45,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from kueue_ray.api import parse_time
+from kueue_ray.verdicts import VerdictStatus
 from kueue_ray.workload import PODS_READY_TIMEOUT
 
 PREFIX = "kueue_ray"
@@ -183,8 +184,8 @@ class WaitMetrics:
         try:
             stats = self._stats()
             labels = {**self.base, **tags(cluster_queue=cluster_queue)}
-            stats.incr(OUTCOME, tags={**labels, "outcome": status})
-            if status == "inadmissible":
+            stats.incr(OUTCOME, tags={**labels, "outcome": str(status)})  # the value, not the member
+            if status == VerdictStatus.INADMISSIBLE:
                 stats.incr(INADMISSIBLE, tags={**self.base, **tags(reason=reason)})
         except Exception:  # noqa: BLE001 - as in recorded()
             log.warning("Outcome metric of RayJob uid %s not sent", self.uid, exc_info=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kueue_ray.verdicts import DELETED, SUCCESS, UNREADABLE
+from kueue_ray.verdicts import UNREADABLE, VerdictStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -102,11 +102,15 @@ def finish(task: Any, context: Context, event: Mapping[str, Any], *, log_tail_li
     name, namespace, hook = event["name"], event["namespace"], task.hook
     for line in summary_lines(event, lambda uid: find_rayjob(hook, namespace, uid)):
         task.log.info(line)
-    if log_tail_lines > 0 and event.get("status") != DELETED and event.get("status") not in UNREADABLE:
+    if (
+        log_tail_lines > 0
+        and event.get("status") != VerdictStatus.DELETED
+        and event.get("status") not in UNREADABLE
+    ):
         tail = hook.submitter_log_tail(name, namespace, log_tail_lines)
         if tail:
             task.log.info(LOG_TAIL_HEADER, log_tail_lines, tail)
-    if event["status"] != SUCCESS:
+    if event["status"] != VerdictStatus.SUCCESS:
         raise AirflowException(
             f"RayJob {namespace}/{name} did not succeed ({event['status']}, {event.get('reason')}): "
             f"{event.get('message')}"

@@ -22,7 +22,6 @@ it; an upgraded service keeps serving its previous version.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -30,35 +29,17 @@ from airflow.triggers.base import TriggerEvent
 
 from kueue_ray.hub import NOTICE
 from kueue_ray.naming import AirflowIdentity
-from kueue_ray.phases import SERVICE_POSITION_PHASES
 from kueue_ray.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.server_clock import server_clock
 from kueue_ray.service_status import ServiceObservation
-from kueue_ray.service_waiting import (
-    ServiceTarget,
-    ServiceTimeline,
-    ServiceWatchdog,
-    describe_service_transition,
-    said,
-)
-from kueue_ray.timeline import to_epoch
+from kueue_ray.service_waiting import ServiceTarget
 from kueue_ray.trigger_base import WaitTrigger
-from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT
 from kueue_ray.wait_policy import WaitPolicy
+from kueue_ray.wait_step import Read, WaitState, wait_step
 from kueue_ray.waiting import access_verdict
 
 if TYPE_CHECKING:
     from kueue_ray.service_hook import AsyncRayServiceHook
-
-CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, READY_TIMEOUT, EXECUTION_TIMEOUT})
-"""Verdicts a clock gives (not a state): confirmed on a fresh read before the trigger fires them."""
-
-
-@dataclass
-class _Progress:
-    timeline: ServiceTimeline
-    watchdog: ServiceWatchdog
-    last_said: tuple[str, str, str] | None = None
 
 
 class RayServiceTrigger(WaitTrigger):
@@ -140,10 +121,8 @@ class RayServiceTrigger(WaitTrigger):
 
         return AsyncRayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id)
 
-    def start(self) -> _Progress:
-        timeline = ServiceTimeline.from_dict(self.timeline)
-        if timeline.submitted_at is None and self.submitted_at:
-            timeline.submitted_at = to_epoch(self.submitted_at)
+    def start(self) -> WaitState:
+        timeline = self.target.timeline(self.timeline)
         what = f"replacing RayCluster {self.switch_from}" if self.switch_from else "new spec"
         self.log.info(
             "Waiting for RayService %s/%s (uid %s, generation %s, %s, queue %s, priority %s) through the "
@@ -156,9 +135,9 @@ class RayServiceTrigger(WaitTrigger):
             self.queue,
             self.priority,
         )
-        return _Progress(timeline, self.target.watchdog(self.policy))
+        return WaitState.start(self.target.kind(), self.policy, timeline)
 
-    async def wait_once(self, progress: _Progress) -> TriggerEvent:
+    async def wait_once(self, state: WaitState) -> TriggerEvent:
         from kueue_ray.hub import HUB
 
         async with HUB.subscribe_service(
@@ -168,66 +147,57 @@ class RayServiceTrigger(WaitTrigger):
             self.uid,
             self.policy.resync_interval,
             deployment=(self.owner or {}).get("deployment") or "",
+            reader=self.hook,
         ) as subscription:
             try:
-                return await self._follow(progress, subscription)
+                return await self._follow(state, subscription)
             except (RefusedTooLong, ApiNotServed) as ended:
                 # The wait can no longer read the cluster: fail with the reason, touching nothing.
                 verdict = access_verdict(ended)
                 self.log.error(verdict.message)
-                return self.fire(self.target.payload(verdict, None, progress.timeline))
+                return self.fire(self.target.payload(verdict, None, state.timeline))
 
-    async def _follow(self, progress: _Progress, subscription: Any) -> TriggerEvent:
+    async def _follow(self, state: WaitState, subscription: Any) -> TriggerEvent:
         """``wait_once`` inside the subscription; raises ``RefusedTooLong`` or ``ApiNotServed`` when the
         reads it needs stop working for good."""
-        target, timeline, watchdog = self.target, progress.timeline, progress.watchdog
-        service, workloads = await subscription.current()
-        confirmed = False  # service and workloads were just read from the API server for a clock's verdict
+        kind = self.target.kind()
+        read = Read(*await subscription.current())
         clock = server_clock(self.kubernetes_conn_id)
         while True:
-            now, watchdog.offset_s = clock.now(), clock.offset_s  # the server's clock, as its timestamps
             ended = subscription.access()
             if ended is not None:
                 raise ended
-            if service is None:
-                verdict = target.deleted()
-                self.log.error(verdict.message)
-                return self.fire(target.payload(verdict, None, timeline))
-            observation, unseen = target.record(timeline, service, workloads, now)
-            for line in unseen:
+            step = wait_step(kind, state, read, clock.now(), clock.offset_s)  # on the server's clock
+            if step.gone:
+                self.log.error(step.verdict.message)
+            for line in step.lines:
                 self.log.info(line)
-            if said(observation) != progress.last_said:
-                progress.last_said = said(observation)
-                position = await self._position(observation, subscription)
-                self.log.info(describe_service_transition(self.namespace, self.name, observation, position))
-            verdict = watchdog.check(observation, None, now)
-            if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
-                # As the RayJob trigger does: a clock ran out on what the cache holds, which may be
-                # behind; judge again on what the API server says now.
-                service, workloads = await subscription.current(reread_rayjob=True, reread_workload=True)
-                confirmed = True
+            if step.news:
+                position = await self._position(step.position_in, step.observation, subscription)
+                self.log.info(step.transition_line(position))
+            if step.confirm:
+                # A clock ran out on what the cache holds, which may be behind: judge again on what the
+                # API server says now.
+                read = Read(*await subscription.current(reread_rayjob=True, reread_workload=True), fresh=True)
                 continue
-            if verdict is not None:
-                return self.fire(target.payload(verdict, observation, timeline))
-            confirmed = False
-            deadline = watchdog.seconds_until_next_deadline(now)
-            update = await subscription.next_update(None if deadline is None else deadline + 0.05)
+            if step.payload is not None:
+                return self.fire(step.payload)
+            update = await subscription.next_update(None if step.deadline is None else step.deadline + 0.05)
             # Every queued change is only "look again" (the cache holds the newest state); a notice
             # about waiting itself (e.g. polling while watches are refused) goes to the task log.
             while update is not None:
                 if update.kind == NOTICE:
                     self.log.warning(update.message)
                 update = None if subscription.updates.empty() else subscription.updates.get_nowait()
-            service, workloads = subscription.snapshot()
+            read = Read(*subscription.snapshot())
 
-    async def _position(self, observation: ServiceObservation, subscription: Any) -> str | None:
-        if (
-            observation.phase not in SERVICE_POSITION_PHASES
-            or not observation.workload_name
-            or not self.queue
-        ):
+    async def _position(
+        self, queue: str | None, observation: ServiceObservation, subscription: Any
+    ) -> str | None:
+        """The transition line's queue position, from the LocalQueue's shared visibility read."""
+        if not queue:
             return None
-        positions = await subscription.pending_positions(self.queue)
+        positions = await subscription.pending_positions(queue)
         position = positions.get(observation.workload_name) if positions else None
         return position.describe() if position else None
 

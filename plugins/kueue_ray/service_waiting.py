@@ -25,8 +25,9 @@ from kueue_ray.service_status import (
     observe_service,
 )
 from kueue_ray.timeline import to_epoch, to_iso
-from kueue_ray.verdicts import READY_TIMEOUT, Verdict
+from kueue_ray.verdicts import Verdict, VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
+from kueue_ray.wait_step import Read, WaitKind, WaitState, wait_step
 from kueue_ray.waiting import Watchdog, deleted_verdict, describe_flavors, so_far, waited_for
 from kueue_ray.workload import EVICTED_BY_PREEMPTION
 
@@ -56,7 +57,7 @@ class ServiceWatchdog(Watchdog):
 
     def overdue(self, observation: ServiceObservation, elapsed: float) -> Verdict:
         return Verdict(
-            READY_TIMEOUT,
+            VerdictStatus.READY_TIMEOUT,
             "ReadyTimeout",
             f"admitted {elapsed:.0f}s ago and not serving yet (ready_timeout={self.policy.ready_timeout:g}s); "
             f"{observation.describe()}",
@@ -228,7 +229,7 @@ def service_event_payload(
     the Kueue tab reads the rest from the cluster."""
     recorded = timeline.to_dict()
     return {
-        "status": verdict.status,
+        "status": str(verdict.status),  # the plain value, as JSON and the task log show it
         "reason": verdict.reason,
         "message": verdict.message,
         "phase": observation.phase.value if observation else None,
@@ -242,6 +243,15 @@ def service_event_payload(
     }
 
 
+CLOCK_VERDICTS = frozenset(
+    {
+        VerdictStatus.INADMISSIBLE,
+        VerdictStatus.QUEUE_TIMEOUT,
+        VerdictStatus.READY_TIMEOUT,
+        VerdictStatus.EXECUTION_TIMEOUT,
+    }
+)
+"""Verdicts a clock gives (not a state): a wait confirms them on a fresh read before it ends."""
 TIMELINE_STATE_ONLY = frozenset({"admitted_key", "last_observed_at"})
 """Timeline fields that only carry the trigger's own state from one look to the next."""
 
@@ -270,16 +280,39 @@ class ServiceTarget:
     def observe(self, service: dict, workloads: list[dict]) -> ServiceObservation:
         return observe_service(service, workloads, generation=self.generation, switch_from=self.switch_from)
 
-    def record(
-        self, timeline: ServiceTimeline, service: dict, workloads: list[dict], now: datetime
-    ) -> tuple[ServiceObservation, list[str]]:
-        """Observe the RayService now and record it in ``timeline``; with the log lines of preemptions the
-        timeline had not seen (the trigger and the worker wait tell them alike)."""
-        observation = self.observe(service, workloads)
+    def record(self, timeline: ServiceTimeline, observation: ServiceObservation, now: datetime) -> list[str]:
+        """Record an observation in ``timeline``; the log lines of the preemptions it had not seen."""
         counted = timeline.preemption_count
         timeline.record(observation, now)
         unseen = timeline.preemption_count - counted
-        return observation, describe_unseen_preemptions(self.namespace, self.name, observation, unseen)
+        return describe_unseen_preemptions(self.namespace, self.name, observation, unseen)
+
+    def timeline(self, data: dict[str, Any] | None) -> ServiceTimeline:
+        """The timeline a deferred wait continues (``data``: the one the task deferred with, if any)."""
+        timeline = ServiceTimeline.from_dict(data)
+        if timeline.submitted_at is None and self.submitted_at:
+            timeline.submitted_at = to_epoch(self.submitted_at)
+        return timeline
+
+    def kind(self) -> WaitKind:
+        """How a wait step (``kueue_ray.wait_step``) observes, times, words and reports this RayService."""
+        return WaitKind(
+            observe=self.observe,
+            gone=lambda service, workloads: service is None,
+            deleted=self.deleted(),
+            workload=lambda workloads: None,  # the observation carries the times the watchdog reads
+            record=self.record,
+            describe=lambda observation, position, preemptor: describe_service_transition(
+                self.namespace, self.name, observation, position
+            ),
+            payload=self.payload,
+            queue_of=lambda service: self.queue,
+            position_phases=SERVICE_POSITION_PHASES,
+            preemptor_uid=lambda observation: None,  # Kueue names the preemptor of a RayCluster by UID
+            clock_verdicts=CLOCK_VERDICTS,
+            watchdog=self.watchdog,
+            timeline=self.timeline,
+        )
 
     def payload(
         self, verdict: Verdict, observation: ServiceObservation | None, timeline: ServiceTimeline
@@ -300,11 +333,6 @@ class ServiceTarget:
         return deleted_verdict("RayService", self.namespace, self.name, self.uid, "while waiting")
 
 
-def said(observation: ServiceObservation) -> tuple[str, str, str]:
-    """What a transition line says: a new one is written only when this changes."""
-    return observation.phase.value, observation.reason, observation.message
-
-
 class ServiceWorkerWait:
     """The trigger's wait for a RayService, one synchronous read every ``poll_interval`` seconds in a worker
     slot (``deferrable=False``)."""
@@ -315,32 +343,22 @@ class ServiceWorkerWait:
         self.log = log
 
     def wait(self, hook: RayServiceHook) -> dict[str, Any]:
-        target = self.target
-        timeline, watchdog, last = ServiceTimeline(), target.watchdog(self.policy), None
-        self.log.info("Limits: %s", self.policy.limits(watchdog.admitted_limit))
+        target, kind = self.target, self.target.kind()
+        state = WaitState.start(kind, self.policy, ServiceTimeline())
+        self.log.info("Limits: %s", self.policy.limits(ServiceWatchdog.admitted_limit))
         while True:
-            service, workloads = hook.read_service(target.name, target.namespace, target.uid)
-            if service is None:
-                return target.payload(target.deleted(), None, timeline)
+            read = Read(*hook.read_service(target.name, target.namespace, target.uid), fresh=True)
             clock = server_clock(getattr(hook, "conn_id", None) or "kubernetes_default")
-            now, watchdog.offset_s = clock.now(), clock.offset_s  # the server's clock, as its timestamps
-            observation, unseen = target.record(timeline, service, workloads, now)
-            for line in unseen:
+            step = wait_step(kind, state, read, clock.now(), clock.offset_s)  # on the server's clock
+            for line in step.lines:
                 self.log.info(line)
-            if said(observation) != last:
-                last = said(observation)
+            if step.news:
                 position = None
-                if (
-                    observation.workload_name
-                    and observation.phase in SERVICE_POSITION_PHASES
-                    and target.queue
-                ):
-                    found = hook.queue_position(target.namespace, target.queue, observation.workload_name)
+                if step.position_in:
+                    workload = step.observation.workload_name
+                    found = hook.queue_position(target.namespace, step.position_in, workload)
                     position = found.describe() if found else None
-                self.log.info(
-                    describe_service_transition(target.namespace, target.name, observation, position)
-                )
-            verdict = watchdog.check(observation, None, now)
-            if verdict is not None:
-                return target.payload(verdict, observation, timeline)
+                self.log.info(step.transition_line(position))
+            if step.payload is not None:
+                return step.payload
             time.sleep(self.policy.poll_interval)

@@ -27,7 +27,7 @@ from kueue_ray.naming import (
 )
 from kueue_ray.results import RAYSERVICE_XCOM_KEY
 from kueue_ray.submitting import KueueSubmitOperator, bad_input_fails, task_identity
-from kueue_ray.verdicts import SUCCESS
+from kueue_ray.verdicts import VerdictStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -316,7 +316,7 @@ class DeployRayServiceOperator(KueueSubmitOperator):
             "timeline": timeline,
         }
         context["ti"].xcom_push(key=RAYSERVICE_XCOM_KEY, value=details)
-        if event["status"] != SUCCESS:
+        if event["status"] != VerdictStatus.SUCCESS:
             self._give_up(context, event)
             raise AirflowException(
                 f"RayService {namespace}/{name} is not serving ({event['status']}, {event.get('reason')}): "

@@ -57,36 +57,27 @@ from kueue_ray.naming import (
     DEPLOYMENT_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
-    QUEUE_LABEL,
     AirflowIdentity,
 )
-from kueue_ray.narration import Story, preemptor_job_uid
-from kueue_ray.phases import POSITION_PHASES, WAITING_PHASES
+from kueue_ray.narration import Story
+from kueue_ray.phases import WAITING_PHASES
 from kueue_ray.priority_change import changed_by
 from kueue_ray.quota_holders import with_quota_holders
 from kueue_ray.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, push_xcoms, summary_lines
 from kueue_ray.server_clock import server_clock
-from kueue_ray.status import Observation, observe
-from kueue_ray.timeline import Timeline, to_epoch
+from kueue_ray.status import Observation
+from kueue_ray.timeline import Timeline
 from kueue_ray.trigger_base import WaitTrigger
 from kueue_ray.trigger_story import tell_pods, tell_priority, tell_why_queued
-from kueue_ray.verdicts import EXECUTION_TIMEOUT, INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, SUCCESS, Verdict
+from kueue_ray.verdicts import Verdict, VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
-from kueue_ray.waiting import (
-    WaitTarget,
-    Watchdog,
-    access_verdict,
-    deleted_verdict,
-    describe_transition,
-)
-from kueue_ray.workload import owner_deleted
+from kueue_ray.wait_step import Read, Step, WaitState, newest, wait_step
+from kueue_ray.waiting import WaitTarget, access_verdict
 
 if TYPE_CHECKING:
     from kueue_ray.hook import AsyncRayJobHook
 
-CLOCK_VERDICTS = frozenset({INADMISSIBLE, QUEUE_TIMEOUT, RUN_TIMEOUT, EXECUTION_TIMEOUT})
-"""Verdicts a clock gives (not a state): confirmed on a fresh read before the trigger fires them."""
 UNWATCHED_POLL_SECONDS = 15.0
 """Re-read interval for a RayJob the hub's label-selected watch does not cover (sensor on a foreign job)."""
 LOG_TAIL_TIMEOUT_SECONDS = 15.0
@@ -97,10 +88,16 @@ LOG_TAIL_TIMEOUT_SECONDS = 15.0
 class _Progress:
     """What a trigger has learnt while waiting; it survives a wait resumed after an error."""
 
-    timeline: Timeline
-    watchdog: Watchdog
+    state: WaitState
     metrics: WaitMetrics
-    story: Story
+
+    @property
+    def story(self) -> Story:
+        return self.state.story
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.state.timeline
 
 
 def _watched(rayjob: dict, deployment: str) -> bool:
@@ -112,26 +109,22 @@ def _watched(rayjob: dict, deployment: str) -> bool:
     return labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 
-async def _apply(
-    update: Any, rayjob: dict, workload: dict | None, subscription: Any
-) -> tuple[dict | None, dict | None]:
-    """The (RayJob, Workload) pair after one hub update.
+async def _apply(update: Any, acted_on: Read, subscription: Any) -> Read:
+    """The read after one hub update: the RayJob or its Workload replaced by the update's.
 
-    Updates queued while the first read ran may be older than what it returned: those are skipped, so
-    the state never moves backwards. A RayJob outside the hub's watch is re-read whenever Kueue changes
-    its Workload, since that is when its status matters.
+    A RayJob outside the hub's watch is re-read whenever Kueue changes its Workload (to a newer one than
+    the wait acted on: ``wait_step.newest``), since that is when its status matters.
     """
-    from kueue_ray.essential import resource_version_newer
     from kueue_ray.hub.resources import RAYJOB
 
-    current = rayjob if update.kind == RAYJOB else workload
-    if update.object is not None and not resource_version_newer(update.object, current):
-        return rayjob, workload
     if update.kind == RAYJOB:
-        return update.object, workload
-    if not _watched(rayjob, subscription.deployment):
-        rayjob = (await subscription.current(reread_rayjob=True))[0]
-    return rayjob, update.object
+        return Read(update.object, acted_on.related)
+    read = Read(acted_on.obj, update.object)
+    if acted_on.obj is None or _watched(acted_on.obj, subscription.deployment):
+        return read
+    if newest(read, acted_on).related is not update.object:  # older than what was acted on
+        return acted_on
+    return Read((await subscription.current(reread_rayjob=True))[0], update.object)
 
 
 class RayJobTrigger(WaitTrigger):
@@ -221,9 +214,6 @@ class RayJobTrigger(WaitTrigger):
         return WaitTarget(self.name, self.namespace, self.uid, self.queue, self.priority, self.submitted_at)
 
     def start(self) -> _Progress:
-        timeline = Timeline.from_dict(self.timeline)
-        if timeline.submitted_at is None and self.submitted_at:
-            timeline.submitted_at = to_epoch(self.submitted_at)
         wait_metrics = WaitMetrics(
             self.uid,
             queue=self.queue,
@@ -245,7 +235,8 @@ class RayJobTrigger(WaitTrigger):
         # Spread over one shared visibility read's freshness: the checks of tasks queued together still
         # share one read per interval, and no pass of the event loop writes thousands of lines.
         story = Story(spread=random.uniform(0.0, HUB.settings.pending_workloads_ttl_seconds))
-        return _Progress(timeline, self.target.watchdog(self.policy), wait_metrics, story)
+        timeline = self.target.timeline(self.timeline)
+        return _Progress(WaitState.start(self.target.kind(), self.policy, timeline, story), wait_metrics)
 
     async def wait_once(self, progress: _Progress) -> TriggerEvent:
         """Follow the RayJob through the hub until the Watchdog says waiting is over; the event to fire.
@@ -262,6 +253,7 @@ class RayJobTrigger(WaitTrigger):
             self.uid,
             self.policy.resync_interval,
             deployment=(self.owner or self.waiter or {}).get("deployment") or "",
+            reader=self.hook,
         ) as subscription:
             try:
                 return await self._follow(progress, subscription)
@@ -274,16 +266,15 @@ class RayJobTrigger(WaitTrigger):
         verdict = access_verdict(ended)
         self.log.error(verdict.message)
         progress.metrics.ended(verdict.status, verdict.reason, None)
-        return self._fire(verdict, None, progress.timeline)
+        return self.fire(self.target.payload(verdict, None, progress.timeline))
 
-    async def _follow(self, progress: _Progress, subscription: Any) -> TriggerEvent:
+    async def _follow(self, progress: _Progress, subscription: Any) -> TriggerEvent | TaskSuccessEvent:
         """``wait_once`` inside the subscription; raises ``RefusedTooLong`` or ``ApiNotServed`` when the
         reads it needs stop working for good."""
-        timeline, watchdog = progress.timeline, progress.watchdog
-        rayjob, workload = await subscription.current()
-        confirmed = False  # rayjob and workload were just read from the API server for a clock's verdict
+        kind, state = self.target.kind(), progress.state
+        read = Read(*await subscription.current())
         next_reread = None
-        if rayjob is not None and not _watched(rayjob, subscription.deployment):
+        if read.obj is not None and not _watched(read.obj, subscription.deployment):
             reread = min(self.policy.resync_interval, UNWATCHED_POLL_SECONDS)
             next_reread = time.monotonic() + reread
             self.log.info(
@@ -295,70 +286,72 @@ class RayJobTrigger(WaitTrigger):
                 MANAGED_BY_VALUE,
                 reread,
             )
-        if rayjob is not None:
-            labels = (rayjob.get("metadata") or {}).get("labels") or {}
-            subscription.queue = self.queue or labels.get(QUEUE_LABEL)
+        if read.obj is not None:
+            subscription.queue = self.target.queue_of(read.obj)
         clock = server_clock(self.kubernetes_conn_id)
         while True:
-            # On the API server's clock, like the Workload's timestamps the queue and run clocks start from.
-            now, watchdog.offset_s = clock.now(), clock.offset_s
             ended = subscription.access()
             if ended is not None:
                 raise ended
-            if rayjob is None or owner_deleted(workload):
-                verdict = deleted_verdict("RayJob", self.namespace, self.name, self.uid, "before it finished")
-                self.log.error(verdict.message)
-                progress.metrics.ended(verdict.status, verdict.reason, None)
-                return self._fire(verdict, None, timeline)
-            observation = observe(rayjob, workload)
-            timeline.record(observation, now)
-            progress.metrics.recorded(timeline, observation.cluster_queue)
+            # On the API server's clock, like the Workload's timestamps the queue and run clocks start from.
+            now = clock.now()
+            step = wait_step(kind, state, read, now, clock.offset_s)
+            if step.gone:
+                assert step.verdict is not None
+                self.log.error(step.verdict.message)
+                progress.metrics.ended(step.verdict.status, step.verdict.reason, None)
+                return self.fire(step.payload)
+            read = step.read
+            rayjob, workload, observation = read.obj, read.related, step.observation
+            progress.metrics.recorded(state.timeline, observation.cluster_queue)
             subscription.stage = QUEUED if observation.phase in WAITING_PHASES else ADMITTED
-            await self._tell(progress.story, rayjob, observation, subscription)
-            await tell_pods(self, progress.story, observation, subscription)
-            tell_priority(self, progress.story, rayjob, workload)
-            timeline.record_priority(workload, changed_by(rayjob), now)
-            verdict = watchdog.check(observation, workload, now)
-            if verdict is not None and verdict.status in CLOCK_VERDICTS and not confirmed:
+            await self._tell(step, state.story, subscription)
+            await tell_pods(self, state.story, observation, subscription)
+            tell_priority(self, state.story, rayjob, workload)
+            state.timeline.record_priority(workload, changed_by(rayjob), now)
+            if step.confirm:
                 # A clock ran out on what the hub's cache holds, which may be a watch event (or, while
                 # watches are refused, a polling interval) behind: a RayJob evicted or finished a moment
                 # ago must not be given up on. Judge again on what the API server says now.
-                rayjob, workload = await subscription.current(reread_rayjob=True, reread_workload=True)
-                confirmed = True
+                read = Read(*await subscription.current(reread_rayjob=True, reread_workload=True), fresh=True)
                 continue
-            if verdict is not None and verdict.status == QUEUE_TIMEOUT:
-                verdict = await self._with_quota_holders(verdict, observation, subscription)
-            if verdict is not None:
+            if step.verdict is not None and step.verdict.status == VerdictStatus.QUEUE_TIMEOUT:
+                step = step.ending(await self._with_quota_holders(step.verdict, observation, subscription))
+            if step.verdict is not None:
+                verdict = step.verdict
                 progress.metrics.ended(verdict.status, verdict.reason, observation.cluster_queue)
                 # Only a triggerer can end a task: outside one (``dag.test()`` runs the trigger inline and
                 # hands the task only a TriggerEvent's payload) the task resumes and finishes itself.
-                if verdict.status == SUCCESS and self.end_in_triggerer and self.task_instance is not None:
-                    return await self._end_here(verdict, observation, timeline, subscription)
-                return self._fire(verdict, observation, timeline)
-            confirmed = False
+                if (
+                    verdict.status == VerdictStatus.SUCCESS
+                    and self.end_in_triggerer
+                    and self.task_instance is not None
+                ):
+                    return await self._end_here(verdict, observation, state.timeline, subscription)
+                return self.fire(step.payload)
+            read = Read(read.obj, read.related)  # acted on: not fresh any more
             waits = []
             if next_reread is not None:
                 waits.append(next_reread - time.monotonic())
-            deadline = watchdog.seconds_until_next_deadline(now)
-            if deadline is not None:
-                waits.append(deadline + 0.05)
-            position_check = progress.story.position_check_in(observation, time.monotonic())
+            if step.deadline is not None:
+                waits.append(step.deadline + 0.05)
+            position_check = state.story.position_check_in(observation, time.monotonic())
             if position_check is not None:
                 waits.append(position_check)
-            pods_check = progress.story.pods_check_in(observation, time.monotonic())
+            pods_check = state.story.pods_check_in(observation, time.monotonic())
             if pods_check is not None:
                 waits.append(pods_check)
             # Nothing to time out on: the hub's watch, and its relist as the safety net, bring every change.
             update = await subscription.next_update(max(0.0, min(waits)) if waits else None)
             if update is None:
                 if next_reread is not None and time.monotonic() >= next_reread:
-                    rayjob, workload = await subscription.current(reread_rayjob=True)
+                    read = Read(*await subscription.current(reread_rayjob=True))
                     next_reread = time.monotonic() + reread
                 continue
             if update.kind == NOTICE:  # how waiting works now, e.g. polling while watches are refused
                 self.log.warning(update.message)
                 continue
-            rayjob, workload = await _apply(update, rayjob, workload, subscription)
+            read = await _apply(update, read, subscription)
 
     async def _with_quota_holders(
         self, verdict: Verdict, observation: Observation, subscription: Any
@@ -374,13 +367,6 @@ class RayJobTrigger(WaitTrigger):
             return verdict
         return with_quota_holders(verdict, queue, workloads, observation.workload_name)
 
-    def _payload(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> dict:
-        return self.target.payload(verdict, observation, timeline)
-
-    def _fire(self, verdict: Verdict, observation: Observation | None, timeline: Timeline) -> TriggerEvent:
-        """The event that resumes the task on a worker (``execute_complete``)."""
-        return self.fire(self._payload(verdict, observation, timeline))
-
     async def _end_here(
         self, verdict: Verdict, observation: Observation, timeline: Timeline, subscription: Any
     ) -> TaskSuccessEvent:
@@ -389,7 +375,7 @@ class RayJobTrigger(WaitTrigger):
         from kueue_ray.links import dashboard_url
 
         ending = TriggerEnding.from_dict(self.end_in_triggerer)
-        payload = self._payload(verdict, observation, timeline)
+        payload = self.target.payload(verdict, observation, timeline)
         for line in summary_lines(payload, subscription.rayjob_by_uid):
             self.log.info(line)
         # The driver log is read while the XComs are stored: both wait on someone else (the API server,
@@ -425,16 +411,16 @@ class RayJobTrigger(WaitTrigger):
             )
             return None
 
-    async def _tell(self, story: Story, rayjob: dict, observation: Observation, subscription: Any) -> None:
+    async def _tell(self, step: Step, story: Story, subscription: Any) -> None:
         """Write to the task log what is new (``kueue_ray.narration``): a transition, with the queue position
         and the preemptor named; or, while it waits, a position that moved since the last line."""
+        observation, rayjob = step.observation, step.read.obj
         now = time.monotonic()
         version = subscription.workloads_version()
-        if story.news(observation):
-            position = await self._position(rayjob, observation, subscription)
-            uid = preemptor_job_uid(observation.message)
-            preemptor = subscription.rayjob_by_uid(uid) if uid else None
-            self.log.info(describe_transition(self.namespace, self.name, observation, position, preemptor))
+        if step.news:
+            position = await self._position(step.position_in, observation, subscription)
+            uid = step.preemptor_uid
+            self.log.info(step.transition_line(position, subscription.rayjob_by_uid(uid) if uid else None))
             story.told_position(position, now, version)
             await tell_why_queued(self, story, rayjob, observation, subscription, force=True)
             return
@@ -442,18 +428,16 @@ class RayJobTrigger(WaitTrigger):
         # A position only moves when a Workload of the queue changes: with none since the last read, the
         # check costs no request, so waiting in a quiet queue stays free.
         if check is not None and check <= 0 and not story.position_current(version, now):
-            position = await self._position(rayjob, observation, subscription)
+            queue = self.target.queue_of(rayjob) if observation.workload_name else None
+            position = await self._position(queue, observation, subscription)
             line = story.position_line(self.namespace, self.name, observation.phase, position, now, version)
             if line:
                 self.log.info(line)
             await tell_why_queued(self, story, rayjob, observation, subscription)
 
-    async def _position(self, rayjob: dict, observation: Observation, subscription: Any) -> str | None:
+    async def _position(self, queue: str | None, observation: Observation, subscription: Any) -> str | None:
         """The queue position for a QUEUED / INADMISSIBLE log line, from the LocalQueue's shared
         visibility read (asked for only when such a line is written)."""
-        if observation.phase not in POSITION_PHASES or not observation.workload_name:
-            return None
-        queue = self.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
         if not queue:
             return None
         positions = await subscription.pending_positions(queue)

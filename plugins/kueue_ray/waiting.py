@@ -13,32 +13,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from kueue_ray.api import parse_time, utcnow
-from kueue_ray.narration import name_preemptor, readable_quantities
-from kueue_ray.phases import ADMITTED_PHASES, WAITING_PHASES, Phase
-from kueue_ray.status import Observation, pods_not_ready_hint
-from kueue_ray.timeline import Timeline
-from kueue_ray.verdicts import (
-    API_NOT_SERVED,
-    DELETED,
-    EXECUTION_TIMEOUT,
-    FAILED,
-    INADMISSIBLE,
-    PODS_NOT_READY,
-    QUEUE_TIMEOUT,
-    REFUSED,
-    RUN_TIMEOUT,
-    SUCCESS,
-    TOO_MANY_PREEMPTIONS,
-    Verdict,
-)
+from kueue_ray.naming import QUEUE_LABEL
+from kueue_ray.narration import name_preemptor, preemptor_job_uid, readable_quantities
+from kueue_ray.phases import ADMITTED_PHASES, POSITION_PHASES, WAITING_PHASES, Phase
+from kueue_ray.status import Observation, observe, pods_not_ready_hint
+from kueue_ray.timeline import Timeline, to_epoch
+from kueue_ray.verdicts import Verdict, VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
-from kueue_ray.workload import PODS_READY_TIMEOUT, admitted_since, quota_lost_since
-
-if TYPE_CHECKING:
-    pass
+from kueue_ray.wait_step import WaitKind
+from kueue_ray.workload import PODS_READY_TIMEOUT, admitted_since, owner_deleted, quota_lost_since
 
 
 @dataclass(slots=True)  # a triggerer holds one per waiting task
@@ -76,19 +62,21 @@ class Watchdog:
         policy, phase = self.policy, observation.phase
         if observation.terminal:
             return Verdict(
-                SUCCESS if self.succeeded(observation) else FAILED, observation.reason, observation.message
+                VerdictStatus.SUCCESS if self.succeeded(observation) else VerdictStatus.FAILED,
+                observation.reason,
+                observation.message,
             )
         deadline = parse_time(policy.deadline)
         if deadline is not None and now >= deadline + timedelta(seconds=self.offset_s):
             return Verdict(
-                EXECUTION_TIMEOUT,
+                VerdictStatus.EXECUTION_TIMEOUT,
                 "ExecutionTimeout",
                 f"execution_timeout passed at {policy.deadline} while it was {observation.phase.value}: "
                 f"{observation.describe()}",
             )
         if policy.max_preemptions is not None and observation.preemptions > policy.max_preemptions:
             return Verdict(
-                TOO_MANY_PREEMPTIONS,
+                VerdictStatus.TOO_MANY_PREEMPTIONS,
                 "MaxPreemptionsExceeded",
                 f"preempted {observation.preemptions} times, more than "
                 f"max_preemptions={policy.max_preemptions}; Kueue says: {observation.describe()}",
@@ -96,7 +84,7 @@ class Watchdog:
         limit = policy.max_pods_ready_evictions
         if limit is not None and observation.pods_ready_evictions > limit:
             return Verdict(
-                PODS_NOT_READY,
+                VerdictStatus.PODS_NOT_READY,
                 PODS_READY_TIMEOUT,
                 f"{pods_not_ready_hint(self.pods_ready_timeout)}. Kueue evicted it "
                 f"{observation.pods_ready_evictions} times because its pods did not all become ready "
@@ -109,7 +97,7 @@ class Watchdog:
             waited = (now - self.inadmissible_since).total_seconds()
             if waited >= policy.inadmissible_grace:
                 return Verdict(
-                    INADMISSIBLE,
+                    VerdictStatus.INADMISSIBLE,
                     observation.reason,
                     f"Kueue cannot admit it: {observation.message} (unchanged for {waited:.0f}s, "
                     f"inadmissible_grace={policy.inadmissible_grace:g}s)",
@@ -119,7 +107,7 @@ class Watchdog:
             waited = (now - self.waiting_since).total_seconds()
             if waited >= policy.queue_timeout:
                 return Verdict(
-                    QUEUE_TIMEOUT,
+                    VerdictStatus.QUEUE_TIMEOUT,
                     "QueueTimeout",
                     f"not admitted within queue_timeout={policy.queue_timeout:g}s (waiting since "
                     f"{self.waiting_since.isoformat()}); Kueue says: {observation.describe()}",
@@ -146,7 +134,7 @@ class Watchdog:
         """The verdict when the time since admission exceeds ``admitted_limit``."""
         assert self.admitted_since is not None  # check() asks only while the admitted clock runs
         return Verdict(
-            RUN_TIMEOUT,
+            VerdictStatus.RUN_TIMEOUT,
             "RunTimeout",
             f"still {observation.phase.value} {elapsed:.0f}s after its last admission at "
             f"{self.admitted_since.isoformat()} (run_timeout={self.policy.run_timeout:g}s)",
@@ -205,7 +193,7 @@ def event_payload(
     ``extra`` carries context the resumed task wants back (e.g. queue and priority).
     """
     payload: dict[str, Any] = {
-        "status": verdict.status,
+        "status": str(verdict.status),  # the plain value, as JSON and the task log show it
         "reason": verdict.reason,
         "message": verdict.message,
         "name": name,
@@ -231,7 +219,9 @@ def event_payload(
 
 def deleted_verdict(kind: str, namespace: str, name: str, uid: str, what: str) -> Verdict:
     """The verdict for an object deleted under a waiting task (``what``: when, e.g. "before it finished")."""
-    return Verdict(DELETED, f"{kind}Deleted", f"{kind} {namespace}/{name} (uid {uid}) was deleted {what}")
+    return Verdict(
+        VerdictStatus.DELETED, f"{kind}Deleted", f"{kind} {namespace}/{name} (uid {uid}) was deleted {what}"
+    )
 
 
 def access_verdict(ended: BaseException) -> Verdict:
@@ -240,8 +230,8 @@ def access_verdict(ended: BaseException) -> Verdict:
     from kueue_ray.refusals import ApiNotServed
 
     if isinstance(ended, ApiNotServed):
-        return Verdict(API_NOT_SERVED, "ApiNotServed", ended.message)
-    return Verdict(REFUSED, "Refused", str(ended))
+        return Verdict(VerdictStatus.API_NOT_SERVED, "ApiNotServed", ended.message)
+    return Verdict(VerdictStatus.REFUSED, "Refused", str(ended))
 
 
 def describe_flavors(flavors: Mapping[str, Mapping[str, str]]) -> str:
@@ -300,6 +290,53 @@ class WaitTarget:
 
     def watchdog(self, policy: WaitPolicy) -> Watchdog:
         return Watchdog(policy, parse_time(self.submitted_at) or utcnow())
+
+    def timeline(self, data: dict[str, Any] | None) -> Timeline:
+        """The timeline a deferred wait continues (``data``: the one the task deferred with, if any)."""
+        timeline = Timeline.from_dict(data)
+        if timeline.submitted_at is None and self.submitted_at:
+            timeline.submitted_at = to_epoch(self.submitted_at)
+        return timeline
+
+    def queue_of(self, rayjob: dict) -> str | None:
+        """The LocalQueue the RayJob waits in: the task's, else the RayJob's label."""
+        return self.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+
+    def kind(self) -> WaitKind:
+        """How a wait step (``kueue_ray.wait_step``) observes, times, words and reports this RayJob."""
+
+        def record(timeline: Timeline, observation: Observation, now: datetime) -> list[str]:
+            timeline.record(observation, now)
+            return []
+
+        return WaitKind(
+            observe=observe,
+            gone=lambda rayjob, workload: rayjob is None or owner_deleted(workload),
+            deleted=deleted_verdict("RayJob", self.namespace, self.name, self.uid, "before it finished"),
+            workload=lambda workload: workload,
+            record=record,
+            describe=lambda observation, position, preemptor: describe_transition(
+                self.namespace, self.name, observation, position, preemptor
+            ),
+            payload=self.payload,
+            queue_of=self.queue_of,
+            position_phases=POSITION_PHASES,
+            preemptor_uid=lambda observation: preemptor_job_uid(observation.message),
+            clock_verdicts=CLOCK_VERDICTS,
+            watchdog=self.watchdog,
+            timeline=self.timeline,
+        )
+
+
+CLOCK_VERDICTS = frozenset(
+    {
+        VerdictStatus.INADMISSIBLE,
+        VerdictStatus.QUEUE_TIMEOUT,
+        VerdictStatus.RUN_TIMEOUT,
+        VerdictStatus.EXECUTION_TIMEOUT,
+    }
+)
+"""Verdicts a clock gives (not a state): a wait confirms them on a fresh read before it ends."""
 
 
 class Waited(Protocol):

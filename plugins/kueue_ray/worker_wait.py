@@ -10,17 +10,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from kueue_ray.naming import QUEUE_LABEL
-from kueue_ray.narration import Story, preemptor_job_uid
 from kueue_ray.phases import POSITION_PHASES
 from kueue_ray.quota_holders import with_quota_holders
 from kueue_ray.server_clock import server_clock
-from kueue_ray.status import Observation, observe
+from kueue_ray.status import Observation
 from kueue_ray.timeline import Timeline
-from kueue_ray.verdicts import QUEUE_TIMEOUT
+from kueue_ray.verdicts import VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
-from kueue_ray.waiting import WaitTarget, access_verdict, deleted_verdict, describe_transition
-from kueue_ray.workload import owner_deleted
+from kueue_ray.wait_step import Read, Step, WaitState, wait_step
+from kueue_ray.waiting import WaitTarget, Watchdog, access_verdict
 
 if TYPE_CHECKING:
     from kueue_ray.hook import RayJobHook
@@ -60,13 +58,12 @@ class WorkerWait:
         self.target = target
         self.policy = policy
         self.log = log
-        self.timeline = Timeline()
-        self.watchdog = target.watchdog(policy)
-        self.story = Story()
+        self.kind = target.kind()
+        self.state = WaitState.start(self.kind, policy, Timeline())
         from kueue_ray.refusals import RefusalWindow, refusal_timeout
 
         self.refusals = RefusalWindow(refusal_timeout())
-        self.log.info("Limits: %s", policy.limits(self.watchdog.admitted_limit))
+        self.log.info("Limits: %s", policy.limits(Watchdog.admitted_limit))
 
     def step(self, hook: RayJobHook) -> dict[str, Any] | None:
         """Read the RayJob and its Workload once; the event payload when waiting is over, else None."""
@@ -87,25 +84,20 @@ class WorkerWait:
                 describe_error(exc),
             )
             return None
-        if rayjob is None or owner_deleted(workload):
-            verdict = deleted_verdict(
-                "RayJob", target.namespace, target.name, target.uid, "before it finished"
-            )
-            return target.payload(verdict, None, self.timeline)
-        self.refusals.cleared()
-        observation = observe(rayjob, workload)
         clock = server_clock(getattr(hook, "conn_id", None) or "kubernetes_default")
-        now, self.watchdog.offset_s = clock.now(), clock.offset_s  # the clock the server's timestamps use
-        self.timeline.record(observation, now)
-        self.tell(hook, rayjob, observation)
-        verdict = self.watchdog.check(observation, workload, now)
-        if verdict is None:
-            return None
-        local_queue = target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
-        if verdict.status == QUEUE_TIMEOUT and local_queue:
+        now, offset_s = clock.now(), clock.offset_s  # the clock the server's timestamps use
+        step = wait_step(self.kind, self.state, Read(rayjob, workload, fresh=True), now, offset_s)
+        if step.gone:
+            return step.payload
+        self.refusals.cleared()
+        self.tell(hook, step)
+        local_queue = self.target.queue_of(rayjob)
+        if step.verdict is not None and step.verdict.status == VerdictStatus.QUEUE_TIMEOUT and local_queue:
             queue, workloads = hook.quota_state(local_queue, target.namespace)
-            verdict = with_quota_holders(verdict, queue, workloads, observation.workload_name)
-        return target.payload(verdict, observation, self.timeline)
+            step = step.ending(
+                with_quota_holders(step.verdict, queue, workloads, step.observation.workload_name)
+            )
+        return step.payload
 
     def cannot_read(self, hook: RayJobHook, exc: BaseException) -> dict[str, Any] | None:
         """A read that failed for a reason other than a bad minute: a 401/403 is waited out for the refusal
@@ -119,7 +111,7 @@ class WorkerWait:
             raise exc
         if getattr(exc, "status", None) not in (401, 403):  # not served: nothing to wait out
             verdict = access_verdict(ApiNotServed("", "", str(explained)))
-            return self.target.payload(verdict, None, self.timeline)
+            return self.target.payload(verdict, None, self.state.timeline)
         from kueue_ray.api_errors import read_of
         from kueue_ray.refusals import Denial
 
@@ -141,7 +133,7 @@ class WorkerWait:
                 seconds=window,
             )
             ended = RefusedTooLong(denial, window, message)
-            return self.target.payload(access_verdict(ended), None, self.timeline)
+            return self.target.payload(access_verdict(ended), None, self.state.timeline)
         if started:
             self.log.warning(
                 "%s This task keeps reading every %gs and fails if the refusal lasts %gs ([kueue_ray] "
@@ -158,21 +150,21 @@ class WorkerWait:
             time.sleep(self.policy.poll_interval)
         return event
 
-    def tell(self, hook: RayJobHook, rayjob: dict, observation: Observation) -> None:
+    def tell(self, hook: RayJobHook, step: Step) -> None:
         """Log what is new, as the trigger does: a transition (queue position, preemptor named) or, while
         waiting, a position that moved since the last line."""
-        target, story, now = self.target, self.story, time.monotonic()
-        if story.news(observation):
-            position = self.position(hook, rayjob, observation)
-            uid = preemptor_job_uid(observation.message)
+        target, story, now = self.target, self.state.story, time.monotonic()
+        rayjob, observation = step.read.obj, step.observation
+        if step.news:
+            position = self.position(hook, step.position_in, observation)
+            uid = step.preemptor_uid
             preemptor = find_rayjob(hook, target.namespace, uid) if uid else None
-            self.log.info(
-                describe_transition(target.namespace, target.name, observation, position, preemptor)
-            )
+            self.log.info(step.transition_line(position, preemptor))
             story.told_position(position, now)
             self.why_queued(hook, rayjob, observation, force=True)
         elif (check := story.position_check_in(observation, now)) is not None and check <= 0:
-            position = self.position(hook, rayjob, observation)
+            queue = target.queue_of(rayjob) if observation.workload_name else None
+            position = self.position(hook, queue, observation)
             line = story.position_line(target.namespace, target.name, observation.phase, position, now)
             if line:
                 self.log.info(line)
@@ -184,7 +176,7 @@ class WorkerWait:
         phase and the scheduler's or kubelet's reason, written when they change."""
         from kueue_ray.pod_states import describe_pods, pod_states
 
-        check = self.story.pods_check_in(observation, time.monotonic())
+        check = self.state.story.pods_check_in(observation, time.monotonic())
         if check is None or check > 0:
             return
         try:
@@ -192,10 +184,12 @@ class WorkerWait:
         except Exception:  # noqa: BLE001 - the pods are told at the next check
             pods = None
         if pods is None:
-            self.story.pods_checked_at = time.monotonic()
+            self.state.story.pods_checked_at = time.monotonic()
             return
         told = describe_pods(pod_states(pods))
-        if line := self.story.pods_line(self.target.namespace, self.target.name, told, time.monotonic()):
+        if line := self.state.story.pods_line(
+            self.target.namespace, self.target.name, told, time.monotonic()
+        ):
             self.log.info(line)
 
     def why_queued(
@@ -205,7 +199,7 @@ class WorkerWait:
         waiting can admit it; read with the position."""
         from kueue_ray.why_queued import why_queued_sentences
 
-        queue = self.target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
+        queue = self.target.queue_of(rayjob)
         if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
             return
         cluster_queue, workloads = hook.quota_state(queue, self.target.namespace)
@@ -218,12 +212,11 @@ class WorkerWait:
         sentences = why_queued_sentences(
             cluster_queue, workloads, queues, observation.workload_name, rayjobs.get
         )
-        for line in self.story.why_lines(self.target.namespace, self.target.name, sentences, force):
+        for line in self.state.story.why_lines(self.target.namespace, self.target.name, sentences, force):
             self.log.info(line)
 
-    def position(self, hook: RayJobHook, rayjob: dict, observation: Observation) -> str | None:
-        queue = self.target.queue or ((rayjob["metadata"].get("labels") or {}).get(QUEUE_LABEL))
-        if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
+    def position(self, hook: RayJobHook, queue: str | None, observation: Observation) -> str | None:
+        if not queue:
             return None
         found = hook.queue_position(self.target.namespace, queue, observation.workload_name)
         return found.describe() if found else None

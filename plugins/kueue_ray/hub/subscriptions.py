@@ -135,6 +135,7 @@ class Subscription:
 
     __slots__ = (
         "hub",
+        "reader",
         "conn_id",
         "namespace",
         "deployment",
@@ -160,8 +161,13 @@ class Subscription:
         uid: str,
         resync_interval: float,
         deployment: str = "",
+        reader: Any = None,
     ) -> None:
         self.hub = hub
+        # What reads this wait's own objects when the hub's cache cannot answer, handed in by the waiting
+        # trigger (its async hook: get_rayjob, find_workload, pending_positions, and for a RayService
+        # get_rayservice, list_job_workloads), so that the hub imports no hook.
+        self.reader = reader
         self.conn_id = conn_id
         self.namespace = namespace
         self.deployment = deployment

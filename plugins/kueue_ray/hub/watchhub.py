@@ -102,6 +102,7 @@ class WatchHub:
         deployment: str = "",
         *,
         kind: str = RAYJOB,
+        reader: Any = None,
     ) -> Subscribed:
         """Register interest in one RayJob (``kind`` RAYSERVICE: one RayService, and the Workloads admitting
         it) for the duration of the ``async with`` block (which gives the ``Subscription``): the
@@ -111,11 +112,12 @@ class WatchHub:
         at the shortest interval of their subscribers (a shorter one takes effect from the next relist).
         ``deployment`` (the Airflow deployment of the waiting task) narrows the RayJob watch to that
         deployment's RayJobs; waits of tasks that predate deployments ("") share a watch of every RayJob of
-        this integration.
+        this integration. ``reader`` reads what the cache cannot answer (``Subscription.reader``: the
+        trigger's async hook).
         """
         service = kind == RAYSERVICE
         subscription = (ServiceSubscription if service else Subscription)(
-            self, conn_id, namespace, name, uid, resync_interval, deployment
+            self, conn_id, namespace, name, uid, resync_interval, deployment, reader
         )
         watched = of_deployment(RAYSERVICES if service else RAYJOBS, deployment)
         return Subscribed(self, subscription, (watched, WORKLOADS))
@@ -258,30 +260,27 @@ class WatchHub:
                 raise ApiNotServed(group, version, not_served_message(group, version)) from exc
 
     async def _fetch(self, subscription: Subscription, what: str, client: Any) -> None:
-        from kueue_ray.hook import AsyncRayJobHook
-        from kueue_ray.service_hook import AsyncRayServiceHook
-
-        conn_id, namespace = subscription.conn_id, subscription.namespace
+        namespace, hook = subscription.namespace, subscription.reader
+        if hook is None:
+            raise RuntimeError(
+                f"{subscription.name}: subscribed without a reader; the cache cannot be filled"
+            )
         if what == RAYJOB:
             with reading("get", *_coordinates(RAYJOBS)):
-                hook = AsyncRayJobHook(kubernetes_conn_id=conn_id)
                 obj = await hook.get_rayjob(subscription.name, namespace, api_client=client)
             self.offer_read(self.loop_of(subscription, RAYJOB), subscription.name, obj)
         elif what == RAYSERVICE:
             with reading("get", *_coordinates(RAYSERVICES)):
-                hook = AsyncRayServiceHook(kubernetes_conn_id=conn_id)
                 obj = await hook.get_rayservice(subscription.name, namespace, api_client=client)
             self.offer_read(self.loop_of(subscription, RAYSERVICE), subscription.name, obj)
         elif what == WORKLOAD:
             with reading("list", *_coordinates(WORKLOADS)):
-                hook = AsyncRayJobHook(kubernetes_conn_id=conn_id)
                 obj = await hook.find_workload(subscription.uid, namespace, api_client=client)
             loop = self.loop_of(subscription, WORKLOAD)
             if loop is not None and obj is not None:
                 self.offer(loop, subscription.uid, obj)
         elif what == JOB_WORKLOADS:
             with reading("list", *_coordinates(WORKLOADS)):
-                hook = AsyncRayServiceHook(kubernetes_conn_id=conn_id)
                 items = await hook.list_job_workloads(namespace, api_client=client)
             loop = self.loop_of(subscription, WORKLOAD)
             for item in items if loop is not None else ():
@@ -326,11 +325,9 @@ class WatchHub:
         read.fresh_until = time.monotonic() + self.settings.pending_workloads_ttl_seconds
 
     async def _read_pending(self, subscription: Subscription, queue: str) -> dict[str, Any] | None:
-        from kueue_ray.hook import AsyncRayJobHook
-
         try:
             async with self.lease(subscription) as client:
-                return await AsyncRayJobHook(kubernetes_conn_id=subscription.conn_id).pending_positions(
+                return await subscription.reader.pending_positions(
                     subscription.namespace, queue, api_client=client
                 )
         except Exception as exc:  # noqa: BLE001 - a position is a nicety; never fail a wait for it

@@ -9,7 +9,7 @@ import pytest
 from kueue_ray.bounds import DEFAULT_QUEUE_TIMEOUT, DEFAULT_READY_TIMEOUT, DEFAULT_RUN_TIMEOUT
 from kueue_ray.phases import Phase
 from kueue_ray.status import Observation
-from kueue_ray.verdicts import EXECUTION_TIMEOUT, GAVE_UP
+from kueue_ray.verdicts import GAVE_UP, VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.waiting import Watchdog
 
@@ -73,8 +73,8 @@ def test_a_deferred_wait_ends_when_the_execution_deadline_passes():
     assert dog.check(queued(), None, T0 + timedelta(minutes=9)) is None
     assert dog.seconds_until_next_deadline(T0 + timedelta(minutes=9)) == 60, "the trigger wakes for it"
     verdict = dog.check(queued(), None, T0 + timedelta(minutes=10))
-    assert verdict.status == EXECUTION_TIMEOUT
+    assert verdict.status == VerdictStatus.EXECUTION_TIMEOUT
     assert verdict.message.startswith(
         "execution_timeout passed at 2026-12-01T12:10:00+00:00 while it was QUEUED"
     )
-    assert EXECUTION_TIMEOUT in GAVE_UP, "the resumed operator deletes the RayJob it owns"
+    assert VerdictStatus.EXECUTION_TIMEOUT in GAVE_UP, "the resumed operator deletes the RayJob it owns"

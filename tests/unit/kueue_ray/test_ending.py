@@ -15,7 +15,7 @@ from kueue_ray.sensors import RayJobSensor
 from kueue_ray.status import Observation, Phase
 from kueue_ray.timeline import Timeline
 from kueue_ray.trigger import RayJobTrigger
-from kueue_ray.verdicts import SUCCESS, Verdict
+from kueue_ray.verdicts import Verdict, VerdictStatus
 
 PREEMPTOR_UID = "0f1e2d3c-preemptor"
 PREEMPTED = (
@@ -147,7 +147,7 @@ def test_the_trigger_ends_a_success_with_the_xcoms_and_the_closing_lines(capfd, 
         job_id=EVENT["job_id"],
     )
     timeline = Timeline.from_dict(EVENT["timeline"])
-    verdict = Verdict(SUCCESS, "Succeeded", "Job finished successfully.")
+    verdict = Verdict(VerdictStatus.SUCCESS, "Succeeded", "Job finished successfully.")
     event = asyncio.run(trigger._end_here(verdict, observation, timeline, Subscription()))
     assert isinstance(event, TaskSuccessEvent)
     pushed = {message.key: message.value for message in comms.sent}
@@ -195,7 +195,7 @@ def test_in_a_triggerer_the_xcoms_go_the_way_a_workers_xcom_push_goes(monkeypatc
     )
     trigger.task_instance = TI()
     observation = Observation(phase=Phase.SUCCEEDED, terminal=True, reason="Succeeded", message="")
-    verdict = Verdict(SUCCESS, "Succeeded", "")
+    verdict = Verdict(VerdictStatus.SUCCESS, "Succeeded", "")
     timeline = Timeline.from_dict(EVENT["timeline"])
     event = asyncio.run(trigger._end_here(verdict, observation, timeline, Subscription()))
     assert isinstance(event, TaskSuccessEvent) and event.xcoms is None
@@ -235,7 +235,7 @@ def test_the_xcoms_of_a_success_are_stored_together_not_one_round_trip_after_ano
     async def end():
         return await asyncio.wait_for(
             trigger._end_here(
-                Verdict(SUCCESS, "Succeeded", ""),
+                Verdict(VerdictStatus.SUCCESS, "Succeeded", ""),
                 observation,
                 Timeline.from_dict(EVENT["timeline"]),
                 Subscription(),

@@ -18,7 +18,7 @@ from kueue_ray.narration import (
 )
 from kueue_ray.quantity import describe_resources, readable_bytes
 from kueue_ray.status import Observation, Phase
-from kueue_ray.trigger import describe_transition
+from kueue_ray.waiting import describe_transition
 
 EVICTION = (
     "Preempted to accommodate a workload (UID: 5ee5430b, JobUID: 3e727a18) due to prioritization in the "

@@ -17,14 +17,7 @@ from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from kueue_ray.shared_client import SharedApiClient
 from kueue_ray.status import Observation, Phase
 from kueue_ray.trigger import RayJobTrigger
-from kueue_ray.verdicts import (
-    INADMISSIBLE,
-    PODS_NOT_READY,
-    QUEUE_TIMEOUT,
-    RUN_TIMEOUT,
-    SUCCESS,
-    TOO_MANY_PREEMPTIONS,
-)
+from kueue_ray.verdicts import VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.waiting import Watchdog, describe_transition
 
@@ -118,7 +111,7 @@ def test_queue_timeout_counts_from_the_last_loss_of_quota():
     verdict = dog.check(
         obs(Phase.QUEUED, "Pending", "insufficient unused quota"), workload(False, at(100)), at(161)
     )
-    assert verdict.status == QUEUE_TIMEOUT
+    assert verdict.status == VerdictStatus.QUEUE_TIMEOUT
     assert "queue_timeout=60s" in verdict.message and "insufficient unused quota" in verdict.message
 
 
@@ -128,7 +121,7 @@ def test_run_timeout_counts_from_the_last_admission_and_restarts_after_preemptio
     assert dog.check(obs(Phase.PREEMPTED, "Preempted"), workload(True, at(10)), at(95)) is None
     assert dog.check(obs(Phase.QUEUED), workload(False, at(96)), at(100)) is None
     assert dog.check(obs(Phase.RUNNING), workload(True, at(150)), at(200)) is None
-    assert dog.check(obs(Phase.RUNNING), workload(True, at(150)), at(251)).status == RUN_TIMEOUT
+    assert dog.check(obs(Phase.RUNNING), workload(True, at(150)), at(251)).status == VerdictStatus.RUN_TIMEOUT
 
 
 def test_run_timeout_does_not_count_the_wait_for_admission_checks():
@@ -139,9 +132,12 @@ def test_run_timeout_does_not_count_the_wait_for_admission_checks():
     assert dog.seconds_until_next_deadline(at(250)) == 150  # only the queue clock runs meanwhile
     admitted = workload(True, at(10), admitted=at(300))
     assert dog.check(obs(Phase.RUNNING), admitted, at(390)) is None
-    assert dog.check(obs(Phase.RUNNING), admitted, at(401)).status == RUN_TIMEOUT
+    assert dog.check(obs(Phase.RUNNING), admitted, at(401)).status == VerdictStatus.RUN_TIMEOUT
     late = watchdog(queue_timeout=100)
-    assert late.check(awaiting, workload(True, at(10), admitted=None), at(101)).status == QUEUE_TIMEOUT
+    assert (
+        late.check(awaiting, workload(True, at(10), admitted=None), at(101)).status
+        == VerdictStatus.QUEUE_TIMEOUT
+    )
 
 
 def test_pods_ready_evictions_are_their_own_limit_with_the_hint():
@@ -150,7 +146,7 @@ def test_pods_ready_evictions_are_their_own_limit_with_the_hint():
     assert dog.check(first, None, at(1)) is None  # not a preemption: max_preemptions=0 does not apply
     assert dog.check(obs(Phase.QUEUED, "PodsReadyTimeout", pods_ready_evictions=1), None, at(2)) is None
     verdict = dog.check(obs(Phase.QUEUED, "PodsReadyTimeout", pods_ready_evictions=2), None, at(3))
-    assert verdict.status == PODS_NOT_READY
+    assert verdict.status == VerdictStatus.PODS_NOT_READY
     assert verdict.message.startswith("pods not ready within 30m: check taints, tolerations, image pulls")
     assert "max_pods_ready_evictions=1" in verdict.message
     assert watchdog().check(obs(Phase.QUEUED, pods_ready_evictions=50), None, at(4)) is None
@@ -163,7 +159,7 @@ def test_inadmissible_fails_only_after_the_grace_period_and_resets_when_it_clear
     assert dog.check(obs(Phase.QUEUED), workload(False, T0), at(20)) is None
     assert dog.check(stuck, workload(False, T0), at(25)) is None
     verdict = dog.check(stuck, workload(False, T0), at(56))
-    assert verdict.status == INADMISSIBLE and "LocalQueue lq doesn't exist" in verdict.message
+    assert verdict.status == VerdictStatus.INADMISSIBLE and "LocalQueue lq doesn't exist" in verdict.message
     tolerant = watchdog(fail_on_inadmissible=False, inadmissible_grace=0)
     assert tolerant.check(stuck, workload(False, T0), at(1000)) is None
 
@@ -171,8 +167,10 @@ def test_inadmissible_fails_only_after_the_grace_period_and_resets_when_it_clear
 def test_max_preemptions_and_terminal_phases():
     dog = watchdog(max_preemptions=1)
     assert dog.check(obs(Phase.RUNNING, preemptions=1), None, at(1)) is None
-    assert dog.check(obs(Phase.QUEUED, preemptions=2), None, at(2)).status == TOO_MANY_PREEMPTIONS
-    assert watchdog().check(obs(Phase.SUCCEEDED, "Succeeded"), None, at(3)).status == SUCCESS
+    assert (
+        dog.check(obs(Phase.QUEUED, preemptions=2), None, at(2)).status == VerdictStatus.TOO_MANY_PREEMPTIONS
+    )
+    assert watchdog().check(obs(Phase.SUCCEEDED, "Succeeded"), None, at(3)).status == VerdictStatus.SUCCESS
     failed = watchdog().check(obs(Phase.FAILED, "AppFailed", "boom"), None, at(3))
     assert (failed.status, failed.message) == ("failed", "boom")
 
