@@ -255,7 +255,13 @@ def measure(
         deadline = time.monotonic() + 600
         while not page_shows_everything(client, pending):
             if time.monotonic() > deadline:
-                raise TimeoutError("the Kueue page never showed every pending workload")
+                page = client.get("/kueue/api/v1/queues").json()
+                shown = {
+                    cq["name"]: (cq["counts"], len(cq["pending"]["items"])) for cq in page["cluster_queues"]
+                }
+                runs = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()
+                states = [(ti["task_id"], ti["state"]) for ti in runs.get("task_instances", [])]
+                raise TimeoutError(f"the Kueue page never showed every pending workload: {shown}; {states}")
             time.sleep(2)
         phases.mark("cache")
         page, answers = timed(client, "/kueue/api/v1/queues", samples)
