@@ -80,7 +80,7 @@ def report_watch_ends() -> None:
     """
     from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import API_TIMEOUT
     from kueue_ray.hub.scope import _WatchLoop
-    from kueue_ray.watch_target import SERVER_TIMEOUT_GRACE_SECONDS
+    from kueue_ray.kube.watch_target import SERVER_TIMEOUT_GRACE_SECONDS
 
     watch = _WatchLoop._watch
 
@@ -145,7 +145,7 @@ async def wait_one(trigger, fired: list) -> None:
 
 def make_triggers(spec: dict) -> list:
     """One trigger per job of the spec, as the operator would defer to it."""
-    from kueue_ray.service_trigger import RayServiceTrigger
+    from kueue_ray.rayservice.trigger import RayServiceTrigger
     from kueue_ray.trigger import RayJobTrigger
     from kueue_ray.wait_policy import WaitPolicy
 
@@ -180,7 +180,7 @@ def trace_rss(path: str) -> None:
 
 async def main(spec_path: str, log_path: str) -> None:
     from kueue_ray.hook import AsyncRayJobHook  # noqa: F401 - the hub's first request imports it anyway
-    from kueue_ray.service_trigger import RayServiceTrigger  # noqa: F401 - imported before measuring
+    from kueue_ray.rayservice.trigger import RayServiceTrigger  # noqa: F401 - imported before measuring
     from kueue_ray.trigger import RayJobTrigger  # noqa: F401 - imported before measuring
 
     # What the imports cost (Airflow, the provider, both Kubernetes clients) before any trigger exists.

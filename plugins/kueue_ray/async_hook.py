@@ -21,8 +21,6 @@ from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generi
 from kubernetes_asyncio.client import CustomObjectsApi as AsyncCustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from kueue_ray.api import KUEUE_GROUP, KUEUE_VERSION, RAY_GROUP, RAY_VERSION, RAYJOB, WORKLOAD
-from kueue_ray.api_errors import describe_error, may_be_missing_api
 from kueue_ray.deletion import (
     DELETE_DECISIONS,
     DeleteOutcome,
@@ -45,9 +43,11 @@ from kueue_ray.hook_common import (
     positions_from_items,
     quota_unread,
 )
-from kueue_ray.listbody import ListBody
+from kueue_ray.kube.api import KUEUE_GROUP, KUEUE_VERSION, RAY_GROUP, RAY_VERSION, RAYJOB, WORKLOAD
+from kueue_ray.kube.errors import describe_error, may_be_missing_api
+from kueue_ray.kube.listbody import ListBody
+from kueue_ray.kube.pages import list_all_async
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
-from kueue_ray.pages import list_all_async
 from kueue_ray.pod_states import CLUSTER_LABEL
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ class AsyncRayJobHook(AsyncKubernetesHook):
         every trigger waiting in it at once (``positions_from_items``); None when the API is not served,
         not allowed, failing or unreachable (as ``RayJobHook.queue_position``).
 
-        The answer is decoded one Workload at a time (``kueue_ray.listbody``): a deep queue's summary,
+        The answer is decoded one Workload at a time (``kueue_ray.kube.listbody``): a deep queue's summary,
         read again every few seconds while thousands of tasks wait in it, is never held whole."""
         try:
             async with self._client(api_client) as client:

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from kueue_ray.api import utcnow
 from kueue_ray.errors import KueueRayError
+from kueue_ray.kube.api import utcnow
 
 DEFAULT_QUEUE_TIMEOUT = 24 * 3600.0
 """A day in the queue: a request that can never fit next to what holds the quota must not wait for ever."""

@@ -31,17 +31,6 @@ from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generi
 from kubernetes.client.exceptions import ApiException
 
 from kueue_ray.adoption import Earlier
-from kueue_ray.api import (
-    CLUSTER_QUEUE,
-    KUEUE_GROUP,
-    KUEUE_VERSION,
-    LOCAL_QUEUE,
-    RAY_GROUP,
-    RAY_VERSION,
-    RAYJOB,
-    WORKLOAD,
-)
-from kueue_ray.api_errors import describe_error, may_be_missing_api, reading
 from kueue_ray.async_hook import AsyncRayJobHook
 from kueue_ray.deletion import (
     DELETE_DECISIONS,
@@ -68,13 +57,24 @@ from kueue_ray.hook_common import (
     positions_from_summary,
     quota_unread,
 )
+from kueue_ray.kube.api import (
+    CLUSTER_QUEUE,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LOCAL_QUEUE,
+    RAY_GROUP,
+    RAY_VERSION,
+    RAYJOB,
+    WORKLOAD,
+)
+from kueue_ray.kube.errors import describe_error, may_be_missing_api, reading
+from kueue_ray.kube.pages import Listing, list_all
+from kueue_ray.kube.refusals import explained as explain_access
+from kueue_ray.kube.server_clock import server_clock
 from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
-from kueue_ray.pages import Listing, list_all
 from kueue_ray.pod_states import CLUSTER_LABEL
 from kueue_ray.preflight import Preflight, QueueCapacity
-from kueue_ray.refusals import explained as explain_access
-from kueue_ray.server_clock import server_clock
 
 __all__ = [
     "CONFLICT",
@@ -395,7 +395,7 @@ class RayJobHook(KubernetesHook):
         return identity_of(self.custom_object_client.api_client.configuration)
 
     def explained(self, exc: ApiException, namespace: str | None) -> Exception:
-        """``kueue_ray.refusals.explained`` for this hook's client: a refusal or missing API in words."""
+        """``kueue_ray.kube.refusals.explained`` for this hook's client: a refusal or missing API in words."""
         return explain_access(self.custom_object_client, exc, namespace, self.identity, self.conn_id)
 
     def raise_explained(self, exc: ApiException, namespace: str | None) -> None:

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kueue_ray.api_errors import describe_error
+from kueue_ray.kube.errors import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class QueuePosition:
 
 def positions_from_items(items: Iterable[dict]) -> dict[str, QueuePosition]:
     """Every pending Workload's position, by Workload name, from the items of a visibility
-    ``PendingWorkloadsSummary`` (a list, or the items of a ``kueue_ray.listbody.ListBody`` decoded one at
+    ``PendingWorkloadsSummary`` (a list, or the items of a ``kueue_ray.kube.listbody.ListBody`` decoded one at
     a time, so that thousands of them are never all held at once).
 
     One pass over the list: the triggerer shares one summary among all the tasks queued in a LocalQueue,

@@ -140,7 +140,7 @@ class DeleteOrphanedRayJobsOperator(BaseOperator):
         """Delete the finished RayJobs whose retention has passed; ``now`` is the API server's time of the
         list (its ``Date``), so ages are measured on the clock that wrote their ``endTime``."""
         if now is None:
-            from kueue_ray.api import utcnow
+            from kueue_ray.kube.api import utcnow
 
             self.log.warning("The API server's answer had no Date header: measuring retention on this clock")
             now = utcnow()

@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from kueue_ray.api import parse_time
+from kueue_ray.kube.api import parse_time
 from kueue_ray.verdicts import VerdictStatus
 from kueue_ray.workload import PODS_READY_TIMEOUT
 

@@ -3,7 +3,7 @@ them, the sets of phases the plugin asks about (terminal, evicted, waiting for a
 holding quota, worth a queue position), and what each phase is called: its words in the Kueue tab and
 the kind of span the timeline draws for it.
 
-Apart from ``kueue_ray.status`` and ``kueue_ray.service_status`` because the phases are the vocabulary
+Apart from ``kueue_ray.status`` and ``kueue_ray.rayservice.status`` because the phases are the vocabulary
 and ``observe`` / ``observe_service`` are one way of arriving at them: the narration, the timeline, the
 UI and the waiting code read phases without needing the rules that derive them from the objects. A new
 phase is added here with its words and span kind (``tests/unit/kueue_ray/test_vocabulary.py`` checks

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from kueue_ray.api import CLUSTER_QUEUE, LOCAL_QUEUE, WORKLOAD_PRIORITY_CLASS
-from kueue_ray.api_errors import describe_error
 from kueue_ray.capacity import (
     explain_capacity_shortfall,
     find_shortfall,
@@ -25,6 +23,8 @@ from kueue_ray.capacity import (
     queues_that_fit,
 )
 from kueue_ray.errors import PreflightError
+from kueue_ray.kube.api import CLUSTER_QUEUE, LOCAL_QUEUE, WORKLOAD_PRIORITY_CLASS
+from kueue_ray.kube.errors import describe_error
 from kueue_ray.params import QUEUE_ALTERNATIVES
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from kueue_ray.api import parse_time
+from kueue_ray.kube.api import parse_time
 from kueue_ray.naming import AirflowIdentity, Waiter
 from kueue_ray.orphans import ENDED_STATES, FINISHED_DEPLOYMENT_STATUSES, state_key
 

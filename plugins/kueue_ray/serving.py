@@ -32,9 +32,9 @@ from kueue_ray.verdicts import VerdictStatus
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from kueue_ray.rollout import Deployment
-    from kueue_ray.service_hook import RayServiceHook
-    from kueue_ray.service_waiting import ServiceTarget
+    from kueue_ray.rayservice.hook import RayServiceHook
+    from kueue_ray.rayservice.rollout import Deployment
+    from kueue_ray.rayservice.waiting import ServiceTarget
 
 UPGRADE = "upgrade"
 NEW_SERVICE = "new_service"
@@ -117,7 +117,7 @@ class DeployRayServiceOperator(KueueSubmitOperator):
         ``"inf"``: no limit.
     :param fail_on_inadmissible / inadmissible_grace / max_preemptions / max_pods_ready_evictions: as for
         ``SubmitRayJobOperator`` (``kueue_ray.wait_policy.WaitPolicy``, judged by
-        ``kueue_ray.service_waiting.ServiceWatchdog``).
+        ``kueue_ray.rayservice.waiting.ServiceWatchdog``).
     :param smoke_url: URL to GET once serving (templated, then ``str.format``-ed with ``service``,
         ``serve_service`` and ``namespace``); None sends nothing.
     :param smoke_timeout: seconds for that request.
@@ -162,7 +162,7 @@ class DeployRayServiceOperator(KueueSubmitOperator):
         self.take_over = take_over
 
     def new_hook(self) -> RayServiceHook:
-        from kueue_ray.service_hook import RayServiceHook
+        from kueue_ray.rayservice.hook import RayServiceHook
 
         return RayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id)
 
@@ -227,7 +227,7 @@ class DeployRayServiceOperator(KueueSubmitOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from kueue_ray.manifests import build_rayservice
         from kueue_ray.quantity import describe_resources
-        from kueue_ray.service_waiting import ServiceWorkerWait
+        from kueue_ray.rayservice.waiting import ServiceWorkerWait
         from kueue_ray.wait_policy import WaitPolicy
 
         with bad_input_fails():
@@ -247,7 +247,7 @@ class DeployRayServiceOperator(KueueSubmitOperator):
         )
         target, policy = self.wait_target(deployment, priority), WaitPolicy.of(self, context)
         if self.deferrable and not target.observe(service, []).serving:
-            from kueue_ray.service_trigger import RayServiceTrigger
+            from kueue_ray.rayservice.trigger import RayServiceTrigger
 
             trigger = RayServiceTrigger(
                 **vars(target),
@@ -261,14 +261,14 @@ class DeployRayServiceOperator(KueueSubmitOperator):
 
     def deploy(self, hook: RayServiceHook, body: dict, identity: AirflowIdentity) -> Deployment:
         """Create the RayService, adopt the one an earlier try of this run deployed, or update the one an
-        earlier run deployed (``upgrade``): ``kueue_ray.rollout``."""
-        from kueue_ray.rollout import Rollout
+        earlier run deployed (``upgrade``): ``kueue_ray.rayservice.rollout``."""
+        from kueue_ray.rayservice.rollout import Rollout
 
         return Rollout(self.namespace, self.log, take_over=self.take_over).deploy(hook, body, identity)
 
     def wait_target(self, deployment: Deployment, priority: str) -> ServiceTarget:
         """What to wait for after ``deployment``."""
-        from kueue_ray.service_waiting import ServiceTarget
+        from kueue_ray.rayservice.waiting import ServiceTarget
 
         metadata = deployment.service["metadata"]
         return ServiceTarget(

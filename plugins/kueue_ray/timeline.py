@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kueue_ray.api import parse_time
+from kueue_ray.kube.api import parse_time
 from kueue_ray.phases import (
     ADMITTED_PHASES,
     EVICTION_PHASES,

@@ -16,7 +16,7 @@ evictions for pods that never got ready, or the RayJob deleted under us. Everyth
 retry until the API server answers, and anything unexpected is logged and the wait resumes, because a
 trigger that ends without an event fails its task for a reason that has nothing to do with the RayJob.
 Two answers do end it, since waiting cannot outlast them: a 401/403 to a read the wait needs that lasts
-``[kueue_ray] refusal_timeout`` (``kueue_ray.refusals.RefusalWindow``), and an API group the cluster does
+``[kueue_ray] refusal_timeout`` (``kueue_ray.kube.refusals.RefusalWindow``), and an API group the cluster does
 not serve; the event says what was refused, to whom and how to check it.
 
 A success ends the task right here when the task allows it (``end_in_triggerer``, decided by the operator
@@ -50,8 +50,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 
-from kueue_ray.api import utcnow
 from kueue_ray.hub import ADMITTED, NOTICE, QUEUED
+from kueue_ray.kube.api import utcnow
+from kueue_ray.kube.refusals import ApiNotServed, RefusedTooLong
+from kueue_ray.kube.server_clock import server_clock
 from kueue_ray.metrics import WaitMetrics
 from kueue_ray.naming import (
     DEPLOYMENT_LABEL,
@@ -63,9 +65,7 @@ from kueue_ray.narration import Story
 from kueue_ray.phases import WAITING_PHASES
 from kueue_ray.priority_change import changed_by
 from kueue_ray.quota_holders import with_quota_holders
-from kueue_ray.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, push_xcoms, summary_lines
-from kueue_ray.server_clock import server_clock
 from kueue_ray.status import Observation
 from kueue_ray.timeline import Timeline
 from kueue_ray.trigger_base import WaitTrigger
@@ -401,7 +401,7 @@ class RayJobTrigger(WaitTrigger):
             async with asyncio.timeout(LOG_TAIL_TIMEOUT_SECONDS), subscription.api_client() as client:
                 return await self.hook.submitter_log_tail(self.name, self.namespace, lines, api_client=client)
         except Exception as exc:  # noqa: BLE001 - a missing log tail never fails a successful task
-            from kueue_ray.api_errors import describe_error
+            from kueue_ray.kube.errors import describe_error
 
             self.log.warning(
                 "The Ray driver log of RayJob %s/%s could not be read (%s); the task succeeds without it",

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from kueue_ray.refusals import Backoff
+from kueue_ray.kube.refusals import Backoff
 from kueue_ray.wait_policy import WaitPolicy
 
 RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX = 1.0, 60.0

@@ -5,7 +5,7 @@ Workloads, hands the read to ``wait_step`` and does what the returned ``Step`` s
 up the queue position and the preemptor a transition line names, read again from the API server when a
 clock's verdict came from a cache, and end with its payload. What differs between a RayJob and a
 RayService (how it is observed, timed, worded and reported) is a ``WaitKind``, made by its target
-(``kueue_ray.waiting.WaitTarget.kind``, ``kueue_ray.service_waiting.ServiceTarget.kind``).
+(``kueue_ray.waiting.WaitTarget.kind``, ``kueue_ray.rayservice.waiting.ServiceTarget.kind``).
 
 Freshness is decided here, once: a read older than the one the wait last acted on (a watch event queued
 while a newer read ran) is not acted on; the newer state is judged again instead, so what a wait says

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Protocol
 
-from kueue_ray.api import parse_time, utcnow
+from kueue_ray.kube.api import parse_time, utcnow
 from kueue_ray.naming import QUEUE_LABEL
 from kueue_ray.narration import name_preemptor, preemptor_job_uid, readable_quantities
 from kueue_ray.phases import ADMITTED_PHASES, POSITION_PHASES, WAITING_PHASES, Phase
@@ -44,7 +44,7 @@ class Watchdog:
     pods_ready_timeout: float | None = None
     """Kueue's waitForPodsReady timeout as last seen on the Workload (for the give-up message)."""
     offset_s: float = 0.0
-    """The API server's clock minus this process's (``kueue_ray.server_clock``): ``now`` is on the server's
+    """The API server's clock minus this process's (``kueue_ray.kube.server_clock``): ``now`` is on the server's
     clock, like the timestamps the clocks start from; the execution deadline is on Airflow's."""
 
     waiting_phases: ClassVar[frozenset] = WAITING_PHASES
@@ -225,9 +225,9 @@ def deleted_verdict(kind: str, namespace: str, name: str, uid: str, what: str) -
 
 
 def access_verdict(ended: BaseException) -> Verdict:
-    """The verdict for a wait that can no longer read the cluster (``kueue_ray.refusals.RefusedTooLong``
+    """The verdict for a wait that can no longer read the cluster (``kueue_ray.kube.refusals.RefusedTooLong``
     or ``ApiNotServed``); its message is the whole explanation."""
-    from kueue_ray.refusals import ApiNotServed
+    from kueue_ray.kube.refusals import ApiNotServed
 
     if isinstance(ended, ApiNotServed):
         return Verdict(VerdictStatus.API_NOT_SERVED, "ApiNotServed", ended.message)

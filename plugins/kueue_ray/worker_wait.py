@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from kueue_ray.kube.server_clock import server_clock
 from kueue_ray.phases import POSITION_PHASES
 from kueue_ray.quota_holders import with_quota_holders
-from kueue_ray.server_clock import server_clock
 from kueue_ray.status import Observation
 from kueue_ray.timeline import Timeline
 from kueue_ray.verdicts import VerdictStatus
@@ -60,7 +60,7 @@ class WorkerWait:
         self.log = log
         self.kind = target.kind()
         self.state = WaitState.start(self.kind, policy, Timeline())
-        from kueue_ray.refusals import RefusalWindow, refusal_timeout
+        from kueue_ray.kube.refusals import RefusalWindow, refusal_timeout
 
         self.refusals = RefusalWindow(refusal_timeout())
         self.log.info("Limits: %s", policy.limits(Watchdog.admitted_limit))
@@ -73,7 +73,7 @@ class WorkerWait:
         except Exception as exc:
             if not transient(exc):
                 return self.cannot_read(hook, exc)
-            from kueue_ray.api_errors import describe_error
+            from kueue_ray.kube.errors import describe_error
 
             # The hook already retried it for a while: the API server is having a bad minute. Waiting goes
             # on (as in the triggerer); the next read decides.
@@ -104,7 +104,7 @@ class WorkerWait:
         window (then the wait ends, saying what was refused and to whom), an API the cluster does not serve
         ends it at once; anything else is raised."""
         from kueue_ray.errors import ClusterAccessError
-        from kueue_ray.refusals import ApiNotServed, RefusedTooLong
+        from kueue_ray.kube.refusals import ApiNotServed, RefusedTooLong
 
         explained = hook.explained(exc, self.target.namespace) if hasattr(exc, "status") else exc
         if not isinstance(explained, ClusterAccessError):
@@ -112,14 +112,14 @@ class WorkerWait:
         if getattr(exc, "status", None) not in (401, 403):  # not served: nothing to wait out
             verdict = access_verdict(ApiNotServed("", "", str(explained)))
             return self.target.payload(verdict, None, self.state.timeline)
-        from kueue_ray.api_errors import read_of
-        from kueue_ray.refusals import Denial
+        from kueue_ray.kube.errors import read_of
+        from kueue_ray.kube.refusals import Denial
 
         verb, resource = (read_of(exc) or ("get", "rayjobs.ray.io"))[:2]
         denial = Denial.of(verb, resource, self.target.namespace, exc)
         started = self.refusals.refused(denial, time.monotonic())
         if self.refusals.expired():
-            from kueue_ray.api_errors import refusal_message
+            from kueue_ray.kube.errors import refusal_message
 
             window = self.refusals.timeout
             message = refusal_message(

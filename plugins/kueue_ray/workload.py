@@ -4,7 +4,7 @@ The condition types and the reasons the plugin acts on are spelled here and nowh
 (``tests/unit/kueue_ray/test_layout.py`` checks it), and so are the readers of a Workload's status: when it
 was admitted, when quota was reserved, its last preemption, its admission checks, how often it was
 preempted or evicted for pods not ready, and its priority. The status models (``kueue_ray.status`` for a
-RayJob, ``kueue_ray.service_status`` for a RayService) decide phases from these; the waiting code, the
+RayJob, ``kueue_ray.rayservice.status`` for a RayService) decide phases from these; the waiting code, the
 quota and queue explanations and the UI read Workloads through them too.
 
 Pure: every function takes the Workload as the API server returns it (or ``None`` before Kueue created
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kueue_ray.api import parse_time
+from kueue_ray.kube.api import parse_time
 
 # Condition types (Kueue's pkg/apis: WorkloadQuotaReserved, WorkloadAdmitted, ...).
 QUOTA_RESERVED = "QuotaReserved"
@@ -206,3 +206,26 @@ def workload_priority(workload: Mapping | None) -> tuple[str | None, int] | None
     if "priority" not in spec:
         return None
     return (spec.get("priorityClassRef") or {}).get("name"), spec["priority"]
+
+
+def controller_owner(workload: Mapping) -> tuple[str, str, str]:
+    """(kind, name, uid) of the object the Workload is for (its controller owner reference); empty strings
+    when it has none."""
+    for ref in (workload.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return ref.get("kind", ""), ref.get("name", ""), ref.get("uid", "")
+    return "", "", ""
+
+
+def related_workload(service: Mapping, workload: Mapping) -> bool:
+    """Whether ``workload`` is the RayService's or one of its current clusters' (for a watch filter)."""
+    kind, name, uid = controller_owner(workload)
+    if kind == "RayService":
+        return uid == (service.get("metadata") or {}).get("uid")
+    if kind != "RayCluster":
+        return False
+    status = service.get("status") or {}
+    return name in {
+        (status.get(role) or {}).get("rayClusterName")
+        for role in ("activeServiceStatus", "pendingServiceStatus")
+    }

@@ -19,7 +19,7 @@ with time:
 * Queue positions come from one visibility read per LocalQueue, shared by every trigger that asks within
   a few seconds (``Subscription.pending_positions``), so a thousand queued triggers cost one request.
 
-Robustness: each loop is a ``kueue_ray.listwatch.ListWatchLoop`` (the one the Kueue UI's cache runs too):
+Robustness: each loop is a ``kueue_ray.kube.listwatch.ListWatchLoop`` (the one the Kueue UI's cache runs too):
 watches resume from the last resourceVersion, relist on 410 Gone, back off with jitter, and read a watch
 answered with anything but 200 as the refusal it is (401 loads the credentials again, 429 waits for
 ``Retry-After``, a 403 to the watch alone turns the loop into one list per ``degraded_list_interval``).

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kueue_ray import api
-from kueue_ray.essential import essential_rayjob, essential_workload
+from kueue_ray.kube import api
+from kueue_ray.kube.essential import essential_rayjob, essential_workload
 from kueue_ray.naming import DEPLOYMENT_LABEL, JOB_UID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 
 RAYJOB = "rayjob"

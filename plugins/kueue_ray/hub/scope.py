@@ -15,15 +15,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kueue_ray.api_errors import can_i, not_served_message
 from kueue_ray.hub.resources import RAYJOB, RAYSERVICE, WORKLOAD, WatchedResource
 from kueue_ray.hub.settings import HubSettings
 from kueue_ray.hub.subscriptions import ServiceSubscription, Subscription
-from kueue_ray.listwatch import ListWatchLoop
-from kueue_ray.refusals import ApiNotServed, Denial, RefusalWindow, Refused, refusal_timeout
-from kueue_ray.shared_client import SharedApiClient
+from kueue_ray.kube.errors import can_i, not_served_message
+from kueue_ray.kube.listwatch import ListWatchLoop
+from kueue_ray.kube.refusals import ApiNotServed, Denial, RefusalWindow, Refused, refusal_timeout
+from kueue_ray.kube.shared_client import SharedApiClient
+from kueue_ray.kube.watch_target import RefusalMemory, Target
 from kueue_ray.wait_policy import DEFAULT_RESYNC_SECONDS
-from kueue_ray.watch_target import RefusalMemory, Target
 
 
 class LoopOwner(Protocol):

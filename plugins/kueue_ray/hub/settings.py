@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kueue_ray.watch_target import LIST_REQUEST_TIMEOUT_SECONDS, ListWatchSettings
+from kueue_ray.kube.watch_target import LIST_REQUEST_TIMEOUT_SECONDS, ListWatchSettings
 
 
 @dataclass
@@ -24,6 +24,6 @@ class HubSettings(ListWatchSettings):
     """How long one visibility read of a LocalQueue answers every trigger asking for a queue position."""
     refusal_timeout: float | None = None
     """Seconds of 401/403 in a row to a read a wait needs before the wait fails; None: ``[kueue_ray]
-    refusal_timeout`` (``kueue_ray.refusals.refusal_timeout``)."""
+    refusal_timeout`` (``kueue_ray.kube.refusals.refusal_timeout``)."""
     gauge_interval: float = 10.0
     """Seconds between two reports of the ``kueue_ray.tasks_waiting`` gauge (StatsD's usual flush)."""

@@ -3,7 +3,7 @@ RayService), the ``Mailbox`` the hub drops ``Update``s into, and the reads a tri
 hub's cache.
 
 Apart from ``kueue_ray.hub.watchhub.WatchHub`` because this is what a trigger holds and calls
-(``kueue_ray.trigger``, ``kueue_ray.service_trigger``), while the hub's registry, cache and deliveries
+(``kueue_ray.trigger``, ``kueue_ray.rayservice.trigger``), while the hub's registry, cache and deliveries
 are what every subscription shares.
 """
 
@@ -17,17 +17,24 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kueue_ray.api_errors import (
+from kueue_ray.hub.reads import JOB_WORKLOADS, READ, LoopState, plan_read, wait_for
+from kueue_ray.hub.resources import RAYJOB, RAYJOBS, RAYSERVICE, RAYSERVICES, WORKLOAD
+from kueue_ray.hub.settings import HubSettings
+from kueue_ray.kube.errors import (
     can_i,
     describe_error,
     read_of,
     refusal_message,
     retry_after_seconds,
 )
-from kueue_ray.hub.reads import JOB_WORKLOADS, READ, LoopState, plan_read, wait_for
-from kueue_ray.hub.resources import RAYJOB, RAYJOBS, RAYSERVICE, RAYSERVICES, WORKLOAD
-from kueue_ray.hub.settings import HubSettings
-from kueue_ray.refusals import ApiNotServed, Backoff, Denial, RefusalWindow, RefusedTooLong, refusal_timeout
+from kueue_ray.kube.refusals import (
+    ApiNotServed,
+    Backoff,
+    Denial,
+    RefusalWindow,
+    RefusedTooLong,
+    refusal_timeout,
+)
 
 
 class HubView(Protocol):
@@ -345,7 +352,7 @@ class Subscription:
         return next((obj for obj in objects if (obj.get("metadata") or {}).get("uid") == uid), None)
 
     def workloads(self) -> list[dict]:
-        """The Workloads of this namespace the hub's watch holds (trimmed: ``kueue_ray.essential``), e.g.
+        """The Workloads of this namespace the hub's watch holds (trimmed: ``kueue_ray.kube.essential``), e.g.
         for who holds the quota a queued job needs, without a read of its own."""
         loop = self.hub.loop_of(self, WORKLOAD)
         return list(loop.objects.values()) if loop is not None else []
@@ -396,7 +403,7 @@ class ServiceSubscription(Subscription):
 
     def snapshot(self) -> tuple[dict | None, list[dict]]:
         """(RayService, its Workloads) from the cache alone."""
-        from kueue_ray.service_status import related_workload
+        from kueue_ray.workload import related_workload
 
         service = self.hub.cached(self, RAYSERVICE)
         if service is None:

@@ -19,8 +19,6 @@ from functools import partialmethod
 from typing import Any
 
 from kueue_ray import metrics
-from kueue_ray.api_errors import may_be_missing_api, not_served_message, read_of, reading
-from kueue_ray.essential import resource_version_newer
 from kueue_ray.hub.reads import JOB_WORKLOADS, shared_read
 from kueue_ray.hub.resources import (
     RAYJOB,
@@ -40,10 +38,12 @@ from kueue_ray.hub.subscriptions import (
     Subscription,
     Update,
 )
-from kueue_ray.refusals import ApiNotServed
-from kueue_ray.shared_client import SharedApiClient, provider_connection
+from kueue_ray.kube.errors import may_be_missing_api, not_served_message, read_of, reading
+from kueue_ray.kube.essential import resource_version_newer
+from kueue_ray.kube.refusals import ApiNotServed
+from kueue_ray.kube.shared_client import SharedApiClient, provider_connection
+from kueue_ray.kube.watch_target import RefusalMemory
 from kueue_ray.wait_policy import DEFAULT_RESYNC_SECONDS
-from kueue_ray.watch_target import RefusalMemory
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """A LIST answer's JSON, decoded one item at a time (``ListBody``).
 
-A watch cache keeps a trimmed copy of each listed object (``kueue_ray.essential``). Decoding the whole
+A watch cache keeps a trimmed copy of each listed object (``kueue_ray.kube.essential``). Decoding the whole
 answer first (what ``json.loads`` and the Kubernetes clients do) holds every full object at once, pod
 templates and all, while the trimmed copies are made: thousands of full objects are the process's peak,
 and the trimmed copies end up scattered among the freed ones, so the allocator cannot give that memory
 back. Decoding one item, trimming it and dropping it before the next keeps one full object alive at a
 time and the trimmed copies packed together.
 
-Pure: text in, objects out; the list+watch loop (``kueue_ray.listwatch``) does the request.
+Pure: text in, objects out; the list+watch loop (``kueue_ray.kube.listwatch``) does the request.
 """
 
 from __future__ import annotations

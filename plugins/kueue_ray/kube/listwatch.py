@@ -25,13 +25,13 @@ What the loop does with each answer (``ListWatchLoop._stream``):
   instead of meeting the 403 again at once.
 * Anything else (5xx, other 403s, dropped connections, cut-off JSON, timeouts): back off with jitter.
   A subclass may shorten the pause before retrying a 401/403 (``retry_delay``): the hub asks again when
-  a refusal would end its waits, so that answer decides (``kueue_ray.refusals.RefusalWindow``).
+  a refusal would end its waits, so that answer decides (``kueue_ray.kube.refusals.RefusalWindow``).
 
 A watch is opened with ``_preload_content=False``, and in that mode kubernetes_asyncio hands over any
-answer, 200 or not, as a stream: the loop reads the status itself (``Refused``, in ``kueue_ray.refusals``
+answer, 200 or not, as a stream: the loop reads the status itself (``Refused``, in ``kueue_ray.kube.refusals``
 with the ``Backoff`` every retry uses). The ApiClient a loop lists and watches with is lent to it by a
-``kueue_ray.shared_client.SharedApiClient``; what it watches and its tunables are plain values in
-``kueue_ray.watch_target``.
+``kueue_ray.kube.shared_client.SharedApiClient``; what it watches and its tunables are plain values in
+``kueue_ray.kube.watch_target``.
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kueue_ray.api_errors import describe_error
-from kueue_ray.listbody import ListBody
-from kueue_ray.pages import EXPIRED_RESTARTS, PAGE_SIZE, continue_token, server_time
-from kueue_ray.refusals import Backoff, Refused, WatchGone
-from kueue_ray.server_clock import server_clock
-from kueue_ray.shared_client import SharedApiClient
-from kueue_ray.watch_target import (
+from kueue_ray.kube.errors import describe_error
+from kueue_ray.kube.listbody import ListBody
+from kueue_ray.kube.pages import EXPIRED_RESTARTS, PAGE_SIZE, continue_token, server_time
+from kueue_ray.kube.refusals import Backoff, Refused, WatchGone
+from kueue_ray.kube.server_clock import server_clock
+from kueue_ray.kube.shared_client import SharedApiClient
+from kueue_ray.kube.watch_target import (
     LIST_REQUEST_TIMEOUT_SECONDS,
     SERVER_TIMEOUT_GRACE_SECONDS,
     ListWatchSettings,
@@ -384,7 +384,7 @@ class ListWatchLoop:
         self.listed.set()
 
     async def _list_pages(self, api: Any) -> list[ListBody]:
-        """Every page of the list (``kueue_ray.pages``: ``limit``/``continue``), not yet decoded; a
+        """Every page of the list (``kueue_ray.kube.pages``: ``limit``/``continue``), not yet decoded; a
         continue token the server no longer knows (410 Expired) starts the list again from the first page."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -396,7 +396,7 @@ class ListWatchLoop:
             if token:
                 paging["_continue"] = token
             try:
-                # Not preloaded: the client would decode every full object at once (``kueue_ray.listbody``).
+                # Not preloaded: the client would decode every full object at once (``kueue_ray.kube.listbody``).
                 response = await self.target.request(
                     api, _preload_content=False, _request_timeout=LIST_REQUEST_TIMEOUT_SECONDS, **paging
                 )

@@ -7,7 +7,7 @@ default); an older one is answered ``410 Gone`` (reason ``Expired``), and the li
 the first page.
 
 ``list_all`` is the synchronous loop (hooks in a worker, the janitor); the triggerer's list+watch loop
-(``kueue_ray.listwatch``) pages its raw answers with the same ``PAGE_SIZE``, ``continue_token`` and
+(``kueue_ray.kube.listwatch``) pages its raw answers with the same ``PAGE_SIZE``, ``continue_token`` and
 ``is_expired``. The API server's ``Date`` of the first answer comes back with the items, the clock that
 server timestamps in them are measured against (``server_time``).
 """

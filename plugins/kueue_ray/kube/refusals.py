@@ -10,7 +10,7 @@ the hub (``kueue_ray.hub.subscriptions``), and a resumed trigger's (``kueue_ray.
 ``RefusalWindow`` decides when a row of 401/403 to a read a wait needs has lasted long enough
 (``refusal_timeout``) that the wait must end (``RefusedTooLong``); ``ApiNotServed`` ends it at once.
 
-Apart from ``kueue_ray.listwatch`` because these are plain values and arithmetic with no I/O: the code
+Apart from ``kueue_ray.kube.listwatch`` because these are plain values and arithmetic with no I/O: the code
 that retries without running a watch loop imports them without the loop.
 """
 
@@ -20,7 +20,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from kueue_ray.api_errors import (
+from kueue_ray.errors import ClusterAccessError
+from kueue_ray.kube.errors import (
     api_error,
     may_be_missing_api,
     not_served_message,
@@ -29,7 +30,6 @@ from kueue_ray.api_errors import (
     retry_after_seconds,
     served,
 )
-from kueue_ray.errors import ClusterAccessError
 
 
 class WatchGone(Exception):

@@ -8,7 +8,7 @@ server's time when it answered, whole seconds) updates the offset between the tw
 "now" is this process's time corrected by it (``ServerClock.now``). Durations on Airflow's own clock
 (``execution_timeout``) stay on the local clock (``ServerClock.local``).
 
-Pure bookkeeping: the list+watch loop (``kueue_ray.listwatch``) and the hooks report what they saw.
+Pure bookkeeping: the list+watch loop (``kueue_ray.kube.listwatch``) and the hooks report what they saw.
 
 Example::
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from kueue_ray.api import utcnow
+from kueue_ray.kube.api import utcnow
 
 DATE_RESOLUTION_S = 1.0
 """The ``Date`` header has whole seconds: the server's time was somewhere in the second it names."""

@@ -1,7 +1,7 @@
 """``SharedApiClient``: one ApiClient per connection, lent to every watch loop and read that shares it,
 and ``provider_connection``, the factory that opens it from the Airflow ``kubernetes`` connection.
 
-Apart from ``kueue_ray.listwatch`` because its users are wider than one loop: the hub lends a scope's
+Apart from ``kueue_ray.kube.listwatch`` because its users are wider than one loop: the hub lends a scope's
 client to its watch loops and to every subscriber's one-off read (``kueue_ray.hub``), and the UI cache
 to its loops and its visibility reads (``kueue_ray.ui.cache``). It imports no Kubernetes client at
 module level: the ``factory`` opens the client.

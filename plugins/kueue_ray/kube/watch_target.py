@@ -1,4 +1,4 @@
-"""What one list+watch loop (``kueue_ray.listwatch``) lists and watches, and its tunables: plain values.
+"""What one list+watch loop (``kueue_ray.kube.listwatch``) lists and watches, and its tunables: plain values.
 
 Apart from the loop because its owners (the triggerer's hub, the UI's cache) build targets and settings,
 and remember refusals across loops, without running a loop themselves.
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kueue_ray.api_errors import can_i
-from kueue_ray.refusals import Refused
+from kueue_ray.kube.errors import can_i
+from kueue_ray.kube.refusals import Refused
 
 SERVER_TIMEOUT_GRACE_SECONDS = 15.0
 """How long past its ``timeoutSeconds`` a watch may stay open before the loop ends it itself, so a server

@@ -8,7 +8,7 @@ Conflict (someone wrote in between, or the name belongs to another object now: d
 
 A RayService's Workloads are found by listing the namespace's Workloads that carry Kueue's
 ``kueue.x-k8s.io/job-uid`` label and keeping the RayService's own and its current clusters' (Kueue may
-admit either, see ``kueue_ray.service_status``): a cluster's Workload is labelled with the cluster's uid,
+admit either, see ``kueue_ray.rayservice.status``): a cluster's Workload is labelled with the cluster's uid,
 which the RayService's status does not give.
 """
 
@@ -20,16 +20,16 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
 from kubernetes.client.exceptions import ApiException
 
-from kueue_ray.api import KUEUE_GROUP, KUEUE_VERSION, RAY_GROUP, RAY_VERSION, RAYSERVICE, WORKLOAD
-from kueue_ray.api_errors import may_be_missing_api
 from kueue_ray.async_hook import AsyncRayJobHook
 from kueue_ray.deletion import DeleteOutcome, DeleteResult, while_owned
 from kueue_ray.errors import PreflightError
 from kueue_ray.hook import RayJobHook
+from kueue_ray.kube.api import KUEUE_GROUP, KUEUE_VERSION, RAY_GROUP, RAY_VERSION, RAYSERVICE, WORKLOAD
+from kueue_ray.kube.errors import may_be_missing_api
+from kueue_ray.kube.pages import list_all
+from kueue_ray.kube.server_clock import server_clock
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
-from kueue_ray.pages import list_all
-from kueue_ray.server_clock import server_clock
-from kueue_ray.service_status import related_workload
+from kueue_ray.workload import related_workload
 
 
 class RayServiceHook(RayJobHook):

@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kueue_ray.naming import CLUSTER_CONFIG_ANNOTATION, AirflowIdentity
 
 if TYPE_CHECKING:
-    from kueue_ray.service_hook import RayServiceHook
+    from kueue_ray.rayservice.hook import RayServiceHook
 
 ROLLOUT_ANNOTATION = "kueue-ray.airflow.apache.org/rollout"
 """On the head pod template of a RayService's cluster config: the run and try that rolled it out again
@@ -263,7 +263,7 @@ class Rollout:
     def _admitted_as_one_workload(self, hook: RayServiceHook, service: dict) -> bool:
         """Whether Kueue admits this RayService as one Workload (the shipped configuration) rather than
         through its RayClusters: its Workload exists, or Kueue's webhook suspended it."""
-        from kueue_ray.service_status import service_workload
+        from kueue_ray.rayservice.status import service_workload
 
         config = (service.get("spec") or {}).get("rayClusterConfig") or {}
         if config.get("suspend") is not None:

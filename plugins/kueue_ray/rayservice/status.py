@@ -109,13 +109,6 @@ def _conditions(obj: dict | None) -> dict[str, dict]:
     return {c.get("type"): c for c in ((obj or {}).get("status") or {}).get("conditions") or []}
 
 
-def _owner(workload: dict) -> tuple[str, str, str]:
-    for ref in (workload.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller"):
-            return ref.get("kind", ""), ref.get("name", ""), ref.get("uid", "")
-    return "", "", ""
-
-
 def _newest(workloads: list[dict]) -> dict | None:
     return max(
         workloads, key=lambda w: (w.get("metadata") or {}).get("creationTimestamp") or "", default=None
@@ -125,28 +118,14 @@ def _newest(workloads: list[dict]) -> dict | None:
 def service_workload(service: dict, workloads: list[dict]) -> dict | None:
     """The Workload Kueue made for the RayService itself (shipped configuration), if any."""
     uid = (service.get("metadata") or {}).get("uid")
-    return _newest([w for w in workloads if _owner(w)[0] == "RayService" and _owner(w)[2] == uid])
+    return _newest([w for w in workloads if wl.controller_owner(w)[::2] == ("RayService", uid)])
 
 
 def cluster_workload(cluster: str | None, workloads: list[dict]) -> dict | None:
     """The Workload Kueue made for RayCluster ``cluster`` (``ray.io/rayservice`` not integrated), if any."""
     if not cluster:
         return None
-    return _newest([w for w in workloads if _owner(w)[:2] == ("RayCluster", cluster)])
-
-
-def related_workload(service: dict, workload: dict) -> bool:
-    """Whether ``workload`` is the RayService's or one of its current clusters' (for a watch filter)."""
-    kind, name, uid = _owner(workload)
-    if kind == "RayService":
-        return uid == (service.get("metadata") or {}).get("uid")
-    if kind != "RayCluster":
-        return False
-    status = service.get("status") or {}
-    return name in {
-        (status.get(role) or {}).get("rayClusterName")
-        for role in ("activeServiceStatus", "pendingServiceStatus")
-    }
+    return _newest([w for w in workloads if wl.controller_owner(w)[:2] == ("RayCluster", cluster)])
 
 
 def application_names(service: dict) -> list[str]:

@@ -28,18 +28,18 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import TriggerEvent
 
 from kueue_ray.hub import NOTICE
+from kueue_ray.kube.refusals import ApiNotServed, RefusedTooLong
+from kueue_ray.kube.server_clock import server_clock
 from kueue_ray.naming import AirflowIdentity
-from kueue_ray.refusals import ApiNotServed, RefusedTooLong
-from kueue_ray.server_clock import server_clock
-from kueue_ray.service_status import ServiceObservation
-from kueue_ray.service_waiting import ServiceTarget
+from kueue_ray.rayservice.status import ServiceObservation
+from kueue_ray.rayservice.waiting import ServiceTarget
 from kueue_ray.trigger_base import WaitTrigger
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.wait_step import Read, WaitState, wait_step
 from kueue_ray.waiting import access_verdict
 
 if TYPE_CHECKING:
-    from kueue_ray.service_hook import AsyncRayServiceHook
+    from kueue_ray.rayservice.hook import AsyncRayServiceHook
 
 
 class RayServiceTrigger(WaitTrigger):
@@ -117,7 +117,7 @@ class RayServiceTrigger(WaitTrigger):
     @cached_property
     def hook(self) -> AsyncRayServiceHook:
         """The async hook on ``kubernetes_conn_id``, made once per trigger."""
-        from kueue_ray.service_hook import AsyncRayServiceHook
+        from kueue_ray.rayservice.hook import AsyncRayServiceHook
 
         return AsyncRayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id)
 

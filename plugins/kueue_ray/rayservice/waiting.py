@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kueue_ray.api import parse_time, utcnow
+from kueue_ray.kube.api import parse_time, utcnow
+from kueue_ray.kube.server_clock import server_clock
 from kueue_ray.phases import (
     SERVICE_POSITION_PHASES,
     STARTING_SERVICE_PHASES,
     WAITING_SERVICE_PHASES,
     ServicePhase,
 )
-from kueue_ray.server_clock import server_clock
-from kueue_ray.service_status import (
+from kueue_ray.rayservice.status import (
     ServiceObservation,
     observe_service,
 )
@@ -32,7 +32,7 @@ from kueue_ray.waiting import Watchdog, deleted_verdict, describe_flavors, so_fa
 from kueue_ray.workload import EVICTED_BY_PREEMPTION
 
 if TYPE_CHECKING:
-    from kueue_ray.service_hook import RayServiceHook
+    from kueue_ray.rayservice.hook import RayServiceHook
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ Cost therefore grows with the number of namespaces and with changes in the clust
 
 When the API server cannot be reached the cache keeps the last state it had and says since when it is
 stale (``Health``); the pages show that instead of going blank. Each loop is the hub's
-``kueue_ray.listwatch.ListWatchLoop``: it resumes from its resourceVersion, relists on 410 Gone and every
+``kueue_ray.kube.listwatch.ListWatchLoop``: it resumes from its resourceVersion, relists on 410 Gone and every
 ``resync_seconds``, backs off with jitter, waits for ``Retry-After``, loads refused credentials again, and
 lists every ``degraded_list_interval`` while a Role grants ``list`` but not ``watch``.
 """
@@ -41,17 +41,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kueue_ray import api
-from kueue_ray.essential import resource_version_newer
-from kueue_ray.listwatch import ListWatchLoop
+from kueue_ray.kube import api
+from kueue_ray.kube.essential import resource_version_newer
+from kueue_ray.kube.listwatch import ListWatchLoop
+from kueue_ray.kube.shared_client import SharedApiClient, provider_connection
+from kueue_ray.kube.watch_target import ListWatchSettings, RefusalMemory, Target
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, AirflowIdentity
 from kueue_ray.priority_change import changed_by
-from kueue_ray.shared_client import SharedApiClient, provider_connection
 from kueue_ray.status import observe
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.ui.snapshot import Health, PendingRead, Snapshot
 from kueue_ray.ui.spans import preemptor_job_uid
-from kueue_ray.watch_target import ListWatchSettings, RefusalMemory, Target
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kueue_ray import api
+from kueue_ray.kube import api
 from kueue_ray.naming import PRIORITY_CHANGED_BY_ANNOTATION
 from kueue_ray.priority_change import choices, may_change, relabel_patch
 from kueue_ray.ui.access import READABLE_TTL_SECONDS

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
-from kueue_ray.service_trigger import RayServiceTrigger
+from kueue_ray.rayservice.trigger import RayServiceTrigger
 from kueue_ray.serving import DeployRayServiceOperator
 
 from tests.integration.kueue_ray.conftest import FakeDagRun, FakeTaskInstance, wait_for
@@ -80,7 +80,7 @@ def defer(op: DeployRayServiceOperator, context: dict) -> RayServiceTrigger:
         op.execute(context)
     assert deferred.value.method_name == "execute_complete"
     classpath, kwargs = deferred.value.trigger.serialize()
-    assert classpath == "kueue_ray.service_trigger.RayServiceTrigger"
+    assert classpath == "kueue_ray.rayservice.trigger.RayServiceTrigger"
     return RayServiceTrigger(**kwargs)
 
 

@@ -452,7 +452,7 @@ def test_a_rayservice_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_a
     """The RayService wait confirms its clocks too: queued behind a RayJob when the polling cache last
     looked, then admitted and serving before queue_timeout ran out, it succeeds instead of timing out."""
     from kueue_ray.phases import ServicePhase
-    from kueue_ray.service_status import observe_service
+    from kueue_ray.rayservice.status import observe_service
 
     from tests.integration.kueue_ray.serve_support import (
         defer,

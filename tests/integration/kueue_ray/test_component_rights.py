@@ -22,7 +22,7 @@ import uuid
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from kueue_ray.operators import SubmitRayJobOperator
-from kueue_ray.service_trigger import RayServiceTrigger
+from kueue_ray.rayservice.trigger import RayServiceTrigger
 from kueue_ray.trigger import RayJobTrigger
 from kueue_ray.ui.cache import CacheSettings, ClusterCache
 

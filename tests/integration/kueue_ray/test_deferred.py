@@ -326,7 +326,7 @@ def test_execution_timeout_holds_while_deferred(queues, rayjob_body, task_contex
 @pytest.fixture
 def skewed_cluster(kubesim):
     """Set the cluster's clock off from this process's (``skewed_cluster(seconds)``), reset afterwards."""
-    from kueue_ray.server_clock import server_clock
+    from kueue_ray.kube.server_clock import server_clock
 
     yield lambda seconds: kubesim.set_faults(clock_offset_s=seconds)
     kubesim.reset_faults()

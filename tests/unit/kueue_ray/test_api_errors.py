@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from kueue_ray.api_errors import api_error, can_i, describe_error, retry_after_seconds
 from kueue_ray.deletion import after_conflict
 from kueue_ray.hook import CONFLICT, DELETED, GONE
+from kueue_ray.kube.errors import api_error, can_i, describe_error, retry_after_seconds
 
 
 def answer(status: int, body, headers=None) -> SimpleNamespace:

@@ -9,7 +9,7 @@ from kueue_ray.hub import HubSettings
 from kueue_ray.hub.reads import ANSWER, READ, WAIT, LoopState, plan_read, shared_read, wait_for
 from kueue_ray.hub.resources import RAYJOBS
 from kueue_ray.hub.scope import _WatchLoop
-from kueue_ray.refusals import Refused
+from kueue_ray.kube.refusals import Refused
 
 BUDGET = 120.0
 
@@ -33,7 +33,7 @@ def test_a_cached_object_is_answered_whatever_the_loop_does():
 
 
 def test_a_slow_first_list_is_waited_for_longer_than_its_own_request_timeout_then_read_around():
-    from kueue_ray.watch_target import LIST_REQUEST_TIMEOUT_SECONDS
+    from kueue_ray.kube.watch_target import LIST_REQUEST_TIMEOUT_SECONDS
 
     assert HubSettings().first_list_budget_seconds > LIST_REQUEST_TIMEOUT_SECONDS
     assert plan(FIRST_LIST) == WAIT

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from kueue_ray.hub import HubSettings
 from kueue_ray.hub.resources import RAYJOBS
 from kueue_ray.hub.scope import _WatchLoop
-from kueue_ray.watch_target import SERVER_TIMEOUT_GRACE_SECONDS
+from kueue_ray.kube.watch_target import SERVER_TIMEOUT_GRACE_SECONDS
 
 
 class EndedStream:

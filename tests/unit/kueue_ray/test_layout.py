@@ -73,7 +73,7 @@ def test_the_triggerers_watch_hub_imports_no_hook() -> None:
     """The hub is handed what reads a wait's objects (``Subscription.reader``, the trigger's hook): it
     shares watches and reads, and knows nothing of how a RayJob or a RayService is read."""
     graph = _every_import_graph()
-    hooks = {"kueue_ray.hook", "kueue_ray.async_hook", "kueue_ray.service_hook"}
+    hooks = {"kueue_ray.hook", "kueue_ray.async_hook", "kueue_ray.rayservice.hook"}
     hub = {name for name in graph if name == "kueue_ray.hub" or name.startswith("kueue_ray.hub.")}
     assert hub and not {(name, hook) for name in hub for hook in graph[name] & hooks}
 

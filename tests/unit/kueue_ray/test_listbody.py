@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from kueue_ray.listbody import ListBody
+from kueue_ray.kube.listbody import ListBody
 
 
 def decoded(text: str) -> tuple[list, dict, str | None]:

@@ -6,10 +6,10 @@ import json
 import time
 from types import SimpleNamespace
 
-from kueue_ray.listwatch import ListWatchLoop
-from kueue_ray.refusals import Backoff, Refused
-from kueue_ray.shared_client import SharedApiClient
-from kueue_ray.watch_target import ListWatchSettings, Target
+from kueue_ray.kube.listwatch import ListWatchLoop
+from kueue_ray.kube.refusals import Backoff, Refused
+from kueue_ray.kube.shared_client import SharedApiClient
+from kueue_ray.kube.watch_target import ListWatchSettings, Target
 
 TARGET = Target("kubernetes_default", "ray.io", "v1", "rayjobs", "ray", "app=x")
 SETTINGS = ListWatchSettings(degraded_list_interval=0.05, degraded_watch_retry_every=10)

@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 import pytest
 from kubernetes.client import V1ListMeta, V1ObjectMeta, V1Pod, V1PodList
 from kubernetes.client.exceptions import ApiException
-from kueue_ray import pages
-from kueue_ray.pages import list_all, server_time
+from kueue_ray.kube import pages
+from kueue_ray.kube.pages import list_all, server_time
 
 DATE = {"Date": "Fri, 04 Dec 2026 12:00:00 GMT"}
 

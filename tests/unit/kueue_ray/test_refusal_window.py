@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
-from kueue_ray.api_errors import (
+from kueue_ray.kube.errors import (
     can_i,
     may_be_missing_api,
     not_served_message,
@@ -16,7 +16,7 @@ from kueue_ray.api_errors import (
     reading,
     refusal_message,
 )
-from kueue_ray.refusals import DEFAULT_REFUSAL_TIMEOUT, Denial, RefusalWindow, Refused, refusal_timeout
+from kueue_ray.kube.refusals import DEFAULT_REFUSAL_TIMEOUT, Denial, RefusalWindow, Refused, refusal_timeout
 from kueue_ray.tokens import encode, expiry, identity_of, lifetime_problem, subject
 
 FORBIDDEN = Denial("list", "workloads.kueue.x-k8s.io", "ray", 403, "403 Forbidden: no")

@@ -3,7 +3,8 @@
 from datetime import UTC, datetime
 
 from kueue_ray.phases import ServicePhase
-from kueue_ray.service_status import observe_service, related_workload
+from kueue_ray.rayservice.status import observe_service
+from kueue_ray.workload import related_workload
 
 SERVE_CONFIG = "applications:\n  - name: forecast\n    deployments:\n      - name: Model\n"
 NEVER_FITS = (
@@ -293,7 +294,7 @@ def test_related_workloads_are_the_services_and_its_current_clusters():
 
 
 def test_a_preemption_seen_only_after_the_requeue_still_gets_its_preempted_line():
-    from kueue_ray.service_waiting import ServiceTimeline, describe_unseen_preemptions
+    from kueue_ray.rayservice.waiting import ServiceTimeline, describe_unseen_preemptions
 
     requeued = observe_service(
         service(active=role("serve-old"), pending=role("serve-new", state="suspended")),
@@ -336,7 +337,7 @@ def test_a_preemption_seen_only_after_the_requeue_still_gets_its_preempted_line(
 def test_a_first_look_after_the_deploy_splits_the_time_before_it_at_the_admission():
     """The triggerer picked the wait up 5 s after the deploy and the service already served: the Kueue tab
     and the task log must not say "0s queued, 0s starting"."""
-    from kueue_ray.service_waiting import ServiceTimeline
+    from kueue_ray.rayservice.waiting import ServiceTimeline
 
     admitted = {"lastTransitionTime": "2026-01-01T00:00:02Z"}
     serving = observe_service(
@@ -374,8 +375,8 @@ def test_the_deploy_event_carries_only_what_the_task_needs_so_its_log_line_stays
     it carries the verdict, the RayService, the active cluster and the timeline, not the whole observation."""
     import json
 
-    from kueue_ray.service_status import ServiceObservation
-    from kueue_ray.service_waiting import ServiceTarget, ServiceTimeline
+    from kueue_ray.rayservice.status import ServiceObservation
+    from kueue_ray.rayservice.waiting import ServiceTarget, ServiceTimeline
     from kueue_ray.verdicts import Verdict
 
     target = ServiceTarget(

@@ -1,7 +1,7 @@
 """The status model on RayJob + Workload objects shaped like KubeRay v1.7 / Kueue v0.19 write them."""
 
 import pytest
-from kueue_ray.essential import essential_rayjob, essential_workload
+from kueue_ray.kube.essential import essential_rayjob, essential_workload
 from kueue_ray.quantity import parse_quantity
 from kueue_ray.status import (
     Phase,
@@ -627,7 +627,7 @@ def test_the_cached_workload_keeps_what_the_hub_and_the_rayservice_wait_read():
     """The job-uid label (the hub's key), the controller reference and creation time (which of a
     RayService's Workloads is its own, and the newest), the conditions' clocks; not the rest."""
     from kueue_ray.hub.resources import WORKLOADS
-    from kueue_ray.service_status import cluster_workload, service_workload
+    from kueue_ray.rayservice.status import cluster_workload, service_workload
 
     wl = workload(cond("QuotaReserved", "False", "Pending", MORE_NEEDED))
     wl["status"]["conditions"][0]["observedGeneration"] = 3

@@ -13,8 +13,8 @@ from airflow.sdk.serde import deserialize, serialize
 from kueue_ray.hub import Subscription, WatchHub
 from kueue_ray.hub.resources import RAYJOBS
 from kueue_ray.hub.scope import _Scope, _WatchLoop
+from kueue_ray.kube.shared_client import SharedApiClient
 from kueue_ray.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from kueue_ray.shared_client import SharedApiClient
 from kueue_ray.status import Observation, Phase
 from kueue_ray.trigger import RayJobTrigger
 from kueue_ray.verdicts import VerdictStatus
@@ -293,7 +293,7 @@ def test_positions_read_from_the_summary_decoded_one_workload_at_a_time_are_the_
     whole summary says, the pending count included."""
     from kueue_ray.hook import positions_from_summary
     from kueue_ray.hook_common import positions_from_items
-    from kueue_ray.listbody import ListBody
+    from kueue_ray.kube.listbody import ListBody
 
     summary = {
         "kind": "PendingWorkloadsSummary",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from copy import deepcopy
 from datetime import UTC, datetime, timedelta
 
-from kueue_ray.service_waiting import ServiceTarget, ServiceTimeline
+from kueue_ray.rayservice.waiting import ServiceTarget, ServiceTimeline
 from kueue_ray.timeline import Timeline
 from kueue_ray.verdicts import VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy

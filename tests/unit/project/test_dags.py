@@ -24,16 +24,16 @@ RUNTIME_ONLY = (
     "kueue_ray.validation",
     "kueue_ray.trigger",
     "kueue_ray.hub",
-    "kueue_ray.listwatch",
+    "kueue_ray.kube.listwatch",
     "kueue_ray.status",
-    "kueue_ray.service_hook",
-    "kueue_ray.service_status",
-    "kueue_ray.service_trigger",
-    "kueue_ray.essential",
-    "kueue_ray.refusals",
-    "kueue_ray.shared_client",
+    "kueue_ray.rayservice.hook",
+    "kueue_ray.rayservice.status",
+    "kueue_ray.rayservice.trigger",
+    "kueue_ray.kube.essential",
+    "kueue_ray.kube.refusals",
+    "kueue_ray.kube.shared_client",
     "kueue_ray.trigger_base",
-    "kueue_ray.rollout",
+    "kueue_ray.rayservice.rollout",
 )
 """Plugin modules only a worker or the triggerer needs; a parse must not pay for importing them."""
 
@@ -359,7 +359,7 @@ def test_pipeline_dags_hold_no_kubernetes_code_even_inside_tasks():
         "kubernetes",
         "kubernetes_asyncio",
         "kueue_ray.hook",
-        "kueue_ray.service_hook",
+        "kueue_ray.rayservice.hook",
         "kueue_ray.hub",
     }
     for path in DAGS_DIR.glob("*.py"):

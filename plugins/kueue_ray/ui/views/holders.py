@@ -34,7 +34,7 @@ from kueue_ray.quantity import (
     readable_amount,
     scale_resources,
 )
-from kueue_ray.service_status import observe_service
+from kueue_ray.rayservice.status import observe_service
 from kueue_ray.ui.access import Access
 from kueue_ray.ui.snapshot import Snapshot
 from kueue_ray.ui.views.common import FOREIGN_OWNER, Links, describe_owner, metadata_of

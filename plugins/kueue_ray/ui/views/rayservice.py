@@ -14,7 +14,7 @@ from typing import Any
 
 from kueue_ray.naming import QUEUE_LABEL, AirflowIdentity
 from kueue_ray.phases import SERVICE_PHASE_WORDS, SERVICE_POSITION_PHASES
-from kueue_ray.service_status import ServiceObservation, observe_service
+from kueue_ray.rayservice.status import ServiceObservation, observe_service
 from kueue_ray.ui.access import Access
 from kueue_ray.ui.snapshot import PendingRead, Snapshot
 from kueue_ray.ui.spans import service_spans
