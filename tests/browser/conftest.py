@@ -116,15 +116,17 @@ def ui_airflow(chromium_binaries, ui_kubesim, tmp_path_factory):
     home = tmp_path_factory.mktemp("ui-airflow")
     extra = multi_team_environment()
     port = free_port()
-    airflow_bin = str(Path(sys.executable).parent / "airflow")
     with metadata_database() as database_url:
         env = airflow_environment(
             home, port=port, kubeconfig=ui_kubesim.kubeconfig, database_url=database_url, extra=extra
         )
-        # Teams must exist before the dag-processor syncs the bundles that name them.
-        subprocess.run([airflow_bin, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-        for team in sorted(set(TEAMS.values())):
-            subprocess.run([airflow_bin, "teams", "create", team], env=env, check=True, capture_output=True)
+        # Teams must exist before the dag-processor syncs the bundles that name them: the database is
+        # migrated and the teams added in one process, as devtools.components does for `--team`.
+        teams = sorted(set(TEAMS.values()))
+        prepare = f"from devtools.components import prepare_database; prepare_database({teams!r})"
+        subprocess.run(
+            [sys.executable, "-c", prepare], env=env, check=True, capture_output=True, timeout=300, cwd=home
+        )
         airflow = start_airflow(
             home, kubeconfig=ui_kubesim.kubeconfig, port=port, database_url=database_url, extra_env=extra
         )
