@@ -268,24 +268,28 @@ class Airflow(AirflowApi):
         for leader in leaders:
             with contextlib.suppress(psutil.NoSuchProcess):
                 descendants += psutil.Process(leader.pid).children(recursive=True)
-        for leader in leaders:
-            _stop_group(leader)
+        _stop_groups(leaders)
         for process in descendants:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
         self.client.close()
 
 
-def _stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM the process group a process leads; after 30 s (or once the leader is gone) SIGKILL what is
-    left of the group, so a component still shutting down cannot outlive its parent as an orphan."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+def _stop_groups(leaders: Sequence[subprocess.Popen]) -> None:
+    """SIGTERM the process groups the leaders lead, all at once so they shut down side by side; after 30 s
+    (or once a leader is gone) SIGKILL what is left of its group, so a component still shutting down cannot
+    outlive its parent as an orphan."""
+    for process in leaders:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for process in leaders:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def start_airflow(

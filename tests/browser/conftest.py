@@ -19,6 +19,7 @@ worker, one after the other, beside the e2e session's shared Airflow in the othe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -116,15 +117,17 @@ def ui_airflow(chromium_binaries, ui_kubesim, tmp_path_factory):
     home = tmp_path_factory.mktemp("ui-airflow")
     extra = multi_team_environment()
     port = free_port()
-    airflow_bin = str(Path(sys.executable).parent / "airflow")
     with metadata_database() as database_url:
         env = airflow_environment(
             home, port=port, kubeconfig=ui_kubesim.kubeconfig, database_url=database_url, extra=extra
         )
-        # Teams must exist before the dag-processor syncs the bundles that name them.
-        subprocess.run([airflow_bin, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-        for team in sorted(set(TEAMS.values())):
-            subprocess.run([airflow_bin, "teams", "create", team], env=env, check=True, capture_output=True)
+        # Teams must exist before the dag-processor syncs the bundles that name them: the database is
+        # migrated and the teams added in one process, as devtools.components does for `--team`.
+        teams = sorted(set(TEAMS.values()))
+        prepare = f"from devtools.components import prepare_database; prepare_database({teams!r})"
+        subprocess.run(
+            [sys.executable, "-c", prepare], env=env, check=True, capture_output=True, timeout=300, cwd=home
+        )
         airflow = start_airflow(
             home, kubeconfig=ui_kubesim.kubeconfig, port=port, database_url=database_url, extra_env=extra
         )
@@ -163,19 +166,36 @@ def passwords(ui_airflow) -> dict[str, str]:
     return json.loads((ui_airflow.home / "passwords.json").read_text())
 
 
+OPENED: dict[tuple[str, str], Browser] = {}
+"""The package's Chromiums (``browsers``), by (user, window)."""
+
+
 @pytest.fixture(scope="package")
 def browsers(chromium_binaries, ui_airflow, passwords):
     """``browsers("ops")``: a Chromium signed in as that user, kept for the package; ``browsers("ops",
     "second")`` another window (own Chromium) of the same user."""
-    opened: dict[tuple[str, str], Browser] = {}
 
     def get(user: str, window: str = "main") -> Browser:
-        if (user, window) not in opened:
+        if (user, window) not in OPENED:
             browser = Browser(chromium_binaries, ui_airflow.url, f"{user}-{window}")
             browser.sign_in(user, passwords[user])
-            opened[(user, window)] = browser
-        return opened[(user, window)]
+            OPENED[(user, window)] = browser
+        return OPENED[(user, window)]
 
     yield get
-    for browser in opened.values():
+    for browser in OPENED.values():
         browser.quit()
+    OPENED.clear()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _park_the_browsers_when_the_module_ends():
+    """Every module opens the pages it looks at; a page left open by an earlier module would keep
+    polling Airflow and kubesim (a Kueue page refreshes by itself) and take CPU from the timing the next
+    module watches. So each Chromium goes to about:blank, signed in still, when its module ends."""
+    yield
+    for browser in OPENED.values():
+        with contextlib.suppress(Exception):  # a browser that died is the test's own failure
+            browser.driver.switch_to.default_content()
+            browser.driver.get("about:blank")
+            browser.frame_title = None

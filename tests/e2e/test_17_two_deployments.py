@@ -48,6 +48,13 @@ def foreign_owners(harness: E2E) -> set[str]:
     return owners
 
 
+def running(harness: E2E, run_id: str) -> bool:
+    return any(
+        (job.get("status") or {}).get("jobDeploymentStatus") == "Running"
+        for job in harness.rayjobs_of(DAG, run_id, "submit")
+    )
+
+
 def sweep(harness: E2E) -> list[dict]:
     """Run this deployment's janitor now; what every sweep of it reported."""
     harness.unpause(JANITOR)
@@ -86,11 +93,16 @@ def test_two_deployments_run_the_same_run_id_side_by_side_and_never_touch_each_o
             assert prod != staging, "two deployments left at their defaults never collide"
 
             run_id = f"e2e__both_{uuid.uuid4().hex[:8]}"
-            # 40 epochs of 20 simulated seconds: 80 s each here, one after the other on the single GPU, so both
-            # are alive (one running, one queued) through the sweeps below.
-            conf = {"values": {"num_epochs": 40}}
-            e2e.start_run(DAG, conf, run_id=run_id)
-            other.start_run(DAG, conf, run_id=run_id)
+            # Prod's RayJob runs first on the single GPU: 40 epochs of 20 simulated seconds, 80 s here, so
+            # both are alive (prod's running, staging's queued behind it) through the sweeps below. Staging
+            # asks for the same run id once prod's runs; its own RayJob then needs only a moment.
+            e2e.start_run(DAG, {"values": {"num_epochs": 40}}, run_id=run_id)
+            wait_until(
+                lambda: running(e2e, run_id),
+                timeout=120,
+                what=lambda: f"prod's RayJob running: {e2e.rayjobs_of(DAG, run_id, 'submit')}",
+            )
+            other.start_run(DAG, {"values": {"num_epochs": 2}}, run_id=run_id)
             jobs = wait_until(
                 lambda: len(found := e2e.rayjobs_of(DAG, run_id, "submit")) == 2 and found,
                 timeout=120,
