@@ -135,7 +135,9 @@ def test_deploy_failed_fails_with_serves_message_and_deletes_the_service_it_crea
     message = str(error.value)
     assert "application forecast is DEPLOY_FAILED" in message
     assert "ModuleNotFoundError: No module named 'serve-model'" in message
-    assert rayservices(queues) == [], "a service that never served is not left holding quota"
+    # Deleted, not left holding quota: KubeRay's finalizer deletes the RayService's clusters first, so on a
+    # busy machine the object can still be Terminating when the task has failed.
+    wait_for(lambda: rayservices(queues) == [])
 
 
 def test_the_shipped_config_refuses_a_cluster_upgrade_of_a_serving_service_and_changes_nothing(queues):
