@@ -1,7 +1,8 @@
 """The Kueue pages with a large cluster: 1,000 pending and 10,000 finished workloads in 4 ClusterQueues.
 ``python -m bench.ui_scale [--finished 10000] [--pending 1000] [--samples 200] [--before DIR] [--out file.json]``
 (``--before``: first the same measurement with another checkout's ``plugins/``, e.g.
-``git archive <rev> plugins | tar -x -C /tmp/before``, then this checkout's, in one run.)
+``git archive <rev> plugins include | tar -x -C /tmp/before`` and ``--before /tmp/before/plugins``, then
+this checkout's, in one run; ``include/`` too, because the plugin finds its RayJob templates beside it.)
 
 Setup: one Airflow (``bench.harness.airflow.airflow_stack``: scheduler, dag-processor, triggerer,
 api-server on a throwaway PostgreSQL) against kubesim (single-queue setup, time-scale 50), the plugin's
