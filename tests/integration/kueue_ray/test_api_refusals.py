@@ -388,7 +388,9 @@ def test_a_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_api_server_f
     word. The trigger reads the RayJob and its Workload again before it gives up, and waits on."""
     from tests.integration.kueue_ray.test_deferred import defer, submit, until
 
-    run_timeout = 20.0
+    # Long enough for admission -> running -> the trigger's first list -> a prod submission -> preemption on
+    # a loaded machine (20 s was missed once in CI), short of the 120 s polling interval.
+    run_timeout = 40.0
     hub_settings.degraded_list_interval = 120.0  # no list between the preemption and the run clock's end
     context = task_context("train")
     trigger = defer(submit(queues, rayjob_body(duration="inf"), context, run_timeout=run_timeout), context)

@@ -193,9 +193,11 @@ def test_kueue_admission_rewrites_the_config_so_the_suspended_pending_cluster_is
             lambda: (service_status(cluster).get("pendingServiceStatus") or {}).get("rayClusterName"),
             "pending",
         )
+        # The status names the pending cluster a pass before KubeRay creates it (shouldPrepareNewCluster).
         await until(
             lambda: (
-                cluster.store.get(RAYCLUSTERS, queued, namespace=NS).get("status", {}).get("state")
+                exists(cluster, RAYCLUSTERS, queued)
+                and cluster.store.get(RAYCLUSTERS, queued, namespace=NS).get("status", {}).get("state")
                 == "suspended"
             ),
             "the queued cluster suspended",
