@@ -12,6 +12,7 @@ from kueue_ray.operators import SubmitRayJobOperator
 
 from kubesim.testing import run_kubesim
 from tests.integration.conftest import TIME_SCALE
+from tests.integration.kueue_ray.conftest import wait_for
 from tests.integration.kueue_ray.serve_support import (
     Sampler,
     defer,
@@ -188,7 +189,8 @@ def test_teardown_deletes_earlier_services_of_the_task_and_spares_the_one_just_d
 
     assert second["name"] != first["name"]
     assert second["torn_down"] == [first["name"]]
-    assert [s["metadata"]["name"] for s in rayservices(queues)] == [second["name"]]
+    # KubeRay's finalizer deletes a torn-down service's clusters before the service itself goes.
+    wait_for(lambda: [s["metadata"]["name"] for s in rayservices(queues)] == [second["name"]])
     time.sleep(0.5)
     assert ready(queues, second["name"]), "the service just deployed keeps serving"
 
