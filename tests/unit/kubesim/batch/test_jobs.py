@@ -13,6 +13,7 @@ from kubesim.cluster import Cluster
 from kubesim.errors import ApiError
 from kubesim.kueue import jobs, webhook
 from kubesim.kueue.jobs import BATCH_JOB
+from tests.unit.kubesim.support import until
 
 NS = "ml"
 TIME_SCALE = 1000.0
@@ -75,15 +76,6 @@ def queues(cluster: Cluster) -> None:
     store.create("localqueues.kueue.x-k8s.io", lq)
     for name, value in (("low", 10), ("high", 1000)):
         store.create("workloadpriorityclasses.kueue.x-k8s.io", {"metadata": {"name": name}, "value": value})
-
-
-async def until(check: Callable[[], object], what: str) -> object:
-    for _ in range(4000):
-        result = check()
-        if result:
-            return result
-        await asyncio.sleep(0.002)
-    raise AssertionError(f"never: {what}")
 
 
 def get(cluster: Cluster, name: str) -> dict:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from kubesim.cluster import Cluster
 from kubesim.kueue import jobs
+from tests.unit.kubesim.support import until
 
 JOBS = "jobs.batch"
 RAYJOBS = "rayjobs.ray.io"
@@ -79,15 +80,6 @@ def run(body: Callable, namespaces: tuple[str, ...]) -> None:
             await cluster.stop()
 
     asyncio.run(main())
-
-
-async def until(check: Callable[[], object], what: str) -> object:
-    for _ in range(4000):
-        result = check()
-        if result:
-            return result
-        await asyncio.sleep(0.002)
-    raise AssertionError(f"never: {what}")
 
 
 def workloads(cluster: Cluster, namespace: str) -> list[dict]:

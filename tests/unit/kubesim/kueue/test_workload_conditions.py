@@ -18,6 +18,7 @@ from kubesim.kueue.conditions import sync_admitted
 from kubesim.kueue.eviction import Eviction
 from kubesim.kueue.job_sync import pods_ready_condition
 from kubesim.kueue.world import World
+from tests.unit.kubesim.support import until
 
 NS = "ml"
 JOBS = "jobs.batch"
@@ -85,15 +86,6 @@ def run(body: Callable, checks: tuple[str, ...] = ()) -> None:
             await cluster.stop()
 
     asyncio.run(main())
-
-
-async def until(check: Callable[[], object], what: str) -> object:
-    for _ in range(4000):
-        result = check()
-        if result:
-            return result
-        await asyncio.sleep(0.002)
-    raise AssertionError(f"never: {what}")
 
 
 def workload_of(cluster: Cluster, name: str) -> dict | None:
