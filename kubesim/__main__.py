@@ -54,6 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve HTTPS with a certificate from a CA made for this start, as a real API server does; the "
         "kubeconfig carries the CA (kubectl sends a bearer token only over HTTPS)",
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also serve N worker clusters (worker1..N, each on a free port with its own store and "
+        "controllers) and run Kueue's MultiKueue on this one, their manager; each worker's kubeconfig is "
+        "written beside --kubeconfig-out's (kubesim.worker1.kubeconfig, ...). Default 0: one lone cluster",
+    )
+    serve.add_argument(
+        "--worker-apply",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="with --workers: file or dir created at start on every worker (repeatable)",
+    )
     return parser
 
 
@@ -74,15 +90,15 @@ async def serve(args: argparse.Namespace) -> None:
     from kubesim.kueue.config import KueueConfig
 
     kueue_config = KueueConfig.load(args.kueue_config) if args.kueue_config else None
+    if args.workers:
+        await serve_clusters(args, kueue_config)
+        return
     cluster = Cluster(crds_dir=args.crds, time_scale=args.time_scale, kueue_config=kueue_config)
     server = await start_server(
         cluster, host=args.host, port=args.port, apply=args.apply, token=args.token, tls=args.tls
     )
     tune_gc()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_on_signals()
     try:
         if args.kubeconfig_out:
             write_kubeconfig(args.kubeconfig_out, server.url, args.token, server.ca_pem)
@@ -90,6 +106,47 @@ async def serve(args: argparse.Namespace) -> None:
         await stop.wait()
     finally:
         await server.stop()
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event SIGINT and SIGTERM set: serve until it is, then stop cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+async def serve_clusters(args: argparse.Namespace, kueue_config) -> None:
+    """``--workers N``: a MultiKueue manager and N workers (``kubesim.apiserver.clusters``)."""
+    from kubesim.apiserver.clusters import start_clusters, worker_kubeconfig_path
+
+    running = await start_clusters(
+        workers=args.workers,
+        host=args.host,
+        port=args.port,
+        crds_dir=args.crds,
+        time_scale=args.time_scale,
+        kueue_config=kueue_config,
+        apply=args.apply,
+        worker_apply=args.worker_apply,
+        token=args.token,
+        tls=args.tls,
+    )
+    tune_gc()
+    stop = stop_on_signals()
+    try:
+        if args.kubeconfig_out:
+            write_kubeconfig(args.kubeconfig_out, running.manager.url, args.token, running.manager.ca_pem)
+            for name, worker in running.workers.items():
+                path = worker_kubeconfig_path(args.kubeconfig_out, name)
+                write_kubeconfig(path, worker.url, args.token, worker.ca_pem)
+        print(f"kubesim listening on {running.manager.url}", flush=True)
+        for name, worker in running.workers.items():
+            print(f"kubesim worker {name} listening on {worker.url}", flush=True)
+        await stop.wait()
+    finally:
+        await running.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,8 @@ from kubesim.store import Store
 log = logging.getLogger(__name__)
 
 CONTROLLERS = ("kubesim.batch", "kubesim.kuberay", "kubesim.kueue")
+MANAGER_CONTROLLERS = (*CONTROLLERS, "kubesim.multikueue")
+"""A MultiKueue manager's: Kueue with its MultiKueue controllers (``kubesim.apiserver.clusters``)."""
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -73,6 +75,12 @@ class Cluster:
         self.container_programs: list[ContainerProgram] = []
         self.aggregated_apis: dict[tuple[str, str], AggregatedApi] = {}
         self.controllers = tuple(controllers)
+        self.reachable: dict[str, Cluster] = {}
+        """The API servers this cluster's controllers can reach, by the URL a kubeconfig names: the other
+        clusters of the same process (a MultiKueue manager's workers). Empty for a lone cluster."""
+        self.authenticates: Callable[[str | None], bool] = lambda token: True
+        """Whether this cluster's API server accepts a bearer token (its HTTP layer sets the rule; another
+        cluster of the process asks it before it connects)."""
         self._tasks: list[asyncio.Task] = []
 
     def register_api(self, group: str, version: str, resources: list[dict], handler: Callable) -> None:

@@ -111,7 +111,11 @@ def builtin_types() -> list[ResourceType]:
         _builtin(kueue, "v1beta2", "ClusterQueue", "clusterqueues", False, short=["cq"], sub=["status"]),
         _builtin(kueue, "v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses", False, short=["wpc"]),
         _builtin(kueue, "v1beta2", "Cohort", "cohorts", False, short=["co"], sub=["status"]),
-        admission_check_type(),
+        _builtin(kueue, "v1beta2", "AdmissionCheck", "admissionchecks", False, short=["ac"], sub=["status"]),
+        _builtin(kueue, "v1beta2", "MultiKueueConfig", "multikueueconfigs", False, short=["mkconf"]),
+        _builtin(
+            kueue, "v1beta2", "MultiKueueCluster", "multikueueclusters", False, short=["mkc"], sub=["status"]
+        ),
         _builtin(
             kueue,
             "v1beta2",
@@ -131,64 +135,6 @@ def builtin_types() -> list[ResourceType]:
             sub=["status"],
         ),
     ]
-
-
-ADMISSION_CHECK_SCHEMA: dict = {
-    "type": "object",
-    "properties": {
-        "apiVersion": {"type": "string"},
-        "kind": {"type": "string"},
-        "metadata": {"type": "object"},
-        "spec": {
-            "type": "object",
-            "required": ["controllerName"],
-            "properties": {
-                "controllerName": {"type": "string"},
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "apiGroup": {"type": "string", "maxLength": 253},
-                        "kind": {"type": "string", "maxLength": 63},
-                        "name": {"type": "string", "maxLength": 63},
-                    },
-                },
-            },
-        },
-        "status": {
-            "type": "object",
-            "properties": {
-                "conditions": {
-                    "type": "array",
-                    "maxItems": 16,
-                    "items": {
-                        "type": "object",
-                        "required": ["type", "status", "reason", "message", "lastTransitionTime"],
-                        "properties": {
-                            "type": {"type": "string"},
-                            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                            "reason": {"type": "string"},
-                            "message": {"type": "string"},
-                            "lastTransitionTime": {"type": "string"},
-                            "observedGeneration": {"type": "integer"},
-                        },
-                    },
-                }
-            },
-        },
-    },
-    "required": ["spec"],
-}
-"""A hand-written, minimal schema for ``AdmissionCheck`` (kueue.x-k8s.io/v1beta2): ``crds/`` vendors no CRD
-for it. It holds the fields of Kueue v0.19.2's ``AdmissionCheckSpec`` / ``AdmissionCheckStatus``
-(``controllerName`` required, ``parameters{apiGroup, kind, name}``, ``conditions``) and rejects wrong
-types and unknown fields, but it is not the upstream schema (no CEL rules, no printer columns)."""
-
-
-def admission_check_type() -> ResourceType:
-    """AdmissionCheck: cluster-scoped, status subresource, the hand-written schema above."""
-    rt = _builtin("kueue.x-k8s.io", "v1beta2", "AdmissionCheck", "admissionchecks", False, sub=["status"])
-    rt.schema = ADMISSION_CHECK_SCHEMA
-    return rt
 
 
 class Registry:

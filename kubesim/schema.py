@@ -47,6 +47,7 @@ import copy
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -204,14 +205,7 @@ def _check(value: Any, schema: dict, path: str, errors: list[FieldError]) -> Non
         _check_object(value, schema, path, errors)
     enum = schema.get("enum")
     if enum is not None and value not in enum:
-        supported = ", ".join(json.dumps(v if isinstance(v, str) else _go(v)) for v in enum)
-        errors.append(
-            FieldError(
-                path,
-                "FieldValueNotSupported",
-                f"Unsupported value: {_go(value)}: supported values: {supported}",
-            )
-        )
+        errors.append(_not_supported(path, value, enum))
 
 
 def _check_string(value: str, schema: dict, path: str, errors: list[FieldError]) -> None:
@@ -232,13 +226,7 @@ def _check_string(value: str, schema: dict, path: str, errors: list[FieldError])
         errors.append(_invalid(path, value, f"should match '{pattern}'"))
         return
     if schema.get("format") == "date-time" and not _is_date_time(value):
-        errors.append(
-            FieldError(
-                path,
-                "FieldValueTypeInvalid",
-                f"Invalid value: {_go(value)}: {path} in body must be of type date-time: {_go(value)}",
-            )
-        )
+        errors.append(_wrong_type(path, "date-time", _go(value)))
 
 
 def _check_number(value: float, schema: dict, path: str, errors: list[FieldError]) -> None:
@@ -269,20 +257,22 @@ def _check_array(value: list, schema: dict, path: str, errors: list[FieldError])
         errors.append(_too_many(path, len(value), max_items))
     list_type = schema.get("x-kubernetes-list-type")
     if list_type == "set":
-        _check_set(value, path, errors)
+        _check_unique(enumerate(value), path, errors)
     elif list_type == "map":
         _check_list_map(value, schema, path, errors)
 
 
-def _check_set(value: list, path: str, errors: list[FieldError]) -> None:
+def _check_unique(identities: Iterable[tuple[int, Any]], path: str, errors: list[FieldError]) -> None:
+    """Each item (by index) whose identity an earlier item has is a duplicate (kept in a list: identities
+    may be unhashable)."""
     seen: list[Any] = []
-    for index, item in enumerate(value):
-        if item in seen:
+    for index, identity in identities:
+        if identity in seen:
             errors.append(
-                FieldError(f"{path}[{index}]", "FieldValueDuplicate", f"Duplicate value: {_go(item)}")
+                FieldError(f"{path}[{index}]", "FieldValueDuplicate", f"Duplicate value: {_go(identity)}")
             )
         else:
-            seen.append(item)
+            seen.append(identity)
 
 
 def _check_list_map(value: list, schema: dict, path: str, errors: list[FieldError]) -> None:
@@ -292,17 +282,12 @@ def _check_list_map(value: list, schema: dict, path: str, errors: list[FieldErro
     """
     keys = schema.get("x-kubernetes-list-map-keys") or []
     key_schemas = (schema.get("items") or {}).get("properties") or {}
-    seen: list[dict] = []
-    for index, item in enumerate(value):
-        if not isinstance(item, dict):
-            continue  # already reported by the items' type check
-        identity = {k: item.get(k, key_schemas.get(k, {}).get("default")) for k in keys}
-        if identity in seen:
-            errors.append(
-                FieldError(f"{path}[{index}]", "FieldValueDuplicate", f"Duplicate value: {_go(identity)}")
-            )
-        else:
-            seen.append(identity)
+    identities = (
+        (index, {k: item.get(k, key_schemas.get(k, {}).get("default")) for k in keys})
+        for index, item in enumerate(value)
+        if isinstance(item, dict)  # any other item is already reported by the items' type check
+    )
+    _check_unique(identities, path, errors)
 
 
 def _check_object(value: dict, schema: dict, path: str, errors: list[FieldError]) -> None:
@@ -355,20 +340,19 @@ def _expected_type(schema: dict) -> str:
     return schema.get("type", "")
 
 
+_JSON_TYPES = (
+    (str, "string"),
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (dict, "object"),
+    (list, "array"),
+)
+"""Python type -> JSON type, in the order they are tried (a bool is an int to Python, not to JSON)."""
+
+
 def _json_type(value: Any) -> str:
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return type(value).__name__
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
 
 
 def _type_matches(expected: str, actual: str, value: Any) -> bool:
@@ -392,10 +376,22 @@ def _allows_unknown(schema: dict) -> bool:
 
 def _type_error(path: str, expected: str, value: Any) -> FieldError:
     actual = "null" if value is None else _json_type(value)
+    return _wrong_type(path, expected, f'"{actual}"')
+
+
+def _wrong_type(path: str, expected: str, shown: str) -> FieldError:
+    """A value not of the type (or format, e.g. ``date-time``) expected; ``shown``: how the message quotes it."""
     return FieldError(
         path,
         "FieldValueTypeInvalid",
-        f'Invalid value: "{actual}": {path} in body must be of type {expected}: "{actual}"',
+        f"Invalid value: {shown}: {path} in body must be of type {expected}: {shown}",
+    )
+
+
+def _not_supported(path: str, value: Any, enum: list) -> FieldError:
+    supported = ", ".join(json.dumps(v if isinstance(v, str) else _go(v)) for v in enum)
+    return FieldError(
+        path, "FieldValueNotSupported", f"Unsupported value: {_go(value)}: supported values: {supported}"
     )
 
 
@@ -417,17 +413,23 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
     The patterns in CRDs read the same in both dialects except for ``$``: Go's matches only at the very
     end, Python's also before a final newline, so ``"2\\n"`` would pass a quantity pattern. Outside
-    character classes ``$`` therefore becomes ``\\Z``.
+    character classes ``$`` therefore becomes ``\\Z``. RE2 also takes a flag group after ``^`` (the
+    AdmissionCheck CRD's ``^(?i)[a-z]...``), where Python wants global flags first: it moves to the front.
+
+    >>> bool(_compiled("^(?i)[a-z]+$").search("MultiKueueConfig"))
+    True
     """
     compiled = _patterns.get(pattern)
     if compiled is None:
+        flags = re.match(r"\^(\(\?[a-zA-Z]+\))", pattern)
+        source = f"{flags.group(1)}^{pattern[flags.end() :]}" if flags else pattern
         translated: list[str] = []
         in_class = False
         index = 0
-        while index < len(pattern):
-            char = pattern[index]
+        while index < len(source):
+            char = source[index]
             if char == "\\":
-                translated.append(pattern[index : index + 2])
+                translated.append(source[index : index + 2])
                 index += 2
                 continue
             if in_class:

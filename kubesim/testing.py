@@ -17,11 +17,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from kubesim.apiserver.clusters import start_clusters
 from kubesim.apiserver.server import start_server, write_kubeconfig
 from kubesim.cluster import CONTROLLERS, Cluster
 from kubesim.resources import CRDS_DIR
@@ -155,39 +157,102 @@ def _run_in_thread(
     from kubesim.kueue.config import KueueConfig
 
     config = KueueConfig.load(kueue_config) if kueue_config else None
+
+    async def start():
+        cluster = Cluster(
+            crds_dir=crds_dir, time_scale=time_scale, controllers=controllers, kueue_config=config
+        )
+        return await start_server(cluster, host="127.0.0.1", port=0, apply=apply, token=token)
+
+    with _in_thread(start) as (server, loop):
+        write_kubeconfig(kubeconfig_path, server.url, token)
+        _wait_ready(server.url, deadline=time.monotonic() + READY_TIMEOUT_S)
+        yield Kubesim(server.url, str(kubeconfig_path), server.cluster, token, loop)
+
+
+@contextlib.contextmanager
+def _in_thread(start: Callable[[], Awaitable[Any]]) -> Iterator[tuple[Any, asyncio.AbstractEventLoop]]:
+    """Run what ``start()`` starts (a server, or a manager and its workers: anything with an async
+    ``stop``) on an event loop in a thread of its own; yield it and its loop once started; stop it on exit."""
     loop = asyncio.new_event_loop()
     started: Future = Future()
     stopping = asyncio.Event()
 
     async def main() -> None:
         try:
-            cluster = Cluster(
-                crds_dir=crds_dir, time_scale=time_scale, controllers=controllers, kueue_config=config
-            )
-            server = await start_server(cluster, host="127.0.0.1", port=0, apply=apply, token=token)
+            running = await start()
         except BaseException as exc:
             started.set_exception(exc)
             return
-        started.set_result(server)
+        started.set_result(running)
         try:
             await stopping.wait()
         finally:
-            await server.stop()
+            await running.stop()
             await _cancel_leftover_tasks()  # e.g. handlers of watches a client left open, as asyncio.run does
 
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), name="kubesim", daemon=True)
     thread.start()
     try:
-        server = started.result(timeout=READY_TIMEOUT_S)
-        write_kubeconfig(kubeconfig_path, server.url, token)
-        _wait_ready(server.url, deadline=time.monotonic() + READY_TIMEOUT_S)
-        yield Kubesim(server.url, str(kubeconfig_path), server.cluster, token, loop)
+        yield started.result(timeout=READY_TIMEOUT_S), loop
     finally:
         if not loop.is_closed():
             loop.call_soon_threadsafe(stopping.set)
         thread.join(timeout=30)
         if not thread.is_alive():
             loop.close()
+
+
+@dataclass
+class KubesimClusters:
+    """A MultiKueue manager and its workers (``kubesim.apiserver.clusters``), each a ``Kubesim``."""
+
+    manager: Kubesim
+    workers: dict[str, Kubesim]
+
+
+@contextlib.contextmanager
+def run_kubesim_clusters(
+    *,
+    workers: int = 2,
+    apply: Iterable[str | Path] = (),
+    worker_apply: Iterable[str | Path] = (),
+    time_scale: float = 1.0,
+    kueue_config: str | Path | None = None,
+    token: str | None = None,
+    tls: bool = False,
+) -> Iterator[KubesimClusters]:
+    """Start a manager and ``workers`` workers in a thread of this process, each with its own kubeconfig
+    (the workers' beside the manager's: ``kubesim.worker1.kubeconfig``, ...), wait until all answer
+    /readyz, yield them, stop them. ``apply`` goes to the manager, ``worker_apply`` to every worker; ``token``
+    and ``tls`` are every cluster's, as ``--token`` and ``--tls``."""
+    from kubesim.apiserver.clusters import worker_kubeconfig_path
+    from kubesim.kueue.config import KueueConfig
+
+    config = KueueConfig.load(kueue_config) if kueue_config else None
+
+    async def start():
+        return await start_clusters(
+            workers=workers,
+            time_scale=time_scale,
+            kueue_config=config,
+            apply=list(apply),
+            worker_apply=list(worker_apply),
+            token=token,
+            tls=tls,
+        )
+
+    with tempfile.TemporaryDirectory(prefix="kubesim-") as directory, _in_thread(start) as (running, loop):
+        path = Path(directory) / "kubesim.kubeconfig"
+        handles = {}
+        for name, server in {"": running.manager, **running.workers}.items():
+            target = worker_kubeconfig_path(path, name) if name else path
+            write_kubeconfig(target, server.url, token, server.ca_pem)
+            if server.ca_pem is None:
+                _wait_ready(server.url, deadline=time.monotonic() + READY_TIMEOUT_S)
+            handles[name] = Kubesim(server.url, str(target), server.cluster, token, loop)
+        manager = handles.pop("")
+        yield KubesimClusters(manager, handles)
 
 
 def serve_command(

@@ -103,7 +103,7 @@ class WorkQueue(Generic[K]):
 
     async def run(self, store, watches: Mapping[str, Callable[[WatchEvent], None]]) -> None:
         """Watch each resource with its handler and work the queue, until cancelled."""
-        tasks = [asyncio.create_task(self._watch(store, key, handler)) for key, handler in watches.items()]
+        tasks = [asyncio.create_task(self.watch(store, key, handler)) for key, handler in watches.items()]
         tasks.append(asyncio.create_task(self._work()))
         try:
             await asyncio.gather(*tasks)
@@ -114,7 +114,7 @@ class WorkQueue(Generic[K]):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def _watch(self, store, key: str, handler: Callable[[WatchEvent], None]) -> None:
+    async def watch(self, store, key: str, handler: Callable[[WatchEvent], None]) -> None:
         """List+watch forever; a fresh watch replays every object as ADDED, so nothing is missed. The
         handlers only read what they are given (shared, frozen objects)."""
         while True:

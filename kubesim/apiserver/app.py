@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import msgspec
 from aiohttp import web
 
 from kubesim.apiserver import discovery, watch_stream
@@ -40,6 +41,8 @@ def make_app(cluster, *, bookmark_interval: float = 5.0, token: str | None = Non
     app = web.Application(middlewares=[_faults_and_accounting], client_max_size=64 * 1024 * 1024)
     app[CLUSTER] = cluster
     app[AUTH] = Auth(token)
+    # What another cluster of this process (a MultiKueue manager) is answered for a kubeconfig's token.
+    cluster.authenticates = lambda bearer: app[AUTH].allows("/apis", f"Bearer {bearer}" if bearer else None)
     app[FAULTS] = Faults()
     app[STATS] = Stats()
     app[STREAMS] = watch_stream.StreamHub(bookmark_interval=bookmark_interval)
@@ -112,7 +115,7 @@ async def _faults_and_accounting(request: web.Request, handler: Callable) -> web
         )
     else:
         response = await _serve(request, handler)
-    request.app[STATS].record(_record(request, response.status, arrived))
+    request.app[STATS].record(_record(request, response.status, arrived, _created_name(response)))
     return response
 
 
@@ -132,7 +135,18 @@ def _refused(answer: Refusal) -> web.Response:
     return response
 
 
-def _record(request: web.Request, code: int, arrived: float) -> RequestRecord:
+def _created_name(response: web.StreamResponse) -> str:
+    """The name of the object a create made (answered 201), as an audit log's objectRef names it: the path of
+    a create names no object, and with generateName only the answer knows it."""
+    if response.status != 201 or not isinstance(response, web.Response) or not response.body:
+        return ""
+    try:
+        return str(msgspec.json.decode(response.body)["metadata"]["name"])
+    except (msgspec.DecodeError, KeyError, TypeError):
+        return ""
+
+
+def _record(request: web.Request, code: int, arrived: float, created: str = "") -> RequestRecord:
     target = parse_target(request.path)
     user = request.app[AUTH].user_of(request.headers.get("Authorization"))
     if target is None or not target.plural:
@@ -143,7 +157,7 @@ def _record(request: web.Request, code: int, arrived: float) -> RequestRecord:
         resource=target.plural,
         subresource=target.subresource,
         namespace=target.namespace,
-        name=target.name,
+        name=target.name or created,
         code=code,
         path=request.path,
         at=arrived,

@@ -7,7 +7,8 @@ KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
 KUBERAY_VERSION=${KUBERAY_VERSION:-v1.7.0}
 kueue="https://raw.githubusercontent.com/kubernetes-sigs/kueue/${KUEUE_VERSION}/config/components/crd/bases"
 kuberay="https://raw.githubusercontent.com/ray-project/kuberay/${KUBERAY_VERSION}/ray-operator/config/crd/bases"
-for plural in clusterqueues cohorts localqueues resourceflavors workloadpriorityclasses workloads; do
+for plural in admissionchecks clusterqueues cohorts localqueues multikueueclusters multikueueconfigs resourceflavors \
+  workloadpriorityclasses workloads; do
   curl -fsSL "${kueue}/kueue.x-k8s.io_${plural}.yaml" -o "kueue.x-k8s.io_${plural}.yaml"
 done
 for plural in rayclusters rayjobs rayservices; do

@@ -47,11 +47,11 @@ def reconcile_rayjob(ctx: Context, namespace: str, name: str) -> None:
     rayjob = ctx.store.get_or_none(RAYJOBS, name, namespace=namespace)
     if rayjob is None:
         return
-    if rayjob["metadata"].get("deletionTimestamp"):
-        _on_deletion(ctx, rayjob)
-        return
     spec = rayjob.get("spec") or {}
     if spec.get("managedBy") not in (None, "", OPERATOR_MANAGER):
+        return  # "Skipping RayJob managed by a custom controller", even when it is being deleted
+    if rayjob["metadata"].get("deletionTimestamp"):
+        _on_deletion(ctx, rayjob)
         return
     original = rayjob.get("status") or {}
     status = copy.deepcopy(original)

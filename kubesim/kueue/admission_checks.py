@@ -37,6 +37,8 @@ from __future__ import annotations
 
 ADMISSION_CHECK_KEY = "admissionchecks.kueue.x-k8s.io"
 SIMULATED_CONTROLLER = "kubesim.dev/admission-check"
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
+"""MultiKueue's admission checks: decided by ``kubesim.multikueue`` where a cluster runs it."""
 DECISION = "kubesim.dev/decision"
 AFTER = "kubesim.dev/after"
 MESSAGE = "kubesim.dev/message"

@@ -37,6 +37,8 @@ def namespaces_not_in(*names: str) -> dict:
 
 DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR = namespaces_not_in("kube-system", KUEUE_NAMESPACE)
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+DEFAULT_MULTIKUEUE_ORIGIN = "multikueue"
+DEFAULT_WORKER_LOST_TIMEOUT = 15 * 60.0
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
@@ -59,6 +61,13 @@ class KueueConfig:
     )
     """``managedJobsNamespaceSelector``: the namespaces whose jobs Kueue manages and labels for a
     ``default`` LocalQueue (default: all but ``kube-system`` and Kueue's own ``namespace``)."""
+    namespace: str = KUEUE_NAMESPACE
+    """``namespace``: where Kueue runs, and where MultiKueue reads its clusters' kubeconfig Secrets."""
+    multikueue_origin: str = DEFAULT_MULTIKUEUE_ORIGIN
+    """``multiKueue.origin``: the ``kueue.x-k8s.io/multikueue-origin`` value of the copies it makes."""
+    worker_lost_timeout: float = DEFAULT_WORKER_LOST_TIMEOUT
+    """``multiKueue.workerLostTimeout`` (simulated seconds): how long an admitting worker may be
+    unreachable before its Workload is sent back for another dispatch."""
 
     def requeue_backoff(self, count: int) -> float:
         """Seconds before the ``count``-th PodsReadyTimeout eviction may be requeued: base * 2^(count-1),
@@ -79,6 +88,7 @@ class KueueConfig:
         limit = strategy.get("backoffLimitCount")
         frameworks = ((document or {}).get("integrations") or {}).get("frameworks")
         selector = (document or {}).get("managedJobsNamespaceSelector")
+        multikueue = (document or {}).get("multiKueue") or {}
         if selector is None:
             selector = namespaces_not_in("kube-system", (document or {}).get("namespace") or KUEUE_NAMESPACE)
         return cls(
@@ -89,6 +99,10 @@ class KueueConfig:
             backoff_limit_count=None if limit is None else int(limit),
             frameworks=SHIPPED_FRAMEWORKS if frameworks is None else frozenset(frameworks),
             managed_jobs_namespace_selector=selector,
+            namespace=(document or {}).get("namespace") or KUEUE_NAMESPACE,
+            multikueue_origin=multikueue.get("origin") or DEFAULT_MULTIKUEUE_ORIGIN,
+            worker_lost_timeout=parse_duration(multikueue.get("workerLostTimeout"))
+            or DEFAULT_WORKER_LOST_TIMEOUT,
         )
 
     @classmethod

@@ -35,6 +35,7 @@ from kubesim.kueue import jobs, visibility
 from kubesim.kueue.admission_check_controller import AdmissionChecks
 from kubesim.kueue.admission_cycle import AdmissionCycle
 from kubesim.kueue.cache import ClusterView
+from kubesim.kueue.conditions import holds_quota
 from kubesim.kueue.config import KueueConfig
 from kubesim.kueue.equivalence import Parked
 from kubesim.kueue.eviction import Eviction
@@ -64,6 +65,9 @@ class KueueController:
         self.wake = asyncio.Event()
         self.parked = Parked()
         self.seq: dict[str, int] = {}
+        # Workloads last seen holding quota: one that stops (finished, or its admission removed) by
+        # whichever writer, e.g. MultiKueue finishing a manager's Workload as its worker's copy finished.
+        self.holding: set[str] = set()
         self.config_versions: dict[tuple[str, str], object] = {}
         self.config: KueueConfig = getattr(cluster, "kueue_config", None) or KueueConfig()
         # The informer cache: opened when the loop starts (the steps are handed it now).
@@ -161,6 +165,17 @@ class KueueController:
         if key == WORKLOAD_KEY and type_ == "DELETED":
             self.parked.clear()
             self.admission.forget(meta.get("uid", ""))
+            self.holding.discard(meta.get("uid", ""))
+        elif key == WORKLOAD_KEY:
+            # workload_controller.go Update: a Workload that finished or went back to pending frees its
+            # quota, and the inadmissible Workloads of its queues are requeued
+            # (QueueAssociatedInadmissibleWorkloadsAfter), whoever wrote the change.
+            uid = meta.get("uid", "")
+            if holds_quota(obj):
+                self.holding.add(uid)
+            elif uid in self.holding:
+                self.holding.discard(uid)
+                self.parked.clear()
         if key in CONFIG_KEYS:
             ident = (key, f"{meta.get('namespace', '')}/{meta.get('name', '')}")
             version = (

@@ -90,6 +90,9 @@ class Eviction:
             if prepare is not None:
                 prepare(obj)
             admission_checks.reset_on_eviction(obj, now)
+            # resetClusterNomination: a MultiKueue Workload is dispatched afresh after any eviction.
+            obj["status"].pop("clusterName", None)
+            obj["status"].pop("nominatedClusterNames", None)
             set_condition(obj, "Evicted", "True", condition_reason, message, now)
             if preempted_reason:
                 set_condition(obj, "Preempted", "True", preempted_reason, message, now)

@@ -122,6 +122,13 @@ class JobSync:
 
     def _reconcile_job(self, kind: JobKind, job: dict, wl: dict | None, world: World) -> None:
         done, reason, message = jobs.finished(kind, job)
+        prebuilt = jobs.prebuilt_workload_name(job)
+        if prebuilt and wl is None:
+            wl = self._adopt_prebuilt(kind, job, prebuilt)
+            if wl is None:  # ``handleJobWithNoWorkload``: never a Workload of its own
+                if not done and not jobs.is_suspended(kind, job):
+                    self.actions.stop(kind, job, None, "missing workload")
+                return
         if wl is None:
             if done:
                 return
@@ -156,6 +163,42 @@ class JobSync:
                 self._release(wl)
         elif condition_true(wl, "Admitted") and jobs.is_suspended(kind, job):
             self.actions.start(kind, job, wl, world)  # quota reserved and every admission check Ready
+
+    def _adopt_prebuilt(self, kind: JobKind, job: dict, name: str) -> dict | None:
+        """``ensureOneWorkload`` for a job naming a prebuilt Workload (MultiKueue's copy on a worker): the
+        Workload of that name, made controlled by the job (``EnsurePrebuiltWorkloadOwnership``, with the
+        job-uid label), or None while it does not exist or another object controls it. One that no longer
+        matches the job is finished ``OutOfSync`` (``ensurePrebuiltWorkloadInSync``)."""
+        meta = job["metadata"]
+        wl = self.view.get(WORKLOAD_KEY, meta["namespace"], name)
+        if wl is None:
+            return None
+        owner = next(
+            (ref for ref in wl["metadata"].get("ownerReferences") or [] if ref.get("controller")), None
+        )
+        if owner is not None and owner.get("uid") != meta["uid"]:
+            return None
+        if owner is None:
+            reference = jobs.build_workload(kind, job, priority=0, priority_class=None)["metadata"]
+
+            def adopt(obj: dict) -> None:
+                obj["metadata"].setdefault("ownerReferences", []).extend(reference["ownerReferences"])
+                obj["metadata"].setdefault("labels", {}).update(reference["labels"])
+
+            wl = self.writer.mutate(WORKLOAD_KEY, wl, adopt, status=False)
+            if wl is None:
+                return None
+        if not is_finished(wl) and not jobs.equivalent_to_workload(kind, job, wl):
+            now = self.writer.clock.timestamp()
+            message = "The prebuilt workload is out of sync with its user job"
+            self.writer.mutate(
+                WORKLOAD_KEY,
+                wl,
+                lambda obj: set_condition(obj, "Finished", "True", "OutOfSync", message, now),
+                status=True,
+            )
+            return None
+        return wl
 
     def _replace_workload(self, kind: JobKind, job: dict, wl: dict, world: World) -> None:
         """``ensureOneWorkload`` when the job no longer matches its Workload (its pod sets changed).

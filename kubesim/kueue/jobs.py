@@ -28,6 +28,9 @@ from kubesim.kueue import batch_job
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+PREBUILT_WORKLOAD = "kueue.x-k8s.io/prebuilt-workload-name"
+"""The Workload a job is to use instead of one of its own: an annotation (WorkloadIdentifierAnnotations is on
+in v0.19), or a label as before; MultiKueue sets it on the copies it makes on a worker."""
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 LOCAL_QUEUE_POD_LABEL = "kueue.x-k8s.io/local-queue-name"
 CLUSTER_QUEUE_POD_LABEL = "kueue.x-k8s.io/cluster-queue-name"
@@ -407,6 +410,18 @@ def equivalent_to_workload(kind: JobKind, job: dict, workload: dict) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------- workload
+
+
+def prebuilt_workload_name(job: dict) -> str:
+    """``PrebuiltWorkloadNameFor``: the annotation first, then the label.
+
+    >>> prebuilt_workload_name({"metadata": {"labels": {PREBUILT_WORKLOAD: "wl"}}})
+    'wl'
+    """
+    meta = job.get("metadata") or {}
+    return (meta.get("annotations") or {}).get(PREBUILT_WORKLOAD) or (meta.get("labels") or {}).get(
+        PREBUILT_WORKLOAD, ""
+    )
 
 
 def build_workload(kind: JobKind, job: dict, *, priority: int, priority_class: str | None) -> dict:

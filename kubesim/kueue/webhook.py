@@ -24,6 +24,7 @@ from collections.abc import Callable
 from kubesim.errors import ApiError
 from kubesim.errors import invalid as invalid_object
 from kubesim.kueue import jobs
+from kubesim.kueue.admission_checks import ADMISSION_CHECK_KEY, MULTIKUEUE_CONTROLLER, strategy
 from kubesim.kueue.config import DEFAULT_MANAGED_JOBS_NAMESPACE_SELECTOR, NAMESPACE_NAME_LABEL
 from kubesim.kueue.jobs import BATCH_JOB, RAYCLUSTER, RAYJOB, RAYSERVICE, JobKind
 from kubesim.selectors import match_label_selector_obj
@@ -37,6 +38,7 @@ WEBHOOK_NAMES = {
 DEFAULT_LOCAL_QUEUE = "default"
 LOCAL_QUEUE_KEY = "localqueues.kueue.x-k8s.io"
 CLUSTER_QUEUE_KEY = "clusterqueues.kueue.x-k8s.io"
+KUBERAY_CONTROLLER = "ray.io/kuberay-operator"
 PREFERENCE_RULE = "preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor"
 IMMUTABLE = "field is immutable"
 
@@ -281,6 +283,15 @@ def apply_defaults(
         jobs.set_suspend(kind, job, True)
 
 
+def can_default_managed_by(job: dict) -> bool:
+    """RayJob's ``CanDefaultManagedBy`` (MultiKueue is on by default in v0.19): unset, or KubeRay's own.
+
+    >>> can_default_managed_by({"spec": {"managedBy": "ray.io/kuberay-operator"}})
+    True
+    """
+    return (job.get("spec") or {}).get("managedBy") in (None, "", KUBERAY_CONTROLLER)
+
+
 # ----------------------------------------------------------------------------------------------- other kinds
 
 DEFAULTED_KINDS = ("pods", "jobs.batch")
@@ -336,6 +347,19 @@ def make_admission_hook(
         except ApiError:
             return None
 
+    def multikueue_cluster_queue(job: dict) -> bool:
+        """The job's LocalQueue points at a ClusterQueue one of whose admission checks is MultiKueue's
+        (``ApplyDefaultForManagedBy``; any such AdmissionCheck counts, active or not)."""
+        meta = job.get("metadata") or {}
+        lq = store.get_or_none(LOCAL_QUEUE_KEY, jobs.queue_name(job), namespace=meta.get("namespace"))
+        cq_name = ((lq or {}).get("spec") or {}).get("clusterQueue")
+        cq = store.get_or_none(CLUSTER_QUEUE_KEY, cq_name) if cq_name else None
+        for name in strategy(cq) if cq is not None else ():
+            check = store.get_or_none(ADMISSION_CHECK_KEY, name)
+            if ((check or {}).get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER:
+                return True
+        return False
+
     def hook(operation: str, rt, obj: dict, old: dict | None) -> None:
         if rt.key == CLUSTER_QUEUE_KEY:
             causes = cluster_queue_causes(obj)
@@ -356,6 +380,13 @@ def make_admission_hook(
         has_default = default_queue_exists(namespace)
         if operation == "CREATE":
             apply_defaults(kind, obj, has_default, frameworks, owner_of)
+            if (
+                kind is RAYJOB
+                and can_default_managed_by(obj)
+                and jobs.queue_name(obj)
+                and multikueue_cluster_queue(obj)
+            ):
+                obj.setdefault("spec", {})["managedBy"] = MULTIKUEUE_CONTROLLER
             errors = validate_create(kind, obj, frameworks)
         else:
             errors = validate_update(kind, old or {}, obj, has_default, frameworks)

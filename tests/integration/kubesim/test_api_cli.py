@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ import yaml
 from kubernetes import client, config
 
 from kubesim.__main__ import main
-from kubesim.testing import run_kubesim
+from kubesim.testing import run_kubesim, stop_process
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -63,3 +65,50 @@ def test_cli_serves_applies_and_writes_a_kubeconfig(manifests):
         assert sim.stats()["requests"]["get localqueues.kueue.x-k8s.io"] == 1
         assert sim.set_faults(latency_ms=5)["latency_ms"] == 5
         assert sim.reset_faults()["latency_ms"] == 0
+
+
+def test_cli_serves_a_manager_and_its_workers_each_with_its_own_kubeconfig(manifests, tmp_path):
+    """`serve --workers 2 --tls --token T` prints one line per cluster and writes a kubeconfig for each
+    beside the manager's (with its own CA and the token); `--worker-apply` goes to the workers only; each
+    is its own cluster."""
+    kubeconfig = tmp_path / "kubesim.kubeconfig"
+    command = [
+        sys.executable,
+        "-m",
+        "kubesim",
+        "serve",
+        "--workers",
+        "2",
+        "--kubeconfig-out",
+        str(kubeconfig),
+    ]
+    command += ["--worker-apply", str(manifests), "--tls", "--token", "t0ken"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        lines = [process.stdout.readline().strip() for _ in range(3)]
+        assert lines[0].startswith("kubesim listening on https://127.0.0.1:")
+        assert [line.split()[:3] for line in lines[1:]] == [
+            ["kubesim", "worker", "worker1"],
+            ["kubesim", "worker", "worker2"],
+        ]
+        urls = {line.split()[-1] for line in lines}
+        assert len(urls) == 3
+        servers = {}
+        for name in ("", "worker1", "worker2"):
+            path = tmp_path / (f"kubesim.{name}.kubeconfig" if name else "kubesim.kubeconfig")
+            written = yaml.safe_load(path.read_text())
+            servers[name] = written["clusters"][0]["cluster"]["server"]
+            # What MultiKueue accepts in a worker's Secret: the CA inline, a token, no insecure flag.
+            assert written["clusters"][0]["cluster"]["certificate-authority-data"]
+            assert written["users"][0]["user"]["token"] == "t0ken"
+        assert set(servers.values()) == urls
+        for name, url in servers.items():
+            path = tmp_path / (f"kubesim.{name}.kubeconfig" if name else "kubesim.kubeconfig")
+            api = config.new_client_from_config(config_file=str(path))
+            namespaces = {ns.metadata.name for ns in client.CoreV1Api(api).list_namespace().items}
+            assert ("team-a" in namespaces) == bool(name), (name, url)  # only the workers got --worker-apply
+            api.close()
+    finally:
+        stop_process(process)
+        process.stdout.close()
+    assert process.returncode == 0

@@ -128,13 +128,23 @@ def test_request_log_names_what_rbac_must_grant(kubesim_api, api_client, unique_
     custom.list_namespaced_custom_object("ray.io", "v1", unique_name, "rayjobs")
     with pytest.raises(ApiException):
         custom.get_namespaced_custom_object_status("ray.io", "v1", unique_name, "rayjobs", "missing")
+    core.create_namespaced_config_map(unique_name, {"metadata": {"name": "named"}})
+    generated = core.create_namespaced_config_map(unique_name, {"metadata": {"generateName": "gen-"}})
+    with pytest.raises(ApiException):
+        core.create_namespaced_config_map(unique_name, {"metadata": {"name": "named"}})
 
     log = kubesim_api.requests()
+    # A create's path names no object: the log names what it made, as an audit log's objectRef does, so a
+    # test can tell whose creations it counts.
     assert [
-        (r["verb"], r["group"], r["resource"], r["subresource"], r["namespace"], r["code"]) for r in log
+        (r["verb"], r["group"], r["resource"], r["subresource"], r["namespace"], r["name"], r["code"])
+        for r in log
     ] == [
-        ("list", "ray.io", "rayjobs", "", unique_name, 200),
-        ("get", "ray.io", "rayjobs", "status", unique_name, 404),
+        ("list", "ray.io", "rayjobs", "", unique_name, "", 200),
+        ("get", "ray.io", "rayjobs", "status", unique_name, "missing", 404),
+        ("create", "", "configmaps", "", unique_name, "named", 201),
+        ("create", "", "configmaps", "", unique_name, generated.metadata.name, 201),
+        ("create", "", "configmaps", "", unique_name, "", 409),
     ]
     kubesim_api.clear_requests()
     assert kubesim_api.requests() == []

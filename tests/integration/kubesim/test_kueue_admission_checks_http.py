@@ -5,13 +5,12 @@ evicted for PodsReadyTimeout and requeued after a backoff."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import yaml
 from kubernetes import client, config
 
 from kubesim.testing import run_kubesim
+from tests.integration.kubesim.support import eventually
 from tests.rayjobs import rayjob_body
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -31,17 +30,6 @@ def custom(sim):
     api = config.new_client_from_config(config_file=sim.kubeconfig)
     yield client.CustomObjectsApi(api)
     api.close()
-
-
-def eventually(check, timeout: float = 20.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition never held; last: {result!r}")
-        time.sleep(interval)
 
 
 def condition(obj: dict, type_: str) -> dict:

@@ -18,3 +18,15 @@ def test_kubesim_serves_the_vendored_schemas_without_being_told_where_they_are()
     for key in ("rayjobs.ray.io", "rayclusters.ray.io", "rayservices.ray.io", "workloads.kueue.x-k8s.io"):
         assert registry.get(key).schema is not None, key
         assert registry.get(key).printer_columns, key
+
+
+def test_admission_checks_and_multikueue_kinds_are_served_with_their_vendored_schemas():
+    registry = Registry()
+    for key in (
+        "admissionchecks.kueue.x-k8s.io",
+        "multikueueconfigs.kueue.x-k8s.io",
+        "multikueueclusters.kueue.x-k8s.io",
+    ):
+        assert registry.get(key).schema is not None, key
+    assert registry.get("multikueueclusters.kueue.x-k8s.io").printer_columns[0]["name"] == "Connected"
+    assert registry.get("multikueueclusters.kueue.x-k8s.io").subresources == {"status"}

@@ -97,6 +97,19 @@ def test_an_empty_role_is_a_zeroed_status_object_and_zero_fields_are_left_out():
 
 def test_the_head_takes_traffic_once_its_serve_proxy_answers_and_endpoints_count_the_selected_ready_pods():
     async def body(cluster: Cluster) -> None:
+        # Labels as each pod was created: the head's flips once its proxy answers, which at 1000x can come
+        # before this coroutine next looks.
+        created: dict[str, str] = {}
+        cluster.store.subscribe(
+            "pods",
+            lambda event: (
+                event.type == "ADDED"
+                and created.setdefault(
+                    event.object["metadata"]["name"], event.object["metadata"]["labels"]["ray.io/serve"]
+                )
+            ),
+            namespace=NS,
+        )
         cluster.store.create(RAYSERVICES, rayservice())
         name = await until(
             lambda: (service_status(cluster).get("pendingServiceStatus") or {}).get("rayClusterName"),
@@ -110,7 +123,7 @@ def test_the_head_takes_traffic_once_its_serve_proxy_answers_and_endpoints_count
             }
 
         await until(lambda: len(pods()) == 3, "the cluster's pods")
-        labels = sorted((key[:4], p["metadata"]["labels"]["ray.io/serve"]) for key, p in pods().items())
+        labels = sorted((key[:4], created[p["metadata"]["name"]]) for key, p in pods().items())
         assert labels == [("head", "false"), ("work", "true"), ("work", "true")]
         assert not exists(cluster, "services", "serve-serve-svc"), "no Service before Serve runs"
 
