@@ -16,7 +16,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from functools import partial
+from typing import Any, Literal
 
 from kueue_ray.capacity import Shortfall, explain_capacity_shortfall
 from kueue_ray.errors import ManifestError
@@ -55,6 +56,7 @@ __all__ = [
     "BuiltRayJob",
     "Shortfall",
     "TEMPLATES_DIR",
+    "build",
     "build_rayjob",
     "build_rayservice",
     "explain_capacity_shortfall",
@@ -90,7 +92,8 @@ class BuiltRayJob:
 # ---------------------------------------------------------------------------------------------- building
 
 
-def build_rayjob(
+def build(
+    kind: Literal["RayJob", "RayService"],
     template: str | os.PathLike | Mapping,
     *,
     name: str,
@@ -107,17 +110,61 @@ def build_rayjob(
     annotations: Mapping[str, str] | None = None,
     template_searchpath: SearchPath = None,
 ) -> BuiltRayJob:
-    """Render, override, label and validate a RayJob; raise ManifestError on any problem.
+    """Render, override, label and validate a ``kind`` (``RayJob`` or ``RayService``: ``build_rayjob``,
+    ``build_rayservice``); raise ManifestError on any problem.
 
-    Always: ``spec.suspend: true`` (Kueue admits by unsuspending), ``shutdownAfterJobFinishes: true``
-    (Kueue requires it; a template saying false is an error), Kueue's queue and priority labels, our
-    managed-by / identity labels and the full identity annotations (used for ownership checks).
+    Always: Kueue's queue and priority labels, our managed-by / identity labels and the full identity
+    annotations (used for ownership checks); ``image``, ``worker_replicas`` and ``resources`` set in its
+    Ray cluster. A RayJob also: ``spec.suspend: true`` (Kueue admits by unsuspending),
+    ``shutdownAfterJobFinishes: true`` (Kueue requires it; a template saying false is an error),
+    ``entrypoint``, ``runtime_env`` merged into ``runtimeEnvYAML`` and ``image`` in its submitter. A
+    RayService (serving): ``runtime_env`` merged into every application of ``serveConfigV2``, and the
+    digest of its cluster config (``cluster_config_digest``); ``total_request`` counts the head and worker
+    groups.
     """
     body = render_template(
         template, values, template_searchpath, implicit={"name": name, "namespace": namespace}
     )
-    _expect_kind(body, "RayJob")
+    _expect_kind(body, kind)
     spec = body.setdefault("spec", {})
+    if kind == "RayJob":
+        _rayjob_spec(spec, entrypoint, runtime_env)
+    elif entrypoint is not None:
+        raise ManifestError(
+            "only a RayJob has an entrypoint", field="entrypoint", value=entrypoint, fix="omit it"
+        )
+    cluster_field = "rayClusterSpec" if kind == "RayJob" else "rayClusterConfig"
+    cluster = spec.get(cluster_field)
+    _apply_common(
+        body, cluster, f"spec.{cluster_field}", name, namespace, queue, priority, identity, annotations
+    )
+    if kind == "RayService":
+        _serve_runtime_env(spec, runtime_env)
+    if cluster is not None:
+        if image is not None:
+            _set_image(cluster, image)
+            submitter = spec.get("submitterPodTemplate") if kind == "RayJob" else None
+            if submitter:
+                _ray_container(submitter, "spec.submitterPodTemplate")["image"] = image
+        _apply_replicas(cluster, worker_replicas)
+        _apply_resources(cluster, resources)
+    if kind == "RayJob":
+        validate_rayjob(body)
+    else:
+        validate_rayservice(body)
+        body["metadata"]["annotations"][CLUSTER_CONFIG_ANNOTATION] = cluster_config_digest(cluster)
+    sets = pod_sets(body)
+    return BuiltRayJob(body=body, name=name, total_request=_total(sets), pod_sets=sets)
+
+
+build_rayjob = partial(build, "RayJob")
+"""``build`` a RayJob (``SubmitRayJobOperator``)."""
+build_rayservice = partial(build, "RayService")
+"""``build`` a RayService (``DeployRayServiceOperator``)."""
+
+
+def _rayjob_spec(spec: dict, entrypoint: str | None, runtime_env: Mapping[str, Any] | None) -> None:
+    """What a RayJob's spec always says (Kueue's terms) and the operator's ``entrypoint`` and ``runtime_env``."""
     if spec.get("shutdownAfterJobFinishes") is False:
         raise ManifestError(
             "Kueue only manages RayJobs that delete their cluster after finishing",
@@ -131,64 +178,16 @@ def build_rayjob(
         spec["entrypoint"] = entrypoint
     if runtime_env is not None:
         spec["runtimeEnvYAML"] = _merge_runtime_env(spec.get("runtimeEnvYAML"), runtime_env)
-    cluster = spec.get("rayClusterSpec")
-    _apply_common(
-        body, cluster, "spec.rayClusterSpec", name, namespace, queue, priority, identity, annotations
-    )
-    if cluster is not None:
-        if image is not None:
-            _set_image(cluster, image)
-            submitter = spec.get("submitterPodTemplate")
-            if submitter:
-                _ray_container(submitter, "spec.submitterPodTemplate")["image"] = image
-        _apply_replicas(cluster, worker_replicas)
-        _apply_resources(cluster, resources)
-    validate_rayjob(body)
-    sets = pod_sets(body)
-    return BuiltRayJob(body=body, name=name, total_request=_total(sets), pod_sets=sets)
 
 
-def build_rayservice(
-    template: str | os.PathLike | Mapping,
-    *,
-    name: str,
-    namespace: str,
-    queue: str,
-    priority: str,
-    identity: AirflowIdentity,
-    values: Mapping[str, Any] | None = None,
-    image: str | None = None,
-    runtime_env: Mapping[str, Any] | None = None,
-    worker_replicas: int | Mapping[str, int] | None = None,
-    resources: Mapping[str, Mapping[str, str | int]] | None = None,
-    annotations: Mapping[str, str] | None = None,
-    template_searchpath: SearchPath = None,
-) -> BuiltRayJob:
-    """Like ``build_rayjob`` for a Kueue-managed RayService (serving); ``runtime_env`` is merged into
-    every application of ``serveConfigV2``. ``total_request`` counts the head and worker groups."""
-    body = render_template(
-        template, values, template_searchpath, implicit={"name": name, "namespace": namespace}
-    )
-    _expect_kind(body, "RayService")
-    spec = body.setdefault("spec", {})
-    cluster = spec.get("rayClusterConfig")
-    _apply_common(
-        body, cluster, "spec.rayClusterConfig", name, namespace, queue, priority, identity, annotations
-    )
-    if runtime_env is not None and spec.get("serveConfigV2"):
-        serve = load_mapping(spec["serveConfigV2"], "spec.serveConfigV2")
-        for app in serve.get("applications") or []:
-            app["runtime_env"] = _deep_merge(app.get("runtime_env") or {}, runtime_env)
-        spec["serveConfigV2"] = to_yaml(serve)
-    if cluster is not None:
-        if image is not None:
-            _set_image(cluster, image)
-        _apply_replicas(cluster, worker_replicas)
-        _apply_resources(cluster, resources)
-    validate_rayservice(body)
-    body["metadata"]["annotations"][CLUSTER_CONFIG_ANNOTATION] = cluster_config_digest(cluster)
-    sets = pod_sets(body)
-    return BuiltRayJob(body=body, name=name, total_request=_total(sets), pod_sets=sets)
+def _serve_runtime_env(spec: dict, runtime_env: Mapping[str, Any] | None) -> None:
+    """The operator's ``runtime_env`` merged into every application of a RayService's ``serveConfigV2``."""
+    if runtime_env is None or not spec.get("serveConfigV2"):
+        return
+    serve = load_mapping(spec["serveConfigV2"], "spec.serveConfigV2")
+    for app in serve.get("applications") or []:
+        app["runtime_env"] = _deep_merge(app.get("runtime_env") or {}, runtime_env)
+    spec["serveConfigV2"] = to_yaml(serve)
 
 
 def cluster_config_digest(cluster_config: Mapping[str, Any] | None) -> str:

@@ -106,6 +106,21 @@ def test_every_template_builds():
         assert built.total_request, path.name
 
 
+def test_a_rayservice_has_no_entrypoint_to_set():
+    with pytest.raises(ManifestError) as error:
+        build_rayservice(
+            "aurora-serve",
+            name="serve",
+            namespace="ml",
+            queue="team-a",
+            priority="prod-priority",
+            identity=IDENTITY,
+            values={"model_path": "/mnt/models/x"},
+            entrypoint="python serve.py",
+        )
+    assert error.value.field == "entrypoint" and "only a RayJob" in str(error.value)
+
+
 def test_kueue_and_identity_metadata_is_always_set():
     body = build(annotations={"team": "nlp"}).body
     labels, annotations = body["metadata"]["labels"], body["metadata"]["annotations"]

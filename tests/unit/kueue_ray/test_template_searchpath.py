@@ -1,9 +1,16 @@
 """Finding templates by name: a user's own folders first (the operator's or the DAG's
-``template_searchpath``), then the templates shipped in ``include/manifests/rayjobs``."""
+``template_searchpath``), then the templates the plugin ships as package data (``kueue_ray/templates/``)."""
 
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
+import kueue_ray
 import pytest
 from airflow.sdk import DAG
 from kueue_ray.errors import ManifestError
@@ -90,3 +97,53 @@ def test_a_users_template_renders_with_values(tmp_path):
         template_searchpath=tmp_path / "mine",
     ).body
     assert body["spec"]["entrypoint"] == "python echo.py"
+
+
+ALONE = textwrap.dedent(
+    """
+    import json, sys
+    import kueue_ray
+    from kueue_ray.manifests import AirflowIdentity, build_rayjob, build_rayservice, resolve_template
+
+    identity = AirflowIdentity("pipe", "train", "manual__1", -1, 1)
+    job = build_rayjob(
+        "text-classifier", name="pipe-train", namespace="ml", queue="team-a", priority="prod-priority",
+        identity=identity,
+    )
+    service = build_rayservice(
+        "aurora-serve", name="pipe-serve", namespace="ml", queue="team-a", priority="prod-priority",
+        identity=identity, values={"model_path": "/mnt/models/x"},
+    )
+    print(json.dumps({
+        "plugin": kueue_ray.__file__,
+        "template": str(resolve_template("text-classifier")),
+        "job": job.body,
+        "service": service.body["kind"],
+    }))
+    """
+)
+
+
+def test_the_plugin_copied_alone_still_renders_a_pipelines_rayjob(tmp_path):
+    """The plugin folder on its own (an image's plugins folder, a ``git archive`` of ``plugins/``): no
+    ``include/`` beside it, yet the shipped templates are found, as package data of ``kueue_ray``."""
+    plugins = tmp_path / "plugins"
+    shutil.copytree(
+        Path(kueue_ray.__file__).parent, plugins / "kueue_ray", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    ran = subprocess.run(
+        [sys.executable, "-c", ALONE],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(plugins)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    seen = json.loads(ran.stdout)
+    assert Path(seen["plugin"]).is_relative_to(plugins), "the copy, not this checkout, was imported"
+    assert seen["template"] == str(plugins / "kueue_ray" / "templates" / "text-classifier.yaml.j2")
+    assert seen["job"]["kind"] == "RayJob" and seen["job"]["spec"]["suspend"] is True
+    assert seen["job"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert seen["service"] == "RayService"

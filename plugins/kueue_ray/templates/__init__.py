@@ -8,8 +8,12 @@ strings inside the expression (``{{ "s3://bucket/" ~ run }}``). The ``to_yaml`` 
 into YAML text, for ``runtimeEnvYAML`` and ``serveConfigV2``.
 
 A template is named in the operator's (or its DAG's) ``template_searchpath`` first, then in the templates
-shipped in ``include/manifests/rayjobs``. Apart from ``kueue_ray.manifests`` because where a template
-comes from and how text becomes a dict are one concern; what the dict must contain is another.
+shipped in this package (the ``*.yaml.j2`` beside this file, package data found with ``importlib.resources``,
+so the plugin finds them wherever its folder is copied: a Docker image's plugins folder, a ``git archive``
+of ``plugins/``). To change a shipped template, copy it into a folder of your own and name that folder in
+``template_searchpath``: yours is found first, and an upgrade of the plugin leaves it alone.
+Apart from ``kueue_ray.manifests`` because where a template comes from and how text becomes a dict are one
+concern; what the dict must contain is another.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import copy
 import json
 import os
 from collections.abc import Mapping, Sequence
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +33,10 @@ import yaml
 
 from kueue_ray.errors import ManifestError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES_DIR = REPO_ROOT / "include" / "manifests" / "rayjobs"
+TEMPLATES_DIR: Traversable = files("kueue_ray.templates")
+"""The shipped templates: this package's own ``*.yaml.j2`` files. Named in full, not ``__name__``:
+Airflow's plugin loader also runs every file of the plugins folder as a module of its own, this one as
+``__init__``, which is no package to find files in."""
 
 
 def plain(value: Any) -> Any:
@@ -68,32 +76,42 @@ SearchPath = str | os.PathLike | Sequence[str | os.PathLike] | None
 """Folders to look for templates in, as Airflow's ``template_searchpath`` is given: one or a list."""
 
 
-def template_folders(searchpath: SearchPath = None) -> list[Path]:
+def template_folders(searchpath: SearchPath = None) -> list[Traversable]:
     """The folders a template name is looked up in, in order: ``searchpath`` (a user's project folders),
-    then the templates shipped with this project (``TEMPLATES_DIR``)."""
+    then the templates shipped with the plugin (``TEMPLATES_DIR``)."""
     if searchpath is None:
         given: list = []
     elif isinstance(searchpath, str | os.PathLike):
         given = [searchpath]
     else:
         given = list(searchpath)
-    folders = [Path(folder) for folder in given]
+    folders: list[Traversable] = [Path(folder) for folder in given]
     return folders + ([TEMPLATES_DIR] if TEMPLATES_DIR not in folders else [])
 
 
-def resolve_template(template: str | os.PathLike, searchpath: SearchPath = None) -> Path:
+def resolve_template(template: str | os.PathLike, searchpath: SearchPath = None) -> Traversable:
     """Find a template: an absolute path, or a name (".yaml.j2" may be omitted) or relative path looked up
     in each folder of ``template_folders(searchpath)`` and last in the working directory."""
     path = Path(template)
     folders = template_folders(searchpath)
+    candidates: list[Traversable]
     if path.is_absolute():
         candidates = [path]
     else:
-        candidates = [c for folder in folders for c in (folder / path, folder / f"{path}.yaml.j2")] + [path]
+        names = (path.as_posix(), f"{path.as_posix()}.yaml.j2")
+        candidates = [folder.joinpath(name) for folder in folders for name in names] + [path]
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    available = sorted({p.name for folder in folders for p in folder.glob("*.yaml.j2")})
+    available = sorted(
+        {
+            p.name
+            for folder in folders
+            if folder.is_dir()
+            for p in folder.iterdir()
+            if p.name.endswith(".yaml.j2")
+        }
+    )
     raise ManifestError(
         f"template not found in {[str(folder) for folder in folders]} nor as a path",
         field="template",
