@@ -74,7 +74,7 @@ from kueue_ray.kube.server_clock import server_clock
 from kueue_ray.manifests import BuiltRayJob
 from kueue_ray.naming import JOB_UID_LABEL, MANAGED_BY_SELECTOR, WAITER_ANNOTATION, AirflowIdentity, Waiter
 from kueue_ray.pod_states import CLUSTER_LABEL
-from kueue_ray.preflight import Preflight, QueueCapacity
+from kueue_ray.preflight import WORKER_TIMEOUT, KueueReads, Preflight, QueueCapacity, TimedReads
 
 __all__ = [
     "CONFLICT",
@@ -342,21 +342,35 @@ class RayJobHook(KubernetesHook):
         return newest(listing.items)
 
     @generic_api_retry
-    def get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
+    def get_kueue_object(
+        self,
+        plural: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        timeout: float | tuple[float, float] | None = None,
+    ) -> dict | None:
+        """``timeout``: the client's ``_request_timeout`` (seconds, or (connect, read)); None: none."""
         api = self.custom_object_client
+        bound = {"_request_timeout": timeout} if timeout is not None else {}
         try:
             with reading("get", f"{plural}.{KUEUE_GROUP}", KUEUE_GROUP, KUEUE_VERSION):
                 if namespace is None:
-                    return api.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
-                return api.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural, name)
+                    return api.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name, **bound)
+                return api.get_namespaced_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, namespace, plural, name, **bound
+                )
         except ApiException as exc:
             if exc.status == 404 and not may_be_missing_api(exc):  # the object is gone, not its API
                 return None
             raise
 
     @generic_api_retry
-    def list_kueue_objects(self, plural: str, namespace: str | None = None) -> list[dict]:
+    def list_kueue_objects(
+        self, plural: str, namespace: str | None = None, *, timeout: float | tuple[float, float] | None = None
+    ) -> list[dict]:
         api = self.custom_object_client
+        bound = {"_request_timeout": timeout} if timeout is not None else {}
         if namespace is None:
             call = partial(api.list_cluster_custom_object_with_http_info, KUEUE_GROUP, KUEUE_VERSION, plural)
         else:
@@ -368,7 +382,7 @@ class RayJobHook(KubernetesHook):
                 plural,
             )
         with reading("list", f"{plural}.{KUEUE_GROUP}", KUEUE_GROUP, KUEUE_VERSION):
-            return list_all(call).items
+            return list_all(call, **bound).items
 
     def quota_state(self, local_queue: str, namespace: str) -> tuple[dict | None, list[dict]]:
         """As ``AsyncRayJobHook.quota_state``: (the ClusterQueue behind ``local_queue``, the Workloads of
@@ -383,8 +397,14 @@ class RayJobHook(KubernetesHook):
     def preflight(
         self, built: BuiltRayJob, namespace: str, queue: str, priority: str | None
     ) -> QueueCapacity:
-        """Everything that can be known to fail before submitting (``kueue_ray.preflight``)."""
-        return Preflight(self).run(built, namespace, queue, priority)
+        """Everything that can be known to fail before submitting (``kueue_ray.preflight``); a MultiKueue
+        worker is read through its own connection (``kueue_ray.multikueue.worker_connection_id``)."""
+        from kueue_ray.multikueue import worker_connection_id
+
+        def worker_hook(cluster: str) -> KueueReads:
+            return TimedReads(type(self)(kubernetes_conn_id=worker_connection_id(cluster)), WORKER_TIMEOUT)
+
+        return Preflight(self, worker_hook).run(built, namespace, queue, priority)
 
     # --- refusals and missing APIs --------------------------------------------------------------------
 

@@ -16,6 +16,11 @@ prints. Where dashboards are exposed (an ingress, a proxy), set ``ray_dashboard_
 operator or sensor, or in the ``kubernetes`` connection's extra: a ``str.format`` string over the fields
 above, e.g. ``https://ray.example.com/{namespace}/{name}/#/jobs``.
 
+On a MultiKueue manager the Ray cluster runs on a worker cluster: once the ``rayjob`` XCom names it
+(``worker_cluster``, when the task resumes), the link is rendered from the worker connection's
+(``kueue_worker_<name>``, ``kueue_ray.multikueue.worker_connection_id``) ``ray_dashboard_url_template``, or is
+the port-forward URL, the port-forward then made with that worker's kubeconfig.
+
 The Kueue link opens the task instance's "Kueue" tab in Airflow's own UI (``kueue_ray_ui_plugin``): queue
 position, phase and timeline of the RayJob, live; under ``[api] base_url`` when that is set.
 """
@@ -67,19 +72,41 @@ def port_forward_command(namespace: str, name: str) -> str:
     return f"kubectl -n {namespace} port-forward svc/{name}-head-svc {DASHBOARD_PORT}:{DASHBOARD_PORT}"
 
 
-def dashboard_template(operator: Any) -> str | None:
-    """The configured URL template: the operator's argument, else the ``kubernetes`` connection's extra."""
+def dashboard_template(operator: Any, worker: str | None = None) -> str | None:
+    """The configured URL template: the operator's argument, else the ``kubernetes`` connection's extra;
+    for a RayJob MultiKueue ran on ``worker``, that worker connection's extra (the manager's dashboards are
+    not where the Ray cluster runs)."""
+    if worker:
+        from kueue_ray.multikueue import worker_connection_id
+
+        return _connection_template(worker_connection_id(worker))
     own = getattr(operator, DASHBOARD_TEMPLATE_FIELD, None)
     if own:
         return own
     conn_id = getattr(operator, "kubernetes_conn_id", None)
-    if not conn_id:
-        return None
+    return _connection_template(conn_id) if conn_id else None
+
+
+def _connection_template(conn_id: str) -> str | None:
     from airflow.sdk import BaseHook
 
     try:
         extra = BaseHook.get_connection(conn_id).extra_dejson
     except Exception:  # noqa: BLE001 - no connection, no template: fall back to the default
+        return None
+    return extra.get(DASHBOARD_TEMPLATE_FIELD) or None
+
+
+async def worker_dashboard_template(worker: str) -> str | None:
+    """``dashboard_template(operator, worker)`` in the triggerer, where a task may end: the worker
+    connection's template, read through Airflow's async connection access; None without one."""
+    from airflow.providers.common.compat.connection import get_async_connection
+
+    from kueue_ray.multikueue import worker_connection_id
+
+    try:
+        extra = (await get_async_connection(worker_connection_id(worker))).extra_dejson
+    except Exception:  # noqa: BLE001 - no connection, no template: the default link
         return None
     return extra.get(DASHBOARD_TEMPLATE_FIELD) or None
 
@@ -126,7 +153,8 @@ class RayDashboardLink(BaseOperatorLink):
     name = "Ray dashboard"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        return dashboard_url(dashboard_template(operator), _rayjob_fields(operator, ti_key))
+        fields = _rayjob_fields(operator, ti_key)
+        return dashboard_url(dashboard_template(operator, fields.get("worker_cluster")), fields)
 
 
 class KueueTabLink(BaseOperatorLink):

@@ -145,8 +145,13 @@ class Story:
         )
 
     def pods_check_in(self, observation: Observation, now: float) -> float | None:
-        """Seconds until the pods should be read again; None when the Ray cluster is not starting."""
-        if observation.phase is not Phase.ADMITTED or not observation.ray_cluster:
+        """Seconds until the pods should be read again; None when the Ray cluster is not starting, or starts
+        on a MultiKueue worker cluster (its pods are there, not on the manager the wait reads)."""
+        if (
+            observation.phase is not Phase.ADMITTED
+            or not observation.ray_cluster
+            or observation.worker_cluster
+        ):
             self.pods_checked_at = None
             return None
         if self.pods_checked_at is None:

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 class SubmitRayJobOperator(KueueSubmitOperator):
     """Submit a RayJob to a Kueue LocalQueue with a WorkloadPriorityClass, and wait for it.
 
-    The RayJob is built from a Jinja template (``include/manifests/rayjobs/<name>.yaml.j2``, a path, or a
-    dict) and checked before anything reaches the cluster: the manifest is validated, the LocalQueue and
+    The RayJob is built from a Jinja template (``kueue_ray/templates/<name>.yaml.j2`` or your own, a path,
+    or a dict) and checked before anything reaches the cluster: the manifest is validated, the LocalQueue and
     WorkloadPriorityClass must exist, and the request must fit the ClusterQueue's maximum capacity
     (counting cohort borrowing). Then each try creates a RayJob of its own name (the deployment, task
     instance and try hashed): a later try adopts an earlier try's RayJob only while it is unfinished (the
@@ -70,7 +70,7 @@ class SubmitRayJobOperator(KueueSubmitOperator):
         )
 
     :param template: a template name (``<name>`` or ``<name>.yaml.j2``) looked up in ``template_searchpath``
-        and then in the shipped ``include/manifests/rayjobs``, a file path, or a RayJob dict.
+        and then among the shipped ``kueue_ray/templates``, a file path, or a RayJob dict.
     :param template_searchpath: folder(s) holding your own templates; default: the DAG's
         ``template_searchpath``.
     :param local_queue: Kueue LocalQueue in ``namespace`` (templated). Not ``queue``: that is
@@ -210,7 +210,8 @@ class SubmitRayJobOperator(KueueSubmitOperator):
                 deferred_at=datetime.now(UTC).isoformat(),
             )
             self.defer(trigger=trigger, method_name="execute_complete")
-        return self.execute_complete(context, WorkerWait(target, policy, self.log).wait(hook))
+        waiter = WorkerWait(target, policy, self.log, tail_lines=self.log_tail_lines)
+        return self.execute_complete(context, waiter.wait(hook))
 
     def submit(self, hook: RayJobHook, body: dict, identity: AirflowIdentity) -> dict:
         """Create this try's RayJob, or adopt the one an earlier try left unfinished (``kueue_ray.adoption``).

@@ -25,8 +25,9 @@ PRIORITY_CLASSES: dict[str, int] = {"dev-priority": 100, "prod-priority": 1000}
 """The WorkloadPriorityClasses of include/manifests/kueue/, with their values (higher wins); in this
 order, so the form lists the default first."""
 
-LOCAL_QUEUES: tuple[str, ...] = ("user-queue", "team-a", "team-b")
-"""The LocalQueues in ``NAMESPACE`` of both queue setups: ``user-queue`` (single-queue) and the two teams'."""
+LOCAL_QUEUES: tuple[str, ...] = ("user-queue", "team-a", "team-b", "multikueue-queue")
+"""The LocalQueues in ``NAMESPACE`` of the queue setups: ``user-queue`` (single-queue), the two teams', and
+``multikueue-queue`` (a MultiKueue manager's, whose RayJobs run on its worker clusters)."""
 
 PRIORITY_EXPLAINED: dict[str, str] = {
     "dev-priority": "dev-priority (100): waits behind production, may be preempted",
@@ -38,6 +39,7 @@ QUEUE_EXPLAINED: dict[str, str] = {
     "user-queue": "user-queue (single-queue setup)",
     "team-a": "team-a (team-queues setup)",
     "team-b": "team-b (team-queues setup)",
+    "multikueue-queue": "multikueue-queue (MultiKueue setup: runs on a worker cluster)",
 }
 """Which installed queue setup each LocalQueue belongs to: only one setup's queues exist on a cluster."""
 

@@ -2,16 +2,27 @@
 
 The LocalQueue, the WorkloadPriorityClass and the ClusterQueue behind them exist, and the request fits
 the ClusterQueue's maximum capacity (with cohort borrowing); each error names the field, the value and
-the fix, and a refused request suggests the queues it would fit. ``Preflight`` is given the hook it reads
-through (``RayJobHook.preflight`` makes one); the capacity arithmetic is ``kueue_ray.capacity``'s.
+the fix, and a refused request suggests the queues it would fit. Only quota is judged, never nodes: on a
+MultiKueue manager the ClusterQueue's quota is the manager's and the capacity the workers', so a RayJob no
+manager node could hold is submitted, and one the manager's quota can never admit is refused. A manager's
+ClusterQueue whose MultiKueue check dispatches to workers Airflow has a connection to
+(``kueue_worker_<name>``) is judged on the workers too: when every worker of its MultiKueueConfig was read
+and none has the LocalQueue or the quota, the request is refused naming each; a worker that cannot be read
+(no connection, refused, unreachable) may admit it, so it is submitted
+(``tests/integration/kueue_ray/test_multikueue.py``). ``Preflight`` is given the hook it reads through
+and, for the workers, a function making a worker's hook (``RayJobHook.preflight`` makes both); the
+capacity arithmetic is ``kueue_ray.capacity``'s.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
@@ -25,6 +36,8 @@ from kueue_ray.capacity import (
 from kueue_ray.errors import PreflightError
 from kueue_ray.kube.api import CLUSTER_QUEUE, LOCAL_QUEUE, WORKLOAD_PRIORITY_CLASS
 from kueue_ray.kube.errors import describe_error
+from kueue_ray.multikueue import CONTROLLER as MULTIKUEUE
+from kueue_ray.multikueue import multikueue_config_name, worker_connection_id, workers_refusal
 from kueue_ray.params import QUEUE_ALTERNATIVES
 
 if TYPE_CHECKING:
@@ -39,6 +52,8 @@ class QueueCapacity:
 
     cluster_queue: str
     capacity: dict[str, dict[str, Decimal]]
+    admission_checks: tuple[dict, ...] = ()
+    """The ClusterQueue's ``spec.admissionChecksStrategy.admissionChecks`` rules (``name``, ``onFlavors``)."""
 
 
 class KueueReads(Protocol):
@@ -51,11 +66,36 @@ class KueueReads(Protocol):
     def raise_explained(self, exc: ApiException, namespace: str | None) -> None: ...
 
 
-class Preflight:
-    """The checks, reading through ``hook``."""
+WORKER_TIMEOUT = (5.0, 10.0)
+"""(connect, read) seconds of each read of a MultiKueue worker (``TimedReads``)."""
+WORKER_DEADLINE = 15.0
+"""Seconds the preflight waits for the workers' answers (read side by side): a worker out of Airflow's
+reach delays a submission by this at most, never by the system's TCP timeouts and the client's retries,
+and is then left to Kueue."""
 
-    def __init__(self, hook: KueueReads) -> None:
+
+class TimedReads:
+    """``hook``'s reads, each bounded by ``timeout`` (the client's ``_request_timeout``)."""
+
+    def __init__(self, hook: Any, timeout: float | tuple[float, float]) -> None:
+        self.hook, self.timeout = hook, timeout
+
+    def get_kueue_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
+        return self.hook.get_kueue_object(plural, name, namespace, timeout=self.timeout)
+
+    def list_kueue_objects(self, plural: str, namespace: str | None = None) -> list[dict]:
+        return self.hook.list_kueue_objects(plural, namespace, timeout=self.timeout)
+
+    def raise_explained(self, exc: ApiException, namespace: str | None) -> None:
+        self.hook.raise_explained(exc, namespace)
+
+
+class Preflight:
+    """The checks, reading through ``hook``; a MultiKueue worker's through ``worker_hook(cluster)``."""
+
+    def __init__(self, hook: KueueReads, worker_hook: Callable[[str], KueueReads] | None = None) -> None:
         self.hook = hook
+        self.worker_hook = worker_hook
 
     def check_queue(self, namespace: str, queue: str, priority: str | None) -> QueueCapacity:
         """Preflight: the LocalQueue exists here, the WorkloadPriorityClass exists, and the ClusterQueue
@@ -105,7 +145,10 @@ class Preflight:
             cohort_members = self.hook.list_kueue_objects(CLUSTER_QUEUE.plural)
             cohorts = self.hook.list_kueue_objects("cohorts")
         capacity = max_capacity(cluster_queue, cluster_queues=cohort_members, cohorts=cohorts)
-        return QueueCapacity(cluster_queue=cq_name, capacity=capacity)
+        checks = ((cluster_queue.get("spec") or {}).get("admissionChecksStrategy") or {}).get(
+            "admissionChecks"
+        )
+        return QueueCapacity(cluster_queue=cq_name, capacity=capacity, admission_checks=tuple(checks or ()))
 
     def run(self, built: BuiltRayJob, namespace: str, queue: str, priority: str | None) -> QueueCapacity:
         """Everything that can be known to fail before submitting: queue, priority class, capacity; a
@@ -129,7 +172,101 @@ class Preflight:
                 value=built.total_request.get(resource),
                 fix=why.fix,
             )
+        if self.worker_hook is not None and queue_capacity.admission_checks:
+            self.check_workers(built, namespace, queue, queue_capacity)
         return queue_capacity
+
+    def check_workers(self, built: BuiltRayJob, namespace: str, queue: str, on: QueueCapacity) -> None:
+        """Refuse ``built`` when the ClusterQueue's MultiKueue check dispatches to workers none of which can
+        ever admit it (``multikueue.workers_refusal``): MultiKueue copies the Workload to every worker of the
+        check's MultiKueueConfig under the same LocalQueue and namespace, and Kueue would leave it pending
+        there until ``queue_timeout``. Reads that fail leave the request to Kueue."""
+        workers = self.multikueue_workers(on)
+        if not workers:
+            return
+        verdicts = self.worker_verdicts(workers, built, namespace, queue)
+        refusals = {worker: verdict for worker, verdict in verdicts.items() if verdict is not None}
+        if len(refusals) == len(workers):  # else one may admit it, or could not be judged
+            raise workers_refusal(on.cluster_queue, refusals)
+
+    def worker_verdicts(
+        self, workers: list[str], built: BuiltRayJob, namespace: str, queue: str
+    ) -> dict[str, PreflightError | None]:
+        """``worker_verdict`` of each worker, read side by side (a thread each), all within
+        ``WORKER_DEADLINE``: a worker that has not answered by then is not judged."""
+        found: dict[str, PreflightError | None] = {}
+
+        def judge(worker: str) -> None:
+            found[worker] = self.worker_verdict(worker, built, namespace, queue)
+
+        threads = [
+            threading.Thread(target=judge, args=(worker,), daemon=True, name=f"preflight-{worker}")
+            for worker in workers
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + WORKER_DEADLINE
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        late = [worker for worker in workers if worker not in found]
+        if late:
+            log.info(
+                "MultiKueue worker cluster(s) %s did not answer within %gs: whether they can ever admit "
+                "the RayJob is left to Kueue there",
+                ", ".join(late),
+                WORKER_DEADLINE,
+            )
+        return {worker: found.get(worker) for worker in workers}
+
+    def multikueue_workers(self, on: QueueCapacity) -> list[str]:
+        """The worker clusters the ClusterQueue's MultiKueue check dispatches every Workload to (its
+        MultiKueueConfig's ``spec.clusters``); none when it has no such check, the check applies to some
+        flavors only (a Workload may be admitted without it), or the objects cannot be read."""
+        try:
+            for rule in on.admission_checks:
+                check = self.hook.get_kueue_object("admissionchecks", str(rule.get("name")))
+                if ((check or {}).get("spec") or {}).get("controllerName") != MULTIKUEUE:
+                    continue
+                config_name = multikueue_config_name(check)
+                if rule.get("onFlavors") or config_name is None:
+                    return []
+                config = self.hook.get_kueue_object("multikueueconfigs", config_name)
+                return [str(c) for c in ((config or {}).get("spec") or {}).get("clusters") or ()]
+        except Exception as exc:  # noqa: BLE001 - the workers are then left to Kueue
+            log.info("ClusterQueue %s's admission checks not read: %s", on.cluster_queue, describe_error(exc))
+        return []
+
+    def worker_verdict(
+        self, worker: str, built: BuiltRayJob, namespace: str, queue: str
+    ) -> PreflightError | None:
+        """Why MultiKueue worker ``worker`` can never admit ``built``, or None when it may, or when it cannot
+        be read through its Airflow connection (the log says which)."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        assert self.worker_hook is not None
+        try:
+            on_worker = Preflight(self.worker_hook(worker)).check_queue(namespace, queue, None)
+        except PreflightError as exc:
+            return exc
+        except AirflowNotFoundException:
+            log.info(
+                "No Airflow connection %r for MultiKueue worker cluster %r: whether it can ever admit the "
+                "RayJob is left to Kueue there",
+                worker_connection_id(worker),
+                worker,
+            )
+            return None
+        except Exception as exc:  # noqa: BLE001 - Kueue on that worker will tell
+            log.info("MultiKueue worker cluster %s not read: %s", worker, describe_error(exc))
+            return None
+        shortfall = find_shortfall(built.pod_sets, on_worker.capacity)
+        if shortfall is None:
+            return None
+        resource, available = shortfall
+        why = explain_capacity_shortfall(built.pod_sets, resource, available, on_worker.cluster_queue)
+        return PreflightError(
+            why.problem, field=f"resources[{resource}]", value=built.total_request.get(resource), fix=why.fix
+        )
 
     def queues_that_fit(self, built: BuiltRayJob, namespace: str, refused: str) -> list[str]:
         """The other LocalQueues of ``namespace`` whose ClusterQueue could ever admit ``built``: the fix a

@@ -11,6 +11,11 @@ would give a run of this kind (``kueue_ray.priority.resolve_priority``): a class
 backfill run no higher than ``backfill_priority`` unless ``allow_backfill_priority``. A task without a
 ``priority_policy`` runs at a fixed priority, which is not changed from the tab either.
 
+Not once MultiKueue has dispatched it (``kueue_ray.multikueue``): the manager's MultiKueue copies a new
+priority to the worker's Workload, and the worker's Kueue sets it back from the worker's copy of the RayJob,
+whose label is the old one, over and over (``workload.go`` reconcileGroup step 5 against the worker's job
+reconciler; kubesim reproduces it). Before dispatch the manager's Workload is the only one that matters.
+
     >>> policy = {"allowed": ["dev-priority", "prod-priority"]}
     >>> may_change(policy, "backfill", "dev-priority", "prod-priority").allowed
     False
@@ -52,14 +57,32 @@ def choices(policy: Mapping[str, Any] | None, run_type: Any) -> tuple[str, ...]:
 
 
 def may_change(
-    policy: Mapping[str, Any] | None, run_type: Any, current: str | None, requested: str
+    policy: Mapping[str, Any] | None,
+    run_type: Any,
+    current: str | None,
+    requested: str,
+    worker: str | None = None,
 ) -> ChangeDecision:
-    """Whether ``requested`` may replace ``current`` for a run of ``run_type`` under the task's ``policy``."""
+    """Whether ``requested`` may replace ``current`` for a run of ``run_type`` under the task's ``policy``;
+    ``worker``: the MultiKueue worker cluster the RayJob was dispatched to, if any.
+
+    >>> may_change({"allowed": ["dev", "prod"]}, "manual", "dev", "prod", worker="gpu-east").reason[:60]
+    "the RayJob was dispatched by MultiKueue to worker cluster 'g"
+    """
     options = choices(policy, run_type)
     if not policy:
         return ChangeDecision(
             False,
             "the task sets a fixed priority (no priority_policy): its priority is not changed from Airflow",
+        )
+    if worker:
+        return ChangeDecision(
+            False,
+            f"the RayJob was dispatched by MultiKueue to worker cluster {worker!r}: a new priority class "
+            "would be copied to the worker's Workload by the manager and set back by the worker's Kueue "
+            "from its copy of the RayJob, without end. Change the priority before dispatch, or stop the "
+            "task and run it again with the new one",
+            options,
         )
     if requested == current:
         return ChangeDecision(False, f"the RayJob already has priority {requested}", options)

@@ -47,7 +47,7 @@ def rayjob_details(rayjob: dict, payload: Mapping[str, Any] | None = None, **ext
         "dashboard_url": status.get("dashboardURL"),
         **extra,
     }
-    for key in ("workload_name", "cluster_queue", "ray_cluster", "job_id", "dashboard_url"):
+    for key in ("workload_name", "cluster_queue", "ray_cluster", "job_id", "dashboard_url", "worker_cluster"):
         if payload and payload.get(key):
             details[key] = payload[key]
     return details
@@ -74,6 +74,16 @@ def summary_lines(event: Mapping[str, Any], preemptor_of: Callable[[str], dict |
         f"{len(timeline.get('preemptions') or ())} preemption(s), "
         f"{timeline.get('pods_ready_eviction_count') or 0} eviction(s) for pods not ready"
     ]
+    workers = worker_clusters(event)
+    if workers:
+        from kueue_ray.multikueue import worker_connection_id
+
+        noun = "worker cluster" if len(workers) == 1 else "worker clusters, in turn,"
+        lines.append(
+            f"RayJob {event['namespace']}/{event['name']} was dispatched by MultiKueue to {noun} "
+            f"{', '.join(workers)} (its Ray cluster, driver log and dashboard are on {workers[-1]}, "
+            f"reached through the Airflow connection {worker_connection_id(workers[-1])!r})"
+        )
     for preemption in timeline.get("preemptions") or ():
         message = preemption.get("message") or ""
         uid = preemptor_job_uid(message)
@@ -84,6 +94,45 @@ def summary_lines(event: Mapping[str, Any], preemptor_of: Callable[[str], dict |
             f"  evicted at {eviction.get('at')} ({eviction.get('reason')}): {eviction.get('message')}"
         )
     return lines
+
+
+def worker_clusters(event: Mapping[str, Any]) -> list[str]:
+    """The MultiKueue worker clusters the RayJob ran on, in order (each admission's, then the last seen).
+
+    >>> worker_clusters({"timeline": {"admissions": [{"worker_cluster": "w1"}, {"worker_cluster": "w2"}]}})
+    ['w1', 'w2']
+    """
+    timeline = event.get("timeline") or {}
+    named = [a.get("worker_cluster") for a in timeline.get("admissions") or ()]
+    named += [timeline.get("worker_cluster"), event.get("worker_cluster")]
+    return list(dict.fromkeys(w for w in named if w))
+
+
+def driver_log_tail(task: Any, event: Mapping[str, Any], lines: int) -> str | None:
+    """The driver log's last ``lines`` through ``task.hook``, or, for a RayJob MultiKueue ran on a worker
+    cluster, through that worker's connection (``kueue_ray.multikueue.worker_connection_id``), else as the
+    wait followed it there (MultiKueue deletes the worker's copy once it finished); without such a connection
+    None, and the task log says which connection to create."""
+    name, namespace, worker = event["name"], event["namespace"], event.get("worker_cluster")
+    if not worker:
+        return task.hook.submitter_log_tail(name, namespace, lines)
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from kueue_ray.multikueue import copy_gone, last_lines, missing_connection, worker_connection_id
+
+    try:
+        worker_hook = type(task.hook)(kubernetes_conn_id=worker_connection_id(worker))
+        fresh = worker_hook.submitter_log_tail(name, namespace, lines)
+    except AirflowNotFoundException:
+        task.log.warning(missing_connection(worker, "the Ray driver log"))
+        return None
+    if fresh is None:
+        from kueue_ray.worker_log import WORKER_TAIL_KEY
+
+        fresh = last_lines(event.get(WORKER_TAIL_KEY), lines)
+    if fresh is None:
+        task.log.info(copy_gone(worker))
+    return fresh
 
 
 def reference(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,7 +156,7 @@ def finish(task: Any, context: Context, event: Mapping[str, Any], *, log_tail_li
         and event.get("status") != VerdictStatus.DELETED
         and event.get("status") not in UNREADABLE
     ):
-        tail = hook.submitter_log_tail(name, namespace, log_tail_lines)
+        tail = driver_log_tail(task, event, log_tail_lines)
         if tail:
             task.log.info(LOG_TAIL_HEADER, log_tail_lines, tail)
     if event["status"] != VerdictStatus.SUCCESS:

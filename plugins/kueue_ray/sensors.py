@@ -222,10 +222,15 @@ class RayJobSensor(BaseSensorOperator):
         from kueue_ray.worker_wait import WorkerWait
 
         if self._wait is None:  # kept across pokes in poke mode; rebuilt per poke in reschedule mode
-            self._wait = WorkerWait(self._target, WaitPolicy.of(self, context), self.log)
+            # The driver log on a MultiKueue worker is followed between pokes only in poke mode: a
+            # rescheduled task is a new process each poke, and no stream outlives it.
+            lines = self.log_tail_lines if self.mode == "poke" else 0
+            self._wait = WorkerWait(self._target, WaitPolicy.of(self, context), self.log, tail_lines=lines)
         event = self._wait.step(self.hook)
         if event is None:
+            self._wait.follow_driver_log(self.hook)
             return PokeReturnValue(is_done=False)
+        event = self._wait.with_driver_log(event)
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, event))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:

@@ -50,8 +50,8 @@ class DeployRayServiceOperator(KueueSubmitOperator):
     """Create or update a RayService in a Kueue LocalQueue with a WorkloadPriorityClass, and wait until it
     serves: the new cluster active and every Serve application RUNNING with every deployment HEALTHY.
 
-    The RayService is built from a Jinja template (``include/manifests/rayjobs/<name>.yaml.j2``, a path, or a
-    dict) and checked before anything reaches the cluster, as ``SubmitRayJobOperator`` checks a RayJob:
+    The RayService is built from a Jinja template (``kueue_ray/templates/<name>.yaml.j2`` or your own, a
+    path, or a dict) and checked before anything reaches the cluster, as ``SubmitRayJobOperator`` checks a RayJob:
     manifest, LocalQueue, WorkloadPriorityClass, and that one Ray cluster of it fits the ClusterQueue's
     maximum capacity.
 
@@ -95,7 +95,7 @@ class DeployRayServiceOperator(KueueSubmitOperator):
         )
 
     :param template: a template name looked up in ``template_searchpath`` and then in the shipped
-        ``include/manifests/rayjobs``, a file path, or a RayService dict.
+        ``kueue_ray/templates``, a file path, or a RayService dict.
     :param template_searchpath: folder(s) holding your own templates; default: the DAG's
         ``template_searchpath``.
     :param values: template variables.

@@ -22,6 +22,17 @@ The order of the checks matters and follows the behaviour of Kueue v0.19 / KubeR
    requests above the ClusterQueue's maximum capacity, QUEUED for everything that resolves by waiting
    (including the backoff after a PodsReadyTimeout eviction).
 
+On a MultiKueue manager (``kueue_ray.multikueue``) the RayJob's status is mirrored from the worker cluster
+that runs it, and the same rules apply, with three differences: the MultiKueue check Pending means waiting
+for a worker to admit it, and once Ready its words ("The workload was admitted on "worker1"") join the
+ADMITTED message and ``worker_cluster`` names the worker; a Rejected check fails as any rejected check does;
+and an eviction (e.g. the check's Retry after the worker was lost) is EVICTED only while the manager still
+holds the quota, since no KubeRay tears anything down on the manager: once the quota is released it is
+QUEUED, and the queue clock runs until Kueue dispatches it again. Kueue releases the quota only once the
+mirrored status stops saying the job is active (``jobframework`` reconciler, step 6, ``RayJob.IsActive``),
+which a lost worker's copy cannot say until the worker is back: the EVICTED line says so, and the
+watchdog keeps the run clock running (``kueue_ray.waiting.Watchdog``).
+
 Both Kueue's default reasons (``Pending`` / ``Inadmissible``) and the granular ones of
 ``UnadmittedWorkloadsObservability`` (``WaitingForQuota``, ``ExceedsMaxQuota``, ``Misconfigured``, ...)
 are understood.
@@ -32,6 +43,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kueue_ray import multikueue
 from kueue_ray import workload as wl
 from kueue_ray.phases import (
     TERMINAL_PHASES,
@@ -42,6 +54,11 @@ from kueue_ray.workload import PODS_READY_TIMEOUT
 
 PODS_NOT_READY_HINT = "check taints, tolerations, image pulls"
 MSG_ADMITTED = "The workload is admitted"
+MK_EVICTED_HINT = (
+    " (MultiKueue manager: Kueue releases the quota once this RayJob's status, mirrored from its worker "
+    "cluster, says it stopped; a worker out of reach says nothing until it is reachable again, so the "
+    "run_timeout clock keeps running meanwhile)"
+)
 ACTIVE_DEPLOYMENT_STATUSES = frozenset({"Initializing", "Running", "Waiting", "Suspending", "Retrying"})
 
 _INADMISSIBLE_REASONS = frozenset({"Inadmissible", "Misconfigured", "Suspended", "ExceedsMaxQuota"})
@@ -104,6 +121,11 @@ class Observation:
     ray_job_finished_at: str | None = None
     """When the current attempt's Ray job started and ended, as KubeRay copies them from the Ray dashboard
     (``status.rayJobInfo``; cleared on suspension and retry), so a late waiter knows how long it ran."""
+    multikueue: bool = False
+    """The RayJob is a MultiKueue manager's copy (``spec.managedBy``): its status is mirrored from a worker."""
+    worker_cluster: str | None = None
+    """The MultiKueue worker cluster that runs it (``kueue_ray.multikueue.worker_cluster``); None on a
+    cluster without MultiKueue and before dispatch."""
 
     @property
     def succeeded(self) -> bool:
@@ -141,6 +163,8 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
     assignments = admission.get("podSetAssignments") or []
     cluster_queue: str | None = admission.get("clusterQueue") or None
     admission_checks = wl.admission_checks(workload)
+    managed = multikueue.managed_by_multikueue(rayjob)
+    dispatcher = multikueue.multikueue_check(admission_checks, managed)
     pods_ready_timeout = wl.pods_ready_timeout(workload)
 
     # Observation's fields every rule's result shares (checked by the dataclass at run time: the rules
@@ -168,6 +192,8 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
         "pods_ready_timeout": pods_ready_timeout,
         "ray_job_started_at": (status.get("rayJobInfo") or {}).get("startTime") or None,
         "ray_job_finished_at": (status.get("rayJobInfo") or {}).get("endTime") or None,
+        "worker_cluster": multikueue.worker_cluster(workload),
+        "multikueue": managed,
     }
 
     def result(phase: Phase, reason: str, message: str) -> Observation:
@@ -232,7 +258,9 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
 
     # 5. Evicted while the Ray cluster is still being torn down.
     quota_reserved = quota.get("status") == "True"
-    if evicted.get("status") == "True" and (quota_reserved or deployment in ACTIVE_DEPLOYMENT_STATUSES):
+    # on a MultiKueue manager the deployment status is the worker's, mirrored: nothing tears down here
+    tearing_down = deployment in ACTIVE_DEPLOYMENT_STATUSES and not managed
+    if evicted.get("status") == "True" and (quota_reserved or tearing_down):
         reason = evicted.get("reason") or wl.EVICTED
         message = evicted.get("message") or ""
         if reason == PODS_READY_TIMEOUT:
@@ -241,6 +269,8 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
                 reason,
                 f"{pods_not_ready_hint(pods_ready_timeout)} ({message})",
             )
+        if managed and deployment in ACTIVE_DEPLOYMENT_STATUSES:
+            message += MK_EVICTED_HINT
         return result(
             Phase.PREEMPTED if reason == wl.EVICTED_BY_PREEMPTION else Phase.EVICTED, reason, message
         )
@@ -261,10 +291,13 @@ def observe(rayjob: dict, workload: dict | None) -> Observation:
             return result(
                 Phase.AWAITING_CHECKS,
                 wl.QUOTA_RESERVED if stale else admitted["reason"],
-                describe_waiting_for_checks(cluster_queue, admission_checks),
+                describe_waiting_for_checks(cluster_queue, admission_checks, dispatcher),
             )
         reserved = quota.get("message") or f"Quota reserved in ClusterQueue {cluster_queue}"
-        return result(Phase.ADMITTED, wl.ADMITTED, f"{reserved}; {admitted.get('message') or MSG_ADMITTED}")
+        message = f"{reserved}; {admitted.get('message') or MSG_ADMITTED}"
+        if dispatcher is not None and dispatcher["message"]:
+            message += f"; {dispatcher['name']}: {dispatcher['message']}"
+        return result(Phase.ADMITTED, wl.ADMITTED, message)
 
     # 7. Not admitted: inadmissible or simply waiting.
     reason = quota.get("reason") or ""
@@ -316,16 +349,23 @@ def is_never_fits(message: str) -> bool:
     return False
 
 
-def describe_waiting_for_checks(cluster_queue: str | None, checks: list[dict[str, str]]) -> str:
-    """``quota reserved in ClusterQueue cq, waiting for admission checks: gpu (Pending: Waiting for nodes)``."""
+def describe_waiting_for_checks(
+    cluster_queue: str | None, checks: list[dict[str, str]], dispatcher: dict[str, str] | None = None
+) -> str:
+    """``quota reserved in ClusterQueue cq, waiting for admission checks: gpu (Pending: Waiting for nodes)``;
+    MultiKueue's check (``dispatcher``) Pending says what it waits for:
+    ``multikueue (Pending; waiting for a worker cluster to admit it)``."""
     where = f" in ClusterQueue {cluster_queue}" if cluster_queue else ""
     if not checks:
         return f"quota reserved{where}, not admitted yet"
-    listed = ", ".join(
-        f"{c['name']} ({c['state']}: {c['message']})" if c["message"] else f"{c['name']} ({c['state']})"
-        for c in checks
-    )
-    return f"quota reserved{where}, waiting for admission checks: {listed}"
+
+    def told(c: dict[str, str]) -> str:
+        state = c["state"]
+        if c is dispatcher and state == "Pending":
+            state += "; waiting for a worker cluster to admit it"
+        return f"{c['name']} ({state}: {c['message']})" if c["message"] else f"{c['name']} ({state})"
+
+    return f"quota reserved{where}, waiting for admission checks: {', '.join(told(c) for c in checks)}"
 
 
 def describe_rejection(rejected: list[dict[str, str]]) -> str:

@@ -55,10 +55,11 @@ def to_iso(epoch: float | None) -> str | None:
 class Timeline:
     submitted_at: float | None = None
     admissions: list[dict] = field(default_factory=list)
-    """[{"at", "cluster_queue", "flavors", "reserved_at", "queued_since"}], one per (re-)admission: when
-    Kueue admitted it (``at``), when it reserved the quota (``reserved_at``: earlier than ``at`` only when
-    admission checks had to pass), and when this wait for admission began (``queued_since``: submission,
-    or the preemption or eviction before it)."""
+    """[{"at", "cluster_queue", "flavors", "reserved_at", "queued_since", "worker_cluster"}], one per
+    (re-)admission: when Kueue admitted it (``at``), when it reserved the quota (``reserved_at``: earlier
+    than ``at`` only when admission checks had to pass), when this wait for admission began
+    (``queued_since``: submission, or the preemption or eviction before it), and the MultiKueue worker
+    cluster it was dispatched to (None without MultiKueue)."""
     preemptions: list[dict] = field(default_factory=list)
     """[{"at", "reason", "message"}], one per preemption."""
     evictions: list[dict] = field(default_factory=list)
@@ -91,6 +92,8 @@ class Timeline:
     transitions: list[dict] = field(default_factory=list)
     """[{"at", "phase", "reason", "message"}], one per phase change, oldest first. What happened before
     the first observation is filled in from the objects' own timestamps (see ``_catch_up``)."""
+    worker_cluster: str | None = None
+    """The MultiKueue worker cluster that last ran it (``Observation.worker_cluster``)."""
 
     def record(self, observation: Observation, at: Timestamp) -> bool:
         """Account for the time since the last observation and note this one; True if the phase changed."""
@@ -131,12 +134,18 @@ class Timeline:
                     "flavors": observation.flavors,
                     "reserved_at": min(self.quota_reserved_at or at, at),
                     "queued_since": self.queued_since if self.queued_since is not None else self.submitted_at,
+                    "worker_cluster": observation.worker_cluster,
                 }
             )
             self.quota_reserved_at = None
             self.resource_usage = dict(observation.resource_usage)
         elif current in ADMITTED_PHASES and observation.resource_usage:
             self.resource_usage = dict(observation.resource_usage)
+        if observation.worker_cluster:
+            self.worker_cluster = observation.worker_cluster
+            if self.admissions and not self.admissions[-1].get("worker_cluster"):
+                # the dispatch became known after the admission was noted (a read between two writes)
+                self.admissions[-1]["worker_cluster"] = observation.worker_cluster
 
         # Kueue's Preempted condition says why (InClusterQueue, InCohortReclamation, ...) in its own words;
         # the Evicted reason alone is just "Preempted".
@@ -339,6 +348,7 @@ class Timeline:
             "quota_reserved_at": to_iso(self.quota_reserved_at),
             "transitions": [{**t, "at": to_iso(t["at"])} for t in self.transitions],
             "priority": self.priority,
+            "worker_cluster": self.worker_cluster,
         }
 
     @classmethod
@@ -372,4 +382,5 @@ class Timeline:
             quota_reserved_at=epoch(data.get("quota_reserved_at")),
             transitions=[{**t, "at": epoch(t.get("at"))} for t in data.get("transitions") or []],
             priority=data.get("priority"),
+            worker_cluster=data.get("worker_cluster"),
         )

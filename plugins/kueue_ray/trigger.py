@@ -44,7 +44,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ from kueue_ray.kube.api import utcnow
 from kueue_ray.kube.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.kube.server_clock import server_clock
 from kueue_ray.metrics import WaitMetrics
+from kueue_ray.multikueue import FOLLOWED_LINES, worker_connection_id
 from kueue_ray.naming import (
     DEPLOYMENT_LABEL,
     MANAGED_BY_LABEL,
@@ -71,9 +73,9 @@ from kueue_ray.timeline import Timeline
 from kueue_ray.trigger_base import WaitTrigger
 from kueue_ray.trigger_story import tell_pods, tell_priority, tell_why_queued
 from kueue_ray.verdicts import Verdict, VerdictStatus
-from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.wait_step import Read, Step, WaitState, newest, wait_step
 from kueue_ray.waiting import WaitTarget, access_verdict
+from kueue_ray.worker_log import DriverLog, LogBuffer, follow_quietly, with_worker_tail
 
 if TYPE_CHECKING:
     from kueue_ray.hook import AsyncRayJobHook
@@ -130,12 +132,11 @@ async def _apply(update: Any, acted_on: Read, subscription: Any) -> Read:
 class RayJobTrigger(WaitTrigger):
     """Wait for one RayJob (by name and uid) through queueing, admission, preemption and completion.
 
-    :param name: RayJob name.
-    :param namespace: its namespace.
-    :param uid: its uid; another object later created under the same name is not "ours".
+    :param target: the fields of its ``WaitTarget``: name, namespace, uid (another object later created
+        under the same name is not "ours"), queue (the LocalQueue, for queue positions; read from the
+        RayJob's label when None), priority (the WorkloadPriorityClass, for the log), submitted_at (ISO
+        time of submission, the queue clock's start).
     :param kubernetes_conn_id: the Airflow ``kubernetes`` connection.
-    :param queue: the LocalQueue (for queue positions); read from the RayJob's label when None.
-    :param priority: the WorkloadPriorityClass (for the log).
     :param policy: when to stop waiting (``kueue_ray.wait_policy.WaitPolicy``, or its ``to_dict`` as the
         triggerer passes it back); None: the defaults.
     :param owner: the task try that owns the RayJob: {dag_id, run_id, task_id, map_index, try_number}.
@@ -143,7 +144,6 @@ class RayJobTrigger(WaitTrigger):
     :param waiter: the sensor try waiting for the RayJob, same keys as ``owner``; on_kill deletes the RayJob
         only if it belongs to the same DAG run and still names this try as its waiter (the sensor with
         ``delete_on_kill``). Neither given: on_kill deletes nothing.
-    :param submitted_at: ISO time of submission (queue clock start).
     :param timeline: a Timeline dict to continue (None starts a new one).
     :param end_in_triggerer: on success, end the task here (``kueue_ray.results.TriggerEnding.to_dict``:
         XComs and log tail, decided by the task when it deferred); None resumes it on a worker.
@@ -152,55 +152,36 @@ class RayJobTrigger(WaitTrigger):
     """
 
     kind = "RayJob"
+    target_type = WaitTarget
+    target: WaitTarget
 
     def __init__(
         self,
         *,
-        name: str,
-        namespace: str,
-        uid: str,
-        kubernetes_conn_id: str = "kubernetes_default",
-        queue: str | None = None,
-        priority: str | None = None,
-        policy: WaitPolicy | dict[str, Any] | None = None,
         owner: dict[str, Any] | None = None,
         waiter: dict[str, Any] | None = None,
-        submitted_at: str | None = None,
         timeline: dict[str, Any] | None = None,
         end_in_triggerer: dict[str, Any] | None = None,
         deferred_at: str | None = None,
+        **arguments: Any,
     ) -> None:
-        super().__init__(
-            name=name, namespace=namespace, uid=uid, kubernetes_conn_id=kubernetes_conn_id, policy=policy
-        )
-        self.queue = queue
-        self.priority = priority
+        super().__init__(**arguments)
         self.owner = dict(owner) if owner else None
         self.waiter = dict(waiter) if waiter else None
-        self.submitted_at = submitted_at
         self.timeline = timeline
         self.end_in_triggerer = dict(end_in_triggerer) if end_in_triggerer else None
         self.deferred_at = deferred_at
+        self._driver_log = DriverLog(self._tail_lines(), self._follow_on)
+        """The driver log followed on a MultiKueue worker (``kueue_ray.worker_log``)."""
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            self.classpath(),
-            {
-                "name": self.name,
-                "namespace": self.namespace,
-                "uid": self.uid,
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "queue": self.queue,
-                "priority": self.priority,
-                "policy": self.policy.to_dict(),
-                "owner": self.owner,
-                "waiter": self.waiter,
-                "submitted_at": self.submitted_at,
-                "timeline": self.timeline,
-                "end_in_triggerer": self.end_in_triggerer,
-                "deferred_at": self.deferred_at,
-            },
-        )
+    def arguments(self) -> dict[str, Any]:
+        return {
+            "owner": self.owner,
+            "waiter": self.waiter,
+            "timeline": self.timeline,
+            "end_in_triggerer": self.end_in_triggerer,
+            "deferred_at": self.deferred_at,
+        }
 
     @cached_property
     def hook(self) -> AsyncRayJobHook:
@@ -209,15 +190,12 @@ class RayJobTrigger(WaitTrigger):
 
         return AsyncRayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)
 
-    @property
-    def target(self) -> WaitTarget:
-        return WaitTarget(self.name, self.namespace, self.uid, self.queue, self.priority, self.submitted_at)
-
     def start(self) -> _Progress:
+        target = self.target
         wait_metrics = WaitMetrics(
             self.uid,
-            queue=self.queue,
-            priority=self.priority,
+            queue=target.queue,
+            priority=target.priority,
             namespace=self.namespace,
             deferred_at=self.deferred_at,
             started=utcnow(),
@@ -227,16 +205,16 @@ class RayJobTrigger(WaitTrigger):
             self.namespace,
             self.name,
             self.uid,
-            self.queue,
-            self.priority,
+            target.queue,
+            target.priority,
         )
         from kueue_ray.hub import HUB
 
         # Spread over one shared visibility read's freshness: the checks of tasks queued together still
         # share one read per interval, and no pass of the event loop writes thousands of lines.
         story = Story(spread=random.uniform(0.0, HUB.settings.pending_workloads_ttl_seconds))
-        timeline = self.target.timeline(self.timeline)
-        return _Progress(WaitState.start(self.target.kind(), self.policy, timeline, story), wait_metrics)
+        timeline = target.timeline(self.timeline)
+        return _Progress(WaitState.start(target.kind(), self.policy, timeline, story), wait_metrics)
 
     async def wait_once(self, progress: _Progress) -> TriggerEvent:
         """Follow the RayJob through the hub until the Watchdog says waiting is over; the event to fire.
@@ -259,6 +237,8 @@ class RayJobTrigger(WaitTrigger):
                 return await self._follow(progress, subscription)
             except (RefusedTooLong, ApiNotServed) as ended:
                 return self._cannot_read(progress, ended)
+            finally:
+                self._driver_log.stop()
 
     def _cannot_read(self, progress: _Progress, ended: BaseException) -> TriggerEvent:
         """The wait can no longer read the cluster (refused for the whole window, or an API not served):
@@ -309,6 +289,8 @@ class RayJobTrigger(WaitTrigger):
             await tell_pods(self, state.story, observation, subscription)
             tell_priority(self, state.story, rayjob, workload)
             state.timeline.record_priority(workload, changed_by(rayjob), now)
+            if not observation.terminal:
+                self._driver_log.observe(observation.worker_cluster)
             if step.confirm:
                 # A clock ran out on what the hub's cache holds, which may be a watch event (or, while
                 # watches are refused, a polling interval) behind: a RayJob evicted or finished a moment
@@ -328,7 +310,7 @@ class RayJobTrigger(WaitTrigger):
                     and self.task_instance is not None
                 ):
                     return await self._end_here(verdict, observation, state.timeline, subscription)
-                return self.fire(step.payload)
+                return self.fire(with_worker_tail(step.payload, self._driver_log.text()))
             read = Read(read.obj, read.related)  # acted on: not fresh any more
             waits = []
             if next_reread is not None:
@@ -357,7 +339,7 @@ class RayJobTrigger(WaitTrigger):
         self, verdict: Verdict, observation: Observation, subscription: Any
     ) -> Verdict:
         """The queue timeout's message with what held the ClusterQueue's quota at the end."""
-        local_queue = subscription.queue or self.queue
+        local_queue = subscription.queue or self.target.queue
         if not local_queue:
             return verdict
         try:
@@ -372,16 +354,21 @@ class RayJobTrigger(WaitTrigger):
     ) -> TaskSuccessEvent:
         """End a successful task in the triggerer: the log lines and XComs ``execute_complete`` would have
         written on a worker (``kueue_ray.results``), then Airflow's ``TaskSuccessEvent``."""
-        from kueue_ray.links import dashboard_url
+        from kueue_ray.links import dashboard_url, worker_dashboard_template
 
         ending = TriggerEnding.from_dict(self.end_in_triggerer)
+        if observation.worker_cluster:  # the dashboard is the worker's, as the worker's link renders it
+            template = await worker_dashboard_template(observation.worker_cluster)
+            ending = replace(ending, links=dict.fromkeys(ending.links, template))
         payload = self.target.payload(verdict, observation, timeline)
         for line in summary_lines(payload, subscription.rayjob_by_uid):
             self.log.info(line)
         # The driver log is read while the XComs are stored: both wait on someone else (the API server,
         # the triggerer's supervisor), and the task's success waits on both.
         tail, _ = await asyncio.gather(
-            self._log_tail(subscription, ending.log_tail_lines) if ending.log_tail_lines > 0 else _none(),
+            self._log_tail(subscription, ending.log_tail_lines, observation.worker_cluster)
+            if ending.log_tail_lines > 0
+            else _none(),
             push_xcoms(self.task_instance, ending.xcoms(payload, dashboard_url)),
         )
         if tail:
@@ -394,12 +381,44 @@ class RayJobTrigger(WaitTrigger):
         self._fired = True
         return TaskSuccessEvent()
 
-    async def _log_tail(self, subscription: Any, lines: int) -> str | None:
-        """The driver (submitter) log's last lines, through the namespace's shared client; None, with a
-        warning, when it cannot be read in time (the RayJob succeeded: the task does too)."""
+    def _tail_lines(self) -> int:
+        """The driver log lines this task shows: its ``log_tail_lines`` when it ends here, else as many as a
+        resumed task may want (``FOLLOWED_LINES``, trimmed there)."""
+        if self.end_in_triggerer is None:
+            return FOLLOWED_LINES
+        return TriggerEnding.from_dict(self.end_in_triggerer).log_tail_lines
+
+    def _follow_on(self, worker: str, buffer: LogBuffer) -> Callable[[], Any]:
+        """Follow the driver log on MultiKueue worker ``worker`` (``DriverLog``'s follower): the worker's
+        copy is deleted as soon as the job finishes, so it is read while it runs."""
+        hook = type(self.hook)(kubernetes_conn_id=worker_connection_id(worker))
+        return asyncio.create_task(follow_quietly(hook, self.name, self.namespace, buffer)).cancel
+
+    async def _log_tail(self, subscription: Any, lines: int, worker: str | None = None) -> str | None:
+        """The driver (submitter) log's last lines, through the namespace's shared client, or through the
+        MultiKueue ``worker``'s connection when the Ray job ran there; None, with a warning, when it cannot
+        be read in time or there is no such connection (the RayJob succeeded: the task does too)."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from kueue_ray.multikueue import copy_gone, last_lines, missing_connection
+
         try:
-            async with asyncio.timeout(LOG_TAIL_TIMEOUT_SECONDS), subscription.api_client() as client:
-                return await self.hook.submitter_log_tail(self.name, self.namespace, lines, api_client=client)
+            async with asyncio.timeout(LOG_TAIL_TIMEOUT_SECONDS):
+                if worker:
+                    worker_hook = type(self.hook)(kubernetes_conn_id=worker_connection_id(worker))
+                    tail = await worker_hook.submitter_log_tail(self.name, self.namespace, lines)
+                    tail = tail or last_lines(self._driver_log.text(), lines)
+                    if tail is None:
+                        self.log.info(copy_gone(worker))
+                    return tail
+                async with subscription.api_client() as client:
+                    return await self.hook.submitter_log_tail(
+                        self.name, self.namespace, lines, api_client=client
+                    )
+        except AirflowNotFoundException:
+            assert worker is not None  # the namespace's client is the trigger's own connection
+            self.log.warning(missing_connection(worker, "the Ray driver log"))
+            return None
         except Exception as exc:  # noqa: BLE001 - a missing log tail never fails a successful task
             from kueue_ray.kube.errors import describe_error
 
@@ -434,15 +453,6 @@ class RayJobTrigger(WaitTrigger):
             if line:
                 self.log.info(line)
             await tell_why_queued(self, story, rayjob, observation, subscription)
-
-    async def _position(self, queue: str | None, observation: Observation, subscription: Any) -> str | None:
-        """The queue position for a QUEUED / INADMISSIBLE log line, from the LocalQueue's shared
-        visibility read (asked for only when such a line is written)."""
-        if not queue:
-            return None
-        positions = await subscription.pending_positions(queue)
-        position = positions.get(observation.workload_name) if positions else None
-        return position.describe() if position else None
 
     async def kill(self) -> None:
         """The task let go of the RayJob (``WaitTrigger.on_kill``): delete it if this try owns it (operator)

@@ -9,7 +9,7 @@ doubling pause, continuing with what the wait has learnt so far (``progress``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -44,27 +44,48 @@ async def task_state(ti: Any) -> str | None:
 class WaitTrigger(BaseTrigger):
     """Base of the triggers that wait for one object (``kind`` named ``name`` in ``namespace``).
 
-    Subclasses say what the wait has learnt (``start``) and how one attempt waits (``wait_once``).
+    What it waits for is a ``target`` (``target_type``: ``WaitTarget``, ``ServiceTarget``), given as that
+    dataclass's fields and serialized as them, so the target's fields are declared in one place.
+    Subclasses say what else they carry (``arguments``), what the wait has learnt (``start``) and how one
+    attempt waits (``wait_once``).
     """
 
     kind: ClassVar[str]
+    target_type: ClassVar[Callable[..., Any]]
 
     def __init__(
         self,
         *,
-        name: str,
-        namespace: str,
-        uid: str,
-        kubernetes_conn_id: str,
-        policy: WaitPolicy | dict[str, Any] | None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        policy: WaitPolicy | dict[str, Any] | None = None,
+        **target: Any,
     ) -> None:
         super().__init__()
-        self.name = name
-        self.namespace = namespace
-        self.uid = uid
+        self.target = self.target_type(**target)
         self.kubernetes_conn_id = kubernetes_conn_id
         self.policy = policy if isinstance(policy, WaitPolicy) else WaitPolicy.from_dict(policy)
         self._fired = False
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    @property
+    def namespace(self) -> str:
+        return self.target.namespace
+
+    @property
+    def uid(self) -> str:
+        return self.target.uid
+
+    def arguments(self) -> dict[str, Any]:
+        """What the trigger carries besides its target, its connection and its policy, as ``__init__``
+        takes it back."""
+        raise NotImplementedError
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        arguments = {"kubernetes_conn_id": self.kubernetes_conn_id, "policy": self.policy.to_dict()}
+        return self.classpath(), {**vars(self.target), **arguments, **self.arguments()}
 
     def classpath(self) -> str:
         """Where the triggerer finds this class again: the module it is defined in, not this base's."""
@@ -99,6 +120,17 @@ class WaitTrigger(BaseTrigger):
             except asyncio.CancelledError:
                 continue  # the triggerer's repeated cancellation: the bounded decision finishes regardless
         decision.result()
+
+    @staticmethod
+    async def _position(queue: str | None, observation: Any, subscription: Any) -> str | None:
+        """The queue position of the observed Workload for a log line (a transition, QUEUED or
+        INADMISSIBLE), from the LocalQueue's shared visibility read: asked for only when such a line is
+        written."""
+        if not queue:
+            return None
+        positions = await subscription.pending_positions(queue)
+        position = positions.get(observation.workload_name) if positions else None
+        return position.describe() if position else None
 
     async def read_task_state(self) -> str | None:
         """The state of this trigger's task instance now (``task_state``)."""

@@ -15,7 +15,6 @@ from typing import Any
 
 from kueue_ray.hub.reads import shared_read
 from kueue_ray.naming import PRIORITY_CHANGED_BY_ANNOTATION as CHANGED_BY_ANNOTATION
-from kueue_ray.naming import QUEUE_LABEL
 from kueue_ray.narration import POD_CHECK_SECONDS, Story
 from kueue_ray.phases import POSITION_PHASES
 from kueue_ray.pod_states import CLUSTER_LABEL, describe_pods, pod_states
@@ -153,7 +152,7 @@ async def tell_why_queued(
     after a transition line, and when a Workload of the namespace changed since the last check."""
     if observation.phase not in POSITION_PHASES or not observation.workload_name:
         return
-    queue = trigger.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+    queue = trigger.target.queue_of(rayjob)
     if not queue:
         return
     state = await queue_state(trigger, queue, subscription)

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Protocol
 from kueue_ray.kube.api import parse_time, utcnow
 from kueue_ray.naming import QUEUE_LABEL
 from kueue_ray.narration import name_preemptor, preemptor_job_uid, readable_quantities
-from kueue_ray.phases import ADMITTED_PHASES, POSITION_PHASES, WAITING_PHASES, Phase
+from kueue_ray.phases import ADMITTED_PHASES, EVICTION_PHASES, POSITION_PHASES, WAITING_PHASES, Phase
 from kueue_ray.status import Observation, observe, pods_not_ready_hint
 from kueue_ray.timeline import Timeline, to_epoch
 from kueue_ray.verdicts import Verdict, VerdictStatus
@@ -113,7 +113,7 @@ class Watchdog:
                     f"{self.waiting_since.isoformat()}); Kueue says: {observation.describe()}",
                 )
         limit = getattr(policy, self.admitted_limit)
-        if phase in self.admitted_phases and limit is not None:
+        if self._run_clock_runs(observation) and limit is not None:
             assert self.admitted_since is not None
             elapsed = (now - self.admitted_since).total_seconds()
             if elapsed >= limit:
@@ -155,6 +155,14 @@ class Watchdog:
             deadlines.append(self.admitted_since.timestamp() + admitted_limit)
         return max(0.0, min(deadlines) - now.timestamp()) if deadlines else None
 
+    def _run_clock_runs(self, observation: Any) -> bool:
+        """Admitted; or evicted on a MultiKueue manager, where the quota stays held while the worker's copy is
+        out of reach (``kueue_ray.status``, rule 5): nothing there may ever release it, so the run clock
+        goes on rather than the wait waiting for ever."""
+        if observation.phase in self.admitted_phases:
+            return True
+        return bool(getattr(observation, "multikueue", False)) and observation.phase in EVICTION_PHASES
+
     def _track(
         self, observation: Any, now: datetime, lost_quota_at: datetime | None, admitted_at: datetime | None
     ) -> None:
@@ -165,7 +173,7 @@ class Watchdog:
             self.admitted_since = None
             if self.waiting_since is None:
                 self.waiting_since = max(self.submitted_at, lost_quota_at or self.submitted_at)
-        elif phase in self.admitted_phases:
+        elif self._run_clock_runs(observation):
             self.waiting_since = None
             if self.admitted_since is None:
                 self.admitted_since = admitted_at or now
@@ -213,6 +221,7 @@ def event_payload(
             preemptions=observation.preemptions,
             pods_ready_evictions=observation.pods_ready_evictions,
             failed_attempts=observation.failed_attempts,
+            worker_cluster=observation.worker_cluster,
         )
     return payload
 
@@ -257,8 +266,11 @@ def describe_transition(
         line += (
             f" [ClusterQueue {observation.cluster_queue}; flavors: {describe_flavors(observation.flavors)}]"
         )
+    where = f" in worker cluster {observation.worker_cluster}" if observation.worker_cluster else ""
     if observation.phase is Phase.RUNNING and observation.job_id:
-        line += f" [Ray job {observation.job_id} on RayCluster {observation.ray_cluster}]"
+        line += f" [Ray job {observation.job_id} on RayCluster {observation.ray_cluster}{where}]"
+    elif observation.phase in (Phase.RUNNING, Phase.RETRYING) and where:
+        line += f" [{where.strip()}]"
     return line + so_far(observation.preemptions, position)
 
 

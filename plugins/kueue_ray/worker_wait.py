@@ -8,6 +8,7 @@ Importing this module does not import ``kubernetes`` or Airflow's trigger machin
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kueue_ray.kube.server_clock import server_clock
@@ -19,6 +20,7 @@ from kueue_ray.verdicts import VerdictStatus
 from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.wait_step import Read, Step, WaitState, wait_step
 from kueue_ray.waiting import WaitTarget, Watchdog, access_verdict
+from kueue_ray.worker_log import DriverLog, FollowThread, LogBuffer, with_worker_tail
 
 if TYPE_CHECKING:
     from kueue_ray.hook import RayJobHook
@@ -54,8 +56,12 @@ class WorkerWait:
     waited in the triggerer or in a worker slot.
     """
 
-    def __init__(self, target: WaitTarget, policy: WaitPolicy, log: Any) -> None:
+    def __init__(self, target: WaitTarget, policy: WaitPolicy, log: Any, tail_lines: int = 0) -> None:
         self.target = target
+        self.tail_lines = tail_lines
+        """Driver log lines the task shows: when positive, ``wait`` follows the log on a MultiKueue worker."""
+        self.observation: Observation | None = None
+        self.driver_log: DriverLog | None = None
         self.policy = policy
         self.log = log
         self.kind = target.kind()
@@ -89,6 +95,7 @@ class WorkerWait:
         step = wait_step(self.kind, self.state, Read(rayjob, workload, fresh=True), now, offset_s)
         if step.gone:
             return step.payload
+        self.observation = step.observation
         self.refusals.cleared()
         self.tell(hook, step)
         local_queue = self.target.queue_of(rayjob)
@@ -146,9 +153,37 @@ class WorkerWait:
 
     def wait(self, hook: RayJobHook) -> dict[str, Any]:
         """Hold the worker slot and read every ``poll_interval`` seconds until waiting is over."""
-        while (event := self.step(hook)) is None:
-            time.sleep(self.policy.poll_interval)
-        return event
+        try:
+            while (event := self.step(hook)) is None:
+                self.follow_driver_log(hook)
+                time.sleep(self.policy.poll_interval)
+            return self.with_driver_log(event)
+        finally:
+            self.stop_driver_log()
+
+    def follow_driver_log(self, hook: RayJobHook) -> None:
+        """Between two reads: follow the driver log on the MultiKueue worker the RayJob runs on
+        (``kueue_ray.worker_log.DriverLog``), while the task shows a log tail."""
+        from kueue_ray.multikueue import worker_connection_id
+
+        def follow_on(worker: str, buffer: LogBuffer) -> Callable[[], None]:
+            worker_hook = type(hook)(kubernetes_conn_id=worker_connection_id(worker))
+            return FollowThread(worker_hook, self.target.name, self.target.namespace, buffer).stop
+
+        if self.driver_log is None:
+            self.driver_log = DriverLog(self.tail_lines, follow_on)
+        self.driver_log.observe(self.observation.worker_cluster if self.observation else None)
+
+    def with_driver_log(self, event: dict[str, Any]) -> dict[str, Any]:
+        """The ending ``event`` with the driver log followed on a worker (``driver_log_tail``), the
+        following stopped."""
+        tail = self.driver_log.text() if self.driver_log is not None else None
+        self.stop_driver_log()
+        return with_worker_tail(event, tail) or event
+
+    def stop_driver_log(self) -> None:
+        if self.driver_log is not None:
+            self.driver_log.stop()
 
     def tell(self, hook: RayJobHook, step: Step) -> None:
         """Log what is new, as the trigger does: a transition (queue position, preemptor named) or, while

@@ -88,8 +88,23 @@ def is_finished(workload: Mapping | None) -> bool:
 
 
 def holds_quota(workload: Mapping | None) -> bool:
-    """Quota reserved and not finished."""
-    return is_true(workload, QUOTA_RESERVED) and not is_finished(workload)
+    """Quota reserved and not finished (one pass over the conditions: the Kueue pages ask it of every
+    Workload in the cluster, finished ones included).
+
+    >>> holds_quota({"status": {"conditions": [{"type": QUOTA_RESERVED, "status": "True"}]}})
+    True
+    >>> holds_quota({"status": {"conditions": [
+    ...     {"type": QUOTA_RESERVED, "status": "True"}, {"type": FINISHED, "status": "True"}]}})
+    False
+    """
+    reserved = finished = False
+    for found in ((workload or {}).get("status") or {}).get("conditions") or ():
+        kind = found.get("type")
+        if kind == QUOTA_RESERVED:
+            reserved = found.get("status") == "True"
+        elif kind == FINISHED:
+            finished = found.get("status") == "True"
+    return reserved and not finished
 
 
 def is_deactivation(reason: str | None) -> bool:

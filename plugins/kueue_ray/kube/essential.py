@@ -78,13 +78,15 @@ def essential_rayjob(rayjob: dict) -> dict:
     """The part of a RayJob that ``observe`` and the waiting task read: what a watch cache keeps of it.
 
     A RayJob's spec (the Ray cluster's pod templates) is most of its size and none of its meaning for a
-    waiter, who needs only ``spec.suspend``; ``observe(essential_rayjob(r), w) == observe(r, w)``.
+    waiter, who needs only ``spec.suspend`` and ``spec.managedBy`` (a MultiKueue manager's copy, whose status
+    is a worker's); ``observe(essential_rayjob(r), w) == observe(r, w)``.
     """
     spec = rayjob.get("spec") or {}
     status = rayjob.get("status") or {}
     slim: dict[str, Any] = {"metadata": _essential_metadata(rayjob.get("metadata") or {})}
-    if "suspend" in spec:
-        slim["spec"] = {"suspend": spec["suspend"]}
+    kept_spec = {key: _shared(spec[key]) for key in ("suspend", "managedBy") if key in spec}
+    if kept_spec:
+        slim["spec"] = kept_spec
     if status:
         slim["status"] = {key: _shared(status[key]) for key in RAYJOB_STATUS_FIELDS if key in status}
     return slim
@@ -124,7 +126,7 @@ def essential_workload(workload: dict) -> dict:
                 for a in admission.get("podSetAssignments") or ()
             ],
         }
-    for key in ("schedulingStats", "requeueState", "admissionChecks", "resourceRequests"):
+    for key in ("schedulingStats", "requeueState", "admissionChecks", "resourceRequests", "clusterName"):
         if status.get(key):
             kept[key] = status[key]
     if kept:

@@ -73,6 +73,43 @@ def server_time(headers: Mapping[str, str] | None) -> datetime | None:
         return None
 
 
+@dataclass
+class Paging:
+    """Where one paged list stands (pure): the call for the next page, what an answered page adds, and
+    whether a failed call starts the list again. ``list_all`` and ``list_all_async`` only make the calls."""
+
+    kwargs: dict[str, Any]
+    limit: int = PAGE_SIZE
+    listing: Listing = field(default_factory=Listing)
+    token: str | None = None
+    done: bool = False
+    restarts: int = 0
+
+    def next_call(self) -> dict[str, Any] | None:
+        """The list call's arguments for the next page (the first has no token); None once the list is read."""
+        if self.done:
+            return None
+        return dict(self.kwargs, limit=self.limit, **({"_continue": self.token} if self.token else {}))
+
+    def answered(self, body: Any, _status: Any, headers: Any) -> None:
+        """Add one answered page (a client's ``(body, status, headers)``)."""
+        if self.listing.pages == 0:
+            self.listing.server_time = server_time(headers)
+        self.listing.pages += 1
+        items, self.listing.resource_version, self.token = _page(body)
+        self.listing.items.extend(items)
+        self.done = self.token is None
+
+    def restarts_after(self, exc: BaseException) -> bool:
+        """Whether the list starts again from the first page after ``exc`` (a continue token that expired,
+        ``EXPIRED_RESTARTS`` times at most); False: the caller raises it."""
+        if self.token is None or not is_expired(exc) or self.restarts == EXPIRED_RESTARTS:
+            return False
+        self.restarts += 1
+        self.listing, self.token = Listing(), None
+        return True
+
+
 def list_all(request: Callable[..., Any], *, limit: int = PAGE_SIZE, **kwargs: Any) -> Listing:
     """Every item of a list, page by page; ``request`` is a client's ``..._with_http_info`` list method
     with its positional arguments bound (it returns ``(body, status, headers)``), ``kwargs`` its other
@@ -82,50 +119,25 @@ def list_all(request: Callable[..., Any], *, limit: int = PAGE_SIZE, **kwargs: A
         call = partial(api.list_namespaced_custom_object_with_http_info, "ray.io", "v1", "ray", "rayjobs")
         rayjobs = list_all(call, label_selector=MANAGED_BY_SELECTOR).items
     """
-    for attempt in range(EXPIRED_RESTARTS + 1):
-        listing = Listing()
-        token: str | None = None
+    paging = Paging(kwargs, limit)
+    while (call := paging.next_call()) is not None:
         try:
-            while True:
-                body, _, headers = request(**_page_request(kwargs, limit, token))
-                token = _add_page(listing, body, headers)
-                if token is None:
-                    return listing
+            paging.answered(*request(**call))
         except Exception as exc:
-            if token is None or not is_expired(exc) or attempt == EXPIRED_RESTARTS:
+            if not paging.restarts_after(exc):
                 raise
-    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
-
-
-def _page_request(kwargs: dict[str, Any], limit: int, token: str | None) -> dict[str, Any]:
-    """The list call's arguments for the page after ``token`` (the first page without one)."""
-    return dict(kwargs, limit=limit, **({"_continue": token} if token else {}))
-
-
-def _add_page(listing: Listing, body: Any, headers: Any) -> str | None:
-    """Add one answered page to ``listing``; the continue token of the next page, None after the last."""
-    if listing.pages == 0:
-        listing.server_time = server_time(headers)
-    listing.pages += 1
-    items, listing.resource_version, token = _page(body)
-    listing.items.extend(items)
-    return token
+    return paging.listing
 
 
 async def list_all_async(
     request: Callable[..., Awaitable[Any]], *, limit: int = PAGE_SIZE, **kwargs: Any
 ) -> Listing:
     """``list_all`` for the ``kubernetes_asyncio`` clients (the triggerer's one-off lists)."""
-    for attempt in range(EXPIRED_RESTARTS + 1):
-        listing = Listing()
-        token: str | None = None
+    paging = Paging(kwargs, limit)
+    while (call := paging.next_call()) is not None:
         try:
-            while True:
-                body, _, headers = await request(**_page_request(kwargs, limit, token))
-                token = _add_page(listing, body, headers)
-                if token is None:
-                    return listing
+            paging.answered(*await request(**call))
         except Exception as exc:
-            if token is None or not is_expired(exc) or attempt == EXPIRED_RESTARTS:
+            if not paging.restarts_after(exc):
                 raise
-    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+    return paging.listing

@@ -31,10 +31,8 @@ from kueue_ray.hub import NOTICE
 from kueue_ray.kube.refusals import ApiNotServed, RefusedTooLong
 from kueue_ray.kube.server_clock import server_clock
 from kueue_ray.naming import AirflowIdentity
-from kueue_ray.rayservice.status import ServiceObservation
 from kueue_ray.rayservice.waiting import ServiceTarget
 from kueue_ray.trigger_base import WaitTrigger
-from kueue_ray.wait_policy import WaitPolicy
 from kueue_ray.wait_step import Read, WaitState, wait_step
 from kueue_ray.waiting import access_verdict
 
@@ -45,74 +43,31 @@ if TYPE_CHECKING:
 class RayServiceTrigger(WaitTrigger):
     """Wait for one RayService (by name and uid) to serve the spec the deploy operator wrote.
 
-    :param name / namespace / uid: the RayService; another object later created under the name is not ours.
-    :param generation / switch_from / created: what "serving" means, see ``ServiceTarget``; ``created``
-        also lets ``on_kill`` delete it.
+    :param target: the fields of its ``ServiceTarget``: name / namespace / uid (the RayService; another
+        object later created under the name is not ours), generation / switch_from / created (what
+        "serving" means; ``created`` also lets ``on_kill`` delete it), queue / priority (for the queue
+        position and the log), submitted_at (ISO time of the deploy, the queue clock's start).
     :param owner: the task try {dag_id, run_id, task_id, map_index, try_number}; ``on_kill`` deletes a
         created RayService only while this try still owns it.
-    :param queue / priority: for the queue position and the log.
+    :param kubernetes_conn_id: the Airflow ``kubernetes`` connection.
     :param policy: when to stop waiting (``kueue_ray.wait_policy.WaitPolicy`` or its ``to_dict``; judged by
         ``ServiceWatchdog``); None: the defaults.
-    :param submitted_at: ISO time of the deploy (queue clock start).
     :param timeline: a ServiceTimeline dict to continue.
     """
 
     kind = "RayService"
+    target_type = ServiceTarget
+    target: ServiceTarget
 
     def __init__(
-        self,
-        *,
-        name: str,
-        namespace: str,
-        uid: str,
-        generation: int | None = None,
-        switch_from: str | None = None,
-        created: bool = False,
-        owner: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
-        queue: str | None = None,
-        priority: str | None = None,
-        policy: WaitPolicy | dict[str, Any] | None = None,
-        submitted_at: str | None = None,
-        timeline: dict[str, Any] | None = None,
+        self, *, owner: dict[str, Any] | None = None, timeline: dict[str, Any] | None = None, **arguments: Any
     ) -> None:
-        super().__init__(
-            name=name, namespace=namespace, uid=uid, kubernetes_conn_id=kubernetes_conn_id, policy=policy
-        )
-        self.generation = generation
-        self.switch_from = switch_from
-        self.created = created
+        super().__init__(**arguments)
         self.owner = dict(owner) if owner else None
-        self.queue = queue
-        self.priority = priority
-        self.submitted_at = submitted_at
         self.timeline = timeline
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            self.classpath(),
-            {
-                **vars(self.target),
-                "owner": self.owner,
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "policy": self.policy.to_dict(),
-                "timeline": self.timeline,
-            },
-        )
-
-    @property
-    def target(self) -> ServiceTarget:
-        return ServiceTarget(
-            name=self.name,
-            namespace=self.namespace,
-            uid=self.uid,
-            generation=self.generation,
-            switch_from=self.switch_from,
-            created=self.created,
-            queue=self.queue,
-            priority=self.priority,
-            submitted_at=self.submitted_at,
-        )
+    def arguments(self) -> dict[str, Any]:
+        return {"owner": self.owner, "timeline": self.timeline}
 
     @cached_property
     def hook(self) -> AsyncRayServiceHook:
@@ -123,19 +78,20 @@ class RayServiceTrigger(WaitTrigger):
 
     def start(self) -> WaitState:
         timeline = self.target.timeline(self.timeline)
-        what = f"replacing RayCluster {self.switch_from}" if self.switch_from else "new spec"
+        target = self.target
+        what = f"replacing RayCluster {target.switch_from}" if target.switch_from else "new spec"
         self.log.info(
             "Waiting for RayService %s/%s (uid %s, generation %s, %s, queue %s, priority %s) through the "
             "shared watch",
             self.namespace,
             self.name,
             self.uid,
-            self.generation,
+            target.generation,
             what,
-            self.queue,
-            self.priority,
+            target.queue,
+            target.priority,
         )
-        return WaitState.start(self.target.kind(), self.policy, timeline)
+        return WaitState.start(target.kind(), self.policy, timeline)
 
     async def wait_once(self, state: WaitState) -> TriggerEvent:
         from kueue_ray.hub import HUB
@@ -191,20 +147,10 @@ class RayServiceTrigger(WaitTrigger):
                 update = None if subscription.updates.empty() else subscription.updates.get_nowait()
             read = Read(*subscription.snapshot())
 
-    async def _position(
-        self, queue: str | None, observation: ServiceObservation, subscription: Any
-    ) -> str | None:
-        """The transition line's queue position, from the LocalQueue's shared visibility read."""
-        if not queue:
-            return None
-        positions = await subscription.pending_positions(queue)
-        position = positions.get(observation.workload_name) if positions else None
-        return position.describe() if position else None
-
     async def kill(self) -> None:
         """The task let go of the RayService (``WaitTrigger.on_kill``): delete it if this try created it and
         still owns it."""
-        if not (self.created and self.owner):
+        if not (self.target.created and self.owner):
             self.log.info(
                 "Not deleting RayService %s/%s: this try did not create it (an upgrade keeps the previous "
                 "version serving)",

@@ -68,11 +68,36 @@ def offer(view: dict[str, Any], rayjob_xcom: dict | None, editable: bool) -> dic
     return {"current": (rayjob.get("priority") or {}).get("class"), "choices": list(options)}
 
 
+def dispatched_to(workloads: list[dict], rayjob_xcom: dict) -> str | None:
+    """The MultiKueue worker cluster the task's RayJob was dispatched to, from its Workload among
+    ``workloads`` (the cache's snapshot); None before dispatch and without MultiKueue."""
+    from kueue_ray.multikueue import worker_cluster
+    from kueue_ray.naming import JOB_UID_LABEL
+
+    uid, namespace = rayjob_xcom.get("uid"), rayjob_xcom.get("namespace")
+    for workload in workloads:
+        metadata = workload.get("metadata") or {}
+        if (
+            metadata.get("namespace") == namespace
+            and (metadata.get("labels") or {}).get(JOB_UID_LABEL) == uid
+        ):
+            return worker_cluster(workload)
+    return None
+
+
 async def change_priority(
-    cache: ClusterCache, rayjob_xcom: dict, current: str | None, requested: str, user_name: str
+    cache: ClusterCache,
+    rayjob_xcom: dict,
+    current: str | None,
+    requested: str,
+    user_name: str,
+    worker: str | None = None,
 ) -> tuple[int, str]:
-    """(HTTP status, message): 409 when the policy refuses, else the patch's outcome."""
-    decision = may_change(rayjob_xcom.get("priority_policy"), rayjob_xcom.get("run_type"), current, requested)
+    """(HTTP status, message): 409 when the policy refuses or MultiKueue dispatched the RayJob to ``worker``
+    (``kueue_ray.priority_change.may_change``), else the patch's outcome."""
+    decision = may_change(
+        rayjob_xcom.get("priority_policy"), rayjob_xcom.get("run_type"), current, requested, worker
+    )
     if not decision.allowed:
         return 409, f"Not changed: {decision.reason}."
     patch = relabel_patch(requested)

@@ -44,7 +44,7 @@ from starlette.concurrency import run_in_threadpool
 from kueue_ray.ui.access import Access, ReadableDags
 from kueue_ray.ui.cache import ClusterCache
 from kueue_ray.ui.pods import PodReads
-from kueue_ray.ui.priority_edit import change_priority, editable_dag, offer
+from kueue_ray.ui.priority_edit import change_priority, dispatched_to, editable_dag, offer
 from kueue_ray.ui.views import (
     APP_PREFIX,
     Links,
@@ -64,6 +64,10 @@ CONFIG_SECTION = "kueue_ray"
 DEFAULT_NAMESPACES = "ray"
 PAGES = string.Template((STATIC / "page.html").read_text())
 """Both pages are one HTML shell (``static/page.html``); ``kueue.js`` draws the page its ``data-page`` names."""
+UNCHANGED: dict[int | str, dict[str, Any]] = {
+    204: {"description": "nothing changed since the version given as `known`"}
+}
+"""The answer of a poll whose page is up to date (the JSON API's ``known``), in the OpenAPI document."""
 DASHBOARD_LINK_XCOM = "_link_RayDashboardLink"
 """Where Airflow keeps the Ray dashboard extra link the task rendered (``links.RayDashboardLink``)."""
 
@@ -212,7 +216,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
     @router.get(
         "/api/v1/queues",
         summary="Every ClusterQueue: quota, cohort, pending and admitted workloads",
-        responses={204: {"description": "nothing changed since the version given as `known`"}},
+        responses=UNCHANGED,
     )
     async def queues(request: Request, user: User, known: Known = None) -> Any:
         cluster_cache: ClusterCache = request.app.state.cache
@@ -228,10 +232,7 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
     @router.get(
         "/api/v1/task-instance",
         summary="The RayJob (or a deploy task's RayService) of one task instance, live",
-        responses={
-            204: {"description": "nothing changed since the version given as `known`"},
-            403: {"description": "the user may not read the DAG"},
-        },
+        responses=UNCHANGED | {403: {"description": "the user may not read the DAG"}},
     )
     async def task_instance(request: Request, user: User, ref: TaskInstance, known: Known = None) -> Any:
         cluster_cache: ClusterCache = request.app.state.cache
@@ -293,23 +294,19 @@ def create_app(cluster_cache: ClusterCache | None = None) -> FastAPI:
         if not rayjob.get("name"):
             raise HTTPException(404, "This task instance has no RayJob.")
         snapshot = request.app.state.cache.snapshot()
-        current = task_view(
-            ref,
-            rayjob_xcom=rayjob,
-            timeline_xcom=None,
-            dashboard_link=None,
-            snapshot=snapshot,
-            live_timeline=None,
-            pending=None,
-            access=Access(user_name=user.get_name(), dag_ids=frozenset({ref.dag_id})),
-            links=Links(),
-        )
+        access = Access(user_name=user.get_name(), dag_ids=frozenset({ref.dag_id}))
+        current = task_view(ref, rayjob_xcom=rayjob, snapshot=snapshot, access=access)
         if offer(current, rayjob, True) is None:
             raise HTTPException(
                 409, "Not changed: the RayJob has finished, is gone, or has a fixed priority."
             )
         status, message = await change_priority(
-            request.app.state.cache, rayjob, current["rayjob"]["priority"]["class"], priority, user.get_name()
+            request.app.state.cache,
+            rayjob,
+            current["rayjob"]["priority"]["class"],
+            priority,
+            user.get_name(),
+            dispatched_to(snapshot.workloads, rayjob),
         )
         if status != 200:
             raise HTTPException(status, message)

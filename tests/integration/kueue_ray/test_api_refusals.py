@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import threading
 import time
 
@@ -380,6 +381,22 @@ def test_a_rayservice_wait_is_told_when_watching_is_refused_and_still_sees_it_se
     assert f"kubectl auth can-i watch rayservices.ray.io -n {queues.namespace}" in "\n".join(told)
 
 
+def hub_state(namespace: str) -> str:
+    """What the hub's loops of ``namespace`` hold and do: for a failure message."""
+    lines = []
+    for (_, scope_namespace, _), scope in HUB._scopes.items():
+        if scope_namespace != namespace:
+            continue
+        for kind, loop in scope.loops.items():
+            held = {key: (obj.get("status") or {}).get("jobStatus") for key, obj in loop.objects.items()}
+            lines.append(
+                f"{kind}: listed={loop.listed.is_set()} failing={loop.failing} "
+                f"polling={loop.polling_because} objects={held}"
+            )
+        lines.append(f"pending reads {list(scope.pending_reads)}, reads {list(scope.reads)}")
+    return "\n".join(lines) or "no scope"
+
+
 def test_a_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_api_server_first(
     faults, hub_settings, queues, rayjob_body, task_context, capfd
 ):
@@ -413,15 +430,28 @@ def test_a_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_api_server_f
             line for line in "".join(captured).splitlines() if "kueue_ray.trigger.RayJobTrigger" in line
         )
 
+    def ray_runs_the_job() -> bool:
+        # Both: the RayJob deployed and Ray running its job. Deployed alone, the job may still be PENDING
+        # (under load it was): the trigger's one list before the 120 s interval then says ADMITTED
+        # (Starting), never RUNNING.
+        status = queues.rayjobs()[0].get("status") or {}
+        return status.get("jobDeploymentStatus") == "Running" and status.get("jobStatus") == "RUNNING"
+
     async def scenario():
-        await until(lambda: (queues.rayjobs()[0].get("status") or {}).get("jobDeploymentStatus") == "Running")
+        await until(ray_runs_the_job)
         admitted_at = to_epoch(workload_condition("Admitted")["lastTransitionTime"])
         waiting = asyncio.create_task(first_event(trigger))  # its first list: RUNNING
         # Captured output read so far, kept whole: a line may be half written when it is read.
         try:
             await until(lambda: captured.append(capfd.readouterr().out) or "RUNNING" in trigger_lines())
-        except TimeoutError:  # say what the trigger and the hub did say, so a miss explains itself
-            raise AssertionError(f"no RUNNING line in 30 s; captured:\n{''.join(captured)[-6000:]}") from None
+        except TimeoutError:  # say what the trigger and the hub did say, and where they are, so a miss
+            # explains itself (seen twice in CI under extra load, never alone)
+            stack = io.StringIO()
+            waiting.print_stack(file=stack)
+            raise AssertionError(
+                f"no RUNNING line in 30 s; captured:\n{''.join(captured)[-6000:]}\n"
+                f"hub: {hub_state(queues.namespace)}\ntrigger task: {stack.getvalue()}"
+            ) from None
         urgent_context = task_context("urgent")
         urgent = submit(
             queues,

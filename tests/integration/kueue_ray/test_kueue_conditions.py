@@ -21,16 +21,22 @@ def submit(queues, body, task_context, name: str) -> str:
     ).execute(task_context(name))["uid"]
 
 
-def condition(workload: dict | None) -> dict | None:
+def condition(workload: dict | None, type_: str = "QuotaReserved") -> dict | None:
     for cond in ((workload or {}).get("status") or {}).get("conditions") or ():
-        if cond["type"] == "QuotaReserved":
+        if cond["type"] == type_:
             return cond
     return None
 
 
 def test_only_the_head_and_other_shapes_are_told_why_they_wait(queues, rayjob_body, task_context, eventually):
     blocker = submit(queues, rayjob_body(duration="inf"), task_context, "blocker")
-    eventually(lambda: quota_reserved(queues.workload(blocker)) == "True")
+    # Settled: its PodsReady change would requeue the parked Workloads (a change of an admitted Workload
+    # makes Kueue retry the inadmissible ones), which on real Kueue under load came after same-1 arrived
+    # and had it evaluated.
+    eventually(
+        lambda: (condition(queues.workload(blocker), "PodsReady") or {}).get("status") == "True", timeout=60
+    )
+    assert quota_reserved(queues.workload(blocker)) == "True"
     same = [submit(queues, rayjob_body(duration="inf"), task_context, "same-0")]
     eventually(lambda: quota_reserved(queues.workload(same[0])) == "False")
     # These two arrive after their shape was parked: they are parked on arrival, never evaluated.

@@ -42,7 +42,7 @@ def test_deferred_sensor_follows_the_submitting_task(user_kill, queues, rayjob_b
     trigger = deferred.value.trigger
     assert (trigger.name, trigger.uid, trigger.owner) == (reference["name"], reference["uid"], None)
     # Its log names the queue and priority the RayJob was submitted with, as the operator's does.
-    assert (trigger.queue, trigger.priority) == (queues.local_queue, queues.low)
+    assert (trigger.target.queue, trigger.target.priority) == (queues.local_queue, queues.low)
 
     event = asyncio.run(first_event(trigger))
     assert sensor.execute_complete(context, event=event) == reference

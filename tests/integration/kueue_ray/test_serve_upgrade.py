@@ -49,19 +49,11 @@ def kubesim(request, tmp_path_factory):
     """This module's own cluster: Kueue configured to admit RayServices through their RayClusters (with
     ``--cluster=real``, a real stack of its own whose Kueue runs include/kueue-config.yaml's frameworks)."""
     if request.config.getoption("cluster") == "real":
-        from devtools.realcluster import RealClusterUnavailable, run_realcluster
         from tests.integration.conftest import REAL_TIME_SCALE
-        from tests.integration.real_backend import RealBackend
+        from tests.integration.real_backend import real_backend
 
-        try:
-            stack = run_realcluster(time_scale=REAL_TIME_SCALE)
-            real = stack.__enter__()
-        except RealClusterUnavailable as exc:
-            pytest.skip(str(exc))
-        try:
-            yield RealBackend(real)
-        finally:
-            stack.__exit__(None, None, None)
+        with real_backend(time_scale=REAL_TIME_SCALE) as real:
+            yield real
         return
     config = tmp_path_factory.mktemp("kueue") / "kueue-config.yaml"
     config.write_text(BY_CLUSTER)

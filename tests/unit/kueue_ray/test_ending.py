@@ -243,6 +243,6 @@ def test_the_xcoms_of_a_success_are_stored_together_not_one_round_trip_after_ano
             timeout=5,
         )
 
-    trigger._log_tail = lambda subscription, lines: asyncio.sleep(0, "the driver said hello")
+    trigger._log_tail = lambda subscription, lines, worker=None: asyncio.sleep(0, "the driver said hello")
     assert isinstance(asyncio.run(end()), TaskSuccessEvent)
     assert {message.key for message in supervisor.sent} == {"timeline", "rayjob", "return_value"}

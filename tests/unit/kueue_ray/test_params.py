@@ -88,6 +88,7 @@ def test_queue_param_can_say_which_setup_each_queue_belongs_to():
         "user-queue": "user-queue (single-queue setup)",
         "team-a": "team-a (team-queues setup)",
         "team-b": "team-b (team-queues setup)",
+        "multikueue-queue": "multikueue-queue (MultiKueue setup: runs on a worker cluster)",
     }
 
 

@@ -47,3 +47,14 @@ def test_only_the_label_is_patched():
     assert relabel_patch("prod-priority") == {
         "metadata": {"labels": {"kueue.x-k8s.io/priority-class": "prod-priority"}}
     }
+
+
+def test_a_rayjob_multikueue_dispatched_is_not_relabelled_and_the_refusal_says_why():
+    from kueue_ray.priority_change import may_change
+
+    policy = {"allowed": ["dev-priority", "prod-priority"]}
+    refused = may_change(policy, "manual", "dev-priority", "prod-priority", worker="gpu-east")
+    assert not refused.allowed
+    assert "dispatched by MultiKueue to worker cluster 'gpu-east'" in refused.reason
+    assert "Change the priority before dispatch" in refused.reason
+    assert may_change(policy, "manual", "dev-priority", "prod-priority", worker=None).allowed

@@ -5,10 +5,12 @@ import asyncio
 
 from kueue_ray.deletion import still_deferred
 from kueue_ray.trigger_base import WaitTrigger
+from kueue_ray.waiting import WaitTarget
 
 
 class Recorder(WaitTrigger):
     kind = "RayJob"
+    target_type = WaitTarget
 
     def __init__(self, state, state_delay=0.0, kill_delay=0.0):
         super().__init__(name="rj", namespace="ray", uid="u", kubernetes_conn_id="k", policy=None)

@@ -99,3 +99,17 @@ def test_the_tab_says_who_changed_the_priority_from_airflow():
         now=T0 + 100,
     )
     assert view["rayjob"]["priority_changed_by"] == "admin: dev-priority -> prod-priority"
+
+
+def test_the_worker_a_rayjob_was_dispatched_to_is_read_from_its_workload_in_the_snapshot():
+    from kueue_ray.ui.priority_edit import dispatched_to
+
+    def workload(uid: str, namespace: str = "ml", **status) -> dict:
+        labels = {"kueue.x-k8s.io/job-uid": uid}
+        return {"metadata": {"namespace": namespace, "labels": labels}, "status": status}
+
+    xcom = {"name": "train", "namespace": "ml", "uid": "u1"}
+    assert dispatched_to([workload("u0", clusterName="w2"), workload("u1", clusterName="w1")], xcom) == "w1"
+    assert dispatched_to([workload("u1", namespace="other", clusterName="w1")], xcom) is None
+    assert dispatched_to([workload("u1")], xcom) is None
+    assert dispatched_to([], xcom) is None

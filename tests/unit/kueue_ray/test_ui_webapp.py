@@ -141,6 +141,33 @@ def test_loading_the_plugin_in_a_worker_imports_neither_fastapi_nor_the_ui(tmp_p
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_airflow_loads_the_plugins_folder_without_an_import_error(tmp_path):
+    """Airflow runs every file of the plugins folder as a module of its own (``__init__.py`` files as
+    ``__init__``); an error there is a plugin import error in Airflow's UI and logs."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    code = "import json\nfrom airflow import plugins_manager\nprint(json.dumps(plugins_manager.get_import_errors()))\n"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={
+            "PYTHONPATH": str(root / "plugins"),
+            "AIRFLOW_HOME": str(tmp_path),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "PATH": "/usr/bin:/bin",
+        },
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "{}"
+
+
 def test_the_plugins_urls_hold_no_placeholder_airflow_may_leave_and_its_nav_label_fits():
     """Airflow replaces {MAP_INDEX} only on a mapped task's page (the literal stayed in every other tab's
     URL), and its navigation cuts labels after about eight characters ("Kueue qu…")."""

@@ -199,13 +199,17 @@
     const section = el("section", { class: "admitted", "data-cq": cq.name });
     section.append(el("h3", { text: `Admitted (${cq.counts.admitted ?? a.items.length + a.hidden})` }));
     if (a.items.length) {
+      // The worker column only where MultiKueue dispatched something: elsewhere every row runs here.
+      const dispatched = a.items.some((item) => item.worker_cluster);
+      const headings = ["owner", "requests", "priority", "phase", ...(dispatched ? ["worker cluster"] : []), "LocalQueue", "workload", "admitted for"];
       section.append(el("table", {},
-        el("tr", {}, ["owner", "requests", "priority", "phase", "LocalQueue", "workload", "admitted for"].map((h) => el("th", { text: h }))),
+        el("tr", {}, headings.map((h) => el("th", { text: h }))),
         a.items.map((item) => el("tr", { class: "admitted-row", "data-workload": item.workload, "data-run-id": item.owner.run_id, "data-task-id": item.owner.task_id },
           el("td", {}, owner(item.owner)),
           el("td", { class: "requests", text: requests(item.requests) }),
           el("td", { text: priority(item.priority) }),
           el("td", { text: item.phase || "–" }),
+          dispatched ? el("td", { class: "worker-cluster", text: item.worker_cluster || "–" }) : null,
           el("td", { text: `${item.namespace}/${item.local_queue}` }),
           el("td", { class: "muted", text: item.workload }),
           el("td", {}, item.admitted_at ? age(item.admitted_at) : "–")))));
@@ -415,6 +419,8 @@
       el("dt", { text: "Workload" }), el("dd", { id: "workload", text: r.workload || "not created yet" }),
       el("dt", { text: "LocalQueue" }), el("dd", { id: "local-queue", text: r.local_queue || "–" }),
       el("dt", { text: "ClusterQueue" }), el("dd", { id: "cluster-queue" }, r.cluster_queue ? link(r.cluster_queue_url, r.cluster_queue) : "–"),
+      r.worker_cluster ? el("dt", { text: "Worker cluster" }) : null,
+      r.worker_cluster ? el("dd", { id: "worker-cluster", title: "the cluster MultiKueue dispatched this RayJob to", text: r.worker_cluster }) : null,
       el("dt", { text: "Priority" }), el("dd", { id: "priority", text: priority(r.priority) }),
       r.priority_changed_by ? el("dt", { text: "Priority changed" }) : null,
       r.priority_changed_by ? el("dd", { id: "priority-changed-by", text: `from Airflow by ${r.priority_changed_by}` }) : null);
@@ -469,6 +475,7 @@
 
   const POLL_MS = 2000; // ask every 2 s; an unchanged cluster is a 204
   const FULL_MS = 30000; // and take a full answer every 30 s anyway (XComs, permissions)
+  const ANSWER_MS = 20000; // a poll not answered by then is dropped and asked again: a stuck request never freezes the page
 
   function pause(ms) { return new Promise((resolve) => setTimeout(resolve, ms)); }
 
@@ -480,10 +487,17 @@
       if (version !== null && Date.now() - fullAt < FULL_MS) url.searchParams.set("known", version);
       let response;
       try {
-        response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+        response = await fetch(url, {
+          credentials: "same-origin",
+          headers: { Accept: "application/json" },
+          signal: AbortSignal.timeout(ANSWER_MS),
+        });
       } catch (error) {
         banner.hidden = false;
-        banner.textContent = `Airflow's API server cannot be reached (${error}); retrying.`;
+        banner.textContent = error.name === "TimeoutError"
+          ? `Airflow's API server did not answer within ${ANSWER_MS / 1000} s; asking again.`
+          : `Airflow's API server cannot be reached (${error}); retrying.`;
+        version = null; // the next answer is a full one, which takes this banner down
         await pause(3000);
         continue;
       }
@@ -501,6 +515,7 @@
       if (!response.ok) {
         banner.hidden = false;
         banner.textContent = `The Kueue API answered ${response.status}; retrying.`;
+        version = null;
         await pause(3000);
         continue;
       }

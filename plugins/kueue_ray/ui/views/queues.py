@@ -1,8 +1,9 @@
 """The "Kueue queues" page: every cohort with its members' usage; every ClusterQueue with its cohort, its
 quota per flavor and resource (nominal quota, borrowing and lending limits, what is admitted and
 reserved), its preemption policy in words (``kueue_ray.ui.policy``), its pending workloads in Kueue's
-order with their positions, and its admitted workloads with their age; each workload with its owner and
-what it requests (``kueue_ray.ui.views.holders``).
+order with their positions, and its admitted workloads with their age and, for one MultiKueue dispatched,
+the worker cluster running it (``kueue_ray.multikueue``); each workload with its owner and what it
+requests (``kueue_ray.ui.views.holders``).
 
 Apart from the task views because it reads the cluster by ClusterQueue, not by one task's objects, and
 shares with them only ``kueue_ray.ui.views.common``.
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
+from kueue_ray.multikueue import worker_cluster
 from kueue_ray.quantity import QuantityError, add_resources, parse_quantity, readable_amount
 from kueue_ray.status import observe
 from kueue_ray.timeline import to_epoch, to_iso
@@ -102,18 +104,6 @@ def quota_rows(cluster_queue: dict) -> list[dict]:
     return rows
 
 
-def priority_classes(workloads: list[dict]) -> dict[str, int]:
-    """Priority class -> value, as the Workloads in the cluster carry them (``priorityClassRef``,
-    ``priority``): the classes the policy sentences speak of."""
-    found = {}
-    for workload in workloads:
-        spec = workload.get("spec") or {}
-        name = (spec.get("priorityClassRef") or {}).get("name")
-        if name and isinstance(spec.get("priority"), int):
-            found[name] = spec["priority"]
-    return found
-
-
 def queues_view(
     snapshot: Snapshot,
     pending: dict[str, PendingRead],
@@ -137,8 +127,7 @@ def queues_view(
                 "admitted": status.get("admittedWorkloads", 0),
             }
         )
-    priorities = priority_classes(snapshot.workloads)
-    holding = quota_holders_by_queue(snapshot.workloads)
+    holding, priorities = quota_holders_by_queue(snapshot.workloads)
     queues = []
     for cq in sorted(snapshot.cluster_queues, key=lambda c: metadata_of(c).get("name") or ""):
         name = metadata_of(cq).get("name")
@@ -240,15 +229,22 @@ def _pending(
     }
 
 
-def quota_holders_by_queue(workloads: list[dict]) -> dict[str, list[dict]]:
-    """ClusterQueue name -> the Workloads holding its quota, in one pass over the cluster's Workloads (a
-    cluster that has run for weeks keeps thousands of finished ones, which each queue would scan again)."""
+def quota_holders_by_queue(workloads: list[dict]) -> tuple[dict[str, list[dict]], dict[str, int]]:
+    """(ClusterQueue name -> the Workloads holding its quota, priority class -> value as the Workloads
+    carry them (``priorityClassRef``, ``priority``): the classes the policy sentences speak of), in one pass
+    over the cluster's Workloads (a cluster that has run for weeks keeps thousands of finished ones, which each queue
+    would scan again)."""
     holding: dict[str, list[dict]] = {}
+    priorities: dict[str, int] = {}
     for workload in workloads:
+        spec = workload.get("spec") or {}
+        priority = spec.get("priority")
+        if isinstance(priority, int) and (name := (spec.get("priorityClassRef") or {}).get("name")):
+            priorities[name] = priority
         cluster_queue = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
         if cluster_queue and holds_quota(workload):
             holding.setdefault(cluster_queue, []).append(workload)
-    return holding
+    return holding, priorities
 
 
 def _admitted_list(
@@ -280,6 +276,7 @@ def _admitted_list(
                 "phase": observation.phase.value
                 if observation
                 else service_row_phase(workload, owner, snapshot),
+                "worker_cluster": worker_cluster(workload),
                 "requests": workload_requests(workload),
                 "owner": owner,
             }

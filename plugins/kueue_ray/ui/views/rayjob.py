@@ -1,5 +1,6 @@
-"""The Kueue tab of a task that submitted or waits for a RayJob: its Workload, queues, priority, phase
-in words, queue position, timeline spans (with who preempted it), and links. A deploy task is handed to
+"""The Kueue tab of a task that submitted or waits for a RayJob: its Workload, queues, the worker cluster
+MultiKueue dispatched it to, priority, phase in words, queue position, timeline spans (with who
+preempted it), and links. A deploy task is handed to
 ``kueue_ray.ui.views.rayservice``.
 
 Apart from the RayService view because a RayJob has a timeline of spans and a preemptor to name, and a
@@ -11,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kueue_ray.multikueue import worker_cluster
 from kueue_ray.naming import JOB_UID_LABEL, PRIORITY_CHANGED_BY_ANNOTATION, QUEUE_LABEL
 from kueue_ray.phases import PHASE_WORDS, POSITION_PHASES, TERMINAL_PHASES, Phase
 from kueue_ray.pod_states import pod_states
@@ -41,21 +43,24 @@ def task_view(
     ref: TaskRef,
     *,
     rayjob_xcom: dict | None,
-    timeline_xcom: dict | None,
-    dashboard_link: str | None,
     snapshot: Snapshot,
-    live_timeline: dict | None,
-    pending: PendingRead | None,
     access: Access,
-    links: Links,
+    timeline_xcom: dict | None = None,
+    dashboard_link: str | None = None,
+    live_timeline: dict | None = None,
+    pending: PendingRead | None = None,
+    links: Links | None = None,
     now: float | None = None,
     rayservice_xcom: dict | None = None,
     pods: list[dict] | None = None,
 ) -> dict[str, Any]:
     """The Kueue tab of one task instance. The caller has checked the user may read ``ref.dag_id``.
+    What it was not given (the XComs of the timeline and the dashboard link, the cache's live timeline,
+    the queue's pending list, the links) it shows without.
 
     A deploy task (``rayservice`` XCom, pushed before it waits) is shown by ``service_task_view``."""
     now = time.time() if now is None else now
+    links = Links() if links is None else links
     base = {
         "now": to_iso(now),
         "version": snapshot.version,
@@ -104,6 +109,7 @@ def task_view(
             "local_queue": local_queue,
             "cluster_queue": cluster_queue,
             "cluster_queue_url": links.queue(cluster_queue) if cluster_queue else None,
+            "worker_cluster": worker_cluster(workload),
             "priority": priority,
             "priority_changed_by": (metadata_of(rayjob).get("annotations") or {}).get(
                 PRIORITY_CHANGED_BY_ANNOTATION
