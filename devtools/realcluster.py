@@ -5,8 +5,9 @@ registered with the aggregator (devtools/realcluster_kueue.py), the KubeRay oper
 (devtools/realcluster_pods.py) and the Ray heads' dashboards (devtools/realcluster_dashboard.py).
 
 The servers run in a network namespace of their own (devtools/realcluster_netns.py) where pod IPs are
-routable, so that the API server's service proxy reaches a head's dashboard as on a real cluster; the
-caller gets the API server on its own 127.0.0.1 through a relay. Every server binds to 127.0.0.1 there,
+routable, so that KubeRay reaches a head's dashboard at its Service's name (``kuberay_command``) and the
+API server a pod's log at its node, as on a real cluster; the caller gets the API server on its own
+127.0.0.1 through a relay. Every server binds to 127.0.0.1 there,
 the dashboards to their head pod's IP.
 
 Its certificates and kubeconfig files come from devtools/realcluster_pki.py.
@@ -24,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import tempfile
@@ -48,6 +48,7 @@ from devtools.realcluster_kueue import (
     write_kueue_config,
 )
 from devtools.realcluster_pki import FRONT_PROXY_CLIENT, make_pki, write_kubeconfig
+from devtools.signals import stop_on_signals
 from kubesim.testing import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,19 +182,34 @@ def run_realcluster(
         )
         register_webhooks(api_client, webhook_port, pki["ca.crt"].read_bytes())
         register_visibility(api_client, visibility_port, pki["ca.crt"].read_bytes())
+        hosts = work / "hosts"
+        hosts.write_text(Path("/etc/hosts").read_text())
         start(
             "kuberay-operator",
-            [bins / "kuberay-operator", "--enable-leader-election=false", "--metrics-addr=0",
-             f"--health-probe-bind-address=127.0.0.1:{_free_port()}", "--use-kubernetes-proxy"],
+            kuberay_command(
+                hosts,
+                [bins / "kuberay-operator", "--enable-leader-election=false", "--metrics-addr=0",
+                 f"--health-probe-bind-address=127.0.0.1:{_free_port()}"],
+            ),
             inside,
         )  # fmt: skip
-        heads = HeadDashboards(netns, time_scale)
+        heads = HeadDashboards(netns, time_scale, hosts)
         stack.callback(heads.close_all)
         heads.serve_logs(NODE_IP, str(pki["server.crt"]), str(pki["server.key"]))
         _start_pod_driver(stack, api_client, heads)
         wait_for_kueue(api_client, READY_TIMEOUT_S)
         wait_for_visibility(api_client, READY_TIMEOUT_S)
         yield RealCluster(url, str(kubeconfig), token, work / "logs")
+
+
+def kuberay_command(hosts: Path, argv: list) -> list:
+    """KubeRay's operator as it runs in a cluster, reaching each head's dashboard by its Service's name
+    (``http://<cluster>-head-svc.<ns>.svc.cluster.local:8265``, a 2 s timeout per request), in a mount
+    namespace of its own whose /etc/hosts is ``hosts`` (HeadDashboards writes a line per running head);
+    ``GODEBUG=netdns=cgo``: glibc reads the file at every lookup, where Go's own resolver would keep it
+    for 5 s and miss a head that just started."""
+    script = 'set -e; mount --make-rprivate / && mount --bind "$1" /etc/hosts && shift && exec "$@"'
+    return ["unshare", "--mount", "sh", "-c", script, "kuberay", hosts, "env", "GODEBUG=netdns=cgo", *argv]
 
 
 class _Starter:
@@ -301,15 +317,8 @@ def apply_manifests(kubeconfig: str, paths: list[Path]) -> list[str]:
     return created
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main() -> None:
-    # Started in the background, a process inherits SIGINT ignored, and SIGTERM would end it without the
-    # context manager's cleanup, orphaning etcd, kube-apiserver and the controllers: both stop it cleanly.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+    stop_on_signals()  # else a SIGTERM would orphan etcd, kube-apiserver and the controllers
     with run_realcluster() as real:
         print(
             f"real control plane at {real.url}; KUBECONFIG={real.kubeconfig}; logs in {real.logs}", flush=True

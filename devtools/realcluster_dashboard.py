@@ -1,16 +1,18 @@
 """The Ray heads' dashboards of the real-stack harness: the Ray Jobs REST API KubeRay calls, answered on
 each running head pod's IP, port 8265, inside the harness's network namespace (devtools/realcluster_netns.py).
 
-KubeRay (``--use-kubernetes-proxy``) reaches it the way it reaches a real head: through the API server's
-service proxy, ``/api/v1/namespaces/<ns>/services/<head-svc>:dashboard/proxy/api/jobs/...``, which the API
-server resolves to the head pod's Endpoints address. What a job does once submitted is kubesim's
+KubeRay reaches it as an operator in the cluster reaches a real head (its default, without
+``--use-kubernetes-proxy``): at ``http://<cluster>-head-svc.<ns>.svc.cluster.local:8265`` with a 2 s
+timeout, the name resolved through the hosts file the harness gives KubeRay's mount namespace
+(``hosts``): one line per running head, to the head pod's IP, as the cluster's DNS and Service would take
+it there. What a job does once submitted is kubesim's
 simulation of a Ray driver (``kubesim.kuberay.dashboard``: the entrypoint's sleeps, epochs and exit code,
 the runtime environment's package installation); only what Ray itself sees of a job is used, the
 submission request, never the RayJob's annotations.
 
-    dashboards = HeadDashboards(netns, time_scale=20)
-    dashboards.open("team-a", "rayjob-abc-raycluster-x", "10.244.0.7")   # head pod Running
-    dashboards.close("team-a", "rayjob-abc-raycluster-x")                # head pod gone: its jobs die
+    dashboards = HeadDashboards(netns, time_scale=20, hosts=Path("work/hosts"))
+    dashboards.open("team-a", "rayjob-abc-raycluster-x", "10.244.0.7")   # head pod starting
+    dashboards.close("team-a", "rayjob-abc-raycluster-x", "10.244.0.7")  # that head pod gone: its jobs die
     dashboards.submitter("team-a", "rayjob-abc-raycluster-x", submission) # a K8sJobMode submitter's run: exit code
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import ssl
+from pathlib import Path
 
 import yaml
 from aiohttp import web
@@ -26,7 +29,7 @@ from aiohttp import web
 from devtools.realcluster_serve import HeadServe, add_serve_routes, proxy_app
 from kubesim.clock import Clock
 from kubesim.kuberay.dashboard import Behaviour, RayDashboards, RayJobRun
-from kubesim.kuberay.raycluster import SERVE_PORT
+from kubesim.kuberay.raycluster import SERVE_PORT, head_service_name
 from kubesim.kuberay.submitter import submission_lines
 
 DASHBOARD_PORT = 8265
@@ -74,12 +77,15 @@ def behaviour(submission: dict) -> Behaviour:
 class HeadDashboards:
     """One dashboard server per running head, bound to the head pod's IP; one simulated job table each."""
 
-    def __init__(self, netns, time_scale: float = 1.0) -> None:
+    def __init__(self, netns, time_scale: float = 1.0, hosts: Path | None = None) -> None:
         self._netns = netns
+        self._hosts = hosts
+        self._hosts_base = hosts.read_text() if hosts is not None else ""
         self._jobs_clock = Clock(time_scale)
         self._jobs = RayDashboards(self._jobs_clock, lambda namespace, cluster: None)
         self._submissions: dict[tuple[str, str, str], dict] = {}
         self._runners: dict[tuple[str, str], web.AppRunner] = {}
+        self._head_ips: dict[tuple[str, str], str] = {}  # the head pod whose dashboard a runner is
         self._proxies: dict[tuple[str, str], web.AppRunner] = {}  # Serve's proxy, port 8000, once started
         self._ids = itertools.count(1)
         self._pod_logs: dict[tuple[str, str, str], list[str]] = {}
@@ -87,12 +93,14 @@ class HeadDashboards:
     def open(self, namespace: str, cluster: str, ip: str) -> None:
         self._netns.call(self._open(namespace, cluster, ip))
 
-    def close(self, namespace: str, cluster: str) -> None:
-        self._netns.call(self._close(namespace, cluster))
+    def close(self, namespace: str, cluster: str, ip: str) -> None:
+        """The head pod at ``ip`` is gone. Only its own dashboard goes: a head KubeRay created again for the
+        same cluster (a new pod, a new IP) may have opened before the old pod's deletion is seen."""
+        self._netns.call(self._close(namespace, cluster, ip))
 
     def close_all(self) -> None:
         for namespace, cluster in list(self._runners):
-            self.close(namespace, cluster)
+            self._netns.call(self._close(namespace, cluster))
 
     @property
     def time_scale(self) -> float:
@@ -163,6 +171,8 @@ class HeadDashboards:
 
     async def _open(self, namespace: str, cluster: str, ip: str) -> None:
         await self._close(namespace, cluster)  # a new head is a new Ray cluster: the old one's jobs are gone
+        self._head_ips[(namespace, cluster)] = ip
+        self._write_hosts()
         app = self._app(namespace, cluster)
 
         async def start_proxy() -> None:
@@ -177,13 +187,27 @@ class HeadDashboards:
         await web.TCPSite(runner, ip, DASHBOARD_PORT).start()
         self._runners[(namespace, cluster)] = runner
 
-    async def _close(self, namespace: str, cluster: str) -> None:
+    async def _close(self, namespace: str, cluster: str, ip: str | None = None) -> None:
+        if ip is not None and self._head_ips.get((namespace, cluster)) != ip:
+            return
+        if self._head_ips.pop((namespace, cluster), None) is not None:
+            self._write_hosts()
         runner = self._runners.pop((namespace, cluster), None)
         proxy = self._proxies.pop((namespace, cluster), None)
         self._jobs.drop_cluster(namespace, cluster)
         for server in (runner, proxy):
             if server is not None:
                 await server.cleanup()
+
+    def _write_hosts(self) -> None:
+        """The hosts file with a line per running head: ``<pod IP> <cluster>-head-svc.<ns>.svc.cluster.local``
+        (KubeRay's ``FetchHeadServiceURL`` name), rewritten in place (it is bind-mounted over KubeRay's
+        /etc/hosts, which glibc reads at every lookup)."""
+        if self._hosts is None:
+            return
+        lines = [f"{ip} {head_service_name(cluster)}.{namespace}.svc.cluster.local"
+                 for (namespace, cluster), ip in sorted(self._head_ips.items())]  # fmt: skip
+        self._hosts.write_text(self._hosts_base + "".join(f"{line}\n" for line in lines))
 
     def _app(self, namespace: str, cluster: str) -> web.Application:
         jobs, submissions = self._jobs, self._submissions

@@ -1,7 +1,8 @@
 """A network namespace of the real-stack harness's own, where pod IPs are routable.
 
-KubeRay reaches a Ray head's dashboard through the API server's service proxy: the API server dials the
-head pod's IP. The pod driver gives pods addresses in ``POD_CIDR``; inside this namespace that whole
+KubeRay dials a Ray head's dashboard (its Service's name resolves to the head pod's IP,
+devtools/realcluster.py ``kuberay_command``) and its Serve proxy at the pod's IP; the API server dials the
+node's kubelet for pod logs. The pod driver gives pods addresses in ``POD_CIDR``; inside this namespace that whole
 range is local (``ip route add local 10.244.0.0/16 dev lo``), so a listener bound to a head pod's IP
 answers there and nowhere else. The namespace has no other interface: nothing in it reaches the machine's
 network, and nothing outside reaches in, except through ``relay`` (the API server's port, to the caller).

@@ -153,14 +153,22 @@ class PodDriver:
                     _preload_content=False,
                 )
             pod_ip = next(self._ips)
-            self.core.patch_namespaced_pod_status(
-                meta["name"], meta["namespace"], {"status": running_status(pod, pod_ip, _now())}
-            )
+            head = ray_head(pod) if self.heads is not None else None
+            if head:
+                # A Ray head answers on its dashboard before its readiness probe passes: the pod is Ready,
+                # and so an endpoint of its Services, only once the dashboard listens.
+                self.heads.open(meta["namespace"], head, pod_ip)
+            try:
+                self.core.patch_namespaced_pod_status(
+                    meta["name"], meta["namespace"], {"status": running_status(pod, pod_ip, _now())}
+                )
+            except client.ApiException:
+                if head:
+                    self.heads.close(meta["namespace"], head, pod_ip)
+                raise
             self._started.add(meta["uid"])
             if self.heads is None:
                 return
-            if ray_head(pod):
-                self.heads.open(meta["namespace"], ray_head(pod), pod_ip)
             if _runs_ray_cli(pod):
                 if submitter := self._submission(pod):  # None when its RayJob is gone: nothing to submit
                     threading.Thread(
@@ -228,8 +236,9 @@ class PodDriver:
     def forget(self, pod: dict) -> None:
         """The pod is gone: a Ray head takes its dashboard and the jobs on it along."""
         self._started.discard(pod["metadata"]["uid"])
-        if self.heads is not None and ray_head(pod):
-            self.heads.close(pod["metadata"]["namespace"], ray_head(pod))
+        ip = (pod.get("status") or {}).get("podIP")
+        if self.heads is not None and ray_head(pod) and ip:
+            self.heads.close(pod["metadata"]["namespace"], ray_head(pod), ip)
 
     def run(self, stop: threading.Event) -> None:
         self.ensure_node()

@@ -1,16 +1,17 @@
 """Ray Serve on the real-stack harness's Ray heads (devtools/realcluster_dashboard.py): what KubeRay's
 RayService controller asks of a head, answered as Ray Serve would for the config it was sent.
 
-KubeRay v1.6.2 (``--use-kubernetes-proxy``) makes three calls per reconcile of a cluster whose head is ready:
+KubeRay v1.6.2 (as in a cluster: no ``--use-kubernetes-proxy``, each request with a 2 s timeout) makes three
+calls per reconcile of a cluster whose head is ready:
 
-* ``GET <apiserver>/api/v1/namespaces/<ns>/services/<head-svc>:dashboard/proxy/api/serve/applications/
-  ?api_type=declarative``: Serve's ``ServeInstanceDetails``; it reads ``applications.<name>.status`` and
-  ``.message`` and each ``deployments.<name>.status``/``.message``; all ``RUNNING`` is "ready";
-* ``PUT`` of the same path with the ``serveConfigV2`` as JSON, when it has not sent this config to this
+* ``GET http://<head-svc>.<ns>.svc.cluster.local:8265/api/serve/applications/?api_type=declarative``:
+  Serve's ``ServeInstanceDetails``; it reads ``applications.<name>.status`` and ``.message`` and each
+  ``deployments.<name>.status``/``.message``; all ``RUNNING`` is "ready";
+* ``PUT`` of the same URL with the ``serveConfigV2`` as JSON, when it has not sent this config to this
   cluster yet (or the head lists no application: a head that restarted lost them);
-* ``GET <apiserver>/api/v1/namespaces/<ns>/pods/<head-pod>:8000/proxy/-/healthz``: the Serve proxy's
-  health on the head; 200 labels the head pod ``ray.io/serve=true``, so that the ``<name>-serve-svc``
-  Service selects it and its EndpointSlice counts a serve endpoint (the RayService's ``Ready``).
+* ``GET http://<head pod IP>:8000/-/healthz``: the Serve proxy's health on the head; 200 labels the head
+  pod ``ray.io/serve=true``, so that the ``<name>-serve-svc`` Service selects it and its EndpointSlice
+  counts a serve endpoint (the RayService's ``Ready``).
 
 What Serve does with a config is kubesim's model (``kubesim.kuberay.serve``): every application
 ``DEPLOYING`` (deployments ``UPDATING``) for ``SERVE_DEPLOY_SECONDS`` simulated seconds after the config

@@ -7,9 +7,12 @@ there with the reason, so the count of tests the real stack ran is honest.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 
-from devtools.realcluster import RealCluster
+from devtools.realcluster import RealCluster, RealClusterUnavailable, run_realcluster
 
 
 class RealBackend:
@@ -58,3 +61,18 @@ class RealBackend:
         if name.startswith("__"):
             raise AttributeError(name)
         self._kubesim_only(f"kubesim's {name}")
+
+
+@contextmanager
+def real_backend(**options) -> Iterator[RealBackend]:
+    """A real control plane of its own (``run_realcluster(**options)``) as the ``kubesim`` fixture; the
+    test is skipped, saying why, when the stack's binaries are not built."""
+    stack = run_realcluster(**options)
+    try:
+        real = stack.__enter__()  # not `with`: only the start's unavailability is a skip
+    except RealClusterUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield RealBackend(real)
+    finally:
+        stack.__exit__(None, None, None)

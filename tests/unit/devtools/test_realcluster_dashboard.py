@@ -11,9 +11,11 @@ import json
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
+from devtools.realcluster import kuberay_command
 from devtools.realcluster_dashboard import HeadDashboards, behaviour
 from devtools.realcluster_netns import NetworkNamespace
 from devtools.realcluster_pods import finished_status, ray_head
@@ -50,6 +52,15 @@ def _inside(netns: NetworkNamespace, script: str) -> str:
     done = subprocess.run(netns.wrap(["python3", "-c", script]), capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def _listening(netns: NetworkNamespace, ip: str) -> bool:
+    """Whether anything accepts connections on ``ip``'s dashboard port inside ``netns``."""
+    script = (
+        f"import socket\ntry:\n    socket.create_connection(({ip!r}, 8265), timeout=2); print('open')\n"
+        "except OSError:\n    print('refused')\n"
+    )
+    return _inside(netns, script).strip() == "open"
 
 
 def _request(method: str, url: str, body: dict | None = None) -> str:
@@ -92,13 +103,48 @@ def test_a_heads_dashboard_runs_a_ray_job_on_the_pod_ip_until_the_head_is_gone()
         assert "exit code 2" in info["message"] and info["end_time"] >= info["start_time"] > 0
         assert _inside(netns, _request("GET", base + "nope")).startswith("404")
 
-        heads.close("team-a", "rc-1")  # the head pod is gone: nothing answers there any more
-        refused = _inside(
-            netns,
-            "import socket\ntry:\n    socket.create_connection(('10.244.3.7', 8265), timeout=2); print('open')\n"
-            "except OSError:\n    print('refused')\n",
-        )
-        assert refused.strip() == "refused"
+        heads.close("team-a", "rc-1", "10.244.3.7")  # the head pod is gone: nothing answers there any more
+        assert not _listening(netns, "10.244.3.7")
+
+
+@needs_netns
+def test_a_late_deletion_of_a_clusters_old_head_leaves_the_new_heads_dashboard_up():
+    """KubeRay creates a head again for the same cluster (a new pod, a new IP); the pod driver may see the
+    new pod start before the old one's deletion."""
+    with NetworkNamespace() as netns:
+        heads = HeadDashboards(netns, time_scale=100)
+        heads.open("team-a", "rc-1", "10.244.3.7")
+        heads.open("team-a", "rc-1", "10.244.3.9")
+        heads.close("team-a", "rc-1", "10.244.3.7")
+        assert _inside(netns, _request("GET", "http://10.244.3.9:8265/api/version")).startswith("200")
+        heads.close("team-a", "rc-1", "10.244.3.9")
+        assert not _listening(netns, "10.244.3.9")
+
+
+@needs_netns
+def test_kuberay_reaches_a_running_head_at_its_services_name_and_the_machine_is_left_alone(tmp_path):
+    """As in a cluster: ``<cluster>-head-svc.<ns>.svc.cluster.local`` resolves (in KubeRay's own mount
+    namespace, whose /etc/hosts the dashboards write) to the head pod's IP while the head runs."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n")
+    name = "rc-1-head-svc.team-a.svc.cluster.local"
+    with NetworkNamespace() as netns:
+        heads = HeadDashboards(netns, time_scale=100, hosts=hosts)
+
+        def as_kuberay(script: str) -> str:
+            argv = netns.wrap(kuberay_command(hosts, ["python3", "-c", script]))
+            done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=30)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        heads.open("team-a", "rc-1", "10.244.3.7")
+        assert as_kuberay(_request("GET", f"http://{name}:8265/api/version")).startswith("200")
+        heads.open("team-a", "rc-1", "10.244.3.9")  # a new head pod, a new IP
+        assert f"10.244.3.9 {name}" in as_kuberay("print(open('/etc/hosts').read())")
+        heads.close("team-a", "rc-1", "10.244.3.9")
+        assert name not in as_kuberay("print(open('/etc/hosts').read())")
+        assert as_kuberay("print(open('/etc/hosts').read())").startswith("127.0.0.1 localhost")
+    assert name not in Path("/etc/hosts").read_text()
 
 
 @needs_netns
