@@ -19,12 +19,13 @@ import ssl
 import subprocess
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import yaml
 
+from kubesim.apiserver.clusters import worker_kubeconfig_path
 from kubesim.apiserver.faults import DEFAULT_USER
 from kubesim.testing import serve_command
 
@@ -36,8 +37,10 @@ LISTENING = re.compile(r"kubesim listening on (https?://\S+)")
 
 
 def queue_setups(manifests: Path = KUEUE_MANIFESTS) -> list[str]:
-    """The queue setups: the sub-folders of the Kueue manifests (each a ClusterQueue/LocalQueue set)."""
-    return sorted(p.name for p in manifests.iterdir() if p.is_dir())
+    """The queue setups of one cluster: the sub-folders of the Kueue manifests holding YAML (each a
+    ClusterQueue/LocalQueue set). ``multikueue/`` holds folders for several clusters instead
+    (``multikueue_manifests``), so it is none of them."""
+    return sorted(p.name for p in manifests.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
 
 
 def setup_manifests(queues: str = ALL_SETUPS, manifests: Path = KUEUE_MANIFESTS) -> list[Path]:
@@ -84,6 +87,9 @@ class KubesimProcess:
     log_path: Path
     token: str
     """The bearer token every API request needs (in the kubeconfig; ``headers`` for raw HTTP)."""
+    workers: dict[str, Path] = field(default_factory=dict)
+    """With ``workers``: each worker cluster's name (worker1, ...) and kubeconfig; this one is their
+    MultiKueue manager."""
 
     @property
     def headers(self) -> dict[str, str]:
@@ -143,8 +149,13 @@ def start_kubesim(
     kueue_config: Path | None = None,
     tls: bool = False,
     timeout: float = 60,
+    workers: int = 0,
+    worker_apply: list[Path] | None = None,
 ) -> KubesimProcess:
     """Start kubesim with the Kueue base manifests and ``queues`` applied; return once it answers.
+
+    With ``workers``, it also serves that many worker clusters (``--workers``: worker1, ...), each with
+    ``worker_apply`` created in it, and runs Kueue's MultiKueue on the first, their manager.
 
     Its log and kubeconfig in ``workdir`` are this start's own: both are replaced, so a previous start's
     URL (dead now) can never be mistaken for this one's.
@@ -162,6 +173,15 @@ def start_kubesim(
         token=token,
         tls=tls,
     )
+    if workers:
+        command += ["--workers", str(workers)]
+        for path in worker_apply or []:
+            command += ["--worker-apply", str(path)]
+    worker_kubeconfigs = {
+        f"worker{i}": worker_kubeconfig_path(kubeconfig, f"worker{i}") for i in range(1, workers + 1)
+    }
+    for path in worker_kubeconfigs.values():
+        path.unlink(missing_ok=True)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command,
@@ -178,12 +198,17 @@ def start_kubesim(
                 f"kubesim exited with code {process.returncode}; last lines of {log_path}:\n{log_tail(log_path)}"
             )
         match = LISTENING.search(log_path.read_text(errors="replace"))
-        if match and kubeconfig.exists():
+        if match and kubeconfig.exists() and all(path.exists() for path in worker_kubeconfigs.values()):
             url = match.group(1)
             try:
                 if httpx.get(f"{url}/readyz", timeout=2, verify=trust(kubeconfig)).status_code == 200:
                     return KubesimProcess(
-                        url=url, kubeconfig=kubeconfig, process=process, log_path=log_path, token=token
+                        url=url,
+                        kubeconfig=kubeconfig,
+                        process=process,
+                        log_path=log_path,
+                        token=token,
+                        workers=worker_kubeconfigs,
                     )
             except httpx.HTTPError:
                 pass

@@ -10,7 +10,12 @@ Settings, from the environment (README "make run"):
   ``kubeconfig`` uses the cluster of ``KUBECONFIG`` (default ~/.kube/config) as it is (nothing applied)
   and starts no kubesim; ``real`` starts the real control plane of devtools/realcluster.py (etcd,
   kube-apiserver, Kueue, KubeRay; `make realcluster` builds it) with the same queue setups, so real Kueue
-  admits and preempts the DAGs' RayJobs (their Ray jobs run on simulated dashboards, at ``TIME_SCALE``).
+  admits and preempts the DAGs' RayJobs (their Ray jobs run on simulated dashboards, at ``TIME_SCALE``);
+  ``multikueue`` starts kubesim as a MultiKueue manager (every queue setup, plus
+  include/manifests/kueue/multikueue/manager/) and two worker clusters with one GPU each
+  (devtools.multikueue), gives Airflow a ``kueue_worker_<cluster>`` connection per worker and, with the
+  DAGs unpaused, triggers three text_classifier_finetune runs on ``multikueue-queue`` once its first
+  run has finished: two run at once on different workers, the third waits on the manager.
   An exported ``KUBECONFIG`` alone never selects a real cluster.
 * ``UNPAUSE``: whether the DAGs start unpaused. Default 1 on kubesim and on ``CLUSTER=real`` (a throwaway
   cluster of this run's own), 0 on a ``kubeconfig`` cluster, so a cluster of someone's gets scheduled
@@ -57,6 +62,13 @@ from devtools.kubesim_process import (
     log_tail,
     setup_manifests,
     start_kubesim,
+)
+from devtools.multikueue import (
+    MANAGER_MANIFESTS,
+    connect_workers,
+    kubesim_options,
+    start_showcase,
+    worker_connection_id,
 )
 from devtools.postgres import metadata_database
 from devtools.realcluster import RealCluster, RealClusterUnavailable, apply_manifests, run_realcluster
@@ -109,8 +121,10 @@ def settings_from(env: dict[str, str]) -> Settings:
     if not time_scale > 0:
         raise RunError(f"TIME_SCALE={scale_text!r} is not a positive number; use e.g. 1 (real time) or 10")
     cluster = env.get("CLUSTER") or "kubesim"
-    if cluster not in ("kubesim", "kubeconfig", "real"):
-        raise RunError(f"CLUSTER={cluster!r} is not known; use kubesim (default), real or kubeconfig")
+    if cluster not in ("kubesim", "kubeconfig", "real", "multikueue"):
+        raise RunError(
+            f"CLUSTER={cluster!r} is not known; use kubesim (default), multikueue, real or kubeconfig"
+        )
     unpause_text = env.get("UNPAUSE") or ("0" if cluster == "kubeconfig" else "1")
     if unpause_text not in ("0", "1"):
         raise RunError(f"UNPAUSE={unpause_text!r} is not 0 or 1")
@@ -176,7 +190,8 @@ def keep_previous() -> None:
     for path in leftovers:
         if path.exists():
             shutil.move(str(path), PREVIOUS / path.name)
-    (RUN_DIR / "kubesim.kubeconfig").unlink(missing_ok=True)
+    for kubeconfig in RUN_DIR.glob("kubesim*.kubeconfig"):  # the manager's and its workers'
+        kubeconfig.unlink()
 
 
 def write_cli_state(airflow: Airflow) -> None:
@@ -211,11 +226,22 @@ def banner(
             f"  Its logs: {rel(real.logs)}",
         ]
     elif kubesim is not None:
+        applied = [*setup_manifests(ALL_SETUPS), *([MANAGER_MANIFESTS] if kubesim.workers else [])]
         lines += [
             f"Cluster: kubesim at {kubesim.url} (simulated time x{settings.time_scale:g}, TIME_SCALE)",
-            f"  LocalQueues: {', '.join(local_queues(setup_manifests(ALL_SETUPS)))}",
+            f"  LocalQueues: {', '.join(local_queues(applied))}",
             f"  kubectl --kubeconfig {rel(kubesim.kubeconfig)} get rayjobs,workloads -A",
         ]
+        if kubesim.workers:
+            lines += [
+                f"  MultiKueue: this cluster is the manager of {', '.join(kubesim.workers)} (one GPU each); "
+                "LocalQueue ray/multikueue-queue dispatches to them",
+                *(
+                    f"  Worker {name}: Airflow connection {worker_connection_id(name)}, "
+                    f"kubectl --kubeconfig {rel(path)} get rayjobs,workloads -A"
+                    for name, path in kubesim.workers.items()
+                ),
+            ]
     else:
         lines.append(
             f"Cluster: REAL, from {settings.kubeconfig} ({describe_kubeconfig(settings.kubeconfig)})"
@@ -279,26 +305,36 @@ def run(settings: Settings) -> None:
         kubesim = None
         real = None
         airflow = None
+        worker_connections: dict[str, str] = {}
         try:
             if settings.cluster == "real":
                 real = stack.enter_context(start_real(settings.time_scale))
                 kubeconfig = Path(real.kubeconfig)
-            elif settings.cluster == "kubesim":
+            elif settings.cluster in ("kubesim", "multikueue"):
                 if os.environ.get("KUBECONFIG"):
                     print(
                         f"KUBECONFIG={os.environ['KUBECONFIG']} is ignored: make run uses kubesim "
                         "(CLUSTER=kubeconfig make run uses that cluster).",
                         flush=True,
                     )
-                print("Starting kubesim with every queue setup of include/manifests/kueue/ ...", flush=True)
+                multikueue = settings.cluster == "multikueue"
+                print(
+                    "Starting kubesim with every queue setup of include/manifests/kueue/"
+                    + (" as a MultiKueue manager, and its worker clusters" if multikueue else "")
+                    + " ...",
+                    flush=True,
+                )
                 kubesim = start_kubesim(
                     RUN_DIR,
                     queues=ALL_SETUPS,
                     time_scale=settings.time_scale,
                     kueue_config=KUEUE_CONFIG,
                     tls=True,
+                    **(kubesim_options(RUN_DIR) if multikueue else {}),
                 )
                 kubeconfig = kubesim.kubeconfig
+                if multikueue:
+                    worker_connections = connect_workers(kubeconfig, kubesim.workers)
             else:
                 kubeconfig = settings.kubeconfig
                 print(
@@ -321,13 +357,16 @@ def run(settings: Settings) -> None:
                     "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(not settings.unpause),
                     # Teams, so that a user may read some DAGs only (devtools.run_access).
                     **multi_team_environment(team_bundles(ROOT / "dags", AIRFLOW_HOME / "bundles")),
+                    **worker_connections,  # CLUSTER=multikueue: kueue_worker_<cluster>
                 },
                 teams=TEAMS,
             )
             write_cli_state(airflow)
             print(banner(settings, kubesim, airflow, database_url, real), flush=True)
+            if worker_connections and settings.unpause:
+                start_showcase(airflow.url, airflow.log_path)
             supervise(kubesim, airflow)
-        except (KubesimStartError, AirflowStartError, RealClusterUnavailable) as exc:
+        except (KubesimStartError, AirflowStartError, RealClusterUnavailable, TimeoutError) as exc:
             raise RunError(str(exc)) from exc
         finally:
             print("\nStopping...", flush=True)

@@ -28,10 +28,11 @@ BROWSER_REQUEST_LOG = "browser-cluster-requests.json"
 OWN_AIRFLOWS = "airflows-of-their-own"
 SHARED_AIRFLOW = "shared-e2e-airflow"
 """The two groups of the browser and e2e tests under `--dist loadgroup`. The browser tests, test_00
-(`make run`) and test_20 (the walkthrough on the real stack) each start Airflows of their own, one after another; every other e2e module shares the e2e
-session's Airflow. Each group runs in one worker, in file order, so at most two Airflows run at once. Most
-of an e2e test's time is waiting for simulated time and Airflow's loops with the CPU idle, so the two
-groups fit on two cores."""
+(`make run`) and test_20 (the walkthrough on the real stack) each start Airflows of their own, one after
+another; every other e2e module shares the e2e session's Airflow. Each group runs in one worker, in file
+order, so at most two Airflows run at once. Most of an e2e test's time is waiting for simulated time and
+Airflow's loops, so the two groups fit on two cores. (`make test` runs test_20 in `make test-real`
+instead, after the other real-stack tests, so that one real control plane runs at a time.)"""
 
 
 def xdist_group(nodeid: str) -> str | None:

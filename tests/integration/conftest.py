@@ -29,19 +29,11 @@ def kubesim(request):
     why, when its binaries are not built); both with Kueue's shipped frameworks (a RayService is admitted
     as one Workload)."""
     if request.config.getoption("cluster") == "real":
-        from devtools.realcluster import RealClusterUnavailable, run_realcluster
         from devtools.realcluster_kueue import SHIPPED_FRAMEWORKS
-        from tests.integration.real_backend import RealBackend
+        from tests.integration.real_backend import real_backend
 
-        try:
-            stack = run_realcluster(time_scale=REAL_TIME_SCALE, kueue_frameworks=SHIPPED_FRAMEWORKS)
-            real = stack.__enter__()
-        except RealClusterUnavailable as exc:
-            pytest.skip(str(exc))
-        try:
-            yield RealBackend(real)
-        finally:
-            stack.__exit__(None, None, None)
+        with real_backend(time_scale=REAL_TIME_SCALE, kueue_frameworks=SHIPPED_FRAMEWORKS) as real:
+            yield real
         return
     with run_kubesim(time_scale=TIME_SCALE) as sim:
         yield sim

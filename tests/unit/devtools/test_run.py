@@ -49,6 +49,11 @@ def test_the_harness_s_real_control_plane_is_this_run_s_own_so_its_dags_start_un
     assert run.settings_from({"CLUSTER": "real", "UNPAUSE": "0"}).unpause is False
 
 
+def test_multikueue_is_kubesim_as_a_manager_with_its_dags_unpaused():
+    settings = run.settings_from({"CLUSTER": "multikueue", "KUBECONFIG": "/nowhere/config"})
+    assert (settings.cluster, settings.kubeconfig, settings.unpause) == ("multikueue", None, True)
+
+
 @pytest.mark.parametrize(
     ("env", "named"),
     [
@@ -156,6 +161,7 @@ def test_a_start_moves_the_previous_starts_state_aside(run_dir):
     (run_dir / "airflow" / "airflow.db").write_text("old runs of a cluster that is gone")
     (run_dir / "kubesim.log").write_text("kubesim listening on http://127.0.0.1:1\n")
     (run_dir / "kubesim.kubeconfig").write_text("server: http://127.0.0.1:1\n")
+    (run_dir / "kubesim.worker1.kubeconfig").write_text("server: http://127.0.0.1:2\n")  # CLUSTER=multikueue
     (run_dir / "previous").mkdir()
     (run_dir / "previous" / "older.log").write_text("two starts ago")
 
@@ -163,6 +169,7 @@ def test_a_start_moves_the_previous_starts_state_aside(run_dir):
 
     assert not (run_dir / "airflow").exists()
     assert not (run_dir / "kubesim.log").exists() and not (run_dir / "kubesim.kubeconfig").exists()
+    assert not (run_dir / "kubesim.worker1.kubeconfig").exists()
     assert (
         run_dir / "previous" / "airflow" / "airflow.db"
     ).read_text() == "old runs of a cluster that is gone"
@@ -208,3 +215,27 @@ def test_no_component_starts_airflows_own_log_server_and_each_team_gets_a_trigge
     assert triggerers == ["nlp", "platform"]
     assert [name for name, _ in component_commands([])].count("triggerer") == 1
     assert commands[-1] == ("serve-logs", [sys.executable, "-m", "devtools.components", "--serve-logs"])
+
+
+def test_the_multikueue_banner_names_the_managers_queue_and_each_workers_connection_and_kubeconfig(tmp_path):
+    from devtools.kubesim_process import KubesimProcess
+
+    workers = {name: tmp_path / f"kubesim.{name}.kubeconfig" for name in ("worker1", "worker2")}
+    kubesim = KubesimProcess(
+        url="https://127.0.0.1:1",
+        kubeconfig=tmp_path / "kubesim.kubeconfig",
+        process=None,
+        log_path=tmp_path / "kubesim.log",
+        token="t",
+        workers=workers,
+    )
+
+    class FakeAirflow:
+        url, home, log_path = "http://127.0.0.1:8080", tmp_path, tmp_path / "airflow.log"
+
+    settings = run.settings_from({"CLUSTER": "multikueue"})
+    text = run.banner(settings, kubesim, FakeAirflow(), "postgresql://x")
+    assert "ray/multikueue-queue" in text.split("LocalQueues: ")[1].splitlines()[0]
+    for name, path in workers.items():
+        assert f"Worker {name}: Airflow connection kueue_worker_{name}, kubectl --kubeconfig" in text
+        assert os.path.relpath(path) in text

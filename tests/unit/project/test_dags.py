@@ -137,6 +137,7 @@ QUEUE_DISPLAY = {
     "user-queue": "user-queue (single-queue setup)",
     "team-a": "team-a (team-queues setup)",
     "team-b": "team-b (team-queues setup)",
+    "multikueue-queue": "multikueue-queue (MultiKueue setup: runs on a worker cluster)",
 }
 
 
@@ -150,7 +151,7 @@ def choice(value: str, enum: list[str], title: str, description: str, display: d
 
 
 PRIORITIES = ["dev-priority", "prod-priority"]
-QUEUES = ["user-queue", "team-a", "team-b"]
+QUEUES = ["user-queue", "team-a", "team-b", "multikueue-queue"]
 SCHEDULING_FORMS = {
     "text_classifier_finetune": {
         "priority": choice(

@@ -32,7 +32,7 @@ def documents(*paths: Path) -> list[dict]:
 
 
 def kueue_files() -> list[Path]:
-    return sorted(KUEUE_DIR.glob("*.yaml")) + sorted(KUEUE_DIR.glob("*/*.yaml"))
+    return sorted(KUEUE_DIR.rglob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
@@ -256,6 +256,8 @@ def test_rbac_cluster_roles_only_read():
     cluster = [rule for d in docs if d["kind"] == "ClusterRole" for rule in d["rules"]]
     assert {verb for rule in cluster for verb in rule["verbs"]} <= {"get", "list", "watch"}
     assert {r for rule in cluster for r in rule["resources"]} <= {
+        "admissionchecks",
+        "multikueueconfigs",
         "clusterqueues",
         "clusterqueues/pendingworkloads",
         "cohorts",
