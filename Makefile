@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run airflow test test-full test-real realcluster lint demo bench bench-full venv clean
+.PHONY: run airflow test test-browser-e2e test-full test-real realcluster lint demo bench bench-full venv clean
 
 venv: $(STAMP)
 
@@ -27,19 +27,35 @@ airflow: venv
 # kubesim), then the browser and e2e tests in two xdist groups side by side (tests/conftest.py): the
 # browser tests and test_00's `make run` starts one after another in one worker, the e2e session's shared
 # Airflow in the other. Their Airflows mostly wait on simulated time, so two at once fit on two cores.
-E2E_PYTEST := $(BIN)/python -m pytest -n 2 --dist loadgroup tests/browser tests/e2e
+# The walkthrough on the real stack (tests/e2e/test_20_real_walkthrough.py) runs in test-real instead,
+# after the integration subset: one real control plane at a time.
+REAL_WALKTHROUGH := tests/e2e/test_20_real_walkthrough.py
+E2E_PYTEST := $(BIN)/python -m pytest -n 2 --dist loadgroup tests/browser tests/e2e --ignore=$(REAL_WALKTHROUGH)
 
 # The real-stack subset (realcluster/README.md) runs where a Go toolchain is; elsewhere it is skipped, saying so.
 GO_TOOLCHAIN := $(shell command -v go || ls /usr/local/go/bin/go 2>/dev/null)
 REAL_PYTEST := $(BIN)/python -m pytest -p no:xdist --cluster=real tests/integration/kueue_ray tests/integration/kubesim/test_scenarios.py
 
+# The real-stack tests run after the browser and e2e tests. Beside them (`make -j2 --output-sync=target
+# test-browser-e2e test-real`) a warm .ci/run took 24 min 46 s instead of 33 (2026-12-05), and KubeRay can
+# no longer hang there (it reaches the heads with its 2 s timeout, realcluster/README.md); but in one of
+# three such runs a real-Kueue timing test failed under the load (test_kueue_conditions.py: a parked
+# Workload evaluated after a late requeue; the test now waits for the blocker to settle). Until more runs
+# side by side are green, one after the other.
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
+ifneq ($(GO_TOOLCHAIN),)
 	$(E2E_PYTEST)
-	@if [ -n "$(GO_TOOLCHAIN)" ]; then $(MAKE) --no-print-directory test-real; \
-	else echo "make test: SKIPPED the real-stack suite (no Go toolchain; see realcluster/README.md)"; fi
+	$(MAKE) --no-print-directory test-real
+else
+	$(E2E_PYTEST)
+	@echo "make test: SKIPPED the real-stack suite (no Go toolchain; see realcluster/README.md)"
+endif
+
+test-browser-e2e: venv
+	$(E2E_PYTEST)
 
 demo: venv
 	$(BIN)/python -m devtools.demo
@@ -50,15 +66,18 @@ test-full: venv
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
 	E2E_FULL=1 $(E2E_PYTEST)
+	$(BIN)/python -m pytest -p no:xdist $(REAL_WALKTHROUGH)
 
 # The real control plane's programs (realcluster/go.mod), built into ~/.cache/airflow-kueue-ray/realcluster/.
 realcluster:
 	PATH="$(PATH):/usr/local/go/bin" realcluster/build.sh
 
 # The integration tests that use only the Kubernetes API, against the real control plane
-# (realcluster/README.md); builds the binaries first when they are missing.
+# (realcluster/README.md), then the walkthrough through Airflow on a real control plane of its own once the
+# first has stopped; builds the binaries first when they are missing.
 test-real: venv realcluster
 	$(REAL_PYTEST)
+	$(BIN)/python -m pytest -p no:xdist $(REAL_WALKTHROUGH)
 
 # ruff over everything; mypy over the pure core listed in pyproject.toml's [tool.mypy]
 lint: venv

@@ -116,8 +116,19 @@ def airflow(kubesim, database_url, statsd, tmp_path_factory):
         instance.stop()
 
 
+HARNESS = pytest.StashKey[E2E]()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def scheduled_dags_paused_again(request):
+    """Each module leaves the shared Airflow's DAGs paused as it found them (``E2E.pause_again``)."""
+    yield
+    if (harness := request.config.stash.get(HARNESS, None)) is not None:
+        harness.pause_again()
+
+
 @pytest.fixture(scope="session")
-def e2e(airflow, kubesim):
+def e2e(request, airflow, kubesim):
     from kubernetes import client, config
 
     api_client = config.new_client_from_config(config_file=str(kubesim.kubeconfig))
@@ -129,6 +140,7 @@ def e2e(airflow, kubesim):
     )
     harness.clear_faults()
     harness.collect_requests()  # kubesim's own setup (--apply) is not the project's traffic
+    request.config.stash[HARNESS] = harness
     yield harness
     api_client.close()
 

@@ -66,6 +66,8 @@ class E2E:
     """What raw HTTP to kubesim needs to trust it (``KubesimProcess.verify``: its CA when it serves HTTPS)."""
     requests: list[dict] = field(default_factory=list)
     """kubesim's request log, accumulated over the whole session (see conftest.collect_requests)."""
+    unpaused: set[str] = field(default_factory=set)
+    """DAGs a test unpaused that were paused: paused again when its module ends (``pause_again``)."""
 
     # ----- Airflow: runs --------------------------------------------------------------------------
 
@@ -100,7 +102,19 @@ class E2E:
         )
 
     def unpause(self, dag_id: str) -> None:
-        self.airflow.set_paused(dag_id, False)
+        response = self.airflow.api("GET", f"/dags/{dag_id}")
+        response.raise_for_status()
+        if response.json()["is_paused"]:
+            self.unpaused.add(dag_id)
+            self.airflow.set_paused(dag_id, False)
+
+    def pause_again(self) -> None:
+        """Pause what ``unpause`` unpaused. A scheduled pipeline left on would start a run of its own at its
+        next interval (the daily one at midnight UTC) in the middle of a later test, whose RayJob that
+        test would count as its own."""
+        for dag_id in sorted(self.unpaused):
+            self.airflow.set_paused(dag_id, True)
+        self.unpaused.clear()
 
     # ----- Airflow: task instances ----------------------------------------------------------------
 
@@ -209,12 +223,17 @@ class E2E:
         return fresh
 
 
-def rayjob_creations(records: Iterable[dict]) -> int:
-    """How many RayJobs were created (POST answered 201) in these request-log records."""
+def rayjob_creations(records: Iterable[dict], names: Iterable[str] | None = None) -> int:
+    """How many RayJobs were created (POST answered 201) in these request-log records; with `names`, only
+    those of these names (kubesim logs the name a create made)."""
+    wanted = None if names is None else set(names)
     return sum(
         1
         for record in records
-        if record["resource"] == "rayjobs" and record["verb"] == "create" and record["code"] == 201
+        if record["resource"] == "rayjobs"
+        and record["verb"] == "create"
+        and record["code"] == 201
+        and (wanted is None or record["name"] in wanted)
     )
 
 

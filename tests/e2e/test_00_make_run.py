@@ -5,11 +5,13 @@ succeeds against kubesim, and every `sh` block of README.md works when pasted (s
 from what works). A second and a third start in the same checkout are healthy too, over the first one's
 leftovers. The banner's restricted user sees, in Chromium, their DAG's workloads and only counts of the
 others'. A taken port, or kubesim exiting, stops `make run` within seconds with the reason and that
-part's log.
+part's log. `CLUSTER=multikueue` shows two RayJobs running at once on different worker clusters while a
+third waits on the manager.
 
 This module starts no Airflow but `make run`'s; `make test` runs it after the browser tests in their xdist
 worker, beside the other e2e tests' shared Airflow (tests/conftest.py: ``OWN_AIRFLOWS``), so at most two
-Airflows run at once. `make run` runs with TIME_SCALE=10 here (1 for the restricted user's start).
+Airflows run at once. `make run` runs with TIME_SCALE=10 here (1 for the restricted user's start, 4 for
+the MultiKueue one).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from kueue_ray.links import kueue_tab_path
 from devtools.airflow import PASSWORD, USERNAME, component_of, free_port
 from devtools.chromium import Browser, ChromiumUnavailable, ensure_chromium
 from devtools.run import READY_BANNER
-from tests.e2e.harness import TERMINAL_RUN_STATES, wait_until
+from tests.e2e.harness import TERMINAL_RUN_STATES, log_text, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -149,6 +151,30 @@ class Api:
 
     def runs(self, dag_id: str) -> list[dict]:
         return self.get(f"/dags/{dag_id}/dagRuns", limit=100)["dag_runs"]
+
+    def trigger(self, dag_id: str, conf: dict) -> str:
+        response = self.client.post(
+            f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf}
+        )
+        response.raise_for_status()
+        return response.json()["dag_run_id"]
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+        """The latest try's whole log, as the UI shows it."""
+        try_number = self.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")["try_number"]
+        response = self.client.get(
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+            params={"full_content": "true"},
+            headers={"Accept": "application/json"},
+        )
+        response.raise_for_status()
+        return log_text(response.json())
+
+    def mark_failed(self, dag_id: str, run_id: str, task_id: str) -> None:
+        response = self.client.patch(
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", json={"new_state": "failed"}
+        )
+        response.raise_for_status()
 
 
 def healthy(url: str) -> bool:
@@ -534,3 +560,146 @@ def test_a_cluster_from_kubeconfig_is_used_only_when_asked_and_gets_every_dag_pa
     finally:
         cluster.stop()
     assert not run.stop()
+
+
+WORKER_CELLS = """
+const section = document.querySelector('section.admitted[data-cq="multikueue-cq"]');
+if (!section || ![...section.querySelectorAll('th')].some((th) => th.textContent === 'worker cluster')) return null;
+return [...section.querySelectorAll('tr.admitted-row')].map((row) => [
+  row.dataset.runId, row.children[3].textContent, row.querySelector('td.worker-cluster').textContent]);
+"""
+"""The queues page's admitted rows of multikueue-cq: run id, phase and worker cluster (null until shown)."""
+
+
+def test_multikueue_runs_two_rayjobs_at_once_on_different_workers_while_a_third_waits(checkout, first_start):
+    """CLUSTER=multikueue: kubesim as a MultiKueue manager of two workers with one GPU each, and the three
+    text_classifier_finetune runs make run triggers on multikueue-queue: the Kueue queues page shows, in
+    Chromium and in its JSON, two of their RayJobs running at once on worker1 and worker2 while the third
+    waits in multikueue-cq, and a running one's Kueue tab names its worker; the third runs once one has
+    finished, and every run succeeds. TIME_SCALE=4: each RayJob runs 50 s, long enough to look."""
+    try:
+        chromium = ensure_chromium()
+    except ChromiumUnavailable as exc:
+        pytest.skip(str(exc))
+    first_start.stop()  # one make run per checkout at a time
+    run = MakeRun(checkout, free_port(), CLUSTER="multikueue", TIME_SCALE="4")
+    browser = None
+    try:
+        run.wait_ready()
+        for worker in ("worker1", "worker2"):
+            assert f"Worker {worker}: Airflow connection kueue_worker_{worker}" in run.output
+        browser = Browser(chromium, run.url, USERNAME)
+        browser.sign_in(USERNAME, PASSWORD)
+        browser.open_in_airflow("/plugin/kueue-queues", "Kueue")
+        triggered = wait_until(
+            lambda: re.search(r"MultiKueue showcase: triggered 3 runs of \S+ on \S+ \(([^)]*)\)", run.output),
+            timeout=300,
+            what=lambda: f"the showcase's runs:\n{run.output[-2000:]}",
+        )
+        run_ids = triggered[1].split(", ")
+
+        def two_running_on_the_page() -> dict | None:
+            rows = browser.js(WORKER_CELLS) or []
+            running = {run_id: worker for run_id, phase, worker in rows if phase == "RUNNING"}
+            return running if sorted(running.values()) == ["worker1", "worker2"] else None
+
+        shown = browser.wait(two_running_on_the_page, 240, "two RayJobs running on worker1 and worker2")
+        assert set(shown) < set(run_ids)
+        browser.js("document.getElementById('cq-multikueue-cq').scrollIntoView()")
+        browser.screenshot(ROOT / "docs" / "screenshots" / "kueue-queues-multikueue.png")  # README.md
+        with admin_client(run.url) as admin:
+
+            def two_running_one_waiting() -> dict | None:
+                queues = admin.get("/kueue/api/v1/queues")
+                queues.raise_for_status()
+                cq = next(c for c in queues.json()["cluster_queues"] if c["name"] == "multikueue-cq")
+                running = {
+                    item["owner"]["run_id"]: item["worker_cluster"]
+                    for item in cq["admitted"]["items"]
+                    if item["phase"] == "RUNNING"
+                }
+                if sorted(running.values()) == ["worker1", "worker2"] and cq["counts"]["pending"] == 1:
+                    return running
+                return None
+
+            assert wait_until(two_running_one_waiting, timeout=30, interval=1, what="one waiting") == shown
+        first_run, worker = sorted(shown.items())[0]
+        browser.open_in_airflow(kueue_tab_path("text_classifier_finetune", first_run, "wait"), "Kueue")
+        browser.wait(
+            lambda: browser.js("return document.getElementById('worker-cluster')?.textContent") == worker,
+            60,
+            f"the tab naming {worker}",
+        )
+        api = Api(run.url)
+
+        def states() -> dict[str, str] | None:
+            found = {r: api.get(f"/dags/text_classifier_finetune/dagRuns/{r}")["state"] for r in run_ids}
+            return found if set(found.values()) <= TERMINAL_RUN_STATES else None
+
+        assert wait_until(states, timeout=400, interval=2, what="the three runs") == dict.fromkeys(
+            run_ids, "success"
+        )
+        # Each wait task's log names the worker that ran its RayJob and carries the driver log from it
+        # (followed there through the worker's connection: MultiKueue deletes the copy when the job ends).
+        for run_id in run_ids:
+            log = api.task_log("text_classifier_finetune", run_id, "wait")
+            assert re.search(r": RUNNING \(.* in worker cluster worker[12]\]", log), log[-3000:]
+            tail = log.partition("Last 50 lines of the Ray driver (submitter) log:")[2]
+            assert re.search(r"epoch \d+/10 ", tail), log[-3000:]
+        assert_kill_deletes_the_workers_copy(run, api)
+    except BaseException:
+        run.kill()
+        raise
+    finally:
+        if browser is not None:
+            browser.quit()
+    assert not run.stop(), "make run left processes behind"
+
+
+def assert_kill_deletes_the_workers_copy(run: MakeRun, api: Api) -> None:
+    """A fourth run's wait task marked failed while its RayJob runs on a worker: the task's end deletes the
+    manager's RayJob, and MultiKueue the worker's copy."""
+    from kubernetes import client, config
+
+    def clusters() -> dict[str, client.CustomObjectsApi]:
+        paths = dict(re.findall(r"(?:Worker (\S+): .*?|  )kubectl --kubeconfig (\S+) get", run.output))
+        return {
+            name or "manager": client.CustomObjectsApi(
+                config.new_client_from_config(str(run.checkout / path))
+            )
+            for name, path in paths.items()
+        }
+
+    apis = clusters()
+    run_id = api.trigger("text_classifier_finetune", {"queue": "multikueue-queue", "epochs": 20})
+
+    def running_copy() -> tuple[str, str] | None:
+        for rayjob in apis["manager"].list_namespaced_custom_object("ray.io", "v1", "ray", "rayjobs")[
+            "items"
+        ]:
+            if (rayjob["metadata"].get("annotations") or {}).get("airflow.apache.org/run-id") != run_id:
+                continue
+            name = rayjob["metadata"]["name"]
+            for worker in ("worker1", "worker2"):
+                try:
+                    copy = apis[worker].get_namespaced_custom_object("ray.io", "v1", "ray", "rayjobs", name)
+                except client.ApiException:
+                    continue
+                if (copy.get("status") or {}).get("jobStatus") == "RUNNING":
+                    return worker, name
+        return None
+
+    worker, name = wait_until(
+        running_copy, timeout=240, interval=1, what=f"run {run_id}'s RayJob running on a worker"
+    )
+    api.mark_failed("text_classifier_finetune", run_id, "wait")
+
+    def gone(cluster: str) -> bool:
+        try:
+            apis[cluster].get_namespaced_custom_object("ray.io", "v1", "ray", "rayjobs", name)
+        except client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_until(lambda: gone("manager"), timeout=60, interval=1, what=f"the manager's RayJob {name} deleted")
+    wait_until(lambda: gone(worker), timeout=60, interval=1, what=f"{worker}'s copy of {name} deleted")

@@ -5,8 +5,9 @@ backfill, preempts a running dev RayJob for the prod run, and every run complete
 dev priority, then a manual prod run once a backfill RayJob runs) on an Airflow of this test's own whose
 `kubernetes_default` connection is the real stack of devtools/realcluster.py (etcd, kube-apiserver,
 kube-controller-manager, Kueue, the KubeRay operator) with include/manifests/kueue/'s single-queue setup.
-KubeRay submits each Ray job through its K8sJobMode submitter to the head's dashboard over the API
-server's service proxy; what the Ray job does there is kubesim's simulation (realcluster/README.md).
+KubeRay submits each Ray job through its K8sJobMode submitter to the head's dashboard and reads its
+state there, at the head Service's name; what the Ray job does there is kubesim's simulation
+(realcluster/README.md).
 
 Skipped, saying why, where the real stack's binaries are not built (`make realcluster`, needs Go) or
 namespaces cannot be made.
