@@ -36,6 +36,7 @@ from bench.harness.polling import POLL_INTERVAL_S
 from bench.harness.triggers import write_spec
 from bench.harness.workers import LOG_DIR, ROOT, Worker, fresh_workdir, in_kubesim, worker_env
 from bench.kube import Api, connect
+from devtools.signals import stop_on_signals
 
 QUIET_S = 5.0
 """No request for this long after the condition ended: the triggers settled (the default relist is 300 s)."""
@@ -146,4 +147,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()  # a benchmark stopped with kill stops its kubesim and Airflow
     raise SystemExit(main())

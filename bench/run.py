@@ -22,6 +22,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from devtools.signals import stop_on_signals
+
 PROFILES = {
     "quick": {
         "admission": {"sizes": (250, 500, 1000, 2000), "repeats": 10},
@@ -169,4 +171,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()  # a benchmark stopped with kill stops its kubesim and Airflow
     sys.exit(main())

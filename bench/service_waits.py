@@ -38,6 +38,7 @@ from bench.harness.polling import POLL_INTERVAL_S
 from bench.harness.triggers import cpu_s, start_triggers, wait_window, write_spec
 from bench.harness.workers import LOG_DIR, fresh_workdir, in_kubesim, log_warnings, worker_env
 from bench.kube import RAY, Api, connect
+from devtools.signals import stop_on_signals
 
 SERVE_CONFIG = (
     "applications:\n  - name: forecast\n    import_path: serve_model:app\n"
@@ -163,4 +164,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()  # a benchmark stopped with kill stops its kubesim and Airflow
     sys.exit(main())

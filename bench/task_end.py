@@ -61,6 +61,7 @@ from bench.harness.airflow import (
     log_entries,
 )
 from bench.stats import summary_ms
+from devtools.signals import stop_on_signals
 
 PEER = "bench_provider_kueue_job"
 PEER_TASK = "kueue_job"
@@ -241,4 +242,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()  # a benchmark stopped with kill stops its kubesim and Airflow
     sys.exit(main())

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.harness.accounting import by_verb, delta, settled
 from bench.harness.phases import Phases, wait_until
@@ -103,10 +104,10 @@ async def measure(
     kubeconfig: str,
     n: int,
     *,
-    windows: tuple[float, float],
-    poll_window: float | None,
-    resync_probe_s: float,
     workdir: Path,
+    windows: tuple[float, float] = (10.0, 20.0),
+    poll_window: float | None = 30.0,
+    resync_probe_s: float = RESYNC_PROBE_S,
     poll_interval: float = POLL_INTERVAL_S,
     detect_n: int | None = None,
 ) -> dict:
@@ -246,36 +247,18 @@ async def _resync_probe(api: Api, jobs: list[dict], env: dict, workdir: Path, in
     }
 
 
-def run_one(
-    n: int,
-    *,
-    windows: tuple[float, float] = (10.0, 20.0),
-    poll_window: float | None = 30.0,
-    poll_interval: float = POLL_INTERVAL_S,
-    resync_probe_s: float = RESYNC_PROBE_S,
-    time_scale: float = 1.0,
-    log_dir: Path = LOG_DIR,
-    detect_n: int | None = None,
-) -> dict:
-    """One N against a fresh kubesim; ``time_scale`` shortens the RayJobs' simulated run and
-    ``poll_interval`` the baseline's 10 s (smoke test only: the figures assume 10 s).
+def run_one(n: int, *, time_scale: float = 1.0, log_dir: Path = LOG_DIR, **settings: Any) -> dict:
+    """One N against a fresh kubesim, ``measure``d with ``settings`` (its keyword arguments: ``windows``,
+    ``poll_window``, ``poll_interval``, ``resync_probe_s``, ``detect_n``); ``time_scale`` shortens the
+    RayJobs' simulated run and ``poll_interval`` the baseline's 10 s (smoke test only: the figures assume
+    10 s).
 
     The workers' logs and spec files stay in ``log_dir``/n<N> (emptied first), named in the result.
     """
     workdir = fresh_workdir(log_dir, f"n{n}")
 
     async def one(url: str, kubeconfig: str) -> dict:
-        return await measure(
-            url,
-            kubeconfig,
-            n,
-            windows=windows,
-            poll_window=poll_window,
-            resync_probe_s=resync_probe_s,
-            workdir=workdir,
-            poll_interval=poll_interval,
-            detect_n=detect_n,
-        )
+        return await measure(url, kubeconfig, n, workdir=workdir, **settings)
 
     return in_kubesim(one, time_scale=time_scale)
 

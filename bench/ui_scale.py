@@ -1,8 +1,9 @@
 """The Kueue pages with a large cluster: 1,000 pending and 10,000 finished workloads in 4 ClusterQueues.
 ``python -m bench.ui_scale [--finished 10000] [--pending 1000] [--samples 200] [--before DIR] [--out file.json]``
 (``--before``: first the same measurement with another checkout's ``plugins/``, e.g.
-``git archive <rev> plugins include | tar -x -C /tmp/before`` and ``--before /tmp/before/plugins``, then
-this checkout's, in one run; ``include/`` too, because the plugin finds its RayJob templates beside it.)
+``git archive <rev> plugins | tar -x -C /tmp/before`` and ``--before /tmp/before/plugins``, then this
+checkout's, in one run. A revision older than the templates' move into ``plugins/kueue_ray/templates/``
+also needs its ``include/`` beside: ``git archive <rev> plugins include``.)
 
 Setup: one Airflow (``bench.harness.airflow.airflow_stack``: scheduler, dag-processor, triggerer,
 api-server on a throwaway PostgreSQL) against kubesim (single-queue setup, time-scale 50), the plugin's
@@ -53,6 +54,7 @@ from bench.harness.cluster import create_each, rayjob_body
 from bench.harness.phases import Phases, wait_until
 from bench.kube import KUEUE, RAY, Api
 from bench.stats import summary_ms
+from devtools.signals import stop_on_signals
 
 DAG_ID = "bench_ui_scale"
 QUEUES = 4
@@ -373,4 +375,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()  # a benchmark stopped with kill stops its kubesim and Airflow
     sys.exit(main())

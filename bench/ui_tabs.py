@@ -48,6 +48,7 @@ from devtools.airflow import PASSWORD, USERNAME, running_airflow  # noqa: E402
 from devtools.chromium import Browser, ensure_chromium  # noqa: E402
 from devtools.kubesim_process import KUEUE_MANIFESTS, start_kubesim  # noqa: E402
 from devtools.postgres import metadata_database  # noqa: E402
+from devtools.signals import stop_on_signals  # noqa: E402
 
 DAG_ID = "text_classifier_finetune"
 PAGE = "/plugin/kueue-queues"
@@ -237,4 +238,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()  # a benchmark stopped with kill stops its kubesim and Airflow
     sys.exit(main())
