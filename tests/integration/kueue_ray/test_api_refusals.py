@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import io
 import threading
 import time
@@ -441,15 +442,21 @@ def test_a_clock_that_runs_out_on_a_stale_cache_is_checked_with_the_api_server_f
         await until(ray_runs_the_job)
         admitted_at = to_epoch(workload_condition("Admitted")["lastTransitionTime"])
         waiting = asyncio.create_task(first_event(trigger))  # its first list: RUNNING
-        # Captured output read so far, kept whole: a line may be half written when it is read.
+        started = datetime.datetime.now(datetime.UTC)
+        # Captured output read so far, kept whole: a line may be half written when it is read. Read on the
+        # event loop's thread, the one the trigger writes from: capfd's file is not safe to read while
+        # another thread writes to it (a line written between its read and its truncate is lost).
         try:
-            await until(lambda: captured.append(capfd.readouterr().out) or "RUNNING" in trigger_lines())
+            async with asyncio.timeout(30):
+                while not (captured.append(capfd.readouterr().out) or "RUNNING" in trigger_lines()):
+                    await asyncio.sleep(0.05)
         except TimeoutError:  # say what the trigger and the hub did say, and where they are, so a miss
-            # explains itself (seen twice in CI under extra load, never alone)
+            # explains itself (seen three times in CI under extra load, never alone)
             stack = io.StringIO()
             waiting.print_stack(file=stack)
             raise AssertionError(
-                f"no RUNNING line in 30 s; captured:\n{''.join(captured)[-6000:]}\n"
+                f"no RUNNING line from {started:%H:%M:%S.%f} to "
+                f"{datetime.datetime.now(datetime.UTC):%H:%M:%S.%f}; captured:\n{''.join(captured)[-6000:]}\n"
                 f"hub: {hub_state(queues.namespace)}\ntrigger task: {stack.getvalue()}"
             ) from None
         urgent_context = task_context("urgent")
