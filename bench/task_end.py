@@ -24,6 +24,14 @@ its failed runs are reported with the error their task log ends with.
   Complete → event is the trigger's part (detection, the driver log tail, the XComs); event → success is
   Airflow's (its trigger runner hands events to its supervisor once per pass of a loop that sleeps up to
   1 s, then the supervisor writes the success, or the scheduler resumes the task on a worker).
+* **Airflow's floor** (``bench.floor``), in the same run: ``bench_floor``'s one task defers at once on a
+  trigger that yields ``TaskSuccessEvent`` when its flag file appears. The moment the raw watch sees the
+  RayJob of run *i* of ``bench_end_in_triggerer`` Complete, it raises the flag of floor run *i*, so the
+  pair is handed to the same triggerer at the same instant under the same load. Floor sample: flag →
+  task success. Ours minus the floor: per pair, and p50 / p99 of each side. The first success of the
+  triggerer (the earliest Complete of ours) is reported apart with its pair, as the first success is the
+  one that may pay for the triggerer's supervisor building its Execution API client. A floor run whose
+  task had not deferred before its flag (its worker ``start_date`` later than the flag) is left out.
 * **Worker slots per successful wait**: Airflow's task runner sends the StatsD counter ``ti.start``
   (tags ``dag_id``, ``task_id``) each time a worker runs a task: once for the ``execute`` that defers,
   once more for each resume. Per path: (``ti.start`` of the waiting task − finished task instances) ÷
@@ -36,13 +44,18 @@ Result::
                         "complete_to_success_ms": every sample, sorted,
                         "complete_to_event", "event_to_success": summary_ms,
                         "worker_starts", "worker_slots_per_success", "task_id",
-                        "failures": {error message: count}}}}
+                        "failures": {error message: count}}},
+     "floor": {"finished", "states", "late", "flag_to_success", "flag_to_event", "event_to_success",
+               "ours", "difference": summary_ms (ours, floor and ours - floor per pair, first success
+               excepted), "p50_difference_ms", "p99_difference_ms",
+               "first_success": {"run", "ours_ms", "floor_ms"}, "pairs_ms": [[ours, floor], ...]}}
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -51,6 +64,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.floor import FLAGS_ENV, flip
 from bench.harness.airflow import (
     TERMINAL_TI_STATES,
     ClusterWatch,
@@ -66,8 +80,11 @@ from devtools.signals import stop_on_signals
 PEER = "bench_provider_kueue_job"
 PEER_TASK = "kueue_job"
 """The peer's one task: it submits its Job and waits for it."""
-PATHS = {"bench_end_in_triggerer": True, "bench_end_on_worker": False, PEER: None}
+OURS = "bench_end_in_triggerer"
+PATHS = {OURS: True, "bench_end_on_worker": False, PEER: None}
 """DAG id → its sensor's ``end_in_triggerer``; None: the peer, which has no sensor."""
+FLOOR = "bench_floor"
+"""Airflow's floor (``bench.floor``): its task ``wait`` ends in the triggerer when its flag is raised."""
 TIME_SCALE = 10.0
 
 
@@ -115,13 +132,39 @@ def failure(airflow, dag_id: str, ti: dict) -> str:
     return str(last.get("event", ""))[:300]
 
 
+class Flags:
+    """Raises floor run *i*'s flag the moment the raw watch sees run *i* of ours finished (the watch's
+    ``on_finished``), and remembers when."""
+
+    def __init__(self, directory: Path, prefix: str) -> None:
+        self.directory, self.prefix = directory, prefix
+        self.raised: dict[str, float] = {}
+        """Floor run id → wall time its flag was raised."""
+
+    def __call__(self, run_id: str, seen: float) -> None:
+        ours = f"{self.prefix}{OURS}_"
+        if run_id.startswith(ours):
+            floor_run = f"{self.prefix}{FLOOR}_{run_id[len(ours) :]}"
+            flip(self.directory, floor_run)
+            self.raised[floor_run] = time.time()
+
+
 def measure_paths(
-    airflow, watch: ClusterWatch, statsd, runs: int, timeout_s: float, job_watch: ClusterWatch | None = None
+    airflow,
+    watch: ClusterWatch,
+    statsd,
+    runs: int,
+    timeout_s: float,
+    job_watch: ClusterWatch | None = None,
+    flags: Flags | None = None,
+    measured: dict | None = None,
 ) -> dict:
     started = time.monotonic()
-    prefix = f"bench_{uuid.uuid4().hex[:6]}__"
+    measured = PATHS if measured is None else measured
+    prefix = flags.prefix if flags else f"bench_{uuid.uuid4().hex[:6]}__"
+    waited = [*measured, FLOOR] if flags else list(measured)
     for index in range(runs):
-        for dag_id in PATHS:
+        for dag_id in waited:
             airflow.trigger_dag_run(dag_id, run_id=f"{prefix}{dag_id}_{index:03d}")
     deadline = time.monotonic() + timeout_s
     while True:
@@ -131,14 +174,14 @@ def measure_paths(
                 for r, ti in wait_tis(airflow, dag_id, prefix).items()
                 if ti["state"] in TERMINAL_TI_STATES
             }
-            for dag_id in PATHS
+            for dag_id in waited
         }
         if all(len(tis) >= runs for tis in done.values()) or time.monotonic() > deadline:
             break
         time.sleep(2)
     time.sleep(2)  # the last StatsD datagrams
     paths = {}
-    for dag_id, end_in_triggerer in PATHS.items():
+    for dag_id, end_in_triggerer in measured.items():
         states: dict[str, int] = {}
         latencies, to_event, event_to_success = [], [], []
         failures: dict[str, int] = {}
@@ -171,29 +214,103 @@ def measure_paths(
             "task_id": waiting_task(dag_id),
             "failures": failures,
         }
-    return {"runs": runs, "paths": paths, "phase_s": round(time.monotonic() - started, 1)}
+    result = {"runs": runs, "paths": paths, "phase_s": round(time.monotonic() - started, 1)}
+    if flags is not None:
+        result["floor"] = floor_figures(airflow, done[FLOOR], done[OURS], watch.finished, flags)
+    return result
 
 
-def measure(runs: int, workdir: Path, timeout_s: float) -> dict:
+def floor_figures(airflow, floor_tis: dict, our_tis: dict, finished: dict[str, float], flags: Flags) -> dict:
+    """The floor's samples, ours beside them run by run, and the first success of ours apart."""
+    states: dict[str, int] = {}
+    floor: dict[str, float] = {}
+    to_event, event_to_success = [], []
+    late = 0
+    for run_id, ti in floor_tis.items():
+        states[ti["state"]] = states.get(ti["state"], 0) + 1
+        raised = flags.raised.get(run_id)
+        if ti["state"] != "success" or raised is None or not ti.get("end_date"):
+            continue
+        if ti.get("start_date") and epoch(ti["start_date"]) > raised:
+            late += 1  # its flag was up before it deferred: no hand-over to measure
+            continue
+        floor[run_id] = epoch(ti["end_date"]) - raised
+        if (fired := fired_at(airflow, FLOOR, ti)) is not None:
+            to_event.append(fired - raised)
+            event_to_success.append(epoch(ti["end_date"]) - fired)
+    ours: dict[str, float] = {}
+    for run_id, ti in our_tis.items():
+        if ti["state"] == "success" and ti.get("end_date") and run_id in finished:
+            ours[run_id] = epoch(ti["end_date"]) - finished[run_id]
+    first = min(ours, key=lambda run_id: finished[run_id]) if ours else None
+    pairs = []
+    for run_id, latency in ours.items():
+        partner = run_id.replace(f"__{OURS}_", f"__{FLOOR}_", 1)
+        if run_id != first and partner in floor:
+            pairs.append((latency, floor[partner]))
+    first_partner = first.replace(f"__{OURS}_", f"__{FLOOR}_", 1) if first else None
+    our_side, floor_side = [p[0] for p in pairs], [p[1] for p in pairs]
+    ours_summary, floor_summary = summary_ms(our_side), summary_ms(floor_side)
+    return {
+        "finished": len(floor_tis),
+        "states": states,
+        "late": late,
+        "flag_to_success": summary_ms(list(floor.values())),
+        "flag_to_event": summary_ms(to_event),
+        "event_to_success": summary_ms(event_to_success),
+        "ours": ours_summary,
+        "floor": floor_summary,
+        "difference": summary_ms([o - f for o, f in pairs]),
+        "p50_difference_ms": round(ours_summary["p50_ms"] - floor_summary["p50_ms"], 1),
+        "p99_difference_ms": round(ours_summary["p99_ms"] - floor_summary["p99_ms"], 1),
+        "first_success": {
+            "run": first,
+            "ours_ms": round(ours[first] * 1000, 1) if first else None,
+            "floor_ms": round(floor[first_partner] * 1000, 1) if first_partner in floor else None,
+        },
+        "pairs_ms": [[round(o * 1000, 1), round(f * 1000, 1)] for o, f in sorted(pairs)],
+    }
+
+
+HANDOVER = Path(__file__).resolve().parent / "handover"
+"""``--handover woken``: this folder first on the Airflow processes' path (``bench/handover/sitecustomize.py``)."""
+
+
+def measure(runs: int, workdir: Path, timeout_s: float, paths: dict, handover: str = "stock") -> dict:
+    from devtools.airflow import ROOT
     from devtools.statsd import StatsdListener
 
     statsd = StatsdListener()
-    extra_env = {**statsd.airflow_env(), "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": dag_bundles()}
+    flags = Flags(workdir / "flags", f"bench_{uuid.uuid4().hex[:6]}__")
+    flags.directory.mkdir()
+    extra_env = {
+        **statsd.airflow_env(),
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": dag_bundles(),
+        FLAGS_ENV: str(flags.directory),
+    }
+    if handover == "woken":
+        extra_env["PYTHONPATH"] = os.pathsep.join([str(HANDOVER), str(ROOT / "plugins"), str(ROOT)])
+    dag_ids = [*paths, FLOOR]
     try:
-        with airflow_stack(workdir, list(PATHS), time_scale=TIME_SCALE, extra_env=extra_env) as stack:
+        with airflow_stack(workdir, dag_ids, time_scale=TIME_SCALE, extra_env=extra_env) as stack:
             airflow, sim = stack.airflow, stack.sim
-            watch = ClusterWatch(sim.url, sim.headers)
+            watch = ClusterWatch(sim.url, sim.headers, on_finished=flags)
             job_watch = JobWatch(sim.url, sim.headers)
             watch.start()
             job_watch.start()
-            for dag_id in PATHS:
+            for dag_id in dag_ids:
                 airflow.set_paused(dag_id, False)
-            result = measure_paths(airflow, watch, statsd, runs, timeout_s, job_watch)
+            result = measure_paths(airflow, watch, statsd, runs, timeout_s, job_watch, flags, paths)
             watch.stop()
             job_watch.stop()
     finally:
         statsd.stop()
-    return {**result, "airflow_startup_s": stack.startup_s, "metadata_database": stack.database.version}
+    return {
+        **result,
+        "handover": handover,
+        "airflow_startup_s": stack.startup_s,
+        "metadata_database": stack.database.version,
+    }
 
 
 def stage(summary: dict) -> str:
@@ -203,8 +320,8 @@ def stage(summary: dict) -> str:
 def render(result: dict) -> str:
     lines = [
         f"{result['runs']} runs of each DAG triggered at once, alternating (4 active per DAG, one RayJob "
-        f"admitted at a time); Airflow up in {result['airflow_startup_s']} s; the phase took "
-        f"{result['phase_s']} s.",
+        f"admitted at a time); trigger runner's hand-over: {result.get('handover', 'stock')}; Airflow up in "
+        f"{result['airflow_startup_s']} s; the phase took {result['phase_s']} s.",
         "",
         "| path | finished (states) | Complete → task success p50 / p99 / max (ms) | of which Complete → "
         "trigger event (ours) | trigger event → task success (Airflow's) | worker slots per successful wait |",
@@ -224,7 +341,34 @@ def render(result: dict) -> str:
     for dag_id, path in result["paths"].items():
         for message, count in sorted((path.get("failures") or {}).items(), key=lambda item: -item[1]):
             lines.append(f"\n`{dag_id}`: {count} × {message}")
+    if floor := result.get("floor"):
+        lines += render_floor(floor)
     return "\n".join(lines)
+
+
+def render_floor(floor: dict) -> list[str]:
+    first = floor["first_success"]
+    difference = floor["difference"]
+    return [
+        "",
+        f"Airflow's floor (`{FLOOR}`): {floor['finished']} runs ({floor['states']}), {floor['late']} left out "
+        f"(flag up before the task deferred); flag → success {stage(floor['flag_to_success'])} ms, of which "
+        f"flag → trigger event {stage(floor['flag_to_event'])}, event → success {stage(floor['event_to_success'])}.",
+        "",
+        f"| {difference['count']} pairs (run *i* of ours, floor run *i*; first success apart) | p50 (ms) | "
+        "p99 (ms) | max (ms) | target |",
+        "|---|---|---|---|---|",
+        f"| ours: Complete → task success | {floor['ours']['p50_ms']} | {floor['ours']['p99_ms']} | "
+        f"{floor['ours']['max_ms']} | |",
+        f"| the floor: flag → task success | {floor['floor']['p50_ms']} | {floor['floor']['p99_ms']} | "
+        f"{floor['floor']['max_ms']} | |",
+        f"| ours − the floor (p50 − p50, p99 − p99) | {floor['p50_difference_ms']} | "
+        f"{floor['p99_difference_ms']} | | p50 < 100, p99 < 250 |",
+        f"| ours − the floor, pair by pair | {difference['p50_ms']} | {difference['p99_ms']} | "
+        f"{difference['max_ms']} | |",
+        f"| the triggerer's first success ({first['run']}): ours, its floor | {first['ours_ms']} | "
+        f"{first['floor_ms']} | | no more than any other |",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,9 +376,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--out", help="write the JSON result here")
+    parser.add_argument(
+        "--paths",
+        choices=("all", "ours"),
+        default="all",
+        help="ours: only the triggerer path and its floor (no worker path, no peer)",
+    )
+    parser.add_argument(
+        "--handover",
+        choices=("stock", "woken"),
+        default="stock",
+        help="woken: Airflow's trigger runner patched to hand events over when yielded (bench/handover/)",
+    )
     args = parser.parse_args(argv)
+    paths = PATHS if args.paths == "all" else {OURS: True}
     with tempfile.TemporaryDirectory(prefix="bench-task-end-") as directory:
-        result = measure(args.runs, Path(directory), args.timeout)
+        result = measure(args.runs, Path(directory), args.timeout, paths, args.handover)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     print(render(result))

@@ -118,10 +118,17 @@ class ClusterWatch:
     simply has no sample.
     """
 
-    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str] | None = None,
+        on_finished: Callable[[str, float], None] | None = None,
+    ) -> None:
         self.url = url
         self.headers = headers or {}
         """Authorization for kubesim's ``--token`` (devtools.kubesim_process always sets one)."""
+        self.on_finished = on_finished
+        """Called with (run id, wall time) as each run's RayJob is first seen finished, on the watch's thread."""
         self.created: dict[str, float] = {}
         self.finished: dict[str, float] = {}
         self._run_of_uid: dict[str, str] = {}
@@ -159,8 +166,11 @@ class ClusterWatch:
             return
         self._run_of_uid.setdefault(obj["metadata"]["uid"], identity.run_id)
         self.created.setdefault(identity.run_id, seen)
-        if (obj.get("status") or {}).get("jobDeploymentStatus") in ("Complete", "Failed"):
-            self.finished.setdefault(identity.run_id, seen)
+        deployment = (obj.get("status") or {}).get("jobDeploymentStatus")
+        if deployment in ("Complete", "Failed") and identity.run_id not in self.finished:
+            self.finished[identity.run_id] = seen
+            if self.on_finished is not None:
+                self.on_finished(identity.run_id, seen)
 
     def _on_workload(self, obj: dict, seen: float) -> None:
         conditions = (obj.get("status") or {}).get("conditions") or []
