@@ -18,7 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from kubesim.testing import run_kubesim_clusters
-from tests.integration.kubesim.support import eventually
+from tests.integration.kubesim.support import eventually, multikueue_objects
 from tests.rayjobs import rayjob_body
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -91,24 +91,7 @@ def write_manifests(directory: Path, name: str, objects: list[dict]) -> Path:
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory):
     directory = tmp_path_factory.mktemp("multikueue")
-    manager = queues(checks=True, gpus="8") + [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}},
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "AdmissionCheck",
-            "metadata": {"name": CHECK},
-            "spec": {
-                "controllerName": "kueue.x-k8s.io/multikueue",
-                "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "workers"},
-            },
-        },
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "MultiKueueConfig",
-            "metadata": {"name": "workers"},
-            "spec": {"clusters": ["worker1", "worker2"]},
-        },
-    ]
+    manager = queues(checks=True, gpus="8") + multikueue_objects(CHECK)
     # The worker-lost grace is Kueue's multiKueue.workerLostTimeout (15 min by default): 60 simulated s.
     kueue_config = directory / "kueue-config.yaml"
     kueue_config.write_text(

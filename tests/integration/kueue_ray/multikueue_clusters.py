@@ -22,6 +22,7 @@ from kubernetes import client, config
 from kueue_ray.multikueue import worker_connection_id
 
 from kubesim.testing import KubesimClusters, run_kubesim_clusters
+from tests.integration.kubesim.support import multikueue_objects
 from tests.integration.kueue_ray.conftest import wait_for
 from tests.rayjobs import rayjob_body
 
@@ -68,24 +69,7 @@ def queue_objects(*, check: bool, cpu: str, manager_gpus: str | None = None) -> 
 def manager_objects() -> list[dict]:
     """The manager's queues (quota for four RayJobs, and 8 GPUs no manager node has: the workers have the
     capacity), the check, the MultiKueueConfig and Kueue's namespace for the kubeconfig Secrets."""
-    return queue_objects(check=True, cpu="8", manager_gpus="8") + [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}},
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "AdmissionCheck",
-            "metadata": {"name": CHECK},
-            "spec": {
-                "controllerName": "kueue.x-k8s.io/multikueue",
-                "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "workers"},
-            },
-        },
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "MultiKueueConfig",
-            "metadata": {"name": "workers"},
-            "spec": {"clusters": ["worker1", "worker2"]},
-        },
-    ]
+    return queue_objects(check=True, cpu="8", manager_gpus="8") + multikueue_objects(CHECK)
 
 
 @dataclass
