@@ -16,6 +16,7 @@ RayJob runs on, the previous one stopped when it moves); ``follow`` runs in the 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import threading
 import time
 from collections import deque
@@ -40,25 +41,33 @@ RETRY_SECONDS = 1.0
 
 
 class LogBuffer:
-    """The last ``lines`` lines of one log stream, fed in chunks that may split lines.
+    """The last ``lines`` lines of one log stream, fed in chunks that may split lines, and characters: a
+    UTF-8 character cut between two chunks is decoded whole once its last byte arrives.
 
     >>> buffer = LogBuffer(2)
     >>> buffer.feed(b"one\\ntw"); buffer.feed(b"o\\nthree\\nfo")
     >>> buffer.text()
     'two\\nthree\\nfo'
+    >>> buffer = LogBuffer(2)
+    >>> delta = "loss \N{GREEK SMALL LETTER DELTA} 0.1".encode()
+    >>> buffer.feed(delta[:6]); buffer.feed(delta[6:])
+    >>> buffer.text() == "loss \N{GREEK SMALL LETTER DELTA} 0.1"
+    True
     """
 
     def __init__(self, lines: int) -> None:
         self.lines: deque[str] = deque(maxlen=max(1, lines))
         self.partial = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def restart(self) -> None:
         """A new stream from the log's beginning replaces what was kept."""
         self.lines.clear()
         self.partial = ""
+        self._decoder.reset()
 
     def feed(self, chunk: bytes) -> None:
-        text = self.partial + chunk.decode("utf-8", errors="replace")
+        text = self.partial + self._decoder.decode(chunk)
         *complete, self.partial = text.split("\n")
         self.lines.extend(line + "\n" for line in complete)
 

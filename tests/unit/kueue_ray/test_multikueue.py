@@ -66,6 +66,17 @@ def test_a_followed_log_keeps_its_last_lines_across_chunks_and_restarts_with_a_n
     buffer.restart()  # the stream was opened again from the log's beginning
     buffer.feed(b"Job 'x' submitted successfully\n")
     assert buffer.text() == "Job 'x' submitted successfully\n"
+    # A character whose bytes the stream delivered in two chunks reads as itself, not as two U+FFFD.
+    accuracy = "accuracy ≥ 0.9 ✓\n".encode()
+    cut = accuracy.index("≥".encode()) + 1
+    buffer.feed(accuracy[:cut])
+    buffer.feed(accuracy[cut:])
+    assert buffer.text() == "Job 'x' submitted successfully\naccuracy ≥ 0.9 ✓\n"
+    buffer.restart()  # a cut character is not carried into the new stream
+    buffer.feed("✓".encode()[:2])
+    buffer.restart()
+    buffer.feed(b"fresh\n")
+    assert buffer.text() == "fresh\n"
     assert with_worker_tail({"status": "success"}, "tail")["driver_log_tail"] == "tail"
     assert with_worker_tail({"status": "success"}, None) == {"status": "success"}
 
