@@ -74,7 +74,7 @@ async def measure(
         waited = await wait_window(api, startup, phases, window_s)
 
         seen, done = await waves(
-            api, url, trigger, phases, cpu=1 + max(1, n // 4), fire=n, all_namespaces=True
+            api, url, [trigger], phases, cpu=1 + max(1, n // 4), fire=n, all_namespaces=True
         )
         final = await trigger.stop()
         phases.mark("stop")

@@ -338,12 +338,69 @@ def render_refused(result: dict) -> list[str]:
     ]
 
 
+def render_triggerers(result: dict) -> list[str]:
+    """Three triggerers per N (bench.triggerers): each triggerer's streams, startup, memory and detection,
+    the waiting minute, and one triggerer's restart, with each target's verdict."""
+    lines = [
+        "| N per triggerer (waits) | triggerer | watch streams | startup requests | RSS MiB (imports / "
+        "startup / peak) | fired in the waves | detection p50 / p99 / max (ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    rows = [row for row in result["rows"] if "error" not in row]
+    for row in result["rows"]:
+        if "error" in row:
+            lines.append(f"| {row['n_per_triggerer']} | error: {row['error']} ||||||")
+            continue
+        for k, t in enumerate(row["per_triggerer"]):
+            latency = t["detection_latency"]
+            lines.append(
+                f"| {row['n_per_triggerer']} ({row['waits']}) | {k} | {t['streams']} | {t['requests']} "
+                f"| {t['rss_mib_after_imports']} / {t['rss_mib_after_startup']} / {t['peak_rss_mib']} "
+                f"| {t['fired_in_waves']} | {latency['p50_ms']} / {latency['p99_ms']} / {latency['max_ms']} |"
+            )
+    lines += [
+        "",
+        "| N per triggerer | watch streams open, all three | requests per minute while waiting | detection "
+        "p50 / p99 / max (ms), all three | triggerer 0 restarted: requests in its first minute (watches "
+        "opened) | of which single-object reads | its RayJobs completed while down → fired after its "
+        "start, p50 / p99 / max (ms) | restarted: startup s, peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        waves, restart = row["waves"], row["restart"]
+        latency, caught = waves["detection_latency"], restart["catch_up"]
+        lines.append(
+            f"| {row['n_per_triggerer']} | {row['waiting']['streams_open']} "
+            f"| {row['waiting']['requests_per_min']} ({row['waiting']['requests']} in {row['waiting']['window_s']:g} s) "
+            f"| {latency['p50_ms']} / {latency['p99_ms']} / {latency['max_ms']} ({waves['fired']} events) "
+            f"| {restart['requests_first_minute']} ({restart['watches_opened_first_minute']}): "
+            f"{restart['first_minute_by_verb']} | {restart['object_reads_first_minute']} "
+            f"| {caught['count']} of {restart['its_own_completed_while_down']}: {caught['p50_ms']} / "
+            f"{caught['p99_ms']} / {caught['max_ms']} (after its {restart['imports_s']} s of imports: "
+            f"{restart['catch_up_after_imports']['p50_ms']} / {restart['catch_up_after_imports']['p99_ms']}) "
+            f"| {restart['startup_s']}, {restart['peak_rss_mib']} |"
+        )
+    lines += ["", "Where the time went (wall s / kubesim CPU s per phase):", ""]
+    for row in rows:
+        phases = ", ".join(f"{name} {v['s']:g} / {v['kubesim_cpu_s']}" for name, v in row["phases"].items())
+        warnings = sum(t["log_warnings"]["count"] for t in row["per_triggerer"])
+        warnings += row["restart"]["log_warnings"]["count"]
+        lines.append(
+            f"- N = {row['n_per_triggerer']}: {phases}; {warnings} WARNING/ERROR lines in the triggerers' logs"
+        )
+    for row in rows:
+        lines += ["", f"Targets at N = {row['n_per_triggerer']} per triggerer:"]
+        lines += [f"- {v['target']} → {v['measured']}: {_verdict(v['ok'])}" for v in row["verdicts"]]
+    return lines
+
+
 SECTIONS = (
     ("admission", "Kueue admission cycle (issue 3 §6)", render_admission),
     ("parse", "DAG parse cost (issue 7 §3)", render_parse),
     ("fanout", "kubesim watch fan-out (issue 2 §6)", render_fanout),
     ("trigger", "Trigger scale vs polling (issue 7 §1)", render_trigger),
     ("refused", "Waiting under a permanent 403 on watch", render_refused),
+    ("triggerers", "Three triggerers (issue 33)", render_triggerers),
     ("e2e", "End-to-end latency in Airflow (issue 7 §2)", render_e2e),
     ("backfill", "Backfill throughput (issue 7 §4)", render_backfill),
 )

@@ -32,6 +32,7 @@ PROFILES = {
         "trigger": {"sizes": (100,), "windows": (5.0, 10.0), "poll_window": 20.0, "poll_max_n": 1000},
         # `--only refused` runs it at N = 100 (one 403-refused triggerer and its polling peer, ~2 minutes)
         "refused": None,
+        "triggerers": {"sizes": (1000,), "window_s": 20.0, "detect_n": 300, "restart_n": 150},
         # A real Airflow takes 1-2 minutes to start here: `--only e2e --only backfill` runs both in one
         # Airflow with 10 latency runs and a 50-run backfill (`--e2e-runs` / `--backfill-runs` set sizes).
         "e2e": None,
@@ -48,6 +49,7 @@ PROFILES = {
             "poll_max_n": 1000,
         },
         "refused": {"n": 1000, "window_s": 60.0, "poll_window_s": 30.0},
+        "triggerers": {"sizes": (1000, 10000), "window_s": 60.0, "detect_n": 1000, "restart_n": 300},
         "e2e": {"runs": 50},
         "backfill": {"runs": 200},
     },
@@ -75,7 +77,7 @@ def machine() -> dict:
 
 
 def run(profile: str, only: set[str] | None, out: Path) -> dict:
-    from bench import admission, airflow_e2e, fanout, parse, refused_watch, trigger_scale
+    from bench import admission, airflow_e2e, fanout, parse, refused_watch, trigger_scale, triggerers
 
     settings = PROFILES[profile]
     results: dict = {
@@ -105,6 +107,7 @@ def run(profile: str, only: set[str] | None, out: Path) -> dict:
         ("fanout", lambda: fanout.run(**settings["fanout"])),
         ("trigger", lambda: trigger_scale.run(**settings["trigger"])),
         ("refused", lambda: refused_watch.run(**(settings["refused"] or {"n": 100, "window_s": 30.0}))),
+        ("triggerers", lambda: triggerers.run(**settings["triggerers"])),
         ("e2e", lambda: airflow_session()["e2e"] or {"error": "size 0"}),
         ("backfill", lambda: airflow_session()["backfill"] or {"error": "size 0"}),
     ]
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         action="append",
-        help="admission | parse | fanout | trigger | refused | e2e | backfill (repeatable)",
+        help="admission | parse | fanout | trigger | refused | triggerers | e2e | backfill (repeatable)",
     )
     parser.add_argument("--out", help="write the JSON results here")
     parser.add_argument("--trigger-sizes", help="comma-separated N for the trigger benchmark, e.g. 100,1000")
@@ -139,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         help="trigger benchmark: complete only this many RayJobs (all at once) for the detection latency",
     )
     parser.add_argument("--refused-n", type=int, help="N for the refused-watch benchmark (and run that step)")
+    parser.add_argument(
+        "--triggerers-sizes", help="comma-separated N per triggerer for the three-triggerer benchmark, e.g. 1000"
+    )
     for option in ("objects", "watchers", "writes", "readers"):
         parser.add_argument(
             f"--fanout-{option}", type=int, help=f"fan-out benchmark: {option} (overrides the profile)"
@@ -159,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         }
     if args.trigger_detect_n is not None:
         PROFILES[args.profile]["trigger"]["detect_n"] = args.trigger_detect_n
+    if args.triggerers_sizes:
+        PROFILES[args.profile]["triggerers"]["sizes"] = tuple(int(n) for n in args.triggerers_sizes.split(","))
     if args.trigger_sizes:
         PROFILES[args.profile]["trigger"]["sizes"] = tuple(int(n) for n in args.trigger_sizes.split(","))
     out = Path(args.out) if args.out else Path(tempfile.gettempdir()) / f"bench-{args.profile}.json"

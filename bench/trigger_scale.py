@@ -145,7 +145,7 @@ async def measure(
 
         fire = n if detect_n is None else min(n, detect_n)
         at_once = max(1, n // 4) if detect_n is None else fire
-        seen, done = await waves(api, url, trigger, phases, cpu=1 + at_once, fire=fire)
+        seen, done = await waves(api, url, [trigger], phases, cpu=1 + at_once, fire=fire)
         end_usage = await trigger.usage()
         final = await trigger.stop()
         phases.mark("stop")

@@ -63,10 +63,11 @@ async def start_triggers(
     phases: Phases,
     *,
     ready: Callable[[], Awaitable[dict]] | None = None,
+    phase: str = "trigger_startup",
 ) -> Startup:
     """Start ``bench.trigger_worker`` on ``spec`` and wait until it settled: by default its watch streams
     open and kubesim quiet for 3 s, else until ``ready()`` (which returns kubesim's stats then). Ends the
-    ``trigger_startup`` phase."""
+    phase named ``phase``."""
     before = await api.stats()
     worker = Worker("bench.trigger_worker", spec, env, log)
     reply = await worker.start()
@@ -75,7 +76,7 @@ async def start_triggers(
     else:
         started = await ready()
     usage = await worker.usage()
-    phases.mark("trigger_startup")
+    phases.mark(phase)
     return Startup(worker, reply, before, started, usage)
 
 
@@ -128,11 +129,19 @@ async def wait_window(api: Api, startup: Startup, phases: Phases, window_s: floa
 
 
 async def waves(
-    api: Api, url: str, worker: Worker, phases: Phases, *, cpu: int, fire: int, all_namespaces: bool = False
+    api: Api,
+    url: str,
+    workers: list[Worker],
+    phases: Phases,
+    *,
+    cpu: int,
+    fire: int,
+    all_namespaces: bool = False,
 ) -> tuple[dict[str, float], dict]:
-    """Raise the quota to ``cpu`` and wait until ``fire`` triggers fired, while a raw watch records when
-    each RayJob's terminal status reached a watcher. Ends the ``waves`` phase; returns what the watch saw
-    (name -> wall time) and kubesim's stats once enough fired (they include the watch's initial list)."""
+    """Raise the quota to ``cpu`` and wait until ``fire`` triggers fired in ``workers`` together, while a
+    raw watch records when each RayJob's terminal status reached a watcher. Ends the ``waves`` phase;
+    returns what the watch saw (name -> wall time) and kubesim's stats once enough fired (they include the
+    watch's initial list)."""
     seen: dict[str, float] = {}
     stop = asyncio.Event()
     observer = asyncio.ensure_future(observe_terminal(url, seen, stop, all_namespaces=all_namespaces))
@@ -140,7 +149,7 @@ async def waves(
     await raise_quota(api, cpu)
 
     async def all_fired() -> bool:
-        return len(worker.fired) >= fire
+        return sum(len(worker.fired) for worker in workers) >= fire
 
     await wait_until(all_fired, timeout_s=1800)
     done = await api.stats()

@@ -1,0 +1,62 @@
+"""A small run of the three-triggerer benchmark (3 × 30 waits), so that `make bench` does not rot.
+
+It checks what the benchmark is built to show, never how fast: each triggerer holds its own two watch
+streams, waiting costs no request, the waves fire every RayJob that completed in the triggerer holding it,
+and a killed triggerer's replacement reads no single object, costs no more than a first start, and fires
+for every one of its RayJobs that completed while it was down.
+"""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+from bench import report, triggerers
+
+N = 30
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    return triggerers.run_one(
+        N,
+        window_s=1.0,
+        detect_n=30,
+        restart_n=15,
+        restart_window_s=5.0,
+        time_scale=10.0,
+        log_dir=tmp_path_factory.mktemp("bench-triggerers"),
+    )
+
+
+def test_each_triggerer_holds_two_watch_streams_and_waiting_costs_nothing(result):
+    assert [t["streams"] for t in result["per_triggerer"]] == [2, 2, 2]
+    assert result["waiting"]["streams_open"] == 6
+    assert result["waiting"]["requests"] == 0
+
+
+def test_the_waves_fire_in_every_triggerer(result):
+    assert result["waves"]["fired"] >= 30
+    assert all(t["fired_in_waves"] > 0 for t in result["per_triggerer"])
+    assert result["waves"]["detection_latency"]["count"] == result["waves"]["fired"]
+
+
+def test_a_restarted_triggerer_lists_instead_of_reading_each_task_and_catches_up(result):
+    restart = result["restart"]
+    assert restart["object_reads_first_minute"] == 0, restart["first_minute_by_verb"]
+    assert restart["startup_requests"] <= max(t["requests"] for t in result["per_triggerer"])
+    assert restart["its_own_completed_while_down"] > 0
+    assert restart["its_own_fired_after_restart"] == restart["its_own_completed_while_down"]
+    assert restart["log_warnings"]["count"] == 0, restart["log_warnings"]["lines"]
+
+
+def test_each_target_gets_a_verdict_and_the_report_renders(result):
+    result["verdicts"] = triggerers.verdicts(result)
+    by_target = {v["target"]: v["ok"] for v in result["verdicts"]}
+    assert by_target["≤ 2 watch streams per triggerer (one namespace)"] is True
+    assert by_target["< 300 MiB per triggerer at 10,000"] is None  # no target at N = 30
+    assert by_target["a restart costs O(resources), not O(tasks): no read of a single object"] is True
+    text = "\n".join(report.render_triggerers({"rows": [result]}))
+    assert "Targets at N = 30 per triggerer:" in text
+    assert doctest.testmod(triggerers).failed == 0
