@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--refused-n", type=int, help="N for the refused-watch benchmark (and run that step)")
     parser.add_argument(
-        "--triggerers-sizes", help="comma-separated N per triggerer for the three-triggerer benchmark, e.g. 1000"
+        "--triggerers-sizes",
+        help="comma-separated N per triggerer for the three-triggerer benchmark, e.g. 1000",
     )
     for option in ("objects", "watchers", "writes", "readers"):
         parser.add_argument(
@@ -166,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.trigger_detect_n is not None:
         PROFILES[args.profile]["trigger"]["detect_n"] = args.trigger_detect_n
     if args.triggerers_sizes:
-        PROFILES[args.profile]["triggerers"]["sizes"] = tuple(int(n) for n in args.triggerers_sizes.split(","))
+        PROFILES[args.profile]["triggerers"]["sizes"] = tuple(
+            int(n) for n in args.triggerers_sizes.split(",")
+        )
     if args.trigger_sizes:
         PROFILES[args.profile]["trigger"]["sizes"] = tuple(int(n) for n in args.trigger_sizes.split(","))
     out = Path(args.out) if args.out else Path(tempfile.gettempdir()) / f"bench-{args.profile}.json"

@@ -124,7 +124,8 @@ async def measure(
     async with connect(url) as api:
         jobs = await setup_jobs(api, n * triggerers, phases)
         specs = [
-            write_spec(workdir / f"triggerer-{k}.json", share) for k, share in enumerate(shares(jobs, triggerers))
+            write_spec(workdir / f"triggerer-{k}.json", share)
+            for k, share in enumerate(shares(jobs, triggerers))
         ]
         logs = [workdir / f"triggerer-{k}.log" for k in range(triggerers)]
 
@@ -191,7 +192,9 @@ async def measure(
         phases.mark("restart_minute")
         its_own = {job["name"] for job in remaining} & set(down_seen)
         caught_up = [restarted.fired[name][0] - restarted_at for name in its_own if name in restarted.fired]
-        after_imports = [restarted.fired[name][0] - triggers_at for name in its_own if name in restarted.fired]
+        after_imports = [
+            restarted.fired[name][0] - triggers_at for name in its_own if name in restarted.fired
+        ]
         restart = {
             "killed_at": killed_at,
             "down_s": round(restarted_at - killed_at, 1),
