@@ -179,6 +179,12 @@ async def measure(
         phases.mark("down")
         fired_before = set(workers[0].fired)
         remaining = [job for job in shares(jobs, triggerers)[0] if job["name"] not in fired_before]
+        if not set(job["name"] for job in remaining) - set(down_seen):
+            raise ValueError(
+                f"triggerer 0 has nothing left to wait for after its downtime (N = {n} per triggerer, "
+                f"detect_n = {detect_n}, restart_n = {restart_n}): a restart with no waiting trigger opens no "
+                "watch; raise N or lower detect_n / restart_n"
+            )
         spec = write_spec(workdir / "triggerer-0-restarted.json", remaining)
         before = await api.stats()
         restarted_at = time.time()
