@@ -394,6 +394,17 @@ def render_triggerers(result: dict) -> list[str]:
     return lines
 
 
+def render_floor(result: dict) -> list[str]:
+    """Ours against Airflow's floor (bench.task_end's floor figures)."""
+    from bench.task_end import render_floor as floor_table
+
+    return [
+        f"{result['runs']} runs of ours (`bench_end_in_triggerer`) and of the floor in one Airflow, started "
+        f"in {result['airflow_startup_s']} s.",
+        *floor_table(result),
+    ]
+
+
 SECTIONS = (
     ("admission", "Kueue admission cycle (issue 3 §6)", render_admission),
     ("parse", "DAG parse cost (issue 7 §3)", render_parse),
@@ -401,6 +412,7 @@ SECTIONS = (
     ("trigger", "Trigger scale vs polling (issue 7 §1)", render_trigger),
     ("refused", "Waiting under a permanent 403 on watch", render_refused),
     ("triggerers", "Three triggerers (issue 33)", render_triggerers),
+    ("floor", "Complete → task success against Airflow's floor (issue 33)", render_floor),
     ("e2e", "End-to-end latency in Airflow (issue 7 §2)", render_e2e),
     ("backfill", "Backfill throughput (issue 7 §4)", render_backfill),
 )

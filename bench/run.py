@@ -32,7 +32,10 @@ PROFILES = {
         "trigger": {"sizes": (100,), "windows": (5.0, 10.0), "poll_window": 20.0, "poll_max_n": 1000},
         # `--only refused` runs it at N = 100 (one 403-refused triggerer and its polling peer, ~2 minutes)
         "refused": None,
-        "triggerers": {"sizes": (1000,), "window_s": 20.0, "detect_n": 300, "restart_n": 150},
+        # `--only triggerers` runs three triggerers at 3 × 1,000 waits (~3 minutes)
+        "triggerers": None,
+        # Ours against Airflow's floor (bench.task_end --paths ours) in an Airflow of its own, 11 pairs
+        "floor": {"runs": 11},
         # A real Airflow takes 1-2 minutes to start here: `--only e2e --only backfill` runs both in one
         # Airflow with 10 latency runs and a 50-run backfill (`--e2e-runs` / `--backfill-runs` set sizes).
         "e2e": None,
@@ -50,10 +53,25 @@ PROFILES = {
         },
         "refused": {"n": 1000, "window_s": 60.0, "poll_window_s": 30.0},
         "triggerers": {"sizes": (1000, 10000), "window_s": 60.0, "detect_n": 1000, "restart_n": 300},
+        "floor": {"runs": 51},
         "e2e": {"runs": 50},
         "backfill": {"runs": 200},
     },
 }
+
+
+TRIGGERERS_ALONE = {"sizes": (1000,), "window_s": 20.0, "detect_n": 300, "restart_n": 150}
+"""The three-triggerer step when asked for (``--only triggerers``) in a profile that leaves it out."""
+
+
+def floor(runs: int) -> dict:
+    """Complete → task success of ours beside Airflow's floor, ``runs`` pairs in one Airflow
+    (``bench.task_end --paths ours``): the floor's part of its result."""
+    from bench import task_end
+
+    with tempfile.TemporaryDirectory(prefix="bench-floor-") as directory:
+        result = task_end.measure(runs, Path(directory), 1800.0, {task_end.OURS: True})
+    return {**result["floor"], "runs": runs, "airflow_startup_s": result["airflow_startup_s"]}
 
 
 def machine() -> dict:
@@ -107,7 +125,8 @@ def run(profile: str, only: set[str] | None, out: Path) -> dict:
         ("fanout", lambda: fanout.run(**settings["fanout"])),
         ("trigger", lambda: trigger_scale.run(**settings["trigger"])),
         ("refused", lambda: refused_watch.run(**(settings["refused"] or {"n": 100, "window_s": 30.0}))),
-        ("triggerers", lambda: triggerers.run(**settings["triggerers"])),
+        ("triggerers", lambda: triggerers.run(**(settings["triggerers"] or TRIGGERERS_ALONE))),
+        ("floor", lambda: floor(**(settings["floor"] or {"runs": 11}))),
         ("e2e", lambda: airflow_session()["e2e"] or {"error": "size 0"}),
         ("backfill", lambda: airflow_session()["backfill"] or {"error": "size 0"}),
     ]
@@ -132,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         action="append",
-        help="admission | parse | fanout | trigger | refused | triggerers | e2e | backfill (repeatable)",
+        help="admission | parse | fanout | trigger | refused | triggerers | floor | e2e | backfill (repeatable)",
     )
     parser.add_argument("--out", help="write the JSON results here")
     parser.add_argument("--trigger-sizes", help="comma-separated N for the trigger benchmark, e.g. 100,1000")
@@ -167,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.trigger_detect_n is not None:
         PROFILES[args.profile]["trigger"]["detect_n"] = args.trigger_detect_n
     if args.triggerers_sizes:
-        PROFILES[args.profile]["triggerers"]["sizes"] = tuple(
-            int(n) for n in args.triggerers_sizes.split(",")
-        )
+        PROFILES[args.profile]["triggerers"] = {
+            **(PROFILES[args.profile]["triggerers"] or TRIGGERERS_ALONE),
+            "sizes": tuple(int(n) for n in args.triggerers_sizes.split(",")),
+        }
     if args.trigger_sizes:
         PROFILES[args.profile]["trigger"]["sizes"] = tuple(int(n) for n in args.trigger_sizes.split(","))
     out = Path(args.out) if args.out else Path(tempfile.gettempdir()) / f"bench-{args.profile}.json"
