@@ -38,8 +38,9 @@ REAL_PYTEST := $(BIN)/python -m pytest -p no:xdist --cluster=real tests/integrat
 
 # Where a Go toolchain is, the browser and e2e tests and `make test-real` (the real stack's build when its
 # binaries are missing, then its tests) run side by side: the e2e run leaves about 40% of two cores idle
-# while its Airflows wait on simulated time and their loops, and a warm .ci/run takes about 25 min instead
-# of 33 (a cold one overlaps the 9-minute Go build too). Each side's output is printed whole when it ends.
+# while its Airflows wait on simulated time and their loops: a warm .ci/run took 28 min instead of 38
+# (2026-12-05; a cold one overlaps the 9-minute Go build too). Each side's output is printed whole when it
+# ends (realcluster/README.md, CI).
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
