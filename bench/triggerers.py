@@ -38,7 +38,7 @@ from bench.harness.accounting import by_verb, delta, settled
 from bench.harness.cluster import observe_terminal, raise_quota, setup_jobs
 from bench.harness.phases import Phases, wait_until
 from bench.harness.triggers import STREAMS, start_triggers, waves, write_spec
-from bench.harness.workers import LOG_DIR, Worker, fresh_workdir, in_kubesim, log_warnings, worker_env
+from bench.harness.workers import LOG_DIR, ROOT, Worker, fresh_workdir, in_kubesim, log_warnings, worker_env
 from bench.kube import Api, connect
 from bench.stats import summary_ms
 
@@ -117,9 +117,11 @@ async def measure(
     detect_n: int = 1000,
     restart_n: int = 300,
     restart_window_s: float = RESTART_WINDOW_S,
+    plugins: Path = ROOT / "plugins",
 ) -> dict:
-    """One N per triggerer: set up, start the triggerers, wait, the waves, then one triggerer's restart."""
-    env = worker_env(kubeconfig)
+    """One N per triggerer: set up, start the triggerers, wait, the waves, then one triggerer's restart;
+    the triggerers run the plugin in ``plugins`` (another checkout's, for a side-by-side run)."""
+    env = worker_env(kubeconfig, plugins=plugins)
     phases = Phases()
     async with connect(url) as api:
         jobs = await setup_jobs(api, n * triggerers, phases)
@@ -280,9 +282,10 @@ def verdicts(row: dict) -> list[dict]:
     ]
 
 
-def run_one(n: int, *, log_dir: Path = LOG_DIR, time_scale: float = 1.0, **settings) -> dict:
-    """One N per triggerer against a fresh kubesim; the workers' logs stay in ``log_dir``/triggerers-<N>."""
-    workdir = fresh_workdir(log_dir, f"triggerers-{n}")
+def run_one(n: int, *, log_dir: Path = LOG_DIR, time_scale: float = 1.0, name: str = "", **settings) -> dict:
+    """One N per triggerer against a fresh kubesim; the workers' logs stay in
+    ``log_dir``/triggerers-<N><name>."""
+    workdir = fresh_workdir(log_dir, f"triggerers-{n}{name}")
 
     async def one(url: str, kubeconfig: str) -> dict:
         return await measure(url, kubeconfig, n, workdir=workdir, **settings)
@@ -302,3 +305,38 @@ def run(sizes: tuple[int, ...] = (1000,), **settings) -> dict:
         row["verdicts"] = verdicts(row)
         rows.append(row)
     return {"rows": rows, "targets": TARGETS, "log_dir": str(settings.get("log_dir", LOG_DIR))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.triggerers --before DIR``: the same run with another checkout's plugin first, then
+    this one's, printed side by side (``bench.run --only triggerers`` runs this checkout's alone)."""
+    import argparse
+    import json
+
+    from bench.report import render_triggerers
+
+    parser = argparse.ArgumentParser(prog="python -m bench.triggerers", description=main.__doc__)
+    parser.add_argument("--before", required=True, help="a checkout whose plugins/ runs first")
+    parser.add_argument("--n", type=int, default=1000, help="waits per triggerer")
+    parser.add_argument("--detect-n", type=int, default=1000)
+    parser.add_argument("--restart-n", type=int, default=300)
+    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--out", help="write the JSON result here")
+    args = parser.parse_args(argv)
+    settings = {"window_s": args.window, "detect_n": args.detect_n, "restart_n": args.restart_n}
+    result = {}
+    for label, plugins in (("before", Path(args.before) / "plugins"), ("after", ROOT / "plugins")):
+        row = run_one(args.n, name=f"-{label}", plugins=plugins, **settings)
+        row["verdicts"] = verdicts(row)
+        result[label] = {"rows": [row], "plugins": str(plugins)}
+        print(f"## {label}: {plugins}\n")
+        print("\n".join(render_triggerers(result[label])) + "\n", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
