@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 from kubernetes import client
-
 from kueue_ray import async_hook
 from kueue_ray.async_hook import AsyncRayJobHook
 from kueue_ray.pod_states import CLUSTER_LABEL, pod_states
