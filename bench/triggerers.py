@@ -339,4 +339,7 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     import sys
 
+    from devtools.signals import stop_on_signals
+
+    stop_on_signals()  # a benchmark stopped with kill stops its kubesim and trigger processes
     sys.exit(main())
