@@ -120,6 +120,9 @@ def airflow_environment(
     # Each Airflow is a deployment of its own, identified in its own metadata database unless ``extra``
     # names it (kueue_ray.deployment): never the test process's.
     env.pop("AIRFLOW__KUEUE_RAY__DEPLOYMENT", None)
+    # Its triggers hold a worker-resuming event as shipped (kueue_ray.trigger_base), whatever the test
+    # process, whose in-process triggers race no scheduler, says.
+    env.pop("AIRFLOW__KUEUE_RAY__RESUME_SETTLE_SECONDS", None)
     env.update(
         {
             "AIRFLOW_HOME": str(home),

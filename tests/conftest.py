@@ -14,6 +14,10 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 # store without an Airflow). Every Airflow a test starts (devtools.airflow) drops it and keeps the
 # default: a deployment identity generated in its own metadata database.
 os.environ.setdefault("AIRFLOW__KUEUE_RAY__DEPLOYMENT", "tests")
+# Triggers the unit and integration tests run in-process resume no task through Airflow's scheduler, whose
+# race the settle time avoids (kueue_ray.trigger_base.DEFAULT_RESUME_SETTLE_SECONDS): no hold there. Every
+# Airflow a test starts drops it and holds as shipped.
+os.environ.setdefault("AIRFLOW__KUEUE_RAY__RESUME_SETTLE_SECONDS", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 

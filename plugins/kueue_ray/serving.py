@@ -254,6 +254,7 @@ class DeployRayServiceOperator(KueueSubmitOperator):
                 owner=vars(identity).copy(),
                 kubernetes_conn_id=self.kubernetes_conn_id,
                 policy=policy,
+                deferred_at=datetime.now(UTC).isoformat(),
             )
             self.defer(trigger=trigger, method_name="execute_complete")
         self.log.info("Waiting in the worker for RayService %s/%s", self.namespace, metadata["name"])

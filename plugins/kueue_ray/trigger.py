@@ -147,8 +147,8 @@ class RayJobTrigger(WaitTrigger):
     :param timeline: a Timeline dict to continue (None starts a new one).
     :param end_in_triggerer: on success, end the task here (``kueue_ray.results.TriggerEnding.to_dict``:
         XComs and log tail, decided by the task when it deferred); None resumes it on a worker.
-    :param deferred_at: ISO time the task deferred; a trigger starting much later is a restart, which
-        must not count the RayJob's past in the queue metrics again (``kueue_ray.metrics``).
+    :param deferred_at: ISO time the task deferred (``WaitTrigger``); a trigger starting much later is a
+        restart, which must not count the RayJob's past in the queue metrics again (``kueue_ray.metrics``).
     """
 
     kind = "RayJob"
@@ -162,7 +162,6 @@ class RayJobTrigger(WaitTrigger):
         waiter: dict[str, Any] | None = None,
         timeline: dict[str, Any] | None = None,
         end_in_triggerer: dict[str, Any] | None = None,
-        deferred_at: str | None = None,
         **arguments: Any,
     ) -> None:
         super().__init__(**arguments)
@@ -170,7 +169,6 @@ class RayJobTrigger(WaitTrigger):
         self.waiter = dict(waiter) if waiter else None
         self.timeline = timeline
         self.end_in_triggerer = dict(end_in_triggerer) if end_in_triggerer else None
-        self.deferred_at = deferred_at
         self._driver_log = DriverLog(self._tail_lines(), self._follow_on)
         """The driver log followed on a MultiKueue worker (``kueue_ray.worker_log``)."""
 
@@ -180,7 +178,6 @@ class RayJobTrigger(WaitTrigger):
             "waiter": self.waiter,
             "timeline": self.timeline,
             "end_in_triggerer": self.end_in_triggerer,
-            "deferred_at": self.deferred_at,
         }
 
     @cached_property

@@ -3,17 +3,21 @@ and firing exactly once.
 
 A trigger that ends without an event fails its task for a reason that has nothing to do with the object it
 waits for, so ``run`` never lets an error of its own end the wait: it logs it and resumes after a jittered,
-doubling pause, continuing with what the wait has learnt so far (``progress``).
+doubling pause, continuing with what the wait has learnt so far (``progress``). An event that resumes the
+task on a worker is held until the trigger has run ``resume_settle_seconds`` (Airflow's race, below).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTaskEndEvent, BaseTrigger, TriggerEvent
 
+from kueue_ray.kube.api import parse_time
 from kueue_ray.kube.refusals import Backoff
 from kueue_ray.wait_policy import WaitPolicy
 
@@ -22,6 +26,41 @@ RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX = 1.0, 60.0
 KILL_BUDGET_SECONDS = 20.0
 """How long the kill decision and its delete may take: under Airflow's ``[triggerer] on_kill_timeout``
 (30 s by default)."""
+DEFAULT_RESUME_SETTLE_SECONDS = 10.0
+"""How long after the deferral a trigger holds an event that resumes its task on a worker.
+
+Airflow 3.3.2's scheduler fails a deferred task whose trigger fired soon after the deferral: the worker that
+deferred exits with success, and when the scheduler drains that executor event only after the trigger has
+put the task back to queued or running (its guard covers scheduled only), it logs "state mismatch" and
+fails the try (apache/airflow#67287 queued, #71580 and #72716 running; fixes #71579 and #72767 not
+released). The deferring worker's supervisor exits and the scheduler drains its event 4-7 s after the
+deferral (measured here under load, and in those reports). So a deploy whose RayService serves within
+seconds, or a RayJob that fails at once, lost its try and was retried, rolling the service out again.
+An event the trigger would fire sooner is held until then, counted from the deferral (``deferred_at``): a
+trigger that a restarted triggerer runs again later holds nothing. An event that ends the task in the triggerer (``TaskSuccessEvent``) is not held: the task
+is no longer queued or running when the stale event is drained."""
+
+
+def resume_settle_seconds() -> float:
+    """``[kueue_ray] resume_settle_seconds`` (``AIRFLOW__KUEUE_RAY__RESUME_SETTLE_SECONDS``; 0 holds
+    nothing), read in the triggerer; ``DEFAULT_RESUME_SETTLE_SECONDS`` when unset."""
+    try:
+        from airflow.configuration import conf
+    except ImportError:  # pragma: no cover - only without Airflow
+        return DEFAULT_RESUME_SETTLE_SECONDS
+    value = conf.get("kueue_ray", "resume_settle_seconds", fallback=None)
+    if value in (None, ""):
+        return DEFAULT_RESUME_SETTLE_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ValueError(
+            f"[kueue_ray] resume_settle_seconds: {value!r} is not a number of seconds >= 0. Fix: set it (or "
+            f"AIRFLOW__KUEUE_RAY__RESUME_SETTLE_SECONDS) to e.g. {DEFAULT_RESUME_SETTLE_SECONDS:g}"
+        )
+    return seconds
 
 
 async def task_state(ti: Any) -> str | None:
@@ -58,12 +97,17 @@ class WaitTrigger(BaseTrigger):
         *,
         kubernetes_conn_id: str = "kubernetes_default",
         policy: WaitPolicy | dict[str, Any] | None = None,
+        deferred_at: str | None = None,
         **target: Any,
     ) -> None:
         super().__init__()
         self.target = self.target_type(**target)
         self.kubernetes_conn_id = kubernetes_conn_id
         self.policy = policy if isinstance(policy, WaitPolicy) else WaitPolicy.from_dict(policy)
+        self.deferred_at = deferred_at
+        """ISO time the task deferred, given by the task as it defers: what the settle time counts from
+        (unknown: from the trigger's start), and how the RayJob trigger tells a restart from a first start
+        (``kueue_ray.metrics``)."""
         self._fired = False
 
     @property
@@ -84,7 +128,11 @@ class WaitTrigger(BaseTrigger):
         raise NotImplementedError
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        arguments = {"kubernetes_conn_id": self.kubernetes_conn_id, "policy": self.policy.to_dict()}
+        arguments = {
+            "kubernetes_conn_id": self.kubernetes_conn_id,
+            "policy": self.policy.to_dict(),
+            "deferred_at": self.deferred_at,
+        }
         return self.classpath(), {**vars(self.target), **arguments, **self.arguments()}
 
     def classpath(self) -> str:
@@ -153,11 +201,17 @@ class WaitTrigger(BaseTrigger):
             await self.kill()
 
     def fire(self, payload: dict[str, Any]) -> TriggerEvent:
-        """The one event, which resumes the task on a worker; from now on ``on_kill`` deletes nothing."""
-        self._fired = True
+        """The one event, which resumes the task on a worker. ``run`` hands it over (held until the
+        settle time); from then on ``on_kill`` deletes nothing."""
         return TriggerEvent(payload)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        settle = resume_settle_seconds()
+        # From the deferral, so a trigger a restarted triggerer runs again holds nothing; at most the settle
+        # time from now, whatever the worker's clock said.
+        deferred = parse_time(self.deferred_at)
+        since = (datetime.now(UTC) - deferred).total_seconds() if deferred is not None else 0.0
+        settle_until = time.monotonic() + min(settle, max(0.0, settle - since))
         progress = self.start()
         watchdog = getattr(progress, "watchdog", None)
         self.log.info("Limits: %s", self.policy.limits(getattr(watchdog, "admitted_limit", "run_timeout")))
@@ -176,5 +230,13 @@ class WaitTrigger(BaseTrigger):
                 )
                 await asyncio.sleep(delay)
                 continue
+            if not isinstance(event, BaseTaskEndEvent) and (hold := settle_until - time.monotonic()) > 0:
+                self.log.info(
+                    "Resuming the task on a worker in %.1fs: Airflow 3.3.2 would fail a task resumed this "
+                    "soon after deferring (apache/airflow#72716)",
+                    hold,
+                )
+                await asyncio.sleep(hold)
+            self._fired = True
             yield event
             return
