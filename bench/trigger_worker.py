@@ -1,8 +1,9 @@
 """The measured process of the trigger benchmark: N RayJobTriggers on one event loop, as a triggerer runs them.
 
 Run as ``python -m bench.trigger_worker JOBS.json LOG`` with ``AIRFLOW_CONN_KUBERNETES_DEFAULT`` pointing at
-kubesim. ``JOBS.json`` is ``{"namespace", "queue", "resync_interval", "jobs": [{"name", "uid"}]}``, with
-``"kind": "rayservice"`` for ``RayServiceTrigger``s (``bench.service_waits``) instead of ``RayJobTrigger``s.
+kubesim. ``JOBS.json`` is ``{"namespace", "queue", "resync_interval", "deferred_at", "jobs": [{"name",
+"uid"}]}``, with ``"kind": "rayservice"`` for ``RayServiceTrigger``s (``bench.service_waits``) instead of
+``RayJobTrigger``s.
 
 It talks to its parent over pipes, so the parent can cut the run into phases without touching this
 process's CPU or memory: each fired TriggerEvent is one stdout line ``{"fired", "t", "status"}`` (``t`` is
@@ -150,7 +151,12 @@ def make_triggers(spec: dict) -> list:
     from kueue_ray.wait_policy import WaitPolicy
 
     policy = WaitPolicy(fail_on_inadmissible=False, resync_interval=spec["resync_interval"])
-    common = {"namespace": spec["namespace"], "queue": spec["queue"], "policy": policy}
+    common = {
+        "namespace": spec["namespace"],
+        "queue": spec["queue"],
+        "policy": policy,
+        "deferred_at": spec.get("deferred_at"),
+    }
     if spec.get("kind") == "rayservice":
         return [
             RayServiceTrigger(

@@ -31,6 +31,7 @@ profile: N = 1,000 and 10,000, whose restarts side by side say whether a restart
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -187,7 +188,8 @@ async def measure(
                 f"detect_n = {detect_n}, restart_n = {restart_n}): a restart with no waiting trigger opens no "
                 "watch; raise N or lower detect_n / restart_n"
             )
-        spec = write_spec(workdir / "triggerer-0-restarted.json", remaining)
+        deferred_at = json.loads((workdir / "triggerer-0.json").read_text())["deferred_at"]
+        spec = write_spec(workdir / "triggerer-0-restarted.json", remaining, deferred_at=deferred_at)
         before = await api.stats()
         restarted_at = time.time()
         restarted = Worker("bench.trigger_worker", spec, env, workdir / "triggerer-0-restarted.log")

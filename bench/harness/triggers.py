@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,11 @@ def write_spec(
     path: Path, objects: list[dict], *, resync_interval: float = DEFAULT_RESYNC_S, **settings: Any
 ) -> Path:
     """The spec file a worker reads: what it waits on (``jobs``) in the benchmark's namespace and queue,
-    the hub's ``resync_interval`` and any other setting (``poll_interval``, ``kind``)."""
+    the hub's ``resync_interval`` and any other setting (``poll_interval``, ``kind``). The waits deferred
+    now unless ``deferred_at`` says when (as the operator passes it): a worker started again later, as a
+    restarted triggerer, runs triggers that deferred long ago."""
     spec = {
+        "deferred_at": datetime.now(UTC).isoformat(),
         **settings,
         "namespace": NAMESPACE,
         "queue": QUEUE,
