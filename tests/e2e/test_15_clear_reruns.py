@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.e2e.harness import wait_until
+
 pytestmark = pytest.mark.timeout(360)
 
 DAG = "text_classifier_finetune"
@@ -51,4 +53,12 @@ def test_clearing_a_successful_submit_and_wait_trains_again_with_a_new_rayjob(e2
     assert untouched["metadata"]["annotations"]["airflow.apache.org/try-number"] == "1"
     # The second try of wait followed the new RayJob, and its driver log trained again.
     assert e2e.xcom(DAG, run_id, "wait", key="rayjob")["uid"] == second["metadata"]["uid"]
-    assert "epoch 2/2" in e2e.task_log(DAG, run_id, "wait", 2)
+    # The triggerer's supervisor writes a trigger's last lines (the driver log's tail) to the task log a
+    # moment after the TaskSuccessEvent, which may reach the scheduler first.
+    wait_until(
+        lambda: "epoch 2/2" in e2e.task_log(DAG, run_id, "wait", 2),
+        timeout=30,
+        what=lambda: (
+            f"the driver log's tail in try 2 of wait:\n{e2e.task_log(DAG, run_id, 'wait', 2)[-2000:]}"
+        ),
+    )
