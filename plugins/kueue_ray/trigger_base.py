@@ -4,7 +4,7 @@ and firing exactly once.
 A trigger that ends without an event fails its task for a reason that has nothing to do with the object it
 waits for, so ``run`` never lets an error of its own end the wait: it logs it and resumes after a jittered,
 doubling pause, continuing with what the wait has learnt so far (``progress``). An event that resumes the
-task on a worker is held until the trigger has run ``resume_settle_seconds`` (Airflow's race, below).
+task on a worker is held until ``resume_settle_seconds`` after the deferral (Airflow's race, below).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ released). The deferring worker's supervisor exits and the scheduler drains its 
 deferral (measured here under load, and in those reports). So a deploy whose RayService serves within
 seconds, or a RayJob that fails at once, lost its try and was retried, rolling the service out again.
 An event the trigger would fire sooner is held until then, counted from the deferral (``deferred_at``): a
-trigger that a restarted triggerer runs again later holds nothing. An event that ends the task in the triggerer (``TaskSuccessEvent``) is not held: the task
-is no longer queued or running when the stale event is drained."""
+trigger that a restarted triggerer runs again later holds nothing. An event that ends the task in the
+triggerer (``TaskSuccessEvent``) is not held: the task is no longer queued or running when the stale
+event is drained."""
 
 
 def resume_settle_seconds() -> float:
@@ -61,6 +62,16 @@ def resume_settle_seconds() -> float:
             f"AIRFLOW__KUEUE_RAY__RESUME_SETTLE_SECONDS) to e.g. {DEFAULT_RESUME_SETTLE_SECONDS:g}"
         )
     return seconds
+
+
+def seconds_since(deferred_at: str | None) -> float:
+    """Seconds since ``deferred_at`` (ISO, with its offset); 0 when it is missing or cannot be read, so an
+    odd value holds the full settle time rather than ending the wait with an error."""
+    try:
+        deferred = parse_time(deferred_at)
+        return (datetime.now(UTC) - deferred).total_seconds() if deferred is not None else 0.0
+    except (TypeError, ValueError):  # no offset, or not a time
+        return 0.0
 
 
 async def task_state(ti: Any) -> str | None:
@@ -209,8 +220,7 @@ class WaitTrigger(BaseTrigger):
         settle = resume_settle_seconds()
         # From the deferral, so a trigger a restarted triggerer runs again holds nothing; at most the settle
         # time from now, whatever the worker's clock said.
-        deferred = parse_time(self.deferred_at)
-        since = (datetime.now(UTC) - deferred).total_seconds() if deferred is not None else 0.0
+        since = seconds_since(self.deferred_at)
         settle_until = time.monotonic() + min(settle, max(0.0, settle - since))
         progress = self.start()
         watchdog = getattr(progress, "watchdog", None)

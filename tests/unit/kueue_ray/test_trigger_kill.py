@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from airflow.triggers.base import TaskSuccessEvent
 from kueue_ray.deletion import still_deferred
-from kueue_ray.trigger_base import WaitTrigger, resume_settle_seconds
+from kueue_ray.trigger_base import WaitTrigger, resume_settle_seconds, seconds_since
 from kueue_ray.waiting import WaitTarget
 
 
@@ -146,3 +146,8 @@ def test_repeated_cancellation_neither_skips_nor_cuts_the_decision_and_the_delet
         return trigger.killed
 
     assert asyncio.run(scenario()) is True
+
+
+def test_a_deferral_time_that_cannot_be_read_holds_the_full_settle_time_instead_of_failing():
+    assert seconds_since(None) == seconds_since("not a time") == seconds_since("2026-12-05T10:00:00") == 0.0
+    assert 59 < seconds_since((datetime.now(UTC) - timedelta(seconds=60)).isoformat()) < 62
