@@ -360,21 +360,21 @@ class RayJobTrigger(WaitTrigger):
         payload = self.target.payload(verdict, observation, timeline)
         for line in summary_lines(payload, subscription.rayjob_by_uid):
             self.log.info(line)
-        # The driver log is read while the XComs are stored: both wait on someone else (the API server,
-        # the triggerer's supervisor), and the task's success waits on both.
-        tail, _ = await asyncio.gather(
-            self._log_tail(subscription, ending.log_tail_lines, observation.worker_cluster)
-            if ending.log_tail_lines > 0
-            else _none(),
-            push_xcoms(self.task_instance, ending.xcoms(payload, dashboard_url)),
-        )
-        if tail:
-            self.log.info(LOG_TAIL_HEADER, ending.log_tail_lines, tail)
+        # Every closing line is written before the XComs are stored. Airflow 3.3.2's triggerer supervisor
+        # reads a trigger's log lines and its requests on two sockets, and closes the trigger's log file
+        # as soon as it learns the trigger finished: lines written after the last request could reach it
+        # after that and land in the triggerer's own output instead of the task log. Lines written before
+        # a request are read no later than that request is answered.
+        if ending.log_tail_lines > 0:
+            tail = await self._log_tail(subscription, ending.log_tail_lines, observation.worker_cluster)
+            if tail:
+                self.log.info(LOG_TAIL_HEADER, ending.log_tail_lines, tail)
         self.log.info(
             "RayJob %s/%s succeeded: the task ends here in the triggerer, no worker needed",
             self.namespace,
             self.name,
         )
+        await push_xcoms(self.task_instance, ending.xcoms(payload, dashboard_url))
         self._fired = True
         return TaskSuccessEvent()
 
@@ -466,7 +466,3 @@ class RayJobTrigger(WaitTrigger):
             self.log.info("Not deleting RayJob %s/%s: this task only watches it", self.namespace, self.name)
             return
         self.log.info("Task killed: RayJob %s/%s (uid %s): %s", self.namespace, self.name, self.uid, result)
-
-
-async def _none() -> None:
-    return None

@@ -246,3 +246,40 @@ def test_the_xcoms_of_a_success_are_stored_together_not_one_round_trip_after_ano
     trigger._log_tail = lambda subscription, lines, worker=None: asyncio.sleep(0, "the driver said hello")
     assert isinstance(asyncio.run(end()), TaskSuccessEvent)
     assert {message.key for message in supervisor.sent} == {"timeline", "rayjob", "return_value"}
+
+
+def test_every_closing_line_is_written_before_the_first_xcom_reaches_the_supervisor(capfd, monkeypatch):
+    """Airflow 3.3.2's triggerer supervisor reads a trigger's log lines on another socket than its requests
+    and closes the trigger's log file once it learns the trigger finished: a line written after the last
+    request could land in the triggerer's own output instead of the task log (seen in the e2e tests: the
+    driver log's tail and "ends here" missing). Lines written before a request are read by the time it is
+    answered, so every closing line comes before the first XCom is sent."""
+    written_before = []
+
+    class Watching(Comms):
+        async def asend(self, message):
+            written_before.append(capfd.readouterr().out)
+            await super().asend(message)
+
+    monkeypatch.setattr("airflow.sdk.execution_time.task_runner.SUPERVISOR_COMMS", Watching(), raising=False)
+    trigger = RayJobTrigger(
+        name=EVENT["name"],
+        namespace="ml",
+        uid="uid-1",
+        end_in_triggerer=TriggerEnding(log_tail_lines=5).to_dict(),
+    )
+    trigger.task_instance = TI()
+
+    async def tail(subscription, lines, worker=None):
+        return "epoch 2/2 done"
+
+    monkeypatch.setattr(trigger, "_log_tail", tail)
+    observation = Observation(phase=Phase.SUCCEEDED, terminal=True, reason="Succeeded", message="")
+    verdict = Verdict(VerdictStatus.SUCCESS, "Succeeded", "")
+    asyncio.run(trigger._end_here(verdict, observation, Timeline(), Subscription()))
+
+    assert written_before, "no XCom was sent"
+    first = written_before[0]
+    assert "ended SUCCEEDED" in first
+    assert "epoch 2/2 done" in first
+    assert "ends here in the triggerer" in first
