@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTaskEndEvent, BaseTrigger, TriggerEvent
 
+from kueue_ray import options
 from kueue_ray.kube.api import parse_time
 from kueue_ray.kube.refusals import Backoff
 from kueue_ray.wait_policy import WaitPolicy
@@ -45,23 +46,7 @@ event is drained."""
 def resume_settle_seconds() -> float:
     """``[kueue_ray] resume_settle_seconds`` (``AIRFLOW__KUEUE_RAY__RESUME_SETTLE_SECONDS``; 0 holds
     nothing), read in the triggerer; ``DEFAULT_RESUME_SETTLE_SECONDS`` when unset."""
-    try:
-        from airflow.configuration import conf
-    except ImportError:  # pragma: no cover - only without Airflow
-        return DEFAULT_RESUME_SETTLE_SECONDS
-    value = conf.get("kueue_ray", "resume_settle_seconds", fallback=None)
-    if value in (None, ""):
-        return DEFAULT_RESUME_SETTLE_SECONDS
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0:
-        raise ValueError(
-            f"[kueue_ray] resume_settle_seconds: {value!r} is not a number of seconds >= 0. Fix: set it (or "
-            f"AIRFLOW__KUEUE_RAY__RESUME_SETTLE_SECONDS) to e.g. {DEFAULT_RESUME_SETTLE_SECONDS:g}"
-        )
-    return seconds
+    return options.seconds("resume_settle_seconds", DEFAULT_RESUME_SETTLE_SECONDS, zero_allowed=True)
 
 
 def seconds_since(deferred_at: str | None) -> float:

@@ -20,6 +20,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from kueue_ray import options
 from kueue_ray.errors import ClusterAccessError
 from kueue_ray.kube.errors import (
     api_error,
@@ -192,27 +193,8 @@ class ApiNotServed(Exception):
 
 def refusal_timeout() -> float:
     """``[kueue_ray] refusal_timeout`` (``AIRFLOW__KUEUE_RAY__REFUSAL_TIMEOUT``) in seconds, read where the
-    wait runs (triggerer or worker); the default without Airflow's configuration."""
-    try:
-        from airflow.configuration import conf
-    except ImportError:  # pragma: no cover - only without Airflow
-        return DEFAULT_REFUSAL_TIMEOUT
-    value = conf.get("kueue_ray", "refusal_timeout", fallback=None)
-    if value in (None, ""):
-        return DEFAULT_REFUSAL_TIMEOUT
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(
-            f"[kueue_ray] refusal_timeout: {value!r} is not a number of seconds. Fix: set it (or "
-            f"AIRFLOW__KUEUE_RAY__REFUSAL_TIMEOUT) to e.g. {DEFAULT_REFUSAL_TIMEOUT:g}"
-        ) from None
-    if seconds <= 0:
-        raise ValueError(
-            f"[kueue_ray] refusal_timeout: {value!r} must be positive. Fix: set it (or "
-            f"AIRFLOW__KUEUE_RAY__REFUSAL_TIMEOUT) to e.g. {DEFAULT_REFUSAL_TIMEOUT:g}"
-        )
-    return seconds
+    wait runs (triggerer or worker); ``DEFAULT_REFUSAL_TIMEOUT`` when unset."""
+    return options.seconds("refusal_timeout", DEFAULT_REFUSAL_TIMEOUT, zero_allowed=False)
 
 
 def explained(

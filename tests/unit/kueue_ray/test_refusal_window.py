@@ -156,3 +156,9 @@ def test_the_refusal_timeout_option(monkeypatch):
     monkeypatch.setenv("AIRFLOW__KUEUE_RAY__REFUSAL_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="refusal_timeout: 'soon' is not a number of seconds"):
         refusal_timeout()
+    for never_positive in ("0", "-5", "nan"):  # 0 would give up on the first refusal; nan compares false
+        monkeypatch.setenv("AIRFLOW__KUEUE_RAY__REFUSAL_TIMEOUT", never_positive)
+        with pytest.raises(
+            ValueError, match=rf"refusal_timeout: '{never_positive}' is not .* > 0\. Fix: set it"
+        ):
+            refusal_timeout()

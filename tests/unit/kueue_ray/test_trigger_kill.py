@@ -133,6 +133,8 @@ def test_a_settle_time_that_is_not_a_number_of_seconds_is_refused_naming_the_set
         resume_settle_seconds()
     monkeypatch.setenv("AIRFLOW__KUEUE_RAY__RESUME_SETTLE_SECONDS", "")
     assert resume_settle_seconds() == 10
+    monkeypatch.setenv("AIRFLOW__KUEUE_RAY__RESUME_SETTLE_SECONDS", "0")  # no hold
+    assert resume_settle_seconds() == 0
 
 
 def test_repeated_cancellation_neither_skips_nor_cuts_the_decision_and_the_delete():
