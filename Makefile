@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run airflow test test-browser-e2e test-full test-real realcluster lint demo bench bench-full venv clean
+.PHONY: run airflow test test-browser-e2e test-unit-integration test-unit-integration-then-real test-full test-real realcluster lint demo bench bench-full venv clean
 
 venv: $(STAMP)
 
@@ -23,37 +23,44 @@ run: venv $(if $(filter real,$(CLUSTER)),realcluster)
 airflow: venv
 	@$(BIN)/python -m devtools.cli $(ARGS)
 
-# Two runs: the tests without an Airflow of their own on both cores (each xdist worker starts its own
-# kubesim), then the browser and e2e tests in two xdist groups side by side (tests/conftest.py): the
-# browser tests and test_00's `make run` starts one after another in one worker, the e2e session's shared
-# Airflow in the other. Their Airflows mostly wait on simulated time, so two at once fit on two cores.
-# The walkthrough on the real stack (tests/e2e/test_20_real_walkthrough.py) runs in test-real instead,
-# after the integration subset: one real control plane at a time.
+# Side by side from the start (--output-sync: each side's output is printed whole when it ends), because
+# every part of the suite mostly waits (on simulated time, Airflow's loops, real Kueue's reconciles) and
+# leaves much of two cores idle (bench/README.md "CI time", 2026-12-05: the tests without an Airflow of
+# their own used 0.56 of a core at -n 2, the e2e run about 60% of two):
+# - the browser and e2e tests in two xdist groups (tests/conftest.py): the browser tests and test_00's
+#   `make run` starts one after another in one worker, the e2e session's shared Airflow in the other;
+# - the tests without an Airflow of their own (each xdist worker starts its own kubesim), then, where a Go
+#   toolchain is, `make test-real`: the real stack's integration subset, then the walkthrough on it
+#   (tests/e2e/test_20_real_walkthrough.py), one real control plane at a time. The real stack's build
+#   (when its binaries are missing) runs beside the tests before it.
 REAL_WALKTHROUGH := tests/e2e/test_20_real_walkthrough.py
 E2E_PYTEST := $(BIN)/python -m pytest -n 2 --dist loadgroup tests/browser tests/e2e --ignore=$(REAL_WALKTHROUGH)
+UNIT_INTEGRATION_PYTEST := $(BIN)/python -m pytest -n 2 tests/unit tests/integration
 
 # The real-stack subset (realcluster/README.md) runs where a Go toolchain is; elsewhere it is skipped, saying so.
 GO_TOOLCHAIN := $(shell command -v go || ls /usr/local/go/bin/go 2>/dev/null)
 REAL_PYTEST := $(BIN)/python -m pytest -p no:xdist --cluster=real tests/integration/kueue_ray tests/integration/kubesim/test_scenarios.py
 
-# Where a Go toolchain is, the browser and e2e tests and `make test-real` (the real stack's build when its
-# binaries are missing, then its tests) run side by side: the e2e run leaves about 40% of two cores idle
-# while its Airflows wait on simulated time and their loops: a warm .ci/run took 28 min instead of 38
-# (2026-12-05; a cold one overlaps the 9-minute Go build too). Each side's output is printed whole when it
-# ends (realcluster/README.md, CI).
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
 ifneq ($(GO_TOOLCHAIN),)
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-browser-e2e test-real
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-browser-e2e test-unit-integration-then-real
 else
-	$(E2E_PYTEST)
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-browser-e2e test-unit-integration
 	@echo "make test: SKIPPED the real-stack suite (no Go toolchain; see realcluster/README.md)"
 endif
 
 test-browser-e2e: venv
 	$(E2E_PYTEST)
+
+test-unit-integration: venv
+	$(UNIT_INTEGRATION_PYTEST)
+
+# make -j3: the build (when needed) beside the tests without an Airflow; the real tests after both.
+test-unit-integration-then-real: test-unit-integration realcluster
+	$(REAL_PYTEST)
+	$(BIN)/python -m pytest -p no:xdist $(REAL_WALKTHROUGH)
 
 demo: venv
 	$(BIN)/python -m devtools.demo
@@ -62,7 +69,7 @@ demo: venv
 test-full: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
+	$(UNIT_INTEGRATION_PYTEST)
 	E2E_FULL=1 $(E2E_PYTEST)
 	$(BIN)/python -m pytest -p no:xdist $(REAL_WALKTHROUGH)
 
