@@ -25,14 +25,13 @@ airflow: venv
 
 # Side by side from the start (--output-sync: each side's output is printed whole when it ends), because
 # every part of the suite mostly waits (on simulated time, Airflow's loops, real Kueue's reconciles) and
-# leaves much of two cores idle (bench/README.md "CI time", 2026-12-05: the tests without an Airflow of
-# their own used 0.56 of a core at -n 2, the e2e run about 60% of two):
+# leaves much of two cores idle: a warm .ci/run took 20-21 min instead of 24.7 (realcluster/README.md, CI):
 # - the browser and e2e tests in two xdist groups (tests/conftest.py): the browser tests and test_00's
 #   `make run` starts one after another in one worker, the e2e session's shared Airflow in the other;
 # - the tests without an Airflow of their own (each xdist worker starts its own kubesim), then, where a Go
-#   toolchain is, `make test-real`: the real stack's integration subset, then the walkthrough on it
-#   (tests/e2e/test_20_real_walkthrough.py), one real control plane at a time. The real stack's build
-#   (when its binaries are missing) runs beside the tests before it.
+#   toolchain is, the real stack's tests as `make test-real` runs them: its integration subset, then the
+#   walkthrough on it (tests/e2e/test_20_real_walkthrough.py), one real control plane at a time. The real
+#   stack's build (when its binaries are missing) runs beside the tests before them.
 REAL_WALKTHROUGH := tests/e2e/test_20_real_walkthrough.py
 E2E_PYTEST := $(BIN)/python -m pytest -n 2 --dist loadgroup tests/browser tests/e2e --ignore=$(REAL_WALKTHROUGH)
 UNIT_INTEGRATION_PYTEST := $(BIN)/python -m pytest -n 2 tests/unit tests/integration
