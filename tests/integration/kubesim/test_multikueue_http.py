@@ -466,8 +466,9 @@ def test_a_workload_parked_on_the_manager_is_admitted_once_multikueue_finishes_t
         connected.create_namespaced_custom_object(*RAY, NAMESPACE, "rayjobs", body)
 
     first = eventually(lambda: dispatched(connected, "parked-first"))
-    second = workload_of(connected, "parked-second")
-    assert second and not condition(second, "QuotaReserved"), second
+    # Its Workload is the job reconciler's to create, which under load may come after the first's dispatch.
+    second = eventually(lambda: workload_of(connected, "parked-second"))
+    assert not condition(second, "QuotaReserved"), second
     eventually(lambda: condition(workload_of(connected, "parked-first") or {}, "Finished"), timeout=30)
     again = eventually(lambda: dispatched(connected, "parked-second"), timeout=20)
     assert again["status"]["clusterName"] in ("worker1", "worker2") and first
