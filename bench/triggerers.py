@@ -79,6 +79,29 @@ def object_reads(requests_by_verb: dict) -> int:
     )
 
 
+QUEUE_READS = frozenset(
+    {
+        "get localqueues.visibility.kueue.x-k8s.io/pendingworkloads",
+        "get localqueues.kueue.x-k8s.io",
+        "get clusterqueues.kueue.x-k8s.io",
+    }
+)
+"""The reads a triggerer repeats per LocalQueue while its tasks queue, however many: the queue positions
+(fresh for ``HubSettings.pending_workloads_ttl_seconds``) and the ClusterQueue behind the LocalQueue
+(``trigger_story.QUEUE_STATE_TTL_SECONDS``), each shared by every trigger waiting in the queue. They follow
+the time a start takes, not its tasks: a start slowed by a loaded machine makes one more round of them."""
+
+
+def beyond_queue_reads(requests_by_verb: dict) -> dict:
+    """``by_verb`` counts without the periodic ``QUEUE_READS``: what a start costs by the resources it
+    lists and watches.
+
+    >>> beyond_queue_reads({"list rayjobs.ray.io": 1, "get localqueues.kueue.x-k8s.io": 2})
+    {'list rayjobs.ray.io': 1}
+    """
+    return {key: count for key, count in requests_by_verb.items() if key not in QUEUE_READS}
+
+
 async def streams_closed(api: Api, below: int) -> None:
     """Until kubesim counts at most ``below`` open watch streams (a killed process's streams end when
     kubesim notices the closed connection)."""
@@ -214,6 +237,7 @@ async def measure(
             "its_own_fired_after_restart": len(caught_up),
             "startup_s": round(startup_s, 2),
             "startup_requests": delta(started, before, api),
+            "startup_by_verb": by_verb(started, before),
             "window_s": restart_window_s,
             "requests_first_minute": delta(after, before, api),
             "first_minute_by_verb": by_verb(after, before),

@@ -2,7 +2,7 @@
 
 It checks what the benchmark is built to show, never how fast: each triggerer holds its own two watch
 streams, waiting costs no request, the waves fire every RayJob that completed in the triggerer holding it,
-and a killed triggerer's replacement reads no single object, costs no more than a first start, and fires
+and a killed triggerer's replacement reads no single object, lists no more than a first start, and fires
 for every one of its RayJobs that completed while it was down.
 """
 
@@ -11,8 +11,11 @@ from __future__ import annotations
 import doctest
 
 import pytest
+from kueue_ray.hub.settings import HubSettings
 
 from bench import report, triggerers
+
+PENDING_WORKLOADS_TTL_S = HubSettings().pending_workloads_ttl_seconds
 
 N = 40
 """Per triggerer: enough that each still waits on some after the waves and the restart's completions (a
@@ -47,7 +50,16 @@ def test_the_waves_fire_in_every_triggerer(result):
 def test_a_restarted_triggerer_lists_instead_of_reading_each_task_and_catches_up(result):
     restart = result["restart"]
     assert restart["object_reads_first_minute"] == 0, restart["first_minute_by_verb"]
-    assert restart["startup_requests"] <= max(t["requests"] for t in result["per_triggerer"])
+    # Like with like: the lists of a start, by resource, no more than a first start's. The queue reads
+    # repeat with time, and kubesim counts every process's: the other two triggerers' checks after the
+    # downtime's completions still come in a start slowed by a loaded machine. So they are held to one per
+    # triggerer per interval, which 31 triggers reading each for itself would exceed.
+    first = triggerers.beyond_queue_reads(result["per_triggerer"][0]["by_verb"])
+    again = triggerers.beyond_queue_reads(restart["startup_by_verb"])
+    assert all(count <= first.get(key, 0) for key, count in again.items()), (again, first)
+    rounds = triggerers.TRIGGERERS * (1 + int(restart["startup_s"] // PENDING_WORKLOADS_TTL_S))
+    queue_reads = {k: n for k, n in restart["startup_by_verb"].items() if k in triggerers.QUEUE_READS}
+    assert max(queue_reads.values()) <= rounds < restart["triggers"], (queue_reads, restart["startup_s"])
     assert restart["its_own_completed_while_down"] > 0
     assert restart["its_own_fired_after_restart"] == restart["its_own_completed_while_down"]
     assert restart["log_warnings"]["count"] == 0, restart["log_warnings"]["lines"]
