@@ -35,8 +35,9 @@ from functools import cache
 
 from kueue_ray.errors import KueueRayError
 from kueue_ray.naming import DEPLOYMENT_LABEL, is_label_value
+from kueue_ray.options import SECTION
 
-CONFIG_SECTION, CONFIG_KEY = "kueue_ray", "deployment"
+CONFIG_KEY = "deployment"
 VARIABLE = "kueue_ray_deployment"
 VARIABLE_DESCRIPTION = (
     "This Airflow deployment's identity on Kubernetes (label kueue-ray.airflow.apache.org/deployment on every "
@@ -76,8 +77,8 @@ def configured() -> str | None:
     """``[kueue_ray] deployment``, validated; None when unset."""
     from airflow.configuration import conf
 
-    value = (conf.get(CONFIG_SECTION, CONFIG_KEY, fallback="") or "").strip()
-    return validate(value, f"[{CONFIG_SECTION}] {CONFIG_KEY}") if value else None
+    value = (conf.get(SECTION, CONFIG_KEY, fallback="") or "").strip()
+    return validate(value, f"[{SECTION}] {CONFIG_KEY}") if value else None
 
 
 def resolve(

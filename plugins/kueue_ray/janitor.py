@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from kueue_ray.naming import AirflowIdentity
+from kueue_ray.options import SECTION
 from kueue_ray.orphans import janitor_selectors, needs_decision, orphan_reason
 from kueue_ray.retention import (
     CONFIG_OPTION,
@@ -129,7 +130,7 @@ class DeleteOrphanedRayJobsOperator(BaseOperator):
             return parse_retention_days(self.retention_days, source="retention_days (janitor argument)")
         from airflow.configuration import conf
 
-        configured = conf.get("kueue_ray", CONFIG_OPTION, fallback=None)
+        configured = conf.get(SECTION, CONFIG_OPTION, fallback=None)
         if configured in (None, ""):
             return parse_retention_days(DEFAULT_RETENTION_DAYS)
         return parse_retention_days(configured, source=f"[kueue_ray] {CONFIG_OPTION}")

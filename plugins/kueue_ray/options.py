@@ -6,6 +6,7 @@ its environment variable and an example."""
 from __future__ import annotations
 
 SECTION = "kueue_ray"
+"""The plugin's section of Airflow's configuration, for every option it reads."""
 
 
 def seconds(option: str, default: float, *, zero_allowed: bool) -> float:

@@ -41,6 +41,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, 
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
+from kueue_ray.options import SECTION
 from kueue_ray.ui.access import Access, ReadableDags
 from kueue_ray.ui.cache import ClusterCache
 from kueue_ray.ui.pods import PodReads
@@ -60,7 +61,6 @@ log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = frozenset({"kueue.js", "kueue.css", "kueue.svg"})
-CONFIG_SECTION = "kueue_ray"
 DEFAULT_NAMESPACES = "ray"
 PAGES = string.Template((STATIC / "page.html").read_text())
 """Both pages are one HTML shell (``static/page.html``); ``kueue.js`` draws the page its ``data-page`` names."""
@@ -81,8 +81,8 @@ def settings_from_airflow() -> tuple[str, list[str]]:
     (comma-separated, default ``ray``): the connection and the namespaces the pages watch."""
     from airflow.configuration import conf
 
-    conn_id = conf.get(CONFIG_SECTION, "kubernetes_conn_id", fallback="kubernetes_default")
-    namespaces = conf.get(CONFIG_SECTION, "namespaces", fallback=DEFAULT_NAMESPACES)
+    conn_id = conf.get(SECTION, "kubernetes_conn_id", fallback="kubernetes_default")
+    namespaces = conf.get(SECTION, "namespaces", fallback=DEFAULT_NAMESPACES)
     return conn_id, [n.strip() for n in namespaces.split(",") if n.strip()]
 
 
