@@ -173,6 +173,22 @@ def test_the_closing_lines_are_the_same_on_both_paths():
     )
 
 
+SUCCEEDED = (
+    Verdict(VerdictStatus.SUCCESS, "Succeeded", ""),
+    Observation(phase=Phase.SUCCEEDED, terminal=True, reason="Succeeded", message=""),
+)
+"""What ``_end_here`` is given for a RayJob that succeeded: the verdict and the observation."""
+
+
+def ending_trigger(**ending) -> RayJobTrigger:
+    """A RayJobTrigger of task pipe.train that ends its task in the triggerer (``TriggerEnding(**ending)``)."""
+    trigger = RayJobTrigger(
+        name=EVENT["name"], namespace="ml", uid="uid-1", end_in_triggerer=TriggerEnding(**ending).to_dict()
+    )
+    trigger.task_instance = TI()
+    return trigger
+
+
 class Comms:
     """The triggerer's channel to its supervisor, as Airflow's XCom class uses it: records what is sent."""
 
@@ -187,17 +203,8 @@ def test_in_a_triggerer_the_xcoms_go_the_way_a_workers_xcom_push_goes(monkeypatc
     """Through Airflow's XCom class and SetXCom, not inside TaskSuccessEvent (which 3.3.2 double-encodes)."""
     comms = Comms()
     monkeypatch.setattr("airflow.sdk.execution_time.task_runner.SUPERVISOR_COMMS", comms, raising=False)
-    trigger = RayJobTrigger(
-        name=EVENT["name"],
-        namespace="ml",
-        uid="uid-1",
-        end_in_triggerer=TriggerEnding(log_tail_lines=0).to_dict(),
-    )
-    trigger.task_instance = TI()
-    observation = Observation(phase=Phase.SUCCEEDED, terminal=True, reason="Succeeded", message="")
-    verdict = Verdict(VerdictStatus.SUCCESS, "Succeeded", "")
-    timeline = Timeline.from_dict(EVENT["timeline"])
-    event = asyncio.run(trigger._end_here(verdict, observation, timeline, Subscription()))
+    trigger = ending_trigger(log_tail_lines=0)
+    event = asyncio.run(trigger._end_here(*SUCCEEDED, Timeline.from_dict(EVENT["timeline"]), Subscription()))
     assert isinstance(event, TaskSuccessEvent) and event.xcoms is None
     pushed = {message.key: message for message in comms.sent}
     assert set(pushed) == {"timeline", "rayjob", "return_value"}
@@ -226,21 +233,11 @@ class SlowSupervisor:
 def test_the_xcoms_of_a_success_are_stored_together_not_one_round_trip_after_another(monkeypatch):
     supervisor = SlowSupervisor()
     monkeypatch.setattr("airflow.sdk.execution_time.task_runner.SUPERVISOR_COMMS", supervisor, raising=False)
-    trigger = RayJobTrigger(
-        name=EVENT["name"], namespace="ml", uid="uid-1", end_in_triggerer=TriggerEnding().to_dict()
-    )
-    trigger.task_instance = TI()
-    observation = Observation(phase=Phase.SUCCEEDED, terminal=True, reason="Succeeded", message="")
+    trigger = ending_trigger()
 
     async def end():
         return await asyncio.wait_for(
-            trigger._end_here(
-                Verdict(VerdictStatus.SUCCESS, "Succeeded", ""),
-                observation,
-                Timeline.from_dict(EVENT["timeline"]),
-                Subscription(),
-            ),
-            timeout=5,
+            trigger._end_here(*SUCCEEDED, Timeline.from_dict(EVENT["timeline"]), Subscription()), timeout=5
         )
 
     trigger._log_tail = lambda subscription, lines, worker=None: asyncio.sleep(0, "the driver said hello")
@@ -262,21 +259,13 @@ def test_every_closing_line_is_written_before_the_first_xcom_reaches_the_supervi
             await super().asend(message)
 
     monkeypatch.setattr("airflow.sdk.execution_time.task_runner.SUPERVISOR_COMMS", Watching(), raising=False)
-    trigger = RayJobTrigger(
-        name=EVENT["name"],
-        namespace="ml",
-        uid="uid-1",
-        end_in_triggerer=TriggerEnding(log_tail_lines=5).to_dict(),
-    )
-    trigger.task_instance = TI()
+    trigger = ending_trigger(log_tail_lines=5)
 
     async def tail(subscription, lines, worker=None):
         return "epoch 2/2 done"
 
     monkeypatch.setattr(trigger, "_log_tail", tail)
-    observation = Observation(phase=Phase.SUCCEEDED, terminal=True, reason="Succeeded", message="")
-    verdict = Verdict(VerdictStatus.SUCCESS, "Succeeded", "")
-    asyncio.run(trigger._end_here(verdict, observation, Timeline(), Subscription()))
+    asyncio.run(trigger._end_here(*SUCCEEDED, Timeline(), Subscription()))
 
     assert written_before, "no XCom was sent"
     first = written_before[0]
