@@ -1,12 +1,14 @@
 """`python -m bench.run --profile quick|full`: every benchmark in one run, printed next to its target.
 
 The quick profile (`make bench`) aims at under 5 minutes on a 2-core machine: trigger scale at N = 100
-only, one cold parse per file, fan-out with fewer writes, and ours against Airflow's floor over 8 runs (two
-waves of 4; 7 pairs once the triggerer's first success is set apart) in an Airflow of its own (``--only e2e --only backfill`` starts another for 10 latency runs and a 50-run
-backfill; ``--only triggerers`` runs three triggerers at 3 × 1,000). The full profile measures everything
-the issues ask for in one run: N = 100, 1000 and 3000, longer windows, three triggerers at 3 × 1,000 and
-3 × 10,000, the floor over 51 pairs, and one Airflow for 50 latency runs and the 200-run backfill. The JSON of the run goes to ``--out`` (default: a file in the temp
-directory) and a Markdown summary to stdout, which is what bench/README.md quotes.
+only, one cold parse per file, fan-out with fewer writes, and ours against Airflow's floor over 8 runs
+(two waves of 4; 7 pairs once the triggerer's first success is set apart) in an Airflow of its own
+(``--only e2e --only backfill`` starts another for 10 latency runs and a 50-run backfill; ``--only
+triggerers`` runs three triggerers at 3 × 1,000). The full profile measures everything the issues ask for
+in one run: N = 100, 1000 and 3000, longer windows, three triggerers at 3 × 1,000 and 3 × 10,000, the
+floor over 51 pairs, and one Airflow for 50 latency runs and the 200-run backfill. The JSON of the run
+goes to ``--out`` (default: a file in the temp directory) and a Markdown summary to stdout, which is what
+bench/README.md quotes.
 """
 
 from __future__ import annotations
