@@ -26,10 +26,9 @@ import threading
 import time
 from pathlib import Path
 
-from bench.trigger_worker import emit, read_commands, take_stdout, usage
+from bench.trigger_worker import DONE, emit, read_commands, take_stdout, usage
 
 POLL_INTERVAL_S = 10.0
-DONE = frozenset({"Complete", "Failed"})
 
 
 class Tally:

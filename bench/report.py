@@ -380,6 +380,25 @@ def render_triggerers(result: dict) -> list[str]:
             f"{restart['catch_up_after_imports']['p50_ms']} / {restart['catch_up_after_imports']['p99_ms']}) "
             f"| {restart['startup_s']}, {restart['peak_rss_mib']} |"
         )
+    lines += [
+        "",
+        "Detection in two parts, all three (p50 / p99 / max, ms): a raw watch → the triggerer's hub saw it; "
+        "the hub → the TriggerEvent:",
+        "",
+    ]
+    for row in rows:
+        delivery, own = row["waves"].get("delivery"), row["waves"].get("trigger_part")
+        if delivery and own:
+            lines.append(
+                f"- N = {row['n_per_triggerer']}: {delivery['p50_ms']} / {delivery['p99_ms']} / "
+                f"{delivery['max_ms']}; {own['p50_ms']} / {own['p99_ms']} / {own['max_ms']} ({own['count']} events)"
+            )
+        stalls = [t.get("stalled_in_waves") for t in row["per_triggerer"]]
+        if all(stalls):
+            lines.append(
+                "  - each triggerer's event loop held > 0.1 s in the waves (passes, total s, longest s): "
+                + "; ".join(f"{s['count']}, {s['total_s']}, {s['max_s']}" for s in stalls)
+            )
     lines += ["", "Where the time went (wall s / kubesim CPU s per phase):", ""]
     for row in rows:
         phases = ", ".join(f"{name} {v['s']:g} / {v['kubesim_cpu_s']}" for name, v in row["phases"].items())

@@ -16,6 +16,12 @@ the ``timeoutSeconds`` it asked for, when it opened, how long it lasted and how 
 quietly when the server ends a stream, when its own deadline passes and when the client's request timeout
 raises TimeoutError, so only the duration tells them apart). That is how the benchmark explains a watch
 re-opened while it measures.
+
+Each pass of the event loop that held it longer than ``STALL_REPORT_S`` is reported as ``{"stall"}``.
+
+The first watch event in which the hub sees a RayJob terminal is reported as one line ``{"hub_seen",
+"t"}``: detection (a raw watch seeing it → the TriggerEvent) splits there into the delivery to this
+process's watch and the trigger's own part.
 """
 
 from __future__ import annotations
@@ -113,6 +119,50 @@ def report_watch_ends() -> None:
     _WatchLoop._watch = timed_watch
 
 
+DONE = frozenset({"Complete", "Failed"})
+"""A RayJob's terminal ``status.jobDeploymentStatus`` values, as the harness's raw watch tells them."""
+
+
+def report_terminal_seen() -> None:
+    """Wrap the watch loops' event method so the hub's first sight of each RayJob's terminal status is
+    reported (see the module doc). The wrapper only looks and forwards the call."""
+    from kueue_ray.hub.scope import _WatchLoop
+
+    apply_event = _WatchLoop.apply_event
+    reported: set[str] = set()
+
+    def seen(loop: _WatchLoop, kind: str, obj: dict) -> None:
+        if loop.resource.plural == "rayjobs" and kind != "DELETED":
+            name = (obj.get("metadata") or {}).get("name")
+            if name not in reported and (obj.get("status") or {}).get("jobDeploymentStatus") in DONE:
+                reported.add(name)
+                emit({"hub_seen": name, "t": time.time()})
+        apply_event(loop, kind, obj)
+
+    _WatchLoop.apply_event = seen
+
+
+STALL_REPORT_S = 0.1
+"""A pass of the event loop longer than this is reported as ``{"stall": {"t", "s"}}`` (its end, its length)."""
+
+
+async def report_stalls(interval_s: float = 0.05) -> None:
+    """Measure the event loop's lateness: a task that asks to wake every ``interval_s`` and reports each
+    wake later than ``STALL_REPORT_S``: the time no other coroutine (a watch stream's reader among them)
+    could run."""
+    while True:
+        asked = time.monotonic()
+        await asyncio.sleep(interval_s)
+        late = time.monotonic() - asked - interval_s
+        if late > STALL_REPORT_S:
+            emit({"stall": {"t": round(time.time(), 3), "s": round(late, 3)}})
+
+
+PROFILE_ENV = "BENCH_CPROFILE"
+"""Set (to anything) to profile the worker with cProfile from its triggers' start to its end, written next
+to the log (``LOG.prof``): where the loop's time goes. Profiling slows the worker, so not for figures."""
+
+
 TRACEMALLOC_ENV = "BENCH_TRACEMALLOC"
 """Set (to anything) to trace allocations made after the imports: each ``usage`` command then writes the
 live allocations by source line next to the log (``LOG.allocations-<fired>-fired.txt``). Tracing slows
@@ -197,11 +247,19 @@ async def main(spec_path: str, log_path: str) -> None:
         tracemalloc.start()
     take_stdout(log_path)
     report_watch_ends()
+    report_terminal_seen()
     spec = json.loads(Path(spec_path).read_text())
     handler = logging.FileHandler(log_path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     triggers = make_triggers(spec)
+    profile = None
+    if os.environ.get(PROFILE_ENV):
+        import cProfile
+
+        profile = cProfile.Profile()
+        profile.enable()
+    stalls = asyncio.create_task(report_stalls())
     fired: list[str] = []
     tasks = [asyncio.create_task(wait_one(trigger, fired)) for trigger in triggers]
     commands: asyncio.Queue[str] = asyncio.Queue()
@@ -216,9 +274,12 @@ async def main(spec_path: str, log_path: str) -> None:
                 write_allocations(Path(f"{log_path}.allocations-{len(fired)}-fired.txt"))
         elif command == "quit":
             break
-    for task in tasks:
+    for task in [*tasks, stalls]:
         task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*tasks, stalls, return_exceptions=True)
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(f"{log_path}.prof")
     emit({"final": usage()})
 
 

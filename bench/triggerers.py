@@ -13,7 +13,8 @@ shared harness (``bench.harness``):
 3. Waiting: all three wait for ``window_s``: requests per minute, watch streams open in all.
 4. Waves: quota for ``detect_n`` RayJobs at once, until ``detect_n`` triggers fired across the three;
    detection latency = the TriggerEvent's wall time − a raw watch seeing ``Complete``, per triggerer and
-   together. Then the quota is the blocker's alone again and kubesim settles.
+   together, and in two parts: until the triggerer's hub saw it (delivery: kubesim's fan-out and the
+   triggerer's loop reading its stream), and from there to the event (the trigger's own part). Then the quota is the blocker's alone again and kubesim settles.
 5. Restart: triggerer 0 is killed (SIGKILL, as a crashed or evicted pod's process), ``restart_n`` more
    RayJobs run and complete while it is down (a third of them its own), then a new process starts its
    triggers that had not fired, as the same deferred tasks resumed by a restarted triggerer. What it costs
@@ -185,9 +186,12 @@ async def measure(
         }
 
         # -- detect_n completions across the three --
+        waves_from = time.time()
         seen, done = await waves(api, url, workers, phases, cpu=1 + detect_n, fire=detect_n)
+        waves_to = time.time()
         await raise_quota(api, 1)
         wave_latencies = [worker.latencies(seen) for worker in workers]
+        parts = [worker.detection_parts(seen) for worker in workers]
         settled_after_waves = await api.quiet(quiet_s=3.0)
         phases.mark("waves_settle")
 
@@ -260,6 +264,7 @@ async def measure(
         )
         row["fired_in_waves"] = len(wave_latencies[k])
         row["detection_latency"] = summary_ms(wave_latencies[k])
+        row["stalled_in_waves"] = workers[k].stalled(waves_from, waves_to)
         row["log_warnings"] = log_warnings(logs[k])
     restart["peak_rss_mib"] = final_restarted["final"]["peak_rss_mib"]
     restart["log_warnings"] = log_warnings(workdir / "triggerer-0-restarted.log")
@@ -277,6 +282,9 @@ async def measure(
             "by_verb": by_verb(done, waited),
             "requests_until_settled": delta(settled_after_waves, waited, api) - 1,
             "detection_latency": summary_ms([t for latencies in wave_latencies for t in latencies]),
+            # detection in two parts: the raw watch → the triggerer's hub saw it; the hub → the event
+            "delivery": summary_ms([t for delivery, _ in parts for t in delivery]),
+            "trigger_part": summary_ms([t for _, own in parts for t in own]),
         },
         "restart": restart,
     }

@@ -13,6 +13,7 @@ import aiohttp
 
 from bench.harness.phases import Phases, wait_until
 from bench.kube import KUEUE, RAY, Api
+from bench.trigger_worker import DONE
 
 NAMESPACE = "bench"
 QUEUE = "bench-lq"
@@ -22,7 +23,6 @@ MANAGED = {"app.kubernetes.io/managed-by": "airflow-kueue-ray", "kueue.x-k8s.io/
 """The labels the plugin's operators put on what they submit (the hub watches by the first)."""
 WATCHED = ["rayjobs.ray.io", "workloads.kueue.x-k8s.io"]
 """What the hub watches: one stream each, whatever N; the resources a fault rule names to refuse them."""
-DONE = frozenset({"Complete", "Failed"})
 RAYJOBS = f"{RAY}/namespaces/{NAMESPACE}/rayjobs"
 
 

@@ -41,6 +41,8 @@ class Worker:
             env=env,
         )
         self.fired: dict[str, tuple[float, str]] = {}
+        self.hub_seen: dict[str, float] = {}
+        self.stalls: list[tuple[float, float]] = []
         self.watch_ends: list[dict] = []
         self.replies: asyncio.Queue[dict] = asyncio.Queue()
         LIVE_WORKERS.append(self)
@@ -55,6 +57,10 @@ class Worker:
                 record = json.loads(line[len(PREFIX) :])
                 if "fired" in record:
                     self.fired[record["fired"]] = (record["t"], record["status"])
+                elif "stall" in record:
+                    self.stalls.append((record["stall"]["t"], record["stall"]["s"]))
+                elif "hub_seen" in record:
+                    self.hub_seen[record["hub_seen"]] = record["t"]
                 elif "watch_end" in record:
                     self.watch_ends.append(record["watch_end"])
                 else:
@@ -93,6 +99,21 @@ class Worker:
     def latencies(self, seen: dict[str, float]) -> list[float]:
         """Each fired trigger's event time minus when a raw watch ``seen`` its object's terminal status."""
         return [self.fired[name][0] - seen[name] for name in self.fired if name in seen]
+
+    def stalled(self, since: float, until: float) -> dict:
+        """The event loop's passes longer than ``STALL_REPORT_S`` that ended between two wall times: how
+        many, their total and the longest, in seconds."""
+        within = [s for t, s in self.stalls if since <= t <= until]
+        return {"count": len(within), "total_s": round(sum(within), 2), "max_s": max(within, default=0.0)}
+
+    def detection_parts(self, seen: dict[str, float]) -> tuple[list[float], list[float]]:
+        """``latencies`` in two parts, for the triggers that fired: a raw watch ``seen`` → this worker's hub
+        saw the terminal status (delivery), and the hub saw it → the TriggerEvent (the trigger's part)."""
+        both = [name for name in self.fired if name in seen and name in self.hub_seen]
+        return (
+            [self.hub_seen[name] - seen[name] for name in both],
+            [self.fired[name][0] - self.hub_seen[name] for name in both],
+        )
 
 
 def log_warnings(log_path: Path, limit: int = 40) -> dict:

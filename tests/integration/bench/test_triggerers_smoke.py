@@ -45,6 +45,12 @@ def test_the_waves_fire_in_every_triggerer(result):
     assert result["waves"]["fired"] >= 9
     assert all(t["fired_in_waves"] > 0 for t in result["per_triggerer"])
     assert result["waves"]["detection_latency"]["count"] == result["waves"]["fired"]
+    # Each event's detection splits where its triggerer's hub first saw the RayJob terminal.
+    assert (
+        result["waves"]["delivery"]["count"]
+        == result["waves"]["trigger_part"]["count"]
+        == result["waves"]["fired"]
+    )
 
 
 def test_a_restarted_triggerer_lists_instead_of_reading_each_task_and_catches_up(result):
