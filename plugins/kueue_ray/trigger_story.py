@@ -159,13 +159,13 @@ async def tell_why_queued(
     if state is None:  # not read now: the explanation waits for the next check
         return
     cluster_queue, queues = state
-    workloads = subscription.workloads()
+    own = subscription.workload()
+    if own is None or own["metadata"].get("name") != observation.workload_name:
+        return  # the cache moved on to a newer Workload: the next check explains that one
     for line in story.why_lines(
         trigger.namespace,
         trigger.name,
-        why_queued_sentences(
-            cluster_queue, workloads, queues, observation.workload_name, subscription.rayjob_by_uid
-        ),
+        why_queued_sentences(cluster_queue, own, subscription.holdings(), queues, subscription.rayjob_by_uid),
         force,
     ):
         trigger.log.info(line)

@@ -4,7 +4,8 @@ Kueue says "insufficient unused quota for nvidia.com/gpu in flavor gpu, 4 more n
 not who holds the quota, whether this workload's priority may take it from them, whether borrowing from
 the cohort could help, nor that some holders never leave by themselves. A RayCluster (a RayService's, or
 one on its own) runs until someone deletes it, while a RayJob ends. So from the ClusterQueue, its cohort's
-ClusterQueues and Cohorts, and the Workloads (plain API dicts), ``explain_queued`` answers:
+ClusterQueues and Cohorts, and what the admitted Workloads hold (``Holding``: each read once, as its
+version arrives, not once per question), ``explain_queued`` answers:
 
 * what the workload needs (``status.resourceRequests``, Kueue's own totals for a pending workload);
 * who holds that quota: the admitted Workloads of its ClusterQueue, and those of the cohort's other
@@ -39,7 +40,8 @@ Example (the Aurora case: 2 GPU workers of 4 GPUs next to the DAG's own serving 
     >>> mine = {"metadata": {"name": "rayjob-finetune-1", "namespace": "ray"},
     ...         "spec": {"priority": 100, "priorityClassRef": {"name": "dev-priority"}},
     ...         "status": {"resourceRequests": [{"name": "worker", "resources": {"nvidia.com/gpu": "8"}}]}}
-    >>> why = explain_queued(mine, cq, workloads=[serve, mine])
+    >>> from kueue_ray.holdings import holdings_of
+    >>> why = explain_queued(mine, cq, holdings=holdings_of([serve, mine]))
     >>> why.stuck
     True
     >>> print(why.verdict())
@@ -54,12 +56,11 @@ from decimal import Decimal
 from typing import Any
 
 from kueue_ray.capacity import max_capacity, quotas_of
+from kueue_ray.holdings import FlavorResource, Holding, requests_of
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
-from kueue_ray.quantity import parse_quantity, readable_amount
+from kueue_ray.quantity import readable_amount
 from kueue_ray.quota_holders import can_preempt
-from kueue_ray.workload import is_finished
 
-FlavorResource = tuple[str, str]
 LASTING_OWNERS = frozenset({"RayCluster", "RayService"})
 """Owners whose Workload holds quota until someone deletes it: they serve, they do not finish."""
 MAX_HOLDERS = 8
@@ -260,54 +261,18 @@ class WhyQueued:
         }
 
 
-def requests_of(workload: Mapping) -> dict[str, Decimal]:
-    """The total request of a pending Workload per resource (Kueue's ``status.resourceRequests``, else
-    its pod sets' containers: count x (sum of containers, at least each init container))."""
-    totals: dict[str, Decimal] = {}
-    requests = (workload.get("status") or {}).get("resourceRequests")
-    if requests:
-        for pod_set in requests:
-            for resource, amount in (pod_set.get("resources") or {}).items():
-                totals[resource] = totals.get(resource, Decimal(0)) + parse_quantity(amount)
-        return totals
-    for pod_set in (workload.get("spec") or {}).get("podSets") or ():
-        pod_spec = ((pod_set.get("template") or {}).get("spec")) or {}
-        per_pod: dict[str, Decimal] = {}
-        for container in pod_spec.get("containers") or ():
-            for resource, amount in ((container.get("resources") or {}).get("requests") or {}).items():
-                per_pod[resource] = per_pod.get(resource, Decimal(0)) + parse_quantity(amount)
-        for container in pod_spec.get("initContainers") or ():
-            for resource, amount in ((container.get("resources") or {}).get("requests") or {}).items():
-                per_pod[resource] = max(per_pod.get(resource, Decimal(0)), parse_quantity(amount))
-        for resource, amount in per_pod.items():
-            totals[resource] = totals.get(resource, Decimal(0)) + amount * int(pod_set.get("count", 1))
-    return totals
-
-
-def usage_of(workload: Mapping) -> dict[FlavorResource, Decimal]:
-    """What an admitted Workload uses per (flavor, resource), from its admission."""
-    used: dict[FlavorResource, Decimal] = {}
-    admission = (workload.get("status") or {}).get("admission") or {}
-    for assignment in admission.get("podSetAssignments") or ():
-        flavors = assignment.get("flavors") or {}
-        for resource, amount in (assignment.get("resourceUsage") or {}).items():
-            key = (flavors.get(resource, ""), resource)
-            used[key] = used.get(key, Decimal(0)) + parse_quantity(amount)
-    return used
-
-
 def explain_queued(
     workload: Mapping,
     cluster_queue: Mapping,
     *,
-    workloads: Iterable[Mapping],
+    holdings: Iterable[Holding],
     cluster_queues: Iterable[Mapping] = (),
     cohorts: Iterable[Mapping] = (),
     describe: Callable[[Mapping], str | None] = lambda _workload: None,
     conceal: Callable[[Mapping], str | None] = lambda _workload: None,
 ) -> WhyQueued:
-    """Why ``workload`` (pending) waits in ``cluster_queue``. ``workloads``: every Workload that may hold
-    quota of it or its cohort; ``cluster_queues``/``cohorts``: all of the cluster's (for the cohort);
+    """Why ``workload`` (pending) waits in ``cluster_queue``. ``holdings``: what every admitted Workload
+    that may hold quota of it or its cohort holds (``holdings_of``); ``cluster_queues``/``cohorts``: all of the cluster's (for the cohort);
     ``describe``: who submitted a holder, in words the viewer may read (None: say nothing); ``conceal``:
     what to call a holder instead of its name and owner (whose names tell a DAG the viewer may not read),
     None to name it."""
@@ -333,17 +298,11 @@ def explain_queued(
     capacity = max_capacity(cluster_queue, cluster_queues=members.values(), cohorts=cohorts)
     used_by_queue: dict[str, dict[FlavorResource, Decimal]] = {n: {} for n in members}
     holders: list[Holder] = []
-    for other in workloads:
+    for holding in holdings:
+        other, admitted_to, usage = holding.workload, holding.cluster_queue, holding.usage
         meta = other.get("metadata") or {}
-        admitted_to = ((other.get("status") or {}).get("admission") or {}).get("clusterQueue")
-        if (
-            meta.get("name") == own_name
-            or admitted_to is None
-            or admitted_to not in members
-            or is_finished(other)
-        ):
+        if admitted_to not in members or meta.get("name") == own_name:
             continue
-        usage = usage_of(other)
         for key, amount in usage.items():
             used_by_queue[admitted_to][key] = used_by_queue[admitted_to].get(key, Decimal(0)) + amount
         relevant = {key: amount for key, amount in usage.items() if key in covering and amount > 0}
@@ -477,15 +436,14 @@ def _order(resource: str) -> tuple[int, str]:
 
 def why_queued_sentences(
     cluster_queue: Mapping | None,
-    workloads: list[dict],
+    own: Mapping | None,
+    holdings: Iterable[Holding],
     cluster_queues: Iterable[Mapping],
-    own_workload: str,
     rayjob_by_uid: Callable[[str], dict | None],
 ) -> list[str]:
-    """The task log's "why still queued" for Workload ``own_workload`` (empty when it or its ClusterQueue
-    could not be read, or it is admitted). A holder's submitter is named from its RayJob's annotations when
+    """The task log's "why still queued" for Workload ``own`` (empty when it or its ClusterQueue could not
+    be read, or it is admitted). A holder's submitter is named from its RayJob's annotations when
     ``rayjob_by_uid`` (the watch hub's cache) has it, as the log names a preemptor."""
-    own = next((w for w in workloads if (w.get("metadata") or {}).get("name") == own_workload), None)
     if not cluster_queue or own is None or (own.get("status") or {}).get("admission"):
         return []
 
@@ -496,5 +454,5 @@ def why_queued_sentences(
         return f"DAG {identity.dag_id}, run {identity.run_id}, task {identity.task_id}" if identity else None
 
     return explain_queued(
-        own, cluster_queue, workloads=workloads, cluster_queues=cluster_queues, describe=describe
+        own, cluster_queue, holdings=holdings, cluster_queues=cluster_queues, describe=describe
     ).sentences()

@@ -232,6 +232,7 @@ class WorkerWait:
     ) -> None:
         """As the trigger (``kueue_ray.trigger_story.tell_why_queued``): who holds the quota, and whether
         waiting can admit it; read with the position."""
+        from kueue_ray.holdings import holdings_of
         from kueue_ray.why_queued import why_queued_sentences
 
         queue = self.target.queue_of(rayjob)
@@ -244,9 +245,8 @@ class WorkerWait:
             rayjobs = {r["metadata"].get("uid"): r for r in hook.list_managed_rayjobs(self.target.namespace)}
         except Exception:  # noqa: BLE001 - the explanation then leaves the cohort and the holders' tasks out
             queues, rayjobs = [], {}
-        sentences = why_queued_sentences(
-            cluster_queue, workloads, queues, observation.workload_name, rayjobs.get
-        )
+        own = next((w for w in workloads if w["metadata"].get("name") == observation.workload_name), None)
+        sentences = why_queued_sentences(cluster_queue, own, holdings_of(workloads), queues, rayjobs.get)
         for line in self.state.story.why_lines(self.target.namespace, self.target.name, sentences, force):
             self.log.info(line)
 

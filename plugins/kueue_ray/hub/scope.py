@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kueue_ray.holdings import Holding
 from kueue_ray.hub.resources import RAYJOB, RAYSERVICE, WORKLOAD, WatchedResource
 from kueue_ray.hub.settings import HubSettings
 from kueue_ray.hub.subscriptions import ServiceSubscription, Subscription
@@ -224,6 +225,10 @@ class _Scope:
     (``kueue_ray.hub.reads.shared_read``)."""
     workload_changes: int = 0
     """Workload changes cached so far (``Subscription.workloads_version``)."""
+    holdings: dict[str, Holding] = field(default_factory=dict)
+    """What each cached Workload that is admitted and unfinished holds, by cache key, read once per
+    version as the watch brings it (``kueue_ray.why_queued.Holding``): the "why still queued" of every
+    queued task of the namespace reads these instead of every Workload again."""
 
     def _indexes(self, subscription: Subscription) -> tuple[tuple[dict, str], ...]:
         by_name = self.services if isinstance(subscription, ServiceSubscription) else self.by_name

@@ -13,10 +13,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kueue_ray.holdings import Holding
 from kueue_ray.hub.reads import JOB_WORKLOADS, READ, LoopState, plan_read, wait_for
 from kueue_ray.hub.resources import RAYJOB, RAYJOBS, RAYSERVICE, RAYSERVICES, WORKLOAD
 from kueue_ray.hub.settings import HubSettings
@@ -47,6 +48,8 @@ class HubView(Protocol):
     def identity(self, subscription: Subscription) -> str | None: ...
 
     def workload_changes(self, subscription: Subscription) -> int: ...
+
+    def holdings(self, subscription: Subscription) -> Iterable[Holding]: ...
 
     def loop_of(self, subscription: Subscription, kind: str) -> Any: ...
 
@@ -351,11 +354,14 @@ class Subscription:
         objects = loop.objects.values() if loop is not None else ()
         return next((obj for obj in objects if (obj.get("metadata") or {}).get("uid") == uid), None)
 
-    def workloads(self) -> list[dict]:
-        """The Workloads of this namespace the hub's watch holds (trimmed: ``kueue_ray.kube.essential``), e.g.
-        for who holds the quota a queued job needs, without a read of its own."""
-        loop = self.hub.loop_of(self, WORKLOAD)
-        return list(loop.objects.values()) if loop is not None else []
+    def workload(self) -> dict | None:
+        """This RayJob's Workload as the hub's watch holds it (trimmed: ``kueue_ray.kube.essential``)."""
+        return self.hub.cached(self, WORKLOAD)
+
+    def holdings(self) -> Iterable[Holding]:
+        """What the admitted Workloads of this namespace hold, as the hub's watch holds them: who holds the
+        quota a queued job needs, without a read of its own, nor a pass over every Workload."""
+        return self.hub.holdings(self)
 
     async def pending_positions(self, queue: str) -> dict[str, Any] | None:
         """The positions of LocalQueue ``queue``'s pending Workloads by name (``kueue_ray.hook.QueuePosition``,

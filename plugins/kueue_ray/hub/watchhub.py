@@ -14,11 +14,12 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partialmethod
 from typing import Any
 
 from kueue_ray import metrics
+from kueue_ray.holdings import Holding, holding_of
 from kueue_ray.hub.reads import JOB_WORKLOADS, shared_read
 from kueue_ray.hub.resources import (
     RAYJOB,
@@ -348,7 +349,7 @@ class WatchHub:
         if not resource_version_newer(obj, loop.objects.get(key)):
             return
         obj = loop.objects[key] = loop.resource.essential(obj)
-        self._count_change(loop)
+        self._workload_changed(loop, key, obj)
         self._deliver(loop, key, obj)
 
     def offer_read(self, loop: _WatchLoop | None, key: str, obj: dict | None) -> None:
@@ -368,13 +369,26 @@ class WatchHub:
         if cached is not None and deleted_uid is not None and cached["metadata"].get("uid") != deleted_uid:
             return  # an older object of the same name went away; the cached one is newer
         loop.objects.pop(key, None)
-        self._count_change(loop)
+        self._workload_changed(loop, key, None)
         self._deliver(loop, key, None, deleted_uid=deleted_uid, last=obj or cached)
 
     @staticmethod
-    def _count_change(loop: _WatchLoop) -> None:
-        if loop.resource.kind == WORKLOAD:
-            loop.scope.workload_changes += 1
+    def _workload_changed(loop: _WatchLoop, key: str, obj: dict | None) -> None:
+        """Count a Workload change and keep what the Workload holds now (``_Scope.holdings``)."""
+        if loop.resource.kind != WORKLOAD:
+            return
+        scope = loop.scope
+        scope.workload_changes += 1
+        holding = holding_of(obj) if obj is not None else None
+        if holding is None:
+            scope.holdings.pop(key, None)
+        else:
+            scope.holdings[key] = holding
+
+    def holdings(self, subscription: Subscription) -> Iterable[Holding]:
+        """What the admitted Workloads of the subscription's namespace hold (``_Scope.holdings``)."""
+        scope = self._scopes.get(subscription.scope)
+        return scope.holdings.values() if scope is not None else ()
 
     def _deliver(
         self,

@@ -69,3 +69,60 @@ def test_a_mailbox_wait_ends_with_none_when_its_timeout_passes_and_with_the_upda
     assert timed_out is None
     assert update.message == "hello"
     assert pending_timers == [], "the 60 s timer was cancelled when the update came"
+
+
+def workload(rv, *, admitted_to=None, cpu="2", finished=False):
+    """A RayJob's Workload (key: the job UID label) at resourceVersion ``rv``."""
+    status = {}
+    if admitted_to:
+        status["admission"] = {
+            "clusterQueue": admitted_to,
+            "podSetAssignments": [
+                {"name": "head", "flavors": {"cpu": "default"}, "resourceUsage": {"cpu": cpu}}
+            ],
+        }
+    if finished:
+        status["conditions"] = [{"type": "Finished", "status": "True", "reason": "Succeeded"}]
+    return {
+        "metadata": {
+            "name": "rayjob-train-1",
+            "namespace": "ray",
+            "uid": "wl-uid",
+            "resourceVersion": str(rv),
+            "labels": {"kueue.x-k8s.io/job-uid": "job-uid"},
+        },
+        "status": status,
+    }
+
+
+def test_the_hub_keeps_what_each_admitted_workload_holds_as_its_versions_arrive():
+    """Who holds the quota a queued task needs is read from what the hub keeps per admitted Workload,
+    updated once per version (not a pass over every Workload per task): admitted, resized, finished and
+    deleted versions each change it, an older version changes nothing."""
+    from kueue_ray.hub.resources import WORKLOADS
+    from kueue_ray.hub.scope import _Scope
+    from kueue_ray.hub.watchhub import WatchHub
+
+    hub = WatchHub()
+    scope = _Scope(key=("kubernetes_default", "ray", ""), client=None)
+    loop = SimpleNamespace(resource=WORKLOADS, objects={}, scope=scope)
+    subscription = SimpleNamespace(scope=scope.key)
+    hub._scopes[scope.key] = scope
+
+    def held():
+        return {(h.cluster_queue, str(h.usage[("default", "cpu")])) for h in hub.holdings(subscription)}
+
+    hub.offer(loop, "job-uid", workload(1))
+    assert held() == set(), "pending: holds nothing"
+    hub.offer(loop, "job-uid", workload(2, admitted_to="team-a-cq"))
+    assert held() == {("team-a-cq", "2")}
+    hub.offer(loop, "job-uid", workload(1))
+    assert held() == {("team-a-cq", "2")}, "an older version changes nothing"
+    hub.offer(loop, "job-uid", workload(3, admitted_to="team-a-cq", cpu="3"))
+    assert held() == {("team-a-cq", "3")}
+    hub.offer(loop, "job-uid", workload(4, admitted_to="team-a-cq", finished=True))
+    assert held() == set(), "finished: its quota is free"
+    hub.offer(loop, "job-uid", workload(5, admitted_to="team-a-cq"))
+    hub.offer_deleted(loop, "job-uid", workload(6))
+    assert held() == set(), "deleted"
+    assert scope.workload_changes == 6, "every newer version and the deletion"

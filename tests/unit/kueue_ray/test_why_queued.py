@@ -4,7 +4,8 @@ helps, and whether waiting can ever admit it (the Aurora case: 8 GPUs next to th
 import doctest
 
 from kueue_ray import why_queued as module
-from kueue_ray.why_queued import explain_queued, requests_of
+from kueue_ray.holdings import holdings_of, requests_of
+from kueue_ray.why_queued import explain_queued
 
 
 def team_queue(name, *, within="LowerPriority", reclaim="Any", gpus="4", borrow="4"):
@@ -74,7 +75,11 @@ SERVE = admitted(
 
 def explain(workload, *others, queues=(A, B), describe=lambda _w: None):
     return explain_queued(
-        workload, queues[0], workloads=[workload, *others], cluster_queues=queues, describe=describe
+        workload,
+        queues[0],
+        holdings=holdings_of([workload, *others]),
+        cluster_queues=queues,
+        describe=describe,
     )
 
 
@@ -185,7 +190,7 @@ def test_a_holder_of_a_dag_the_viewer_may_not_read_is_not_named():
     why = explain_queued(
         pending("8"),
         A,
-        workloads=[SERVE],
+        holdings=holdings_of([SERVE]),
         cluster_queues=(A, B),
         describe=lambda _w: "DAG secret",
         conceal=lambda _w: "a workload of a DAG you cannot read",
@@ -194,3 +199,12 @@ def test_a_holder_of_a_dag_the_viewer_may_not_read_is_not_named():
     text = " ".join(why.sentences())
     assert "a workload of a DAG you cannot read" in text
     assert "raycluster-serve" not in text and "secret" not in text
+
+
+def test_the_examples_in_the_docstrings_hold():
+    import doctest
+
+    from kueue_ray import holdings, why_queued
+
+    assert doctest.testmod(holdings).failed == 0
+    assert doctest.testmod(why_queued).failed == 0

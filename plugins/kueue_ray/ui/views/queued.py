@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kueue_ray.holdings import holdings_of
 from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 from kueue_ray.ui.access import Access
 from kueue_ray.ui.snapshot import Snapshot
@@ -79,7 +80,7 @@ def why_queued_view(
     why = explain_queued(
         workload,
         queue,
-        workloads=snapshot.workloads,
+        holdings=holdings_of(snapshot.workloads),
         cluster_queues=snapshot.cluster_queues,
         describe=describe,
         conceal=conceal,
