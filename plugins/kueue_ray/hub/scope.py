@@ -225,6 +225,8 @@ class _Scope:
     (``kueue_ray.hub.reads.shared_read``)."""
     workload_changes: int = 0
     """Workload changes cached so far (``Subscription.workloads_version``)."""
+    rayjob_names: dict[str, str] = field(default_factory=dict)
+    """The cached RayJobs' names by uid: a preemptor or a quota holder is named by its job's uid."""
     holdings: dict[str, Holding] = field(default_factory=dict)
     """What each cached Workload that is admitted and unfinished holds, by cache key, read once per
     version as the watch brings it (``kueue_ray.why_queued.Holding``): the "why still queued" of every

@@ -51,6 +51,8 @@ class HubView(Protocol):
 
     def holdings(self, subscription: Subscription) -> Iterable[Holding]: ...
 
+    def rayjob_by_uid(self, subscription: Subscription, uid: str) -> dict | None: ...
+
     def loop_of(self, subscription: Subscription, kind: str) -> Any: ...
 
     def cached(self, subscription: Subscription, kind: str) -> dict | None: ...
@@ -350,9 +352,7 @@ class Subscription:
     def rayjob_by_uid(self, uid: str) -> dict | None:
         """A RayJob of this namespace the hub's watch holds, found by uid (e.g. the preemptor that Kueue's
         eviction message names only by its JobUID); None when the watch does not have it."""
-        loop = self.hub.loop_of(self, RAYJOB)
-        objects = loop.objects.values() if loop is not None else ()
-        return next((obj for obj in objects if (obj.get("metadata") or {}).get("uid") == uid), None)
+        return self.hub.rayjob_by_uid(self, uid)
 
     def workload(self) -> dict | None:
         """This RayJob's Workload as the hub's watch holds it (trimmed: ``kueue_ray.kube.essential``)."""

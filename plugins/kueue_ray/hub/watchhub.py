@@ -346,10 +346,11 @@ class WatchHub:
     def offer(self, loop: _WatchLoop, key: str, obj: dict) -> None:
         """A version of ``key`` arrived: cache what waiting reads of it if it is newer, and tell its
         subscribers."""
-        if not resource_version_newer(obj, loop.objects.get(key)):
+        previous = loop.objects.get(key)
+        if not resource_version_newer(obj, previous):
             return
         obj = loop.objects[key] = loop.resource.essential(obj)
-        self._workload_changed(loop, key, obj)
+        self._reindex(loop, key, previous, obj)
         self._deliver(loop, key, obj)
 
     def offer_read(self, loop: _WatchLoop | None, key: str, obj: dict | None) -> None:
@@ -369,21 +370,34 @@ class WatchHub:
         if cached is not None and deleted_uid is not None and cached["metadata"].get("uid") != deleted_uid:
             return  # an older object of the same name went away; the cached one is newer
         loop.objects.pop(key, None)
-        self._workload_changed(loop, key, None)
+        self._reindex(loop, key, cached, None)
         self._deliver(loop, key, None, deleted_uid=deleted_uid, last=obj or cached)
 
     @staticmethod
-    def _workload_changed(loop: _WatchLoop, key: str, obj: dict | None) -> None:
-        """Count a Workload change and keep what the Workload holds now (``_Scope.holdings``)."""
-        if loop.resource.kind != WORKLOAD:
-            return
+    def _reindex(loop: _WatchLoop, key: str, previous: dict | None, obj: dict | None) -> None:
+        """What the scope keeps beside the cache as ``key`` changes from ``previous`` to ``obj`` (None: not
+        cached): a RayJob's name by its uid (``_Scope.rayjob_names``); a Workload change counted, and what
+        it holds now (``_Scope.holdings``)."""
         scope = loop.scope
-        scope.workload_changes += 1
-        holding = holding_of(obj) if obj is not None else None
-        if holding is None:
-            scope.holdings.pop(key, None)
-        else:
-            scope.holdings[key] = holding
+        if loop.resource.kind == RAYJOB:
+            if previous is not None and scope.rayjob_names.get(previous["metadata"].get("uid")) == key:
+                del scope.rayjob_names[previous["metadata"].get("uid")]
+            if obj is not None:
+                scope.rayjob_names[obj["metadata"].get("uid")] = key
+        elif loop.resource.kind == WORKLOAD:
+            scope.workload_changes += 1
+            holding = holding_of(obj) if obj is not None else None
+            if holding is None:
+                scope.holdings.pop(key, None)
+            else:
+                scope.holdings[key] = holding
+
+    def rayjob_by_uid(self, subscription: Subscription, uid: str) -> dict | None:
+        """A RayJob of the subscription's namespace the watch holds, by uid (``_Scope.rayjob_names``)."""
+        scope = self._scopes.get(subscription.scope)
+        loop = scope.loops.get(RAYJOB) if scope is not None else None
+        name = scope.rayjob_names.get(uid) if scope is not None else None
+        return loop.objects.get(name) if loop is not None and name is not None else None
 
     def holdings(self, subscription: Subscription) -> Iterable[Holding]:
         """What the admitted Workloads of the subscription's namespace hold (``_Scope.holdings``)."""
@@ -417,10 +431,10 @@ class WatchHub:
         or relist would ever update or remove it."""
         loop = scope.loops.get(RAYJOB)
         cached = loop.objects.get(name) if loop is not None else None
-        loop = scope.loops.get(RAYJOB)
         selects = loop.resource.selects if loop is not None else RAYJOBS.selects
         if cached is not None and not selects(cached) and not scope.subscribers_of(RAYJOB, name):
             del loop.objects[name]
+            self._reindex(loop, name, cached, None)
 
     def _adopt_event_loop(self) -> None:
         """Forget loops bound to an event loop that is gone (a new triggerer loop, or a new test)."""

@@ -126,3 +126,40 @@ def test_the_hub_keeps_what_each_admitted_workload_holds_as_its_versions_arrive(
     hub.offer_deleted(loop, "job-uid", workload(6))
     assert held() == set(), "deleted"
     assert scope.workload_changes == 6, "every newer version and the deletion"
+
+
+def rayjob(name, uid, rv):
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ray",
+            "uid": uid,
+            "resourceVersion": str(rv),
+            "labels": {"app.kubernetes.io/managed-by": "airflow-kueue-ray"},
+        }
+    }
+
+
+def test_the_hub_finds_a_cached_rayjob_by_uid_through_its_index():
+    """A preemptor or a quota holder is named by its job's uid: found in the cache without a pass over
+    every RayJob, and a newer RayJob of the same name (a retry's) is not found by its predecessor's uid."""
+    from kueue_ray.hub.resources import RAYJOB, RAYJOBS
+    from kueue_ray.hub.scope import _Scope
+    from kueue_ray.hub.watchhub import WatchHub
+
+    hub = WatchHub()
+    scope = _Scope(key=("kubernetes_default", "ray", ""), client=None)
+    loop = SimpleNamespace(resource=RAYJOBS, objects={}, scope=scope)
+    subscription = SimpleNamespace(scope=scope.key)
+    hub._scopes[scope.key] = scope
+    scope.loops[RAYJOB] = loop
+
+    hub.offer(loop, "train", rayjob("train", "uid-1", 1))
+    hub.offer(loop, "serve", rayjob("serve", "uid-9", 2))
+    assert hub.rayjob_by_uid(subscription, "uid-1")["metadata"]["name"] == "train"
+    hub.offer(loop, "train", rayjob("train", "uid-2", 3))  # the retry's RayJob replaced the first
+    assert hub.rayjob_by_uid(subscription, "uid-1") is None
+    assert hub.rayjob_by_uid(subscription, "uid-2")["metadata"]["resourceVersion"] == "3"
+    hub.offer_deleted(loop, "train", rayjob("train", "uid-2", 4))
+    assert hub.rayjob_by_uid(subscription, "uid-2") is None
+    assert hub.rayjob_by_uid(subscription, "uid-9")["metadata"]["name"] == "serve"
