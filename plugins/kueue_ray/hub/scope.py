@@ -229,7 +229,7 @@ class _Scope:
     """The cached RayJobs' names by uid: a preemptor or a quota holder is named by its job's uid."""
     holdings: dict[str, Holding] = field(default_factory=dict)
     """What each cached Workload that is admitted and unfinished holds, by cache key, read once per
-    version as the watch brings it (``kueue_ray.why_queued.Holding``): the "why still queued" of every
+    version as the watch brings it (``kueue_ray.holdings.Holding``): the "why still queued" of every
     queued task of the namespace reads these instead of every Workload again."""
 
     def _indexes(self, subscription: Subscription) -> tuple[tuple[dict, str], ...]:
