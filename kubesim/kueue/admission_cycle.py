@@ -138,11 +138,17 @@ class AdmissionCycle:
         shapes: dict[str, tuple[str, str]] = {}  # uid -> (ClusterQueue, scheduling shape)
         queued = self.view.index.queued
         clock_now = self.writer.clock.now()
+        # What blocks a LocalQueue follows from it and the world alone: judged once per queue and pass, not
+        # once per pending workload (10,000 pending workloads made it most of a pass).
+        blockers: dict[tuple[str, str], tuple[str | None, str | None]] = {}
         for ident in sorted(queued):
             wl = queued[ident]
             if backing_off(wl, clock_now):
                 continue  # requeued only once its backoff (requeueState.requeueAt) is over
-            cq_name, blocked = queue_blocker(wl, world)
+            local_queue = (wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", ""))
+            if local_queue not in blockers:
+                blockers[local_queue] = queue_blocker(wl, world)
+            cq_name, blocked = blockers[local_queue]
             if blocked:
                 self._set_pending(wl, "Inadmissible", blocked, now)
                 continue
