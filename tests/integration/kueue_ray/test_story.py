@@ -97,10 +97,15 @@ def test_a_deferred_wait_relogs_the_queue_position_as_it_moves_at_most_once_per_
     positions = [
         int(m.group(1)) for line in lines if (m := re.search(r"position (\d+) in the ClusterQueue", line))
     ]
-    assert positions[0] == 3 and positions[-1] == 1, lines
-    assert positions == sorted(positions, reverse=True) and len(set(positions)) == len(positions), lines
-    moved = [line for line in lines if ": still QUEUED — position" in line]
+    shown = "\n".join(lines)  # whole, not cut short as a list's repr is in pytest's message
+    assert positions[0] == 3 and positions[-1] == 1, shown
+    # Never back up the queue, and relog a position only when it moved. The ClusterQueue position may
+    # repeat where more than it is said: on the real stack under load it read 3, 2, 2, 1 once (2026-12-06,
+    # the lines cut short in the log): a transition line, or a relog whose LocalQueue count moved.
+    assert positions == sorted(positions, reverse=True), shown
+    moved = [line.split(" — ", 1)[1] for line in lines if ": still QUEUED — position" in line]
     assert moved, "the position moved from 3 to 1 without a line saying so"
+    assert len(set(moved)) == len(moved), shown
     told = [stamp(line) for line in lines if "position" in line]
     assert all(
         (later - earlier).total_seconds() >= 0.9 for earlier, later in zip(told, told[1:], strict=False)
