@@ -436,10 +436,15 @@ def restricted_user_sees_their_workloads_only(make_run: MakeRun, admin: httpx.Cl
     try:
         browser.sign_in(user, password)
         # Airflow lists them their DAG only.
-        token = httpx.post(f"{make_run.url}/auth/token", json={"username": user, "password": password})
+        # httpx's 5 s default timed out once with every part of `make test` running beside it (2026-12-06).
+        token = httpx.post(
+            f"{make_run.url}/auth/token", json={"username": user, "password": password}, timeout=60
+        )
         token.raise_for_status()
         listed = httpx.get(
-            f"{make_run.url}/api/v2/dags", headers={"Authorization": f"Bearer {token.json()['access_token']}"}
+            f"{make_run.url}/api/v2/dags",
+            headers={"Authorization": f"Bearer {token.json()['access_token']}"},
+            timeout=60,
         ).json()
         assert [dag["dag_id"] for dag in listed["dags"]] == [dag_id]
 
