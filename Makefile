@@ -31,7 +31,7 @@ airflow: venv
 
 # Side by side from the start (--output-sync: each side's output is printed whole when it ends), because
 # every part of the suite mostly waits (on simulated time, Airflow's loops, real Kueue's reconciles) and
-# leaves much of two cores idle: a warm .ci/run took 18.5-21 min instead of 24.7 (realcluster/README.md, CI).
+# leaves much of two cores idle: a warm .ci/run took 18.5-22.5 min instead of 24.7 (realcluster/README.md, CI).
 # The two tests that failed once in four such runs under the load (a test race, a comparison of unlike
 # windows) wait for what they read and compare like with like now:
 # - the browser and e2e tests in two xdist groups (tests/conftest.py): the browser tests and test_00's

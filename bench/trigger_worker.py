@@ -126,13 +126,14 @@ DONE = frozenset({"Complete", "Failed"})
 def report_terminal_seen() -> None:
     """Wrap the watch loops' event method so the hub's first sight of each RayJob's terminal status is
     reported (see the module doc). The wrapper only looks and forwards the call."""
+    from kueue_ray.hub.resources import RAYJOB
     from kueue_ray.hub.scope import _WatchLoop
 
     apply_event = _WatchLoop.apply_event
     reported: set[str] = set()
 
     def seen(loop: _WatchLoop, kind: str, obj: dict) -> None:
-        if loop.resource.plural == "rayjobs" and kind != "DELETED":
+        if loop.resource.kind == RAYJOB and kind != "DELETED":
             name = (obj.get("metadata") or {}).get("name")
             if name not in reported and (obj.get("status") or {}).get("jobDeploymentStatus") in DONE:
                 reported.add(name)

@@ -14,7 +14,8 @@ shared harness (``bench.harness``):
 4. Waves: quota for ``detect_n`` RayJobs at once, until ``detect_n`` triggers fired across the three;
    detection latency = the TriggerEvent's wall time − a raw watch seeing ``Complete``, per triggerer and
    together, and in two parts: until the triggerer's hub saw it (delivery: kubesim's fan-out and the
-   triggerer's loop reading its stream), and from there to the event (the trigger's own part). Then the quota is the blocker's alone again and kubesim settles.
+   triggerer's loop reading its stream), and from there to the event (the trigger's own part). Then the
+   quota is the blocker's alone again and kubesim settles.
 5. Restart: triggerer 0 is killed (SIGKILL, as a crashed or evicted pod's process), ``restart_n`` more
    RayJobs run and complete while it is down (a third of them its own), then a new process starts its
    triggers that had not fired, as the same deferred tasks resumed by a restarted triggerer. What it costs

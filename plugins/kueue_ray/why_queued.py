@@ -272,7 +272,8 @@ def explain_queued(
     conceal: Callable[[Mapping], str | None] = lambda _workload: None,
 ) -> WhyQueued:
     """Why ``workload`` (pending) waits in ``cluster_queue``. ``holdings``: what every admitted Workload
-    that may hold quota of it or its cohort holds (``holdings_of``); ``cluster_queues``/``cohorts``: all of the cluster's (for the cohort);
+    that may hold quota of it or its cohort holds (``holdings_of``); ``cluster_queues``/``cohorts``: all
+    of the cluster's (for the cohort);
     ``describe``: who submitted a holder, in words the viewer may read (None: say nothing); ``conceal``:
     what to call a holder instead of its name and owner (whose names tell a DAG the viewer may not read),
     None to name it."""
