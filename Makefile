@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run airflow test test-browser-e2e test-unit-integration test-unit-integration-then-real test-full test-real realcluster lint demo bench bench-full venv clean
+.PHONY: run airflow test test-browser-e2e test-full test-real realcluster lint demo bench bench-full venv clean
 
 venv: $(STAMP)
 
@@ -29,47 +29,39 @@ run: venv $(if $(filter real,$(CLUSTER)),realcluster)
 airflow: venv
 	@$(BIN)/python -m devtools.cli $(ARGS)
 
-# Side by side from the start (--output-sync: each side's output is printed whole when it ends), because
-# every part of the suite mostly waits (on simulated time, Airflow's loops, real Kueue's reconciles) and
-# leaves much of two cores idle: a warm .ci/run took 18.5-22.5 min instead of 24.7 (realcluster/README.md, CI).
-# The two tests that failed once in four such runs under the load (a test race, a comparison of unlike
-# windows) wait for what they read and compare like with like now:
-# - the browser and e2e tests in two xdist groups (tests/conftest.py): the browser tests and test_00's
-#   `make run` starts one after another in one worker, the e2e session's shared Airflow in the other;
-# - the tests without an Airflow of their own (each xdist worker starts its own kubesim), then, where a Go
-#   toolchain is, the real stack's tests as `make test-real` runs them: its integration subset, then the
-#   walkthrough on it (tests/e2e/test_20_real_walkthrough.py), one real control plane at a time, after
-#   the real stack's build when its binaries are missing.
+# Two runs: the tests without an Airflow of their own on both cores (each xdist worker starts its own
+# kubesim), then the browser and e2e tests in two xdist groups side by side (tests/conftest.py): the
+# browser tests and test_00's `make run` starts one after another in one worker, the e2e session's shared
+# Airflow in the other. Their Airflows mostly wait on simulated time, so two at once fit on two cores.
+# The walkthrough on the real stack (tests/e2e/test_20_real_walkthrough.py) runs in test-real instead,
+# after the integration subset: one real control plane at a time.
 REAL_WALKTHROUGH := tests/e2e/test_20_real_walkthrough.py
 E2E_PYTEST := $(BIN)/python -m pytest -n 2 --dist loadgroup tests/browser tests/e2e --ignore=$(REAL_WALKTHROUGH)
-UNIT_INTEGRATION_PYTEST := $(BIN)/python -m pytest -n 2 tests/unit tests/integration
 
 # The real-stack subset (realcluster/README.md) runs where a Go toolchain is; elsewhere it is skipped, saying so.
 GO_TOOLCHAIN := $(shell command -v go || ls /usr/local/go/bin/go 2>/dev/null)
 REAL_PYTEST := $(BIN)/python -m pytest -p no:xdist --cluster=real tests/integration/kueue_ray tests/integration/kubesim/test_scenarios.py
 
+# Where a Go toolchain is, the browser and e2e tests and `make test-real` (the real stack's build when its
+# binaries are missing, then its tests) run side by side: the e2e run leaves about 40% of two cores idle
+# while its Airflows wait on simulated time and their loops: a warm .ci/run took 28 min instead of 38
+# (2026-12-05; a cold one overlaps the 9-minute Go build too). Each side's output is printed whole when it
+# ends (realcluster/README.md, CI). The unit and integration tests stay first and alone: beside the e2e
+# tests from the start (18.5-22.5 min in all) a test failed under the load in two runs of eight, the
+# second time after the first one's two causes were fixed (realcluster/README.md).
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
 ifneq ($(GO_TOOLCHAIN),)
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-browser-e2e test-unit-integration-then-real
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-browser-e2e test-real
 else
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-browser-e2e test-unit-integration
+	$(E2E_PYTEST)
 	@echo "make test: SKIPPED the real-stack suite (no Go toolchain; see realcluster/README.md)"
 endif
 
 test-browser-e2e: venv
 	$(E2E_PYTEST)
-
-test-unit-integration: venv
-	$(UNIT_INTEGRATION_PYTEST)
-
-# The build (when the binaries are missing) only after the tests without an Airflow, so that a cold build
-# shares the two cores with the e2e tests alone, as it did when measured (realcluster/README.md, CI).
-test-unit-integration-then-real: test-unit-integration
-	$(MAKE) --no-print-directory realcluster
-	$(REAL_PYTEST)
-	$(BIN)/python -m pytest -p no:xdist $(REAL_WALKTHROUGH)
 
 demo: venv
 	$(BIN)/python -m devtools.demo
@@ -78,7 +70,7 @@ demo: venv
 test-full: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(UNIT_INTEGRATION_PYTEST)
+	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
 	E2E_FULL=1 $(E2E_PYTEST)
 	$(BIN)/python -m pytest -p no:xdist $(REAL_WALKTHROUGH)
 
