@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.trigger_worker import DONE, emit, read_commands, take_stdout, usage
+from bench.harness.protocol import DONE, emit, read_commands, take_stdout, usage
 
 POLL_INTERVAL_S = 10.0
 

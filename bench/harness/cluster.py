@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 
 from bench.harness.phases import Phases, wait_until
+from bench.harness.protocol import DONE
 from bench.kube import KUEUE, RAY, Api
-from bench.trigger_worker import DONE
 
 NAMESPACE = "bench"
 QUEUE = "bench-lq"

@@ -1,6 +1,7 @@
-"""The processes under measurement: children speaking the line protocol of ``bench.trigger_worker`` /
-``bench.polling_worker``, given a spec file and the ``kubernetes_default`` connection to kubesim, and one
-fresh kubesim per run that ends every worker still running when the run ends or fails."""
+"""The processes under measurement: children speaking the line protocol (``bench.harness.protocol``) of
+``bench.trigger_worker`` / ``bench.polling_worker``, given a spec file and the ``kubernetes_default``
+connection to kubesim, and one fresh kubesim per run that ends every worker still running when the run
+ends or fails."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from bench.trigger_worker import PREFIX
+from bench.harness.protocol import PREFIX
 from kubesim.testing import run_kubesim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +30,8 @@ LIVE_WORKERS: list[Worker] = []
 
 
 class Worker:
-    """A child process speaking the line protocol of ``bench.trigger_worker`` / ``bench.polling_worker``."""
+    """A child process speaking the line protocol (``protocol``) of ``bench.trigger_worker`` /
+    ``bench.polling_worker``."""
 
     def __init__(self, module: str, spec_path: Path, env: dict, log_path: Path) -> None:
         self.process = subprocess.Popen(

@@ -43,9 +43,11 @@ def test_no_package_imports_another_in_a_cycle(tree: str) -> None:
     assert cycle(package_graph(import_graph(_modules(tree), **EVERY_IMPORT))) is None
 
 
-HARNESS_USES = {"bench.kube", "bench.stats", "bench.trigger_worker"}
-"""What the benchmarks' harness may import from bench/: the HTTP client, the percentiles, and the trigger
-worker's line protocol; never a benchmark."""
+HARNESS_USES = {"bench.kube", "bench.stats"}
+"""What the benchmarks' harness may import from bench/: the HTTP client and the percentiles; never a
+benchmark or a worker."""
+WORKERS = ("bench.trigger_worker", "bench.polling_worker")
+"""The measured child processes: of bench/ they import only the harness's line protocol."""
 
 
 def test_the_harness_imports_no_benchmark_and_the_benchmarks_share_it() -> None:
@@ -54,6 +56,12 @@ def test_the_harness_imports_no_benchmark_and_the_benchmarks_share_it() -> None:
     assert {"bench.trigger_scale", "bench.refused_watch", "bench.service_waits", "bench.outage"} <= {
         name for name, targets in packages.items() if "bench.harness" in targets
     }
+
+
+def test_the_workers_share_the_harness_protocol_and_import_nothing_else_of_bench() -> None:
+    graph = import_graph(_modules("bench"), **EVERY_IMPORT)
+    for worker in WORKERS:
+        assert graph[worker] == {"bench.harness.protocol"}, worker
 
 
 @pytest.mark.parametrize("tree", ["bench", "devtools"])
