@@ -132,16 +132,40 @@ class AdmissionCycle:
         first non-parked workload in queue order, so its decisions are the same as over whole queues.
         ``world`` is the configuration (queues, flavors, ...) as the pass read it.
         """
+        admitted: set[str] = set()
+        clears = self.parked.clears
+        queues, where, shapes = self._gather(world)
+        for _ in range(MAX_CYCLES_PER_PASS):
+            if self.parked.clears != clears:  # a write of this pass requeued the parked workloads
+                clears = self.parked.clears
+                queues, where, shapes = self._gather(world)
+            heads = {}
+            for name, queue in queues.items():
+                head = next((w for w in queue if w.uid not in admitted and w.uid not in self.parked), None)
+                if head is not None:
+                    heads[name] = [head]
+            if not heads or not self._schedule_cycle(world, heads, where, admitted, shapes):
+                return
+
+    def _gather(
+        self, world: World
+    ) -> tuple[dict[str, list[model.Workload]], dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+        """Each ClusterQueue's pending workloads in admission order, with where each one is and its
+        scheduling shape; a workload of a blocked LocalQueue is said to be inadmissible instead.
+
+        Parked workloads are left out: a cycle never picks one as a head, and whatever would requeue them
+        clears ``parked`` (a configuration change, quota released), which makes the pass gather again.
+        So a pass over 10,000 parked workloads costs one set lookup each, not a model and a sort."""
         now = self.writer.clock.timestamp()
+        clock_now = self.writer.clock.now()
+        queued, parked = self.view.index.queued, self.parked
         queues: dict[str, list[model.Workload]] = {}
         where: dict[str, tuple[str, str]] = {}
         shapes: dict[str, tuple[str, str]] = {}  # uid -> (ClusterQueue, scheduling shape)
-        queued = self.view.index.queued
-        clock_now = self.writer.clock.now()
         # What blocks a LocalQueue follows from it and the world alone: judged once per queue and pass, not
         # once per pending workload (10,000 pending workloads made it most of a pass).
         blockers: dict[tuple[str, str], tuple[str | None, str | None]] = {}
-        for ident in sorted(queued):
+        for ident in sorted(ident for ident, wl in queued.items() if wl["metadata"]["uid"] not in parked):
             wl = queued[ident]
             if backing_off(wl, clock_now):
                 continue  # requeued only once its backoff (requeueState.requeueAt) is over
@@ -153,21 +177,14 @@ class AdmissionCycle:
                 self._set_pending(wl, "Inadmissible", blocked, now)
                 continue
             uid = wl["metadata"]["uid"]
+            shape = (cq_name, self._shape(wl))
+            if shape in parked.shapes:
+                parked.add(uid)  # its class was parked: upstream never evaluates it, nor writes why
+                continue
             where[uid] = (wl["metadata"]["namespace"], wl["metadata"]["name"])
-            shapes[uid] = (cq_name, self._shape(wl))
-            if shapes[uid] in self.parked.shapes:
-                self.parked.add(uid)  # its class was parked: upstream never evaluates it, nor writes why
+            shapes[uid] = shape
             queues.setdefault(cq_name, []).append(self._model(wl, cq_name))
-        queues = {name: scheduler.admission_ordered(queue) for name, queue in queues.items()}
-        admitted: set[str] = set()
-        for _ in range(MAX_CYCLES_PER_PASS):
-            heads = {}
-            for name, queue in queues.items():
-                head = next((w for w in queue if w.uid not in admitted and w.uid not in self.parked), None)
-                if head is not None:
-                    heads[name] = [head]
-            if not heads or not self._schedule_cycle(world, heads, where, admitted, shapes):
-                return
+        return {name: scheduler.admission_ordered(queue) for name, queue in queues.items()}, where, shapes
 
     def _schedule_cycle(
         self,

@@ -72,7 +72,10 @@ class Parked(set):
     def __init__(self) -> None:
         super().__init__()
         self.shapes: set[tuple[str, str]] = set()
+        self.clears = 0
+        """How many times it was cleared: a pass that gathered its queues before a clear gathers again."""
 
     def clear(self) -> None:
         super().clear()
         self.shapes.clear()
+        self.clears += 1
