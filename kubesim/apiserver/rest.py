@@ -18,6 +18,7 @@ from kubesim.apiserver.paths import Target, parse_target, rbac_verb
 from kubesim.apiserver.table import build_table, wants_table
 from kubesim.cluster import AggregatedApi
 from kubesim.errors import ApiError, status_body
+from kubesim.jsoncopy import fast_copy
 from kubesim.resources import ResourceType
 
 PATCH_TYPES = {
@@ -357,11 +358,13 @@ def _list_body(
 
 
 def _list(request: web.Request, store, rt: ResourceType, namespace: str | None, query) -> web.Response:
+    paged = bool(query.get("limit") or query.get("continue"))
     items, resource_version = store.list(
         rt.key,
         namespace=namespace,
         label_selector=query.get("labelSelector") or None,
         field_selector=query.get("fieldSelector") or None,
+        copies=not paged,  # a page is cut from the stored objects, then copied
     )
     faults = request.app[FAULTS]
     items, resource_version, cont, remaining = paginate(
@@ -372,6 +375,8 @@ def _list(request: web.Request, store, rt: ResourceType, namespace: str | None, 
         max_page_size=faults.max_page_size,
         continue_ttl_s=faults.continue_ttl_s,
     )
+    if paged:
+        items = [fast_copy(item) for item in items]
     if wants_table(request.headers.get("Accept", "")):
         table = _table(rt, items, resource_version, query)
         if cont:
