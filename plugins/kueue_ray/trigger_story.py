@@ -19,7 +19,6 @@ from kueue_ray.narration import POD_CHECK_SECONDS, Story
 from kueue_ray.phases import POSITION_PHASES
 from kueue_ray.pod_states import CLUSTER_LABEL, describe_pods, pod_states
 from kueue_ray.status import Observation
-from kueue_ray.why_queued import why_queued_sentences
 
 
 async def tell_pods(trigger: Any, story: Story, observation: Observation, subscription: Any) -> None:
@@ -165,7 +164,7 @@ async def tell_why_queued(
     for line in story.why_lines(
         trigger.namespace,
         trigger.name,
-        why_queued_sentences(cluster_queue, own, subscription.holdings(), queues, subscription.rayjob_by_uid),
+        subscription.why_queued(cluster_queue, own, queues),
         force,
     ):
         trigger.log.info(line)

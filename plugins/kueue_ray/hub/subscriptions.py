@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,6 +50,10 @@ class HubView(Protocol):
     def workload_changes(self, subscription: Subscription) -> int: ...
 
     def holdings(self, subscription: Subscription) -> Iterable[Holding]: ...
+
+    def why_queued(
+        self, subscription: Subscription, cluster_queue: Mapping | None, own: Mapping | None, queues: list
+    ) -> list[str]: ...
 
     def rayjob_by_uid(self, subscription: Subscription, uid: str) -> dict | None: ...
 
@@ -362,6 +366,12 @@ class Subscription:
         """What the admitted Workloads of this namespace hold, as the hub's watch holds them: who holds the
         quota a queued job needs, without a read of its own, nor a pass over every Workload."""
         return self.hub.holdings(self)
+
+    def why_queued(self, cluster_queue: Mapping | None, own: Mapping | None, queues: list) -> list[str]:
+        """The "why still queued" sentences for pending Workload ``own``
+        (``why_queued.why_queued_sentences`` from this namespace's holdings), shared by every queued task
+        of the same shape and queues until a holder changes."""
+        return self.hub.why_queued(self, cluster_queue, own, queues)
 
     async def pending_positions(self, queue: str) -> dict[str, Any] | None:
         """The positions of LocalQueue ``queue``'s pending Workloads by name (``kueue_ray.hook.QueuePosition``,

@@ -14,7 +14,7 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partialmethod
 from typing import Any
 
@@ -45,6 +45,7 @@ from kueue_ray.kube.refusals import ApiNotServed
 from kueue_ray.kube.shared_client import SharedApiClient, provider_connection
 from kueue_ray.kube.watch_target import RefusalMemory
 from kueue_ray.wait_policy import DEFAULT_RESYNC_SECONDS
+from kueue_ray.why_queued import sentences_key, why_queued_sentences
 
 log = logging.getLogger(__name__)
 
@@ -379,18 +380,26 @@ class WatchHub:
         cached): a RayJob's name by its uid (``_Scope.rayjob_names``); a Workload change counted, and what
         it holds now (``_Scope.holdings``)."""
         scope = loop.scope
+        holdings, uids = scope.holders_version
         if loop.resource.kind == RAYJOB:
-            if previous is not None and scope.rayjob_names.get(previous["metadata"].get("uid")) == key:
-                del scope.rayjob_names[previous["metadata"].get("uid")]
-            if obj is not None:
-                scope.rayjob_names[obj["metadata"].get("uid")] = key
+            before = previous["metadata"].get("uid") if previous is not None else None
+            after = obj["metadata"].get("uid") if obj is not None else None
+            if before is not None and scope.rayjob_names.get(before) == key:
+                del scope.rayjob_names[before]
+            if after is not None:
+                scope.rayjob_names[after] = key
+            if before != after:
+                scope.holders_version = (holdings, uids + 1)
         elif loop.resource.kind == WORKLOAD:
             scope.workload_changes += 1
             holding = holding_of(obj) if obj is not None else None
-            if holding is None:
-                scope.holdings.pop(key, None)
-            else:
+            if holding is None and key in scope.holdings:
+                del scope.holdings[key]
+            elif holding is not None:
                 scope.holdings[key] = holding
+            else:
+                return  # neither held before nor now: no explanation changes
+            scope.holders_version = (holdings + 1, uids)
 
     def rayjob_by_uid(self, subscription: Subscription, uid: str) -> dict | None:
         """A RayJob of the subscription's namespace the watch holds, by uid (``_Scope.rayjob_names``)."""
@@ -403,6 +412,31 @@ class WatchHub:
         """What the admitted Workloads of the subscription's namespace hold (``_Scope.holdings``)."""
         scope = self._scopes.get(subscription.scope)
         return scope.holdings.values() if scope is not None else ()
+
+    def why_queued(
+        self, subscription: Subscription, cluster_queue: Mapping | None, own: Mapping | None, queues: list
+    ) -> list[str]:
+        """``why_queued.why_queued_sentences`` for ``own`` from the scope's holdings, computed once per
+        ``sentences_key`` while the holders stay as they are (``_Scope.explanations``)."""
+        scope = self._scopes.get(subscription.scope)
+
+        def explain() -> list[str]:
+            return why_queued_sentences(
+                cluster_queue, own, self.holdings(subscription), queues, subscription.rayjob_by_uid
+            )
+
+        if scope is None or not cluster_queue or own is None:
+            return explain()
+        key = sentences_key(own, cluster_queue, queues)
+        if key is None:
+            return explain()
+        if scope.explained_at != scope.holders_version:
+            scope.explanations.clear()
+            scope.explained_at = scope.holders_version
+        found = scope.explanations.get(key)
+        if found is None:
+            found = scope.explanations[key] = explain()
+        return list(found)
 
     def _deliver(
         self,

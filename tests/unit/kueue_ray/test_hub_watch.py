@@ -163,3 +163,68 @@ def test_the_hub_finds_a_cached_rayjob_by_uid_through_its_index():
     hub.offer_deleted(loop, "train", rayjob("train", "uid-2", 4))
     assert hub.rayjob_by_uid(subscription, "uid-2") is None
     assert hub.rayjob_by_uid(subscription, "uid-9")["metadata"]["name"] == "serve"
+
+
+def test_queued_tasks_of_one_shape_share_an_explanation_until_a_holder_changes():
+    """Thousands of queued tasks of one shape ask "why still queued" after each Workload change: they
+    share one explanation while the holders stay as they are (a pending Workload's change keeps it), and
+    the next one after a holder changes, or a holder's RayJob arrives, says what is new."""
+    from kueue_ray.hub.resources import RAYJOB, WORKLOADS
+    from kueue_ray.hub.scope import _Scope
+    from kueue_ray.hub.watchhub import WatchHub
+    from kueue_ray.naming import AirflowIdentity
+
+    hub = WatchHub()
+    scope = _Scope(key=("kubernetes_default", "ray", ""), client=None)
+    workloads = SimpleNamespace(resource=WORKLOADS, objects={}, scope=scope)
+    rayjobs = SimpleNamespace(resource=RAYJOBS, objects={}, scope=scope)
+    scope.loops[RAYJOB] = rayjobs
+    hub._scopes[scope.key] = scope
+    cq = {
+        "metadata": {"name": "team-a-cq", "resourceVersion": "7"},
+        "spec": {
+            "preemption": {"withinClusterQueue": "LowerPriority"},
+            "resourceGroups": [
+                {"flavors": [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": "4"}]}]}
+            ],
+        },
+    }
+
+    def pending(name):
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": "ray",
+                "creationTimestamp": f"2026-12-06T05:0{len(name)}:00Z",
+            },
+            "spec": {"priority": 100},
+            "status": {"resourceRequests": [{"name": "head", "resources": {"cpu": "2"}}]},
+        }
+
+    def why(name):
+        subscription = SimpleNamespace(scope=scope.key)
+        subscription.rayjob_by_uid = lambda uid: hub.rayjob_by_uid(subscription, uid)
+        return hub.why_queued(subscription, cq, pending(name), [cq])
+
+    hub.offer(workloads, "job-uid", workload(2, admitted_to="team-a-cq", cpu="3"))
+    first = why("rayjob-a")
+    assert any("rayjob-train-1" in line and "uses 3 CPU" in line for line in first), first
+    assert why("rayjob-bb") == first and len(scope.explanations) == 1, "one explanation for both"
+    other = workload(1)
+    other["metadata"] = {**other["metadata"], "name": "rayjob-queued-2", "uid": "wl-2"}
+    hub.offer(workloads, "other-uid", other)  # a pending Workload changed: no holder did
+    assert len(scope.explanations) == 1
+
+    hub.offer(workloads, "job-uid", workload(3, admitted_to="team-a-cq", cpu="1"))
+    resized = why("rayjob-a")
+    assert any("rayjob-train-1" in line and "uses 1 CPU" in line for line in resized), resized
+
+    submitter = rayjob("train", "job-uid", 4)
+    submitter["metadata"]["annotations"] = AirflowIdentity("llm", "train", "manual__1").annotations()
+    hub.offer(rayjobs, "train", submitter)
+    assert any("DAG llm, run manual__1, task train" in line for line in why("rayjob-bb")), "named now"
+
+    admitted = pending("rayjob-a")
+    admitted["status"]["admission"] = {"clusterQueue": "team-a-cq", "podSetAssignments": []}
+    subscription = SimpleNamespace(scope=scope.key, rayjob_by_uid=lambda uid: None)
+    assert hub.why_queued(subscription, cq, admitted, [cq]) == [], "admitted: nothing to explain"
