@@ -231,12 +231,10 @@ class _Scope:
     """What each cached Workload that is admitted and unfinished holds, by cache key, read once per
     version as the watch brings it (``kueue_ray.holdings.Holding``): the "why still queued" of every
     queued task of the namespace reads these instead of every Workload again."""
-    holders_version: tuple[int, int] = (0, 0)
-    """(changes of a holding, RayJobs added or removed by uid): what an explanation read besides its key."""
     explanations: dict[tuple, list[str]] = field(default_factory=dict)
-    """The "why still queued" sentences by ``why_queued.sentences_key``, for ``explained_at`` only: the
-    queued tasks of one shape share one explanation per change of the holders (bench/README.md, run AC)."""
-    explained_at: tuple[int, int] = (0, 0)
+    """The "why still queued" sentences by ``why_queued.sentences_key``, emptied when a holding changes or
+    a RayJob is added or removed by uid (what they read besides the key): the queued tasks of one shape
+    share one explanation per change of the holders (bench/README.md, run AC)."""
 
     def _indexes(self, subscription: Subscription) -> tuple[tuple[dict, str], ...]:
         by_name = self.services if isinstance(subscription, ServiceSubscription) else self.by_name

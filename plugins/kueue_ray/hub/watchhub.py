@@ -380,7 +380,6 @@ class WatchHub:
         cached): a RayJob's name by its uid (``_Scope.rayjob_names``); a Workload change counted, and what
         it holds now (``_Scope.holdings``)."""
         scope = loop.scope
-        holdings, uids = scope.holders_version
         if loop.resource.kind == RAYJOB:
             before = previous["metadata"].get("uid") if previous is not None else None
             after = obj["metadata"].get("uid") if obj is not None else None
@@ -389,7 +388,7 @@ class WatchHub:
             if after is not None:
                 scope.rayjob_names[after] = key
             if before != after:
-                scope.holders_version = (holdings, uids + 1)
+                scope.explanations.clear()  # a holder may be named now, or no more
         elif loop.resource.kind == WORKLOAD:
             scope.workload_changes += 1
             holding = holding_of(obj) if obj is not None else None
@@ -399,7 +398,7 @@ class WatchHub:
                 scope.holdings[key] = holding
             else:
                 return  # neither held before nor now: no explanation changes
-            scope.holders_version = (holdings + 1, uids)
+            scope.explanations.clear()
 
     def rayjob_by_uid(self, subscription: Subscription, uid: str) -> dict | None:
         """A RayJob of the subscription's namespace the watch holds, by uid (``_Scope.rayjob_names``)."""
@@ -417,7 +416,8 @@ class WatchHub:
         self, subscription: Subscription, cluster_queue: Mapping | None, own: Mapping | None, queues: list
     ) -> list[str]:
         """``why_queued.why_queued_sentences`` for ``own`` from the scope's holdings, computed once per
-        ``sentences_key`` while the holders stay as they are (``_Scope.explanations``)."""
+        ``sentences_key`` while the holders stay as they are (``_reindex`` empties ``_Scope.explanations``
+        when they change)."""
         scope = self._scopes.get(subscription.scope)
 
         def explain() -> list[str]:
@@ -430,9 +430,6 @@ class WatchHub:
         key = sentences_key(own, cluster_queue, queues)
         if key is None:
             return explain()
-        if scope.explained_at != scope.holders_version:
-            scope.explanations.clear()
-            scope.explained_at = scope.holders_version
         found = scope.explanations.get(key)
         if found is None:
             found = scope.explanations[key] = explain()
