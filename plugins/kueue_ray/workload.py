@@ -232,6 +232,10 @@ def controller_owner(workload: Mapping) -> tuple[str, str, str]:
     return "", "", ""
 
 
+SERVICE_OWNERS = frozenset({"RayService", "RayCluster"})
+"""The controllers of the Workloads ``related_workload`` may relate to a RayService."""
+
+
 def related_workload(service: Mapping, workload: Mapping) -> bool:
     """Whether ``workload`` is the RayService's or one of its current clusters' (for a watch filter)."""
     kind, name, uid = controller_owner(workload)

@@ -40,6 +40,9 @@ class WatchedResource:
     selects: Callable[[dict], bool]
     essential: Callable[[dict], dict]
     """What the cache keeps of an object: the fields waiting reads (``kueue_ray.status.essential_*``)."""
+    packed: bool = True
+    """Whether the cache keeps its objects as compact JSON (``kueue_ray.kube.packed``): a namespace may
+    hold tens of thousands of RayJobs and Workloads."""
 
     @property
     def qualified(self) -> str:
@@ -47,7 +50,9 @@ class WatchedResource:
         return f"{self.plural}.{self.group}"
 
 
-def _managed(kind: str, coordinates: api.Resource, essential: Callable[[dict], dict]) -> WatchedResource:
+def _managed(
+    kind: str, coordinates: api.Resource, essential: Callable[[dict], dict], packed: bool
+) -> WatchedResource:
     """A ray.io resource the plugin creates (RayJobs, RayServices): listed by our managed-by label, keyed by
     its name."""
     return WatchedResource(
@@ -59,12 +64,14 @@ def _managed(kind: str, coordinates: api.Resource, essential: Callable[[dict], d
         key_of=lambda obj: (obj.get("metadata") or {}).get("name"),
         selects=lambda obj: _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
         essential=essential,
+        packed=packed,
     )
 
 
-RAYJOBS = _managed(RAYJOB, api.RAYJOB, essential_rayjob)
-# Whole: the RayService status model reads spec and status alike, and a namespace holds few services.
-RAYSERVICES = _managed(RAYSERVICE, api.RAYSERVICE, lambda obj: obj)
+RAYJOBS = _managed(RAYJOB, api.RAYJOB, essential_rayjob, packed=True)
+# Whole and unpacked: the RayService status model reads spec and status alike, and a namespace holds few
+# services.
+RAYSERVICES = _managed(RAYSERVICE, api.RAYSERVICE, lambda obj: obj, packed=False)
 """The deploy operator's RayServices. Their Workloads are in the same Workload watch: the RayService's own
 (keyed by its uid) or, when Kueue admits it through its RayClusters, each cluster's."""
 # Kueue copies no labels of ours onto Workloads, only the owner's uid: select on that label existing and

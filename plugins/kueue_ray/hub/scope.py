@@ -21,6 +21,7 @@ from kueue_ray.hub.settings import HubSettings
 from kueue_ray.hub.subscriptions import ServiceSubscription, Subscription
 from kueue_ray.kube.errors import can_i, not_served_message
 from kueue_ray.kube.listwatch import ListWatchLoop
+from kueue_ray.kube.packed import PackedObjects
 from kueue_ray.kube.refusals import ApiNotServed, Denial, RefusalWindow, Refused, refusal_timeout
 from kueue_ray.kube.shared_client import SharedApiClient
 from kueue_ray.kube.watch_target import RefusalMemory, Target
@@ -75,6 +76,8 @@ class _WatchLoop(ListWatchLoop):
         self.failing = False
         """The loop's last request failed and nothing succeeded since: reads wait on it (``hub.reads``)."""
         self._outcome: asyncio.Event | None = None
+        if resource.packed:
+            self.objects = PackedObjects()
 
     def outcome(self) -> asyncio.Event:
         """Set at the loop's next outcome (a request that succeeded or failed), or when it stops: what a
@@ -100,7 +103,7 @@ class _WatchLoop(ListWatchLoop):
                 seen.add(key)
                 self.hub.offer(self, key, obj)
         # A cached object the list would have returned but did not was deleted while we were not watching.
-        gone = [k for k, obj in self.objects.items() if k not in seen and self.resource.selects(obj)]
+        gone = [k for k in self.objects if k not in seen and self.resource.selects(self.objects[k])]
         for key in gone:
             self.hub.offer_deleted(self, key)
 
@@ -231,6 +234,9 @@ class _Scope:
     """What each cached Workload that is admitted and unfinished holds, by cache key, read once per
     version as the watch brings it (``kueue_ray.holdings.Holding``): the "why still queued" of every
     queued task of the namespace reads these instead of every Workload again."""
+    service_workloads: set[str] = field(default_factory=set)
+    """The cache keys of the Workloads a RayService or a RayCluster controls: what a RayService's wait
+    reads (``ServiceSubscription.snapshot``) instead of decoding every Workload of the namespace."""
     explanations: dict[tuple, list[str]] = field(default_factory=dict)
     """The "why still queued" sentences by ``why_queued.sentences_key``, emptied when a holding changes or
     a RayJob is added or removed by uid (what they read besides the key): the queued tasks of one shape

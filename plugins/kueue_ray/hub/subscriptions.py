@@ -51,6 +51,8 @@ class HubView(Protocol):
 
     def holdings(self, subscription: Subscription) -> Iterable[Holding]: ...
 
+    def service_workloads(self, subscription: Subscription) -> list[dict]: ...
+
     def why_queued(
         self, subscription: Subscription, cluster_queue: Mapping | None, own: Mapping | None, queues: list
     ) -> list[str]: ...
@@ -424,9 +426,7 @@ class ServiceSubscription(Subscription):
         service = self.hub.cached(self, RAYSERVICE)
         if service is None:
             return None, []
-        loop = self.hub.loop_of(self, WORKLOAD)
-        workloads = list(loop.objects.values()) if loop is not None else []
-        return service, [w for w in workloads if related_workload(service, w)]
+        return service, [w for w in self.hub.service_workloads(self) if related_workload(service, w)]
 
     def cares_about(self, workload: dict) -> bool:
         """Whether a Workload change may concern this RayService: its own, or a RayCluster's named after it

@@ -46,6 +46,7 @@ from kueue_ray.kube.shared_client import SharedApiClient, provider_connection
 from kueue_ray.kube.watch_target import RefusalMemory
 from kueue_ray.wait_policy import DEFAULT_RESYNC_SECONDS
 from kueue_ray.why_queued import sentences_key, why_queued_sentences
+from kueue_ray.workload import SERVICE_OWNERS, controller_owner
 
 log = logging.getLogger(__name__)
 
@@ -391,6 +392,10 @@ class WatchHub:
                 scope.explanations.clear()  # a holder may be named now, or no more
         elif loop.resource.kind == WORKLOAD:
             scope.workload_changes += 1
+            if obj is not None and controller_owner(obj)[0] in SERVICE_OWNERS:
+                scope.service_workloads.add(key)
+            else:
+                scope.service_workloads.discard(key)
             holding = holding_of(obj) if obj is not None else None
             if holding is None and key in scope.holdings:
                 del scope.holdings[key]
@@ -406,6 +411,15 @@ class WatchHub:
         loop = scope.loops.get(RAYJOB) if scope is not None else None
         name = scope.rayjob_names.get(uid) if scope is not None else None
         return loop.objects.get(name) if loop is not None and name is not None else None
+
+    def service_workloads(self, subscription: Subscription) -> list[dict]:
+        """The cached Workloads of the subscription's namespace that a RayService or a RayCluster controls
+        (``_Scope.service_workloads``)."""
+        scope = self._scopes.get(subscription.scope)
+        loop = scope.loops.get(WORKLOAD) if scope is not None else None
+        if loop is None:
+            return []
+        return [loop.objects[key] for key in scope.service_workloads if key in loop.objects]
 
     def holdings(self, subscription: Subscription) -> Iterable[Holding]:
         """What the admitted Workloads of the subscription's namespace hold (``_Scope.holdings``)."""

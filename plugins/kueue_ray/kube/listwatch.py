@@ -45,7 +45,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 from kueue_ray.kube.errors import describe_error
@@ -91,7 +91,8 @@ class ListWatchLoop:
         self.client = client
         self.settings = settings
         self.refusals = refusals
-        self.objects: dict[str, dict] = {}
+        self.objects: MutableMapping[str, dict] = {}
+        """The cached objects by key: a ``dict``, or one that packs them (``kueue_ray.kube.packed``)."""
         self.resource_version: str | None = None
         self.next_relist = 0.0
         """Monotonic time of the next safety-net relist."""

@@ -228,3 +228,71 @@ def test_queued_tasks_of_one_shape_share_an_explanation_until_a_holder_changes()
     admitted["status"]["admission"] = {"clusterQueue": "team-a-cq", "podSetAssignments": []}
     subscription = SimpleNamespace(scope=scope.key, rayjob_by_uid=lambda uid: None)
     assert hub.why_queued(subscription, cq, admitted, [cq]) == [], "admitted: nothing to explain"
+
+
+def test_the_rayjob_and_workload_caches_keep_packed_objects_that_readers_cannot_change():
+    """A triggerer caches every RayJob and Workload of its namespace and deployment, packed as compact
+    JSON (a tenth of their size as dicts): a wait reads the trimmed object it always did, a reader that
+    changes its copy changes nothing in the cache, and a relist that leaves an object out still finds it
+    deleted."""
+    from kueue_ray.hub.resources import RAYJOB, RAYJOBS, RAYSERVICES
+    from kueue_ray.hub.scope import _Scope
+    from kueue_ray.hub.watchhub import WatchHub
+    from kueue_ray.kube.essential import essential_rayjob
+    from kueue_ray.kube.packed import PackedObjects
+
+    hub = WatchHub()
+    scope = _Scope(key=("kubernetes_default", "ray", ""), client=None)
+    loop = _WatchLoop(hub, scope, RAYJOBS)
+    scope.loops[RAYJOB] = loop
+    hub._scopes[scope.key] = scope
+    subscription = SimpleNamespace(scope=scope.key, name="train", uid="uid-1")
+    assert isinstance(loop.objects, PackedObjects)
+    assert not isinstance(_WatchLoop(hub, scope, RAYSERVICES).objects, PackedObjects), "few, read whole"
+
+    sent = {**rayjob("train", "uid-1", 1), "spec": {"suspend": True, "entrypoint": "python train.py"}}
+    sent["status"] = {"jobDeploymentStatus": "Suspended", "rayClusterStatus": {"state": ""}}
+    hub.offer(loop, "train", sent)
+    cached = hub.cached(subscription, RAYJOB)
+    assert cached == essential_rayjob(sent)
+    cached["status"]["jobDeploymentStatus"] = "Running"
+    assert hub.cached(subscription, RAYJOB)["status"]["jobDeploymentStatus"] == "Suspended"
+
+    loop.apply_list([rayjob("serve", "uid-9", 2)])
+    assert hub.cached(subscription, RAYJOB) is None, "left out of a relist: deleted"
+    assert list(loop.objects) == ["serve"]
+
+
+def test_a_rayservice_wait_reads_only_the_workloads_a_service_or_its_clusters_control():
+    """A RayService's wait reads its own Workload or its clusters' from an index kept as Workloads
+    arrive, not by decoding every job Workload of the namespace."""
+    from kueue_ray.hub.resources import WORKLOAD, WORKLOADS
+    from kueue_ray.hub.scope import _Scope
+    from kueue_ray.hub.watchhub import WatchHub
+
+    hub = WatchHub()
+    scope = _Scope(key=("kubernetes_default", "ray", ""), client=None)
+    loop = _WatchLoop(hub, scope, WORKLOADS)
+    scope.loops[WORKLOAD] = loop
+    hub._scopes[scope.key] = scope
+    subscription = SimpleNamespace(scope=scope.key)
+
+    def owned_by(kind, name, uid, rv):
+        owner = {"kind": kind, "name": name, "uid": uid, "controller": True}
+        return {
+            "metadata": {
+                "name": f"{kind.lower()}-{name}",
+                "uid": f"wl-{uid}",
+                "resourceVersion": str(rv),
+                "labels": {"kueue.x-k8s.io/job-uid": uid},
+                "ownerReferences": [owner],
+            }
+        }
+
+    hub.offer(loop, "job-1", owned_by("RayJob", "train", "job-1", 1))
+    hub.offer(loop, "cluster-1", owned_by("RayCluster", "serve-x7k2p", "cluster-1", 2))
+    hub.offer(loop, "service-1", owned_by("RayService", "serve", "service-1", 3))
+    names = {w["metadata"]["name"] for w in hub.service_workloads(subscription)}
+    assert names == {"raycluster-serve-x7k2p", "rayservice-serve"}
+    hub.offer_deleted(loop, "cluster-1", owned_by("RayCluster", "serve-x7k2p", "cluster-1", 4))
+    assert [w["metadata"]["name"] for w in hub.service_workloads(subscription)] == ["rayservice-serve"]
