@@ -230,13 +230,15 @@ def test_queued_tasks_of_one_shape_share_an_explanation_until_a_holder_changes()
     assert hub.why_queued(subscription, cq, admitted, [cq]) == [], "admitted: nothing to explain"
 
 
-def test_the_rayjob_and_workload_caches_keep_packed_objects_that_readers_cannot_change():
-    """A triggerer caches every RayJob and Workload of its namespace and deployment, packed as compact
-    JSON (a tenth of their size as dicts): a wait reads the trimmed object it always did, a reader that
-    changes its copy changes nothing in the cache, and a relist that leaves an object out still finds it
-    deleted."""
+def test_the_rayjob_and_workload_caches_pack_what_no_task_here_waits_on():
+    """A triggerer caches every RayJob and Workload of its namespace and deployment, and packs those none
+    of its own tasks waits on as compact JSON (a fifth of their size as dicts): a wait reads the trimmed
+    object it always did, a reader that changes a packed object's copy changes nothing in the cache, a
+    relist that leaves an object out still finds it deleted, and what a task here waits on stays decoded
+    (one dict, which the wait holds anyway) until it stops waiting."""
     from kueue_ray.hub.resources import RAYJOB, RAYJOBS, RAYSERVICES
     from kueue_ray.hub.scope import _Scope
+    from kueue_ray.hub.subscriptions import Subscription
     from kueue_ray.hub.watchhub import WatchHub
     from kueue_ray.kube.essential import essential_rayjob
     from kueue_ray.kube.packed import PackedObjects
@@ -257,6 +259,14 @@ def test_the_rayjob_and_workload_caches_keep_packed_objects_that_readers_cannot_
     assert cached == essential_rayjob(sent)
     cached["status"]["jobDeploymentStatus"] = "Running"
     assert hub.cached(subscription, RAYJOB)["status"]["jobDeploymentStatus"] == "Suspended"
+
+    waiting = Subscription(hub, *scope.key[:2], "train", "uid-1", 60.0, "", None)
+    scope.add(waiting)
+    assert hub.cached(subscription, RAYJOB) is hub.cached(subscription, RAYJOB), "decoded while waited on"
+    assert isinstance(loop.objects._objects["train"], dict)
+    scope.remove(waiting)
+    assert isinstance(loop.objects._objects["train"], bytes), "packed again"
+    assert hub.cached(subscription, RAYJOB) == essential_rayjob(sent)
 
     loop.apply_list([rayjob("serve", "uid-9", 2)])
     assert hub.cached(subscription, RAYJOB) is None, "left out of a relist: deleted"
