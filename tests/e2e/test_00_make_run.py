@@ -301,14 +301,19 @@ def test_the_readmes_shell_examples_work_as_pasted(first_start):
     assert backfill["dag_run_conf"] == {"epochs": 2}, "the README's backfill carries its params"
 
     # The walkthrough's queue holds one RayJob: while the others wait, their deferred `wait` tasks
-    # already link to the Ray dashboard and to the task's Kueue tab in this Airflow.
+    # already link to the Ray dashboard and to the task's Kueue tab in this Airflow. Airflow 3.3.2's task
+    # runner reports the deferral first and writes the links' XComs after it (task_runner.finalize), so a
+    # wait seen deferred a moment ago may not have them yet: the first deferred wait that has any.
     def a_deferred_wait_link() -> tuple[str, dict] | None:
         for run in api.runs("text_classifier_finetune"):
             wait = api.get(f"/dags/text_classifier_finetune/dagRuns/{run['dag_run_id']}/taskInstances/wait")
-            if wait["state"] == "deferred":
-                return run["dag_run_id"], api.get(
-                    f"/dags/text_classifier_finetune/dagRuns/{run['dag_run_id']}/taskInstances/wait/links"
-                )
+            if wait["state"] != "deferred":
+                continue
+            links = api.get(
+                f"/dags/text_classifier_finetune/dagRuns/{run['dag_run_id']}/taskInstances/wait/links"
+            )
+            if any(links["extra_links"].values()):
+                return run["dag_run_id"], links
         return None
 
     run_id, links = wait_until(a_deferred_wait_link, timeout=120, interval=1, what="a deferred wait task")
