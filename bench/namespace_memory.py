@@ -23,24 +23,15 @@ import json
 import sys
 from pathlib import Path
 
+from bench.harness.accounting import streams_closed
 from bench.harness.cluster import setup_jobs
-from bench.harness.phases import Phases, wait_until
+from bench.harness.phases import Phases
 from bench.harness.triggers import start_triggers, write_spec
 from bench.harness.workers import LOG_DIR, fresh_workdir, in_kubesim, worker_env
-from bench.kube import Api, connect
+from bench.kube import connect
 
 ROUNDS = 2
 """Each checkout's worker runs this many times per ``own``, in turn, so that drift shows."""
-
-
-async def streams_back_to(api: Api, count: int) -> None:
-    """Until kubesim counts ``count`` open watch streams again: a stopped worker's streams end when kubesim
-    notices its closed connections, and the next worker's start is settled by its own two streams."""
-
-    async def closed() -> bool:
-        return (await api.stats())["watches_open"] <= count
-
-    await wait_until(closed, timeout_s=120, interval_s=0.1)
 
 
 async def measure(
@@ -65,7 +56,8 @@ async def measure(
                         phase=f"{label}-{own}-{round_}",
                     )
                     await startup.worker.stop()
-                    await streams_back_to(api, startup.before["watches_open"])
+                    # the next worker's start is settled by its own two streams
+                    await streams_closed(api, startup.before["watches_open"])
                     row = {
                         "plugins": label,
                         "own": own,

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness.accounting import by_verb, delta, settled
-from bench.harness.phases import Phases, wait_until
+from bench.harness.accounting import by_verb, delta, settled, streams_closed
+from bench.harness.phases import Phases
 from bench.harness.polling import POLL_INTERVAL_S, SIMULATED_MINUTES, polling_skipped
 from bench.harness.triggers import (
     DEFAULT_RESYNC_S,
@@ -227,10 +227,7 @@ async def _resync_probe(api: Api, jobs: list[dict], env: dict, workdir: Path, in
 
     # kubesim counts a watch request when its stream ends, which for a departed client is when its sweep
     # notices: until the probe's streams are closed, their requests would land in the next phase's count.
-    async def probe_streams_closed() -> bool:
-        return (await api.stats())["watches_open"] <= before["watches_open"]
-
-    await wait_until(probe_streams_closed, timeout_s=120, interval_s=0.1)
+    await streams_closed(api, before["watches_open"])
     closed_after = time.monotonic() - stopped
     await api.quiet()
     requests = delta(after, settled_at, api)

@@ -37,7 +37,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.harness.accounting import by_verb, delta, settled
+from bench.harness.accounting import by_verb, delta, settled, streams_closed
 from bench.harness.cluster import observe_terminal, raise_quota, setup_jobs
 from bench.harness.phases import Phases, wait_until
 from bench.harness.triggers import STREAMS, start_triggers, waves, write_spec
@@ -102,16 +102,6 @@ def beyond_queue_reads(requests_by_verb: dict) -> dict:
     {'list rayjobs.ray.io': 1}
     """
     return {key: count for key, count in requests_by_verb.items() if key not in QUEUE_READS}
-
-
-async def streams_closed(api: Api, below: int) -> None:
-    """Until kubesim counts at most ``below`` open watch streams (a killed process's streams end when
-    kubesim notices the closed connection)."""
-
-    async def closed() -> bool:
-        return (await api.stats())["watches_open"] <= below
-
-    await wait_until(closed, timeout_s=120, interval_s=0.1)
 
 
 async def run_while_down(api: Api, url: str, cpu: int, count: int, seen: dict[str, float]) -> None:

@@ -24,6 +24,16 @@ def by_verb(after: dict, before: dict) -> dict:
     return {k: v for k, v in sorted(change.items()) if v and k != "list namespaces"}
 
 
+async def streams_closed(api: Api, below: int) -> None:
+    """Until kubesim counts at most ``below`` open watch streams: a stopped or killed process's streams end
+    when kubesim notices its closed connections, and until then their requests are not counted."""
+
+    async def closed() -> bool:
+        return (await api.stats())["watches_open"] <= below
+
+    await wait_until(closed, timeout_s=120, interval_s=0.1)
+
+
 async def settled(api: Api, *, streams: int, quiet_s: float = 3.0) -> dict:
     """Stats once ``streams`` watch streams are open and then no request came for ``quiet_s``."""
 
