@@ -1,8 +1,9 @@
 """Test-wide setup: Airflow without its examples; mark tests by the folder they live in (unit /
-integration / browser / e2e), and put the browser and e2e tests in two xdist groups that can run side by
-side (`make test`: ``pytest -n 2 --dist loadgroup tests/browser tests/e2e``)."""
+integration / browser / e2e), and put the browser and e2e tests in four xdist groups that run side by side
+(`make test`: ``pytest -n 4 --dist loadgroup tests/browser tests/e2e``)."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -29,27 +30,47 @@ another xdist worker."""
 
 BROWSER_REQUEST_LOG = "browser-cluster-requests.json"
 
-OWN_AIRFLOWS = "airflows-of-their-own"
+BROWSER_AIRFLOW = "browser-airflow"
+MAKE_RUN = "make-run"
 SHARED_AIRFLOW = "shared-e2e-airflow"
-"""The two groups of the browser and e2e tests under `--dist loadgroup`. The browser tests, test_00
-(`make run`) and test_20 (the walkthrough on the real stack) each start Airflows of their own, one after
-another; every other e2e module shares the e2e session's Airflow. Each group runs in one worker, in file
-order, so at most two Airflows run at once. Most of an e2e test's time is waiting for simulated time and
-Airflow's loops, so the two groups fit on two cores. (`make test` runs test_20 in `make test-real`
-instead, after the other real-stack tests, so that one real control plane runs at a time.)"""
+SECOND_SHARED_AIRFLOW = "second-shared-e2e-airflow"
+"""The groups of the browser and e2e tests under `--dist loadgroup`, one xdist worker each (`make test`:
+``E2E_WORKERS``), each group's modules in file order in its worker:
+
+* ``BROWSER_AIRFLOW``: tests/browser, with a kubesim and an Airflow of their own;
+* ``MAKE_RUN``: test_00 (`make run`'s starts, one at a time) and test_20 (the walkthrough on the real
+  stack; `make test` runs it in `make test-real` instead, once the other real-stack tests have stopped
+  their control plane);
+* ``SHARED_AIRFLOW``: the e2e modules up to test_11, and test_99, whose RBAC audit judges what this
+  session's modules did, and what the other groups' did as they hand it over when they end;
+* ``SECOND_SHARED_AIRFLOW``: the e2e modules from test_12 on, with a kubesim and an Airflow of the same
+  setup as the first's.
+
+The shared Airflow's modules were one group until a warm CI measured them at ~1,090 s of tests, the
+longest chain of the run (the browser tests and test_00 ~1,010 s together): split where each half holds
+~550 s. Most of an e2e test's time is waiting for simulated time and Airflow's loops (an idle Airflow
+costs ~0.1 core), so four groups fit on two cores."""
+
+GROUPS_RUN = pytest.StashKey[set]()
+"""The groups whose modules this session ran (tests/e2e/conftest.py records them)."""
+
+SECOND_SHARED_FROM = 12
+"""The first e2e module (by its number) of ``SECOND_SHARED_AIRFLOW``."""
 
 
 def xdist_group(nodeid: str) -> str | None:
     """The group of a browser or e2e test (by its path, e.g. ``tests/e2e/test_00_make_run.py::test_x``)."""
     parts = Path(nodeid.split("::", 1)[0]).parts
-    if parts[:2] == ("tests", "browser") or parts[:3] in (
-        ("tests", "e2e", "test_00_make_run.py"),
-        ("tests", "e2e", "test_20_real_walkthrough.py"),
-    ):
-        return OWN_AIRFLOWS
-    if parts[:2] == ("tests", "e2e"):
-        return SHARED_AIRFLOW
-    return None
+    if parts[:2] == ("tests", "browser"):
+        return BROWSER_AIRFLOW
+    if parts[:2] != ("tests", "e2e") or len(parts) != 3:
+        return None
+    number = int(parts[2][5:7]) if re.match(r"test_\d\d_", parts[2]) else None
+    if number in (0, 20):
+        return MAKE_RUN
+    if number is not None and SECOND_SHARED_FROM <= number < 99:
+        return SECOND_SHARED_AIRFLOW
+    return SHARED_AIRFLOW
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -66,6 +87,11 @@ def pytest_xdist_make_scheduler(config, log):
             return xdist_group(nodeid) or super()._split_scope(nodeid)
 
     return PathGroupScheduling(config, log)
+
+
+def handover_path(run_dir: Path, group: str) -> Path:
+    """Where a group's session leaves what tests/e2e/test_99_security.py judges of it, in another worker."""
+    return run_dir / f"{group}-handover.json"
 
 
 def run_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:

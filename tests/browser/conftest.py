@@ -12,9 +12,8 @@ its teams tell DAGs apart, by DAG bundle. So this Airflow runs in multi-team mod
 A team's deferred tasks are run by a triggerer of that team, so one ``airflow triggerer --team-name
 ml-platform`` runs beside the global one.
 
-The fixtures are package-scoped. `make test` runs this package and tests/e2e/test_00_make_run.py in one xdist
-worker, one after the other, beside the e2e session's shared Airflow in the other worker
-(tests/conftest.py: ``OWN_AIRFLOWS``), so at most two Airflows run at once on the 2-core machine.
+The fixtures are package-scoped. `make test` runs this package in an xdist worker of its own, beside the
+other groups of tests/conftest.py (``BROWSER_AIRFLOW``).
 """
 
 from __future__ import annotations

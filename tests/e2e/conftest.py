@@ -25,7 +25,8 @@ from devtools.airflow import ROOT, start_airflow
 from devtools.kubesim_process import ALL_SETUPS, start_kubesim
 from devtools.postgres import metadata_database
 from devtools.statsd import StatsdListener
-from tests.e2e.harness import E2E, wait_until
+from tests.conftest import GROUPS_RUN, SECOND_SHARED_AIRFLOW, handover_path, run_directory, xdist_group
+from tests.e2e.harness import E2E, credential_leaks, wait_until
 
 E2E_DIR = Path(__file__).resolve().parent
 TIME_SCALE = float(os.environ.get("E2E_TIME_SCALE", "10"))
@@ -120,6 +121,11 @@ HARNESS = pytest.StashKey[E2E]()
 
 
 @pytest.fixture(autouse=True, scope="module")
+def _group_of_the_module(request):
+    request.config.stash.setdefault(GROUPS_RUN, set()).add(xdist_group(request.node.nodeid))
+
+
+@pytest.fixture(autouse=True, scope="module")
 def scheduled_dags_paused_again(request):
     """Each module leaves the shared Airflow's DAGs paused as it found them (``E2E.pause_again``)."""
     yield
@@ -128,7 +134,7 @@ def scheduled_dags_paused_again(request):
 
 
 @pytest.fixture(scope="session")
-def e2e(request, airflow, kubesim):
+def e2e(request, airflow, kubesim, tmp_path_factory):
     from kubernetes import client, config
 
     api_client = config.new_client_from_config(config_file=str(kubesim.kubeconfig))
@@ -143,6 +149,22 @@ def e2e(request, airflow, kubesim):
     request.config.stash[HARNESS] = harness
     yield harness
     api_client.close()
+    if os.environ.get("PYTEST_XDIST_WORKER") and SECOND_SHARED_AIRFLOW in request.config.stash.get(
+        GROUPS_RUN, set()
+    ):
+        hand_over_to_the_security_tests(harness, kubesim, run_directory(tmp_path_factory))
+
+
+def hand_over_to_the_security_tests(harness: E2E, kubesim, run_dir: Path) -> None:
+    """What tests/e2e/test_99_security.py judges of a session that runs in another xdist worker than it
+    (``SECOND_SHARED_AIRFLOW``): the project's calls in its kubesim's request log, and its task logs'
+    credential leaks (found here: the credentials stay in this session). Written whole and renamed into
+    place: the security tests read it as soon as it exists."""
+    logs, leaks = credential_leaks(harness.airflow, Path(kubesim.kubeconfig))
+    path = handover_path(run_dir, SECOND_SHARED_AIRFLOW)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps({"requests": harness.requests, "task_logs": logs, "leaks": leaks}))
+    partial.rename(path)
 
 
 SUPERVISED = ("scheduler", "triggerer")

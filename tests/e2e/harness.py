@@ -12,9 +12,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 from kueue_ray.naming import MANAGED_BY_SELECTOR, AirflowIdentity
 
 from devtools.airflow import Airflow
@@ -221,6 +223,17 @@ class E2E:
         ).raise_for_status()
         self.requests.extend(fresh)
         return fresh
+
+
+def credential_leaks(airflow: Airflow, kubeconfig: Path) -> tuple[int, dict[str, list[str]]]:
+    """How many task logs this Airflow wrote, and which of them hold a credential (the kubeconfig's tokens,
+    the REST API's token), each leak shown by its first characters only."""
+    users = yaml.safe_load(kubeconfig.read_text())["users"]
+    secrets = {user["user"]["token"] for user in users if user["user"].get("token")}
+    secrets.add(airflow.client.headers["Authorization"].removeprefix("Bearer "))
+    logs = [p for p in (airflow.home / "logs").rglob("*.log*") if "dag_id=" in str(p)]
+    leaks = {str(p): [s[:6] + "..." for s in secrets if s in p.read_text(errors="replace")] for p in logs}
+    return len(logs), {path: found for path, found in leaks.items() if found}
 
 
 def rayjob_creations(records: Iterable[dict], names: Iterable[str] | None = None) -> int:

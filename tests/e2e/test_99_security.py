@@ -1,9 +1,10 @@
 """The RBAC in include/manifests grants exactly what the project did during these tests (kubesim's
 request log), and no credential reaches a task log.
 
-The e2e session's last module (file order): it judges what every module before it did, and it needs the
-browser tests' request log, which their package writes when it ends in the other xdist worker; run last,
-it rarely waits for it (run earlier, it held the shared e2e Airflow's worker idle for minutes).
+The e2e session's last module (file order): it judges what every module before it did, and what the
+sessions of the other xdist workers hand over when they end (tests/conftest.py's groups): the browser
+tests' request log, and the second shared Airflow's request log and task-log findings. Run last, it waits
+for them little.
 
 The tests' own cluster reads are all-namespaces lists of namespaced resources, which the project never
 makes; they are left out of "what the project did". The browser tests (tests/browser) run a kubesim of
@@ -13,14 +14,22 @@ their own, where the Kueue pages are viewed; its request log is judged here too.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
-from tests.conftest import BROWSER_REQUEST_LOG, run_directory
+from tests.conftest import (
+    BROWSER_REQUEST_LOG,
+    GROUPS_RUN,
+    SECOND_SHARED_AIRFLOW,
+    handover_path,
+    run_directory,
+    xdist_group,
+)
 from tests.deployment_files import render_rbac, rule_rights
-from tests.e2e.harness import wait_until
+from tests.e2e.harness import credential_leaks, wait_until
 
 CLUSTER_SCOPED = {
     "clusterqueues",
@@ -66,21 +75,41 @@ def exercised(records: list[dict]) -> set[tuple[str, str, str]]:
     return rights
 
 
-def browser_request_log(request, tmp_path_factory) -> list[dict]:
-    """The browser tests' kubesim request log, when they are in this run. `make test` runs them in the
-    other xdist worker at the same time as this module: wait until their package has ended and written it."""
-    if not any(item.get_closest_marker("browser") for item in request.session.items):
-        return []
-    path = run_directory(tmp_path_factory) / BROWSER_REQUEST_LOG
-    wait_until(path.exists, timeout=1100, interval=2, what=f"the browser tests to end and write {path}")
-    return json.loads(path.read_text())
+def handed_over(request, tmp_path_factory) -> tuple[list[dict], dict[str, Any] | None]:
+    """What the sessions of other xdist workers in this run hand over when they end: the browser tests'
+    request log (``[]`` when they are not in the run) and the second shared Airflow's hand-over (``None``
+    when its modules are not in the run or ran in this session). `make test` runs them beside this module,
+    a worker per group: wait until each has ended and written its part."""
+    items = request.session.items
+    run_dir = run_directory(tmp_path_factory)
+    expected = {}
+    if any(item.get_closest_marker("browser") for item in items):
+        expected["browser"] = run_dir / BROWSER_REQUEST_LOG
+    if (
+        os.environ.get("PYTEST_XDIST_WORKER")
+        and any(xdist_group(item.nodeid) == SECOND_SHARED_AIRFLOW for item in items)
+        and SECOND_SHARED_AIRFLOW not in request.config.stash.get(GROUPS_RUN, set())
+    ):
+        expected["second"] = handover_path(run_dir, SECOND_SHARED_AIRFLOW)
+    wait_until(
+        lambda: all(path.exists() for path in expected.values()),
+        timeout=1100,
+        interval=2,
+        what=lambda: (
+            "the sessions beside this one to end and write "
+            + ", ".join(str(path) for path in expected.values() if not path.exists())
+            + " (each group needs a worker of its own: tests/conftest.py)"
+        ),
+    )
+    read = {name: json.loads(path.read_text()) for name, path in expected.items()}
+    return read.get("browser", []), read.get("second")
 
 
-@pytest.mark.timeout(1200)  # may wait for the browser tests running beside this module
+@pytest.mark.timeout(1200)  # may wait for the sessions running beside this module
 def test_rbac_grants_exactly_what_the_project_used(e2e, request, tmp_path_factory):
     e2e.collect_requests()
-    browser_requests = browser_request_log(request, tmp_path_factory)
-    used = exercised(e2e.requests + browser_requests)
+    browser_requests, second = handed_over(request, tmp_path_factory)
+    used = exercised(e2e.requests + browser_requests + (second["requests"] if second else []))
     allowed = granted()
 
     assert used - allowed == set(), "calls the RBAC would forbid"
@@ -92,12 +121,13 @@ def test_rbac_grants_exactly_what_the_project_used(e2e, request, tmp_path_factor
     assert allowed - used - USED_ON_A_MULTIKUEUE_MANAGER == set(), "rights no test exercised"
 
 
-def test_no_token_or_kubeconfig_secret_in_any_task_log(e2e, kubesim):
-    kubeconfig = yaml.safe_load(Path(kubesim.kubeconfig).read_text())
-    secrets = {user["user"]["token"] for user in kubeconfig["users"] if user["user"].get("token")}
-    secrets.add(e2e.airflow.client.headers["Authorization"].removeprefix("Bearer "))
-    logs = [p for p in (e2e.airflow.home / "logs").rglob("*.log*") if "dag_id=" in str(p)]
+@pytest.mark.timeout(1200)  # may wait for the sessions running beside this module
+def test_no_token_or_kubeconfig_secret_in_any_task_log(e2e, kubesim, request, tmp_path_factory):
+    logs, leaks = credential_leaks(e2e.airflow, Path(kubesim.kubeconfig))
+    _, second = handed_over(request, tmp_path_factory)
+    if second:
+        logs += second["task_logs"]
+        leaks |= second["leaks"]
 
     assert logs, "no task logs to check"
-    leaks = {str(p): [s[:6] + "..." for s in secrets if s in p.read_text(errors="replace")] for p in logs}
-    assert {p: found for p, found in leaks.items() if found} == {}
+    assert leaks == {}
