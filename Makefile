@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run airflow test test-browser-e2e test-full test-real realcluster lint demo bench bench-full venv clean
+.PHONY: run airflow test test-checked-e2e test-unit-integration test-browser-e2e test-full test-real realcluster lint demo bench bench-full venv clean
 
 venv: $(STAMP)
 
@@ -29,36 +29,35 @@ run: venv $(if $(filter real,$(CLUSTER)),realcluster)
 airflow: venv
 	@$(BIN)/python -m devtools.cli $(ARGS)
 
-# Two runs: the tests without an Airflow of their own on both cores (each xdist worker starts its own
-# kubesim), then the browser and e2e tests in two xdist groups side by side (tests/conftest.py): the
-# browser tests and test_00's `make run` starts one after another in one worker, the e2e session's shared
-# Airflow in the other. Their Airflows mostly wait on simulated time, so two at once fit on two cores.
-# The walkthrough on the real stack (tests/e2e/test_20_real_walkthrough.py) runs in test-real instead,
-# after the integration subset: one real control plane at a time.
+# The tests without an Airflow of their own (each xdist worker starts its own kubesim) at -n 6: they mostly
+# wait on simulated time and sleeps (1.2 of two cores busy at -n 6; 4 min 20 s against 6 min 54 s at -n 2,
+# 2026-12-06). The browser and e2e tests in four xdist groups, a worker each (tests/conftest.py): the
+# browser tests, test_00's `make run` starts, and the e2e modules on two shared Airflows. The walkthrough
+# on the real stack (tests/e2e/test_20_real_walkthrough.py) runs in test-real instead, after the
+# integration subset: one real control plane at a time.
 REAL_WALKTHROUGH := tests/e2e/test_20_real_walkthrough.py
-E2E_PYTEST := $(BIN)/python -m pytest -n 2 --dist loadgroup tests/browser tests/e2e --ignore=$(REAL_WALKTHROUGH)
+UNIT_PYTEST := $(BIN)/python -m pytest -n 6 tests/unit tests/integration
+E2E_PYTEST := $(BIN)/python -m pytest -n 4 --dist loadgroup tests/browser tests/e2e --ignore=$(REAL_WALKTHROUGH)
 
 # The real-stack subset (realcluster/README.md) runs where a Go toolchain is; elsewhere it is skipped, saying so.
 GO_TOOLCHAIN := $(shell command -v go || ls /usr/local/go/bin/go 2>/dev/null)
 REAL_PYTEST := $(BIN)/python -m pytest -p no:xdist --cluster=real tests/integration/kueue_ray tests/integration/kubesim/test_scenarios.py
 
-# Where a Go toolchain is, the browser and e2e tests and `make test-real` (the real stack's build when its
-# binaries are missing, then its tests) run side by side: the e2e run leaves about 40% of two cores idle
-# while its Airflows wait on simulated time and their loops: a warm .ci/run took 28 min instead of 38
-# (2026-12-05; a cold one overlaps the 9-minute Go build too). Each side's output is printed whole when it
-# ends (realcluster/README.md, CI). The unit and integration tests stay first and alone: beside the e2e
-# tests from the start (18.5-22.5 min in all) a test failed under the load in two runs of eight, the
-# second time after the first one's two causes were fixed (realcluster/README.md).
+# Sides that run from the start, each one's output printed whole when it ends: ruff and mypy; the unit and
+# integration tests; once both have passed, the browser and e2e tests; and, where a Go toolchain is,
+# `make test-real` (the real stack's build when its binaries are missing, then its tests). Every side
+# mostly waits (realcluster/README.md, CI).
 test: venv
-	$(BIN)/ruff check .
-	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
-ifneq ($(GO_TOOLCHAIN),)
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-browser-e2e test-real
-else
-	$(E2E_PYTEST)
+	$(MAKE) --no-print-directory -j --output-sync=target test-checked-e2e $(if $(GO_TOOLCHAIN),test-real)
+ifeq ($(GO_TOOLCHAIN),)
 	@echo "make test: SKIPPED the real-stack suite (no Go toolchain; see realcluster/README.md)"
 endif
+
+test-checked-e2e: lint test-unit-integration
+	$(E2E_PYTEST)
+
+test-unit-integration: venv
+	$(UNIT_PYTEST)
 
 test-browser-e2e: venv
 	$(E2E_PYTEST)
@@ -70,7 +69,7 @@ demo: venv
 test-full: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 tests/unit tests/integration
+	$(UNIT_PYTEST)
 	E2E_FULL=1 $(E2E_PYTEST)
 	$(BIN)/python -m pytest -p no:xdist $(REAL_WALKTHROUGH)
 
