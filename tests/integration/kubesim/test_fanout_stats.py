@@ -46,13 +46,25 @@ async def _watch(core, resource_version: str | None, wanted: int, **selectors) -
     return seen
 
 
+async def _watches_open(sim, wanted: int, timeout: float = 30) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (now_open := sim.stats()["watches_open"]) != wanted:
+        if loop.time() > deadline:
+            raise TimeoutError(
+                f"kubesim holds {now_open} watch streams open, not {wanted}, after {timeout:g}s"
+            )
+        await asyncio.sleep(0.02)
+
+
 async def _open_watches(sim, coroutines) -> list[asyncio.Task]:
     """Start the watch tasks and wait until kubesim holds every stream open (writes before that would be
-    seen by only some of them)."""
-    before = sim.stats()["watches_open"]
+    seen by only some of them). First until the streams of an earlier test have closed on kubesim's side
+    too: this module's kubesim has no other client, and a stream counted open when the count was taken
+    and closed afterwards had left the wait one short for ever (a CI run under load)."""
+    await _watches_open(sim, 0)
     tasks = [asyncio.create_task(c) for c in coroutines]
-    while sim.stats()["watches_open"] < before + len(tasks):
-        await asyncio.sleep(0.02)
+    await _watches_open(sim, len(tasks))
     return tasks
 
 
