@@ -37,7 +37,9 @@ airflow: venv
 # integration subset: one real control plane at a time.
 REAL_WALKTHROUGH := tests/e2e/test_20_real_walkthrough.py
 UNIT_PYTEST := $(BIN)/python -m pytest -n 6 tests/unit tests/integration
-E2E_PYTEST := $(BIN)/python -m pytest -n 4 --dist loadgroup tests/browser tests/e2e --ignore=$(REAL_WALKTHROUGH)
+# The e2e tests start `make run` and README commands as a user would, not as sub-makes of this one: with
+# its flags (-j -Otarget) `make run` printed nothing until it ended.
+E2E_PYTEST := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL $(BIN)/python -m pytest -n 4 --dist loadgroup tests/browser tests/e2e --ignore=$(REAL_WALKTHROUGH)
 
 # The real-stack subset (realcluster/README.md) runs where a Go toolchain is; elsewhere it is skipped, saying so.
 GO_TOOLCHAIN := $(shell command -v go || ls /usr/local/go/bin/go 2>/dev/null)
@@ -48,7 +50,7 @@ REAL_PYTEST := $(BIN)/python -m pytest -p no:xdist --cluster=real tests/integrat
 # `make test-real` (the real stack's build when its binaries are missing, then its tests). Every side
 # mostly waits (realcluster/README.md, CI).
 test: venv
-	$(MAKE) --no-print-directory -j --output-sync=target test-checked-e2e $(if $(GO_TOOLCHAIN),test-real)
+	$(MAKE) --no-print-directory -j4 --output-sync=target test-checked-e2e $(if $(GO_TOOLCHAIN),test-real)
 ifeq ($(GO_TOOLCHAIN),)
 	@echo "make test: SKIPPED the real-stack suite (no Go toolchain; see realcluster/README.md)"
 endif
