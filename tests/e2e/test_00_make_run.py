@@ -355,17 +355,23 @@ def test_second_and_third_starts_in_the_same_checkout_are_healthy_and_fresh(chec
             raise
         if start == "second":
             assert not run.stop(), "the second start left processes behind"
-    # The third start loses its scheduler: make run stops at once and says so with the scheduler's log.
+    # The third start loses its scheduler: make run starts stopping at once (within 15 s), ends once
+    # Airflow's other components and kubesim have stopped (17.6 s in all in a CI run with the two cores
+    # busy), and says why with the scheduler's log.
     try:
         [scheduler] = [p for p in run.descendants() if is_top_scheduler(p)]
         others = [p for p in run.descendants() if p.pid != scheduler.pid]
         scheduler.kill()
-        started = time.monotonic()
+        wait_until(
+            lambda: "\nStopping..." in run.output,
+            timeout=15,
+            interval=0.2,
+            what=lambda: f"make run noticing its scheduler's exit:\n{run.output[-2000:]}",
+        )
         run.process.wait(timeout=60)
     except BaseException:
         run.kill()
         raise
-    assert time.monotonic() - started < 15
     assert run.process.returncode != 0
     assert "make run failed: airflow scheduler exited; its last lines in" in run.output
     assert "\nscheduler  | " in run.output.split("make run failed:")[1]
@@ -518,12 +524,16 @@ def test_kubesim_exiting_stops_make_run_with_the_end_of_its_log(checkout):
         [kubesim] = [p for p in run.descendants() if "kubesim" in " ".join(p.cmdline())]
         airflow = [p for p in run.descendants() if p.pid != kubesim.pid]
         kubesim.kill()
-        started = time.monotonic()
+        wait_until(  # starts stopping at once; ends once Airflow has stopped
+            lambda: "\nStopping..." in run.output,
+            timeout=15,
+            interval=0.2,
+            what=lambda: f"make run noticing kubesim's exit:\n{run.output[-2000:]}",
+        )
         run.process.wait(timeout=60)
     except BaseException:
         run.kill()
         raise
-    assert time.monotonic() - started < 15
     assert run.process.returncode != 0
     output = run.output
     assert "make run failed: kubesim exited with code -9; last lines of" in output
