@@ -35,7 +35,8 @@ MAKE_RUN = "make-run"
 SHARED_AIRFLOW = "shared-e2e-airflow"
 SECOND_SHARED_AIRFLOW = "second-shared-e2e-airflow"
 """The groups of the browser and e2e tests under `--dist loadgroup`, one xdist worker each (`make test`:
-``E2E_WORKERS``), each group's modules in file order in its worker:
+``-n 4``; test_99 waits for the other groups' hand-overs), each group's modules in file order in its
+worker:
 
 * ``BROWSER_AIRFLOW``: tests/browser, with a kubesim and an Airflow of their own;
 * ``MAKE_RUN``: test_00 (`make run`'s starts, one at a time) and test_20 (the walkthrough on the real
@@ -49,7 +50,7 @@ SECOND_SHARED_AIRFLOW = "second-shared-e2e-airflow"
 The shared Airflow's modules were one group until a warm CI measured them at ~1,090 s of tests, the
 longest chain of the run (the browser tests and test_00 ~1,010 s together): split where each half holds
 ~550 s. Most of an e2e test's time is waiting for simulated time and Airflow's loops (an idle Airflow
-costs ~0.1 core), so four groups fit on two cores."""
+costs ~0.1 core); with four groups the two cores are busy for most of the run (realcluster/README.md, CI)."""
 
 GROUPS_RUN = pytest.StashKey[set]()
 """The groups whose modules this session ran (tests/e2e/conftest.py records them)."""
