@@ -8,9 +8,9 @@ others'. A taken port, or kubesim exiting, stops `make run` within seconds with 
 part's log. `CLUSTER=multikueue` shows two RayJobs running at once on different worker clusters while a
 third waits on the manager.
 
-This module starts no Airflow but `make run`'s, one at a time; `make test` runs it in an xdist worker of its
-own, beside the other groups of tests/conftest.py (``MAKE_RUN``). `make run` runs with TIME_SCALE=10 here (1 for the restricted user's start, 4 for
-the MultiKueue one).
+This module starts no Airflow but `make run`'s, one at a time; `make test` runs it in an xdist worker of
+its own, beside the other groups of tests/conftest.py (``MAKE_RUN``). `make run` runs with TIME_SCALE=10
+here (1 for the restricted user's start, 4 for the MultiKueue one).
 """
 
 from __future__ import annotations

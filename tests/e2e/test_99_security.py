@@ -105,10 +105,16 @@ def handed_over(request, tmp_path_factory) -> tuple[list[dict], dict[str, Any] |
     return read.get("browser", []), read.get("second")
 
 
+@pytest.fixture(scope="module")
+def handovers(request, tmp_path_factory) -> tuple[list[dict], dict[str, Any] | None]:
+    """``handed_over``, waited for and read once for both tests."""
+    return handed_over(request, tmp_path_factory)
+
+
 @pytest.mark.timeout(1200)  # may wait for the sessions running beside this module
-def test_rbac_grants_exactly_what_the_project_used(e2e, request, tmp_path_factory):
+def test_rbac_grants_exactly_what_the_project_used(e2e, request, handovers):
     e2e.collect_requests()
-    browser_requests, second = handed_over(request, tmp_path_factory)
+    browser_requests, second = handovers
     used = exercised(e2e.requests + browser_requests + (second["requests"] if second else []))
     allowed = granted()
 
@@ -122,9 +128,9 @@ def test_rbac_grants_exactly_what_the_project_used(e2e, request, tmp_path_factor
 
 
 @pytest.mark.timeout(1200)  # may wait for the sessions running beside this module
-def test_no_token_or_kubeconfig_secret_in_any_task_log(e2e, kubesim, request, tmp_path_factory):
+def test_no_token_or_kubeconfig_secret_in_any_task_log(e2e, kubesim, handovers):
     logs, leaks = credential_leaks(e2e.airflow, Path(kubesim.kubeconfig))
-    _, second = handed_over(request, tmp_path_factory)
+    _, second = handovers
     if second:
         logs += second["task_logs"]
         leaks |= second["leaks"]
