@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import socket
 import subprocess
 import tempfile
 import threading
@@ -57,7 +56,19 @@ CRDS_DIR = ROOT / "kubesim" / "crds"
 READY_TIMEOUT_S = 240.0
 """Per component (API server, CRDs, Kueue's webhooks). The stack starts in about 20 s on an idle machine;
 Kueue's webhooks once took over 120 s to answer on the 2 shared cores at a load average near 9."""
-
+PORTS = {
+    "etcd": 2379,
+    "etcd-peer": 2380,
+    "kube-apiserver": 6443,
+    "kueue-health": 8081,
+    "kueue-visibility": 8082,
+    "kuberay-health": 8085,
+    "kueue-webhook": 9443,
+}
+"""The servers' ports on the network namespace's own 127.0.0.1, the components' usual ones. Fixed, not
+picked: a port found free on the machine's loopback says nothing of the namespace's, where the
+components' own connections to each other take ephemeral ports (32768-60999) and once took the KubeRay
+operator's health port between its pick and its bind. Below that range nothing else binds them."""
 
 UNSHARE_NEEDED = {
     "--mount": "Kueue's manager reads its metrics certificate from /etc/kueue/metrics/certs and the harness "
@@ -122,7 +133,7 @@ def run_realcluster(
         pki = make_pki(work / "pki")
         token = secrets.token_hex(16)
         (work / "tokens.csv").write_text(f'{token},admin,admin,"system:masters"\n')
-        etcd_port, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
+        etcd_port, etcd_peer, api_port = PORTS["etcd"], PORTS["etcd-peer"], PORTS["kube-apiserver"]
         start = _Starter(stack, work / "logs", netns.wrap)
         start(
             "etcd",
@@ -171,9 +182,9 @@ def run_realcluster(
         )  # fmt: skip
         _apply_crds(api_client)
         client.CoreV1Api(api_client).create_namespace({"metadata": {"name": "kueue-system"}})
-        webhook_port, visibility_port = _free_port(), _free_port()
+        webhook_port, visibility_port = PORTS["kueue-webhook"], PORTS["kueue-visibility"]
         kueue_config = write_kueue_config(
-            work, webhook_port, visibility_port, _free_port(), pki, kueue_frameworks
+            work, webhook_port, visibility_port, PORTS["kueue-health"], pki, kueue_frameworks
         )
         start(
             "kueue",
@@ -189,7 +200,7 @@ def run_realcluster(
             kuberay_command(
                 hosts,
                 [bins / "kuberay-operator", "--enable-leader-election=false", "--metrics-addr=0",
-                 f"--health-probe-bind-address=127.0.0.1:{_free_port()}"],
+                 f"--health-probe-bind-address=127.0.0.1:{PORTS['kuberay-health']}"],
             ),
             inside,
         )  # fmt: skip
@@ -232,12 +243,6 @@ class _Starter:
             tail = (self.logs / f"{name}.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"{name} exited with {process.returncode}:\n{tail}")
         return process
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for_api(kubeconfig: str):
