@@ -14,7 +14,9 @@ Run as ``python -m bench.polling_worker JOBS.json LOG`` (same spec file as ``ben
 until ``quit`` on stdin. ``usage`` answers ``{"usage": {...}, "polls": n, "periods": [...]}``: ``polls``
 counts GETs answered so far, ``periods`` the seconds between consecutive poll starts of the same job
 recorded since the previous ``usage`` (10 s plus the GET's own time when the loop keeps up; more when it
-does not), so the parent can tell whether the poller kept its interval.
+does not), so the parent can tell whether the poller kept its interval. On ``quit`` every job ends
+between two polls, never in the middle of a GET, so the final ``polls`` is every GET it sent: kubesim's
+request count over the poller's life divides by it exactly, whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -43,11 +45,23 @@ class Tally:
         return [round(p, 3) for p in taken]
 
 
-async def poll_one(hook, namespace: str, name: str, tally: Tally, interval: float, offset: float) -> None:
+async def pause(stopping: asyncio.Event, seconds: float) -> bool:
+    """Sleep ``seconds``; False when ``stopping`` was set meanwhile (or before)."""
+    try:
+        await asyncio.wait_for(stopping.wait(), seconds)
+    except TimeoutError:
+        return True
+    return False
+
+
+async def poll_one(
+    hook, namespace: str, name: str, tally: Tally, interval: float, offset: float, stopping: asyncio.Event
+) -> None:
     from kubernetes_asyncio import client
 
-    await asyncio.sleep(offset)
     previous = None
+    if not await pause(stopping, offset):
+        return
     while True:
         started = time.monotonic()
         if previous is not None:
@@ -60,7 +74,8 @@ async def poll_one(hook, namespace: str, name: str, tally: Tally, interval: floa
         tally.polls += 1  # counted once answered: kubesim records a request when it has served it
         if (rayjob.get("status") or {}).get("jobDeploymentStatus") in DONE:
             return
-        await asyncio.sleep(interval)
+        if not await pause(stopping, interval):
+            return
 
 
 async def main(spec_path: str, log_path: str) -> None:
@@ -70,11 +85,14 @@ async def main(spec_path: str, log_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     interval = float(spec.get("poll_interval", POLL_INTERVAL_S))
     tally = Tally()
+    stopping = asyncio.Event()
     hook = AsyncKubernetesHook(conn_id="kubernetes_default")
     jobs = spec["jobs"]
     tasks = [
         asyncio.create_task(
-            poll_one(hook, spec["namespace"], job["name"], tally, interval, interval * i / len(jobs))
+            poll_one(
+                hook, spec["namespace"], job["name"], tally, interval, interval * i / len(jobs), stopping
+            )
         )
         for i, job in enumerate(jobs)
     ]
@@ -87,9 +105,8 @@ async def main(spec_path: str, log_path: str) -> None:
             emit({"usage": usage(), "polls": tally.polls, "periods": tally.take_periods()})
         elif command == "quit":
             break
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    stopping.set()
+    await asyncio.gather(*tasks)
     emit({"final": usage(), "polls": tally.polls})
 
 
