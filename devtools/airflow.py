@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -35,9 +36,19 @@ output prefixed "<component> | "."""
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free on 127.0.0.1 now, below the machine's ephemeral range: a port the kernel hands out
+    (``bind(0)``) is one that outgoing connections also take, so on a busy machine another test's
+    connection can hold it by the time the server binds it. Below the range only another pick can."""
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(100):
+        port = random.randrange(max(1024, ephemeral_low - 12000), ephemeral_low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port on 127.0.0.1 below {ephemeral_low} in 100 tries")
 
 
 def component_of(cmdline: list[str]) -> str | None:
