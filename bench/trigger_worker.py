@@ -121,8 +121,15 @@ to the log (``LOG.prof``): where the loop's time goes. Profiling slows the worke
 
 TRACEMALLOC_ENV = "BENCH_TRACEMALLOC"
 """Set (to anything) to trace allocations made after the imports: each ``usage`` command then writes the
-live allocations by source line next to the log (``LOG.allocations-<fired>-fired.txt``). Tracing slows
+live allocations by source line next to the log (``LOG.allocations-<fired>-fired.txt``); set to a number
+above 1, also the largest by call chain of that many frames (who made what stays alive). Tracing slows
 the worker and adds to its RSS, so its figures are not the benchmark's; it says where the memory goes."""
+
+
+def tracemalloc_frames() -> int:
+    """How many frames ``BENCH_TRACEMALLOC`` asks to keep per allocation (1 unless a number above it)."""
+    value = os.environ.get(TRACEMALLOC_ENV, "")
+    return int(value) if value.isdigit() and int(value) > 1 else 1
 
 
 def write_allocations(path: Path, top: int = 40) -> None:
@@ -140,6 +147,11 @@ def write_allocations(path: Path, top: int = 40) -> None:
     lines += ["", "by line:"] + [
         f"{s.size / 2**20:8.2f} MiB {s.count:9d} blocks  {s.traceback}" for s in by_line[:top]
     ]
+    if tracemalloc.get_traceback_limit() > 1:
+        lines += ["", "by call chain (innermost last):"]
+        for stat in snapshot.statistics("traceback")[:top]:
+            lines += [f"{stat.size / 2**20:8.2f} MiB {stat.count:9d} blocks"]
+            lines += [f"        {frame.filename}:{frame.lineno}" for frame in stat.traceback]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -200,7 +212,7 @@ async def main(spec_path: str, log_path: str) -> None:
     if os.environ.get(RSS_TRACE_ENV):
         threading.Thread(target=trace_rss, args=(f"{log_path}.rss",), daemon=True).start()
     if os.environ.get(TRACEMALLOC_ENV):
-        tracemalloc.start()
+        tracemalloc.start(tracemalloc_frames())
     take_stdout(log_path)
     report_watch_ends()
     report_terminal_seen()
