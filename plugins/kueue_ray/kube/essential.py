@@ -92,13 +92,34 @@ def essential_rayjob(rayjob: dict) -> dict:
     return slim
 
 
+def _pod_set_requests(pod_sets: list[dict] | None) -> list[dict]:
+    """Pod sets cut to what ``kueue_ray.holdings.requests_of`` reads: name, count and each container's
+    resource requests."""
+    kept = []
+    for pod_set in pod_sets or ():
+        pod_spec = (pod_set.get("template") or {}).get("spec") or {}
+        spec = {
+            key: [
+                {"resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
+                for c in containers
+            ]
+            for key in ("containers", "initContainers")
+            if (containers := pod_spec.get(key))
+        }
+        kept.append(
+            {"name": pod_set.get("name"), "count": pod_set.get("count", 1), "template": {"spec": spec}}
+        )
+    return kept
+
+
 def essential_workload(workload: dict) -> dict:
     """The part of a Kueue Workload that ``observe`` reads: conditions, the admission's ClusterQueue,
     flavors and resource usage, scheduling and requeue stats, admission checks, ``spec.active`` and the
     priority (``spec.priority``, the class's name) and a pending one's ``resourceRequests`` (who holds
-    the quota it needs: ``kueue_ray.why_queued``); not the
-    pod sets (a copy of every pod template) nor the resource requests.
-    ``observe(r, essential_workload(w)) == observe(r, w)``."""
+    the quota it needs: ``kueue_ray.why_queued``); not the pod sets (a copy of every pod template), but
+    for a Workload neither admitted nor yet given ``resourceRequests`` (Kueue's scheduler writes them when
+    it first tries it, and a queue's later Workloads wait untried) their containers' requests, so that
+    what it needs is known before. ``observe(r, essential_workload(w)) == observe(r, w)``."""
     spec = workload.get("spec") or {}
     status = workload.get("status") or {}
     metadata = workload.get("metadata") or {}
@@ -110,6 +131,8 @@ def essential_workload(workload: dict) -> dict:
     kept_spec = {key: spec[key] for key in ("active", "priority") if key in spec}
     if (spec.get("priorityClassRef") or {}).get("name"):
         kept_spec["priorityClassRef"] = {"name": _shared(spec["priorityClassRef"]["name"])}
+    if not status.get("admission") and not status.get("resourceRequests") and spec.get("podSets"):
+        kept_spec["podSets"] = _pod_set_requests(spec["podSets"])
     if kept_spec:
         slim["spec"] = kept_spec
     kept: dict[str, Any] = {}

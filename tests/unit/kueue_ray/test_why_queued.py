@@ -113,6 +113,44 @@ def test_one_gpu_worker_fits_beside_the_service_and_can_wait():
     assert "borrowing is not needed" in why.borrowing()
 
 
+def test_a_workload_kueue_has_not_tried_yet_is_explained_from_its_pod_sets_as_the_cache_keeps_it():
+    """Kueue writes ``status.resourceRequests`` only when its scheduler tries a Workload; the ones behind
+    the head of a queue wait without them. What the triggers' cache keeps (``essential_workload``) still
+    says what it needs, so the task log names it rather than "It needs  in ClusterQueue"."""
+    from kueue_ray.kube.essential import essential_workload
+
+    untried = pending("8")
+    del untried["status"]
+    untried["spec"]["podSets"] = [
+        {
+            "name": "worker",
+            "count": 2,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "ray-worker",
+                            "image": "rayproject/ray:2.52.0",
+                            "args": ["x"] * 50,
+                            "resources": {
+                                "requests": {"nvidia.com/gpu": "4"},
+                                "limits": {"nvidia.com/gpu": "4"},
+                            },
+                        }
+                    ]
+                }
+            },
+        }
+    ]
+    kept = essential_workload(untried)
+    assert "rayproject" not in str(kept) and "limits" not in str(kept)
+    why = explain(kept, SERVE)
+    assert why.sentences()[1] == (
+        "It needs 8 nvidia.com/gpu (3 of its 4 free) in ClusterQueue team-a-cq, at priority dev-priority 100."
+    )
+    assert why.stuck
+
+
 def test_a_holder_that_ends_by_itself_is_waited_for_not_a_blocker():
     dev = admitted("rayjob-other", "team-a-cq", "4")
     why = explain(pending("8"), SERVE, dev)
