@@ -315,29 +315,46 @@ class WaitTarget:
         return self.queue or ((rayjob.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
 
     def kind(self) -> WaitKind:
-        """How a wait step (``kueue_ray.wait_step``) observes, times, words and reports this RayJob."""
+        """How a wait step (``kueue_ray.wait_step``) observes, times, words and reports this RayJob.
 
-        def record(timeline: Timeline, observation: Observation, now: datetime) -> list[str]:
-            timeline.record(observation, now)
-            return []
-
+        Module functions and this target's bound methods, no closures: a triggerer holds one per waiting
+        task (10,000 of them)."""
         return WaitKind(
             observe=observe,
-            gone=lambda rayjob, workload: rayjob is None or owner_deleted(workload),
+            gone=_rayjob_gone,
             deleted=deleted_verdict("RayJob", self.namespace, self.name, self.uid, "before it finished"),
-            workload=lambda workload: workload,
-            record=record,
-            describe=lambda observation, position, preemptor: describe_transition(
-                self.namespace, self.name, observation, position, preemptor
-            ),
+            workload=_same,
+            record=_record,
+            describe=self.describe,
             payload=self.payload,
             queue_of=self.queue_of,
             position_phases=POSITION_PHASES,
-            preemptor_uid=lambda observation: preemptor_job_uid(observation.message),
+            preemptor_uid=_preemptor_uid,
             clock_verdicts=CLOCK_VERDICTS,
             watchdog=self.watchdog,
             timeline=self.timeline,
         )
+
+    def describe(self, observation: Observation, position: str | None, preemptor: dict | None) -> str:
+        """The transition line of this RayJob (``describe_transition``)."""
+        return describe_transition(self.namespace, self.name, observation, position, preemptor)
+
+
+def _rayjob_gone(rayjob: dict | None, workload: dict | None) -> bool:
+    return rayjob is None or owner_deleted(workload)
+
+
+def _same(workload: dict | None) -> dict | None:
+    return workload
+
+
+def _record(timeline: Timeline, observation: Observation, now: datetime) -> list[str]:
+    timeline.record(observation, now)
+    return []
+
+
+def _preemptor_uid(observation: Observation) -> str | None:
+    return preemptor_job_uid(observation.message)
 
 
 CLOCK_VERDICTS = frozenset(
