@@ -46,7 +46,6 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
@@ -180,9 +179,9 @@ class RayJobTrigger(WaitTrigger):
             "end_in_triggerer": self.end_in_triggerer,
         }
 
-    @cached_property
-    def hook(self) -> AsyncRayJobHook:
-        """The async hook on ``kubernetes_conn_id``, made once per trigger."""
+    hook: AsyncRayJobHook
+
+    def make_hook(self) -> AsyncRayJobHook:
         from kueue_ray.hook import AsyncRayJobHook
 
         return AsyncRayJobHook(kubernetes_conn_id=self.kubernetes_conn_id)

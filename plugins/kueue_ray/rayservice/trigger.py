@@ -22,7 +22,6 @@ it; an upgraded service keeps serving its previous version.
 
 from __future__ import annotations
 
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import TriggerEvent
@@ -69,9 +68,9 @@ class RayServiceTrigger(WaitTrigger):
     def arguments(self) -> dict[str, Any]:
         return {"owner": self.owner, "timeline": self.timeline}
 
-    @cached_property
-    def hook(self) -> AsyncRayServiceHook:
-        """The async hook on ``kubernetes_conn_id``, made once per trigger."""
+    hook: AsyncRayServiceHook
+
+    def make_hook(self) -> AsyncRayServiceHook:
         from kueue_ray.rayservice.hook import AsyncRayServiceHook
 
         return AsyncRayServiceHook(kubernetes_conn_id=self.kubernetes_conn_id)
