@@ -57,7 +57,6 @@ from typing import Any
 
 from kueue_ray.capacity import max_capacity, quotas_of
 from kueue_ray.holdings import FlavorResource, Holding, requests_of
-from kueue_ray.naming import JOB_UID_LABEL, AirflowIdentity
 from kueue_ray.quantity import readable_amount
 from kueue_ray.quota_holders import can_preempt
 
@@ -151,6 +150,10 @@ class WhyQueued:
     reclaim_policy: str
     needs: list[Need]
     holders: list[Holder] = field(default_factory=list)
+    requested: tuple[str, ...] = ()
+    """Every resource it requests (``needs`` are those its ClusterQueue has quota for); empty when its
+    requests are not known: no ``status.resourceRequests`` (Kueue writes them when its scheduler first
+    tries the Workload) and no pod sets to total."""
 
     @property
     def stuck(self) -> bool:
@@ -165,6 +168,8 @@ class WhyQueued:
 
     def verdict(self) -> str:
         """ "Will not be admitted by waiting: …" when stuck, else what it waits for."""
+        if not self.needs:
+            return self._no_needs()
         stuck = [need for need in self.needs if need.stuck]
         if stuck:
             need = stuck[0]
@@ -228,6 +233,8 @@ class WhyQueued:
 
     def sentences(self) -> list[str]:
         """The explanation, first the verdict, for the task log and the tab."""
+        if not self.needs:
+            return [self.verdict()]
         needs = ", ".join(
             f"{readable_amount(n.resource, n.amount)} {_label(n.resource)} "
             f"({readable_amount(n.resource, n.free)} of its {readable_amount(n.resource, n.nominal)} free)"
@@ -242,6 +249,18 @@ class WhyQueued:
         ]
         told.append(f"Borrowing: {self.borrowing()}")
         return told
+
+    def _no_needs(self) -> str:
+        """Said instead of the explanation when nothing it requests is under this ClusterQueue's quota."""
+        if not self.requested:
+            return (
+                "What it needs is not known yet: Kueue writes it (status.resourceRequests) when its scheduler "
+                "first tries this Workload."
+            )
+        return (
+            f"ClusterQueue {self.cluster_queue} has no quota for what it requests "
+            f"({', '.join(_label(r) for r in self.requested)}): waiting alone will not admit it."
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -347,6 +366,7 @@ def explain_queued(
         reclaim_policy=reclaim,
         needs=needs,
         holders=holders,
+        requested=tuple(sorted(requested, key=_order)),
     )
 
 
@@ -433,60 +453,3 @@ def _label(resource: str) -> str:
 
 def _order(resource: str) -> tuple[int, str]:
     return ({"cpu": 0, "memory": 1}.get(resource, 2) if "gpu" not in resource else -1, resource)
-
-
-def sentences_key(own: Mapping, cluster_queue: Mapping, cluster_queues: Iterable[Mapping]) -> tuple | None:
-    """What ``why_queued_sentences`` reads of a pending Workload and its queues: equal keys, same sentences
-    from the same holders, so a triggerer's queued tasks of one shape share one explanation per change of
-    the holders (``kueue_ray.hub``). Its priority, class and request; its creation time only where
-    ``LowerOrNewerEqualPriority`` reads it; not its name (the holders left out by name are admitted, and it
-    is not). None (nothing shared) for an admitted Workload, or a queue without ``resourceVersion``.
-
-        >>> cq = {"metadata": {"name": "cq", "resourceVersion": "7"}, "spec": {}}
-        >>> a = {"metadata": {"name": "a", "creationTimestamp": "2026-12-06T00:00:00Z"},
-        ...      "spec": {"priority": 100}, "status": {"resourceRequests": [{"resources": {"cpu": "1"}}]}}
-        >>> b = {**a, "metadata": {"name": "b", "creationTimestamp": "2026-12-06T00:01:00Z"}}
-        >>> sentences_key(a, cq, [cq]) == sentences_key(b, cq, [cq])
-        True
-        >>> newer = {**cq, "spec": {"preemption": {"withinClusterQueue": "LowerOrNewerEqualPriority"}}}
-        >>> sentences_key(a, newer, [newer]) == sentences_key(b, newer, [newer])
-        False
-    """
-    if (own.get("status") or {}).get("admission"):
-        return None
-    versions = tuple(
-        ((q.get("metadata") or {}).get("name"), (q.get("metadata") or {}).get("resourceVersion"))
-        for q in (cluster_queue, *cluster_queues)
-    )
-    if any(version is None for _, version in versions):
-        return None
-    spec = own.get("spec") or {}
-    within = ((cluster_queue.get("spec") or {}).get("preemption") or {}).get("withinClusterQueue")
-    newer = within == "LowerOrNewerEqualPriority"
-    created = (own.get("metadata") or {}).get("creationTimestamp") if newer else None
-    priority_class = (spec.get("priorityClassRef") or {}).get("name")
-    return versions, spec.get("priority"), priority_class, created, tuple(sorted(requests_of(own).items()))
-
-
-def why_queued_sentences(
-    cluster_queue: Mapping | None,
-    own: Mapping | None,
-    holdings: Iterable[Holding],
-    cluster_queues: Iterable[Mapping],
-    rayjob_by_uid: Callable[[str], dict | None],
-) -> list[str]:
-    """The task log's "why still queued" for Workload ``own`` (empty when it or its ClusterQueue could not
-    be read, or it is admitted). A holder's submitter is named from its RayJob's annotations when
-    ``rayjob_by_uid`` (the watch hub's cache) has it, as the log names a preemptor."""
-    if not cluster_queue or own is None or (own.get("status") or {}).get("admission"):
-        return []
-
-    def describe(holder: Mapping) -> str | None:
-        uid = ((holder.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
-        rayjob = rayjob_by_uid(uid) if uid else None
-        identity = AirflowIdentity.from_annotations(((rayjob or {}).get("metadata") or {}).get("annotations"))
-        return f"DAG {identity.dag_id}, run {identity.run_id}, task {identity.task_id}" if identity else None
-
-    return explain_queued(
-        own, cluster_queue, holdings=holdings, cluster_queues=cluster_queues, describe=describe
-    ).sentences()

@@ -233,7 +233,7 @@ class WorkerWait:
         """As the trigger (``kueue_ray.trigger_story.tell_why_queued``): who holds the quota, and whether
         waiting can admit it; read with the position."""
         from kueue_ray.holdings import holdings_of
-        from kueue_ray.why_queued import why_queued_sentences
+        from kueue_ray.why_queued_log import why_queued_sentences
 
         queue = self.target.queue_of(rayjob)
         if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:

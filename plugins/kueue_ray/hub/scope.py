@@ -238,7 +238,7 @@ class _Scope:
     """The cache keys of the Workloads a RayService or a RayCluster controls: what a RayService's wait
     reads (``ServiceSubscription.snapshot``) instead of decoding every Workload of the namespace."""
     explanations: dict[tuple, list[str]] = field(default_factory=dict)
-    """The "why still queued" sentences by ``why_queued.sentences_key``, emptied when a holding changes or
+    """The "why still queued" sentences by ``why_queued_log.sentences_key``, emptied when a holding changes or
     a RayJob is added or removed by uid (what they read besides the key): the queued tasks of one shape
     share one explanation per change of the holders (bench/README.md, run AC)."""
 

@@ -371,7 +371,7 @@ class Subscription:
 
     def why_queued(self, cluster_queue: Mapping | None, own: Mapping | None, queues: list) -> list[str]:
         """The "why still queued" sentences for pending Workload ``own``
-        (``why_queued.why_queued_sentences`` from this namespace's holdings), shared by every queued task
+        (``why_queued_log.why_queued_sentences`` from this namespace's holdings), shared by every queued task
         of the same shape and queues until a holder changes."""
         return self.hub.why_queued(self, cluster_queue, own, queues)
 

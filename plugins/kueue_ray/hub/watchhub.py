@@ -45,7 +45,7 @@ from kueue_ray.kube.refusals import ApiNotServed
 from kueue_ray.kube.shared_client import SharedApiClient, provider_connection
 from kueue_ray.kube.watch_target import RefusalMemory
 from kueue_ray.wait_policy import DEFAULT_RESYNC_SECONDS
-from kueue_ray.why_queued import sentences_key, why_queued_sentences
+from kueue_ray.why_queued_log import sentences_key, why_queued_sentences
 from kueue_ray.workload import SERVICE_OWNERS, controller_owner
 
 log = logging.getLogger(__name__)
@@ -429,7 +429,7 @@ class WatchHub:
     def why_queued(
         self, subscription: Subscription, cluster_queue: Mapping | None, own: Mapping | None, queues: list
     ) -> list[str]:
-        """``why_queued.why_queued_sentences`` for ``own`` from the scope's holdings, computed once per
+        """``why_queued_log.why_queued_sentences`` for ``own`` from the scope's holdings, computed once per
         ``sentences_key`` while the holders stay as they are (``_reindex`` empties ``_Scope.explanations``
         when they change)."""
         scope = self._scopes.get(subscription.scope)

@@ -4,6 +4,7 @@ helps, and whether waiting can ever admit it (the Aurora case: 8 GPUs next to th
 import doctest
 
 from kueue_ray import why_queued as module
+from kueue_ray import why_queued_log
 from kueue_ray.holdings import holdings_of, requests_of
 from kueue_ray.why_queued import explain_queued
 
@@ -85,6 +86,7 @@ def explain(workload, *others, queues=(A, B), describe=lambda _w: None):
 
 def test_the_module_examples_hold():
     assert doctest.testmod(module).failed == 0
+    assert doctest.testmod(why_queued_log).failed == 0
 
 
 def test_aurora_two_gpu_workers_next_to_its_own_service_will_not_be_admitted_by_waiting():
@@ -149,6 +151,22 @@ def test_a_workload_kueue_has_not_tried_yet_is_explained_from_its_pod_sets_as_th
         "It needs 8 nvidia.com/gpu (3 of its 4 free) in ClusterQueue team-a-cq, at priority dev-priority 100."
     )
     assert why.stuck
+
+
+def test_unknown_or_uncovered_requests_are_said_not_explained_as_needing_nothing():
+    untried = pending("8")
+    del untried["status"]
+    why = explain(untried, SERVE)
+    assert why.sentences() == [
+        "What it needs is not known yet: Kueue writes it (status.resourceRequests) when its scheduler first "
+        "tries this Workload."
+    ]
+    tpu = pending("8")
+    tpu["status"]["resourceRequests"] = [{"name": "worker", "resources": {"google.com/tpu": "4"}}]
+    assert explain(tpu, SERVE).to_dict()["sentences"] == [
+        "ClusterQueue team-a-cq has no quota for what it requests (google.com/tpu): waiting alone will not "
+        "admit it."
+    ]
 
 
 def test_a_holder_that_ends_by_itself_is_waited_for_not_a_blocker():
