@@ -31,12 +31,14 @@ airflow: venv
 
 # The tests without an Airflow of their own (each xdist worker starts its own kubesim) at -n 6: they mostly
 # wait on simulated time and sleeps (1.2 of two cores busy at -n 6; 4 min 20 s against 6 min 54 s at -n 2,
-# 2026-12-06). The browser and e2e tests in four xdist groups, a worker each (tests/conftest.py): the
-# browser tests, test_00's `make run` starts, and the e2e modules on two shared Airflows. The walkthrough
-# on the real stack (tests/e2e/test_20_real_walkthrough.py) runs in test-real instead, after the
+# 2026-12-06), with work stealing: its tail is a few 20-60 s tests that `--dist load` had queued behind
+# others (3 min 20-30 s against 3 min 48-51 s alone, two runs each, 2026-12-06 afternoon; the
+# integration tests first instead took 6 min 18 s). The browser and e2e tests in four xdist groups, a
+# worker each (tests/conftest.py): the browser tests, test_00's `make run` starts, and the e2e modules on
+# two shared Airflows. The walkthrough on the real stack (tests/e2e/test_20_real_walkthrough.py) runs in test-real instead, after the
 # integration subset: one real control plane at a time.
 REAL_WALKTHROUGH := tests/e2e/test_20_real_walkthrough.py
-UNIT_PYTEST := $(BIN)/python -m pytest -n 6 tests/unit tests/integration
+UNIT_PYTEST := $(BIN)/python -m pytest -n 6 --dist worksteal tests/unit tests/integration
 # The e2e tests start `make run` and README commands as a user would, not as sub-makes of this one: with
 # its flags (-j -Otarget) `make run` printed nothing until it ended.
 E2E_PYTEST := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL $(BIN)/python -m pytest -n 4 --dist loadgroup tests/browser tests/e2e --ignore=$(REAL_WALKTHROUGH)
