@@ -35,8 +35,8 @@ airflow: venv
 # others (3 min 20-30 s against 3 min 48-51 s alone, two runs each, 2026-12-06 afternoon; the
 # integration tests first instead took 6 min 18 s). The browser and e2e tests in four xdist groups, a
 # worker each (tests/conftest.py): the browser tests, test_00's `make run` starts, and the e2e modules on
-# two shared Airflows. The walkthrough on the real stack (tests/e2e/test_20_real_walkthrough.py) runs in test-real instead, after the
-# integration subset: one real control plane at a time.
+# two shared Airflows. The walkthrough on the real stack (tests/e2e/test_20_real_walkthrough.py) runs in
+# test-real instead, after the integration subset: one real control plane at a time.
 REAL_WALKTHROUGH := tests/e2e/test_20_real_walkthrough.py
 UNIT_PYTEST := $(BIN)/python -m pytest -n 6 --dist worksteal tests/unit tests/integration
 # The e2e tests start `make run` and README commands as a user would, not as sub-makes of this one: with
