@@ -106,7 +106,7 @@ async def main(spec_path: str, log_path: str) -> None:
         elif command == "quit":
             break
     stopping.set()
-    await asyncio.gather(*tasks)
+    await asyncio.gather(*tasks, return_exceptions=True)  # a failed poll ends its job, not the tally
     emit({"final": usage(), "polls": tally.polls})
 
 
