@@ -56,6 +56,7 @@ CRDS_DIR = ROOT / "kubesim" / "crds"
 READY_TIMEOUT_S = 240.0
 """Per component (API server, CRDs, Kueue's webhooks). The stack starts in about 20 s on an idle machine;
 Kueue's webhooks once took over 120 s to answer on the 2 shared cores at a load average near 9."""
+
 PORTS = {
     "etcd": 2379,
     "etcd-peer": 2380,
@@ -69,6 +70,7 @@ PORTS = {
 picked: a port found free on the machine's loopback says nothing of the namespace's, where the
 components' own connections to each other take ephemeral ports (32768-60999) and once took the KubeRay
 operator's health port between its pick and its bind. Below that range nothing else binds them."""
+
 
 UNSHARE_NEEDED = {
     "--mount": "Kueue's manager reads its metrics certificate from /etc/kueue/metrics/certs and the harness "
