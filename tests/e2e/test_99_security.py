@@ -75,11 +75,12 @@ def exercised(records: list[dict]) -> set[tuple[str, str, str]]:
     return rights
 
 
-def handed_over(request, tmp_path_factory) -> tuple[list[dict], dict[str, Any] | None]:
+@pytest.fixture(scope="module")
+def handovers(request, tmp_path_factory) -> tuple[list[dict], dict[str, Any] | None]:
     """What the sessions of other xdist workers in this run hand over when they end: the browser tests'
     request log (``[]`` when they are not in the run) and the second shared Airflow's hand-over (``None``
     when its modules are not in the run or ran in this session). `make test` runs them beside this module,
-    a worker per group: wait until each has ended and written its part."""
+    a worker per group: wait until each has ended and written its part (once, for both tests)."""
     items = request.session.items
     run_dir = run_directory(tmp_path_factory)
     expected = {}
@@ -103,12 +104,6 @@ def handed_over(request, tmp_path_factory) -> tuple[list[dict], dict[str, Any] |
     )
     read = {name: json.loads(path.read_text()) for name, path in expected.items()}
     return read.get("browser", []), read.get("second")
-
-
-@pytest.fixture(scope="module")
-def handovers(request, tmp_path_factory) -> tuple[list[dict], dict[str, Any] | None]:
-    """``handed_over``, waited for and read once for both tests."""
-    return handed_over(request, tmp_path_factory)
 
 
 @pytest.mark.timeout(1200)  # may wait for the sessions running beside this module
