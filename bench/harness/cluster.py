@@ -5,6 +5,7 @@ raises the quota. Also kubesim's fault rules and a raw watch of the RayJobs' ter
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -59,15 +60,49 @@ def rayjob_body(
     }
 
 
+DEPLOYMENT = "bench"
+"""The Airflow deployment the benchmark's RayJobs say they belong to."""
+
+
+def stamped(name: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The labels and annotations the plugin's operator stamps on the RayJob of one task try
+    (``kueue_ray.naming.AirflowIdentity``; ``tests/unit/bench`` checks they match), for a task ``wait`` of
+    DAG ``bench`` in a run of its own per RayJob (a backfill's shape): what a waiting triggerer caches of
+    each."""
+    run_id = f"backfill__2026-01-01T00:00:00+00:00-{name}"
+    labels = {
+        **MANAGED,
+        "airflow.apache.org/dag-id": "bench",
+        "airflow.apache.org/task-id": "wait",
+        "kueue-ray.airflow.apache.org/deployment": DEPLOYMENT,
+        "kueue-ray.airflow.apache.org/task-instance": hashlib.sha256(
+            json.dumps([DEPLOYMENT, "bench", run_id, "wait", -1]).encode()
+        ).hexdigest()[:10],
+    }
+    annotations = {
+        "airflow.apache.org/dag-id": "bench",
+        "airflow.apache.org/run-id": run_id,
+        "airflow.apache.org/task-id": "wait",
+        "airflow.apache.org/map-index": "-1",
+        "airflow.apache.org/try-number": "1",
+        "kueue-ray.airflow.apache.org/deployment": DEPLOYMENT,
+    }
+    return labels, annotations
+
+
 def rayjob(name: str, *, managed: bool, duration: str) -> dict:
     """A 1-CPU RayJob in the benchmark's queue that runs ``duration`` seconds (``inf``: forever);
-    ``managed`` ones carry the plugin's labels, so the triggers' hub sees them."""
-    return rayjob_body(
+    ``managed`` ones carry what the plugin's operator stamps (``stamped``), so the triggers' hub sees them
+    and caches what it would of a real one."""
+    labels, annotations = stamped(name) if managed else ({"kueue.x-k8s.io/queue-name": QUEUE}, {})
+    body = rayjob_body(
         name,
-        labels=dict(MANAGED) if managed else {"kueue.x-k8s.io/queue-name": QUEUE},
+        labels=labels,
         requests={"cpu": "1", "memory": "1Gi"},
         entrypoint=f"sleep {'infinity' if duration == 'inf' else duration}",
     )
+    body["metadata"]["annotations"].update(annotations)
+    return body
 
 
 def cluster_queue_quota(cpu: int) -> dict:
