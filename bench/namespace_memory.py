@@ -64,6 +64,8 @@ async def measure(
                         "round": round_,
                         "rss_mib_after_imports": (startup.reply.get("imported") or {}).get("rss_mib"),
                         "rss_mib_after_startup": startup.usage["usage"]["rss_mib"],
+                        "peak_rss_mib": startup.usage["usage"]["peak_rss_mib"],
+                        "rss_mib_after_trim": (startup.usage.get("after_trim") or {}).get("rss_mib"),
                     }
                     rows.append(row)
                     print(json.dumps(row), flush=True)

@@ -188,6 +188,20 @@ def make_triggers(spec: dict) -> list:
     return [RayJobTrigger(name=job["name"], uid=job["uid"], **common) for job in spec["jobs"]]
 
 
+MALLOC_TRIM_ENV = "BENCH_MALLOC_TRIM"
+"""Set (to anything) to answer each ``usage`` command also with the usage after glibc's ``malloc_trim(0)``
+(``after_trim``): how much of the RSS is freed memory the allocator kept rather than live objects. The
+trim changes the process, so a figure read after one is not the benchmark's."""
+
+
+def trimmed_usage() -> dict:
+    """The usage after returning the allocator's free pages to the system (glibc only)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return usage()
+
+
 RSS_TRACE_ENV = "BENCH_RSS_TRACE"
 """Set (to anything) to sample the RSS every 50 ms after the imports into ``LOG.rss`` (seconds since the
 imports, MiB): when the peak happens. A thread of the worker's, so only for finding out, not for figures."""
@@ -237,7 +251,10 @@ async def main(spec_path: str, log_path: str) -> None:
     while True:
         command = await commands.get()
         if command == "usage":
-            emit({"usage": usage(), "fired_total": len(fired)})
+            reply = {"usage": usage(), "fired_total": len(fired)}
+            if os.environ.get(MALLOC_TRIM_ENV):
+                reply["after_trim"] = trimmed_usage()
+            emit(reply)
             if tracemalloc.is_tracing():
                 write_allocations(Path(f"{log_path}.allocations-{len(fired)}-fired.txt"))
         elif command == "quit":
