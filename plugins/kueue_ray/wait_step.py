@@ -22,12 +22,12 @@ Example, the steps of a RayJob preempted while running (``tests/unit/kueue_ray/t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
+from kueue_ray.kube.packed import Packer
 from kueue_ray.narration import Story
 from kueue_ray.verdicts import Verdict
 
@@ -89,26 +89,28 @@ class Read:
     fresh: bool = False
 
 
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False).encode
+_HELD = Packer()
+"""Packs every wait's last read in this process: the reads of one triggerer are alike."""
 
 
 @dataclass(frozen=True)
 class Held:
-    """A read a step acted on, kept as compact JSON until the next step reads it back (``read``).
+    """A read a step acted on, kept packed (``kueue_ray.kube.packed.Packer``) until the next step reads it
+    back (``read``).
 
     A wait holds its last read for as long as it waits, which may be days: decoded, a RayJob with the
-    operator's labels and its Workload take ~5.4 KiB, as JSON ~1.6 KiB, and a triggerer holds one per
-    waiting task (10,000; bench/README.md, run AF)."""
+    operator's labels and its Workload take ~5.4 KiB, packed a few hundred bytes, and a triggerer holds
+    one per waiting task (10,000; bench/README.md, run AF)."""
 
     packed: bytes
 
     @classmethod
     def of(cls, read: Read) -> Held:
-        return cls(_compact([read.obj, read.related]).encode())
+        return cls(_HELD.pack([read.obj, read.related]))
 
     def read(self) -> Read:
         """The read as it was acted on, a new copy; not fresh any more."""
-        obj, related = json.loads(self.packed)
+        obj, related = _HELD.unpack(self.packed)
         return Read(obj, related)
 
 
