@@ -265,7 +265,9 @@ def test_the_rayjob_and_workload_caches_pack_every_object():
     assert hub.cached(subscription, RAYJOB) is not hub.cached(subscription, RAYJOB), "packed while waited on"
     scope.remove(waiting)
 
-    loop.apply_list([rayjob("serve", "uid-9", 2)])
+    loop.begin_list()
+    loop.apply_page([rayjob("serve", "uid-9", 2)])
+    loop.end_list()
     assert hub.cached(subscription, RAYJOB) is None, "left out of a relist: deleted"
     assert list(loop.objects) == ["serve"]
 
