@@ -9,7 +9,7 @@ checkouts side by side:
    (``bench.harness.cluster.setup_jobs``).
 2. For each ``own`` and each checkout, twice in turn: one ``bench.trigger_worker`` waiting on the first
    ``own`` RayJobs, started until its two watch streams are open and kubesim was quiet for 3 s; its RSS
-   after the imports and after startup, then it stops.
+   after the imports and after startup, and its peak, then it stops.
 
 ``own`` = 100 is what the namespace costs; ``own`` = ``total`` / 3 is one of run AC's three triggerers at
 startup. Run it with ``python -m bench.namespace_memory --total 30000 --own 100 10000 --plugins
@@ -82,17 +82,18 @@ def run(total: int, owns: list[int], plugins: dict[str, Path], *, log_dir: Path 
 
 
 def render(result: dict) -> list[str]:
-    """One table row per (own, checkout): RSS after imports and after startup, each round."""
+    """One table row per (own, checkout): RSS after imports, after startup and its peak, each round."""
     lines = [
         f"| waits of this triggerer (namespace: {result['total']} RayJobs + Workloads) | plugins | RSS MiB "
-        "after imports, each round | RSS MiB after startup, each round |",
-        "|---|---|---|---|",
+        "after imports, each round | RSS MiB after startup, each round | peak RSS MiB, each round |",
+        "|---|---|---|---|---|",
     ]
     for own, label in dict.fromkeys((row["own"], row["plugins"]) for row in result["rows"]):
         rounds = [row for row in result["rows"] if (row["own"], row["plugins"]) == (own, label)]
         imports = " / ".join(str(row["rss_mib_after_imports"]) for row in rounds)
         startup = " / ".join(str(row["rss_mib_after_startup"]) for row in rounds)
-        lines.append(f"| {own} | {label} | {imports} | {startup} |")
+        peak = " / ".join(str(row.get("peak_rss_mib")) for row in rounds)
+        lines.append(f"| {own} | {label} | {imports} | {startup} | {peak} |")
     return lines
 
 
