@@ -17,12 +17,15 @@ Apart from the watch loop because the UI's caches keep plain dicts (they read ev
 from __future__ import annotations
 
 import json
+import threading
 import zlib
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 _RAW = -15
 """zlib's window bits for raw deflate: no header or checksum (6 bytes a value)."""
+_CHOOSING = threading.Lock()
+"""Held while a ``Packer`` takes its first value as its dictionary."""
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False).encode
 
 
@@ -43,9 +46,13 @@ class Packer:
 
     def pack(self, value: Any) -> bytes:
         text = _compact(value).encode()
-        if self._dictionary is None:
-            self._dictionary = text
-        deflate = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, _RAW, zdict=self._dictionary)
+        dictionary = self._dictionary
+        if dictionary is None:
+            with _CHOOSING:  # two threads packing their first values must deflate against the same one
+                if self._dictionary is None:
+                    self._dictionary = text
+                dictionary = self._dictionary
+        deflate = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, _RAW, zdict=dictionary)
         return deflate.compress(text) + deflate.flush()
 
     def unpack(self, packed: bytes) -> Any:

@@ -62,3 +62,16 @@ def test_a_read_is_a_copy_and_a_replaced_or_deleted_object_reads_as_such():
     assert packed["a"] == running and packed["b"] == submitted(2)
     del packed["a"]
     assert "a" not in packed and len(packed) == 1 and packed.get("a") is None
+
+
+def test_threads_packing_their_first_values_at_once_read_each_back():
+    """A process's waits may step in several threads (a worker's waits): the one dictionary is chosen once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kueue_ray.kube.packed import Packer
+
+    for _ in range(20):
+        packer = Packer()
+        with ThreadPoolExecutor(8) as pool:
+            packed = list(pool.map(packer.pack, [submitted(i) for i in range(8)]))
+        assert [packer.unpack(p) for p in packed] == [submitted(i) for i in range(8)]
