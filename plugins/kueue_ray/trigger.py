@@ -70,7 +70,7 @@ from kueue_ray.results import LOG_TAIL_HEADER, TriggerEnding, push_xcoms, summar
 from kueue_ray.status import Observation
 from kueue_ray.timeline import Timeline
 from kueue_ray.trigger_base import WaitTrigger
-from kueue_ray.trigger_story import priority_news, tell_pods, tell_why_queued
+from kueue_ray.trigger_story import tell_pods, tell_priority, tell_why_queued
 from kueue_ray.verdicts import Verdict, VerdictStatus
 from kueue_ray.wait_step import Read, Step, WaitState, newest, wait_step
 from kueue_ray.waiting import WaitTarget, access_verdict
@@ -281,18 +281,10 @@ class RayJobTrigger(WaitTrigger):
             rayjob, workload, observation = read.obj, read.related, step.observation
             progress.metrics.recorded(state.timeline, observation.cluster_queue)
             subscription.stage = QUEUED if observation.phase in WAITING_PHASES else ADMITTED
-            queue = self.target.queue_of(rayjob)
-            priority_line = priority_news(self, state.story, rayjob, workload)
-            state.timeline.record_priority(workload, changed_by(rayjob), now)
-            # The tells await reads that every task a triggerer starts with waits on at once (its position,
-            # its queue's state): the step's objects are not held decoded meanwhile (``WaitState.acted_on``
-            # keeps them packed), or a start with 10,000 tasks holds 10,000 copies (bench/README.md, run AF).
-            del read, rayjob, workload
-            step = step.without_read()
-            await self._tell(step, queue, state.story, subscription)
+            await self._tell(step, state.story, subscription)
             await tell_pods(self, state.story, observation, subscription)
-            if priority_line:
-                self.log.info(priority_line)
+            tell_priority(self, state.story, rayjob, workload)
+            state.timeline.record_priority(workload, changed_by(rayjob), now)
             if not observation.terminal:
                 self._driver_log.observe(observation.worker_cluster)
             if step.confirm:
@@ -328,7 +320,7 @@ class RayJobTrigger(WaitTrigger):
                 waits.append(pods_check)
             # While it waits, the wait holds its read only as the step kept it (``WaitState.acted_on``,
             # packed), not decoded: a triggerer holds 10,000 waits for hours.
-            del observation, step
+            del read, rayjob, workload, observation, step
             # Nothing to time out on: the hub's watch, and its relist as the safety net, bring every change.
             update = await subscription.next_update(max(0.0, min(waits)) if waits else None)
             read = state.last_read()  # acted on: not fresh any more
@@ -438,11 +430,10 @@ class RayJobTrigger(WaitTrigger):
             )
             return None
 
-    async def _tell(self, step: Step, queue: str | None, story: Story, subscription: Any) -> None:
+    async def _tell(self, step: Step, story: Story, subscription: Any) -> None:
         """Write to the task log what is new (``kueue_ray.narration``): a transition, with the queue position
-        and the preemptor named; or, while it waits, a position that moved since the last line. ``queue``:
-        the RayJob's LocalQueue."""
-        observation = step.observation
+        and the preemptor named; or, while it waits, a position that moved since the last line."""
+        observation, rayjob = step.observation, step.read.obj
         now = time.monotonic()
         version = subscription.workloads_version()
         if step.news:
@@ -450,19 +441,18 @@ class RayJobTrigger(WaitTrigger):
             uid = step.preemptor_uid
             self.log.info(step.transition_line(position, subscription.rayjob_by_uid(uid) if uid else None))
             story.told_position(position, now, version)
-            await tell_why_queued(self, story, queue, observation, subscription, force=True)
+            await tell_why_queued(self, story, rayjob, observation, subscription, force=True)
             return
         check = story.position_check_in(observation, now)
         # A position only moves when a Workload of the queue changes: with none since the last read, the
         # check costs no request, so waiting in a quiet queue stays free.
         if check is not None and check <= 0 and not story.position_current(version, now):
-            position = await self._position(
-                queue if observation.workload_name else None, observation, subscription
-            )
+            queue = self.target.queue_of(rayjob) if observation.workload_name else None
+            position = await self._position(queue, observation, subscription)
             line = story.position_line(self.namespace, self.name, observation.phase, position, now, version)
             if line:
                 self.log.info(line)
-            await tell_why_queued(self, story, queue, observation, subscription)
+            await tell_why_queued(self, story, rayjob, observation, subscription)
 
     async def kill(self) -> None:
         """The task let go of the RayJob (``WaitTrigger.on_kill``): delete it if this try owns it (operator)

@@ -144,17 +144,15 @@ async def queue_state(
 
 
 async def tell_why_queued(
-    trigger: Any,
-    story: Story,
-    queue: str | None,
-    observation: Observation,
-    subscription: Any,
-    force: bool = False,
+    trigger: Any, story: Story, rayjob: dict, observation: Observation, subscription: Any, force: bool = False
 ) -> None:
     """While it waits for quota: who holds it, whether this priority may take it, whether borrowing
     helps, and whether waiting can admit it at all (``kueue_ray.why_queued``). Read with the position:
     after a transition line, and when a Workload of the namespace changed since the last check."""
-    if observation.phase not in POSITION_PHASES or not observation.workload_name or not queue:
+    if observation.phase not in POSITION_PHASES or not observation.workload_name:
+        return
+    queue = trigger.target.queue_of(rayjob)
+    if not queue:
         return
     state = await queue_state(trigger, queue, subscription)
     if state is None:  # not read now: the explanation waits for the next check
@@ -172,10 +170,11 @@ async def tell_why_queued(
         trigger.log.info(line)
 
 
-def priority_news(trigger: Any, story: Story, rayjob: dict, workload: dict | None) -> str | None:
-    """The line telling a priority change of the Workload (the RayJob relabelled, e.g. from the Kueue
-    tab), once; None while it stays."""
+def tell_priority(trigger: Any, story: Story, rayjob: dict, workload: dict | None) -> None:
+    """A priority change of the Workload (the RayJob relabelled, e.g. from the Kueue tab), once."""
     annotations = (rayjob.get("metadata") or {}).get("annotations") or {}
-    return story.priority_line(
+    line = story.priority_line(
         trigger.namespace, trigger.name, workload, annotations.get(CHANGED_BY_ANNOTATION)
     )
+    if line:
+        trigger.log.info(line)

@@ -173,11 +173,6 @@ class Step:
     def transition_line(self, position: str | None, preemptor: dict | None = None) -> str:
         return self.kind.describe(self.observation, position, preemptor)
 
-    def without_read(self) -> Step:
-        """This step without the objects it read, for a driver that awaits before it is done with it: what
-        the step acted on stays in ``WaitState.acted_on``, packed."""
-        return replace(self, read=None)
-
     def ending(self, verdict: Verdict) -> Step:
         """This step ending with ``verdict`` instead (e.g. a queue timeout's message with the quota's
         holders the driver read)."""
