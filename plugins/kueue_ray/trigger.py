@@ -307,6 +307,7 @@ class RayJobTrigger(WaitTrigger):
                 ):
                     return await self._end_here(verdict, observation, state.timeline, subscription)
                 return self.fire(with_worker_tail(step.payload, self._driver_log.text()))
+            read = Read(read.obj, read.related)  # acted on: not fresh any more
             waits = []
             if next_reread is not None:
                 waits.append(next_reread - time.monotonic())
@@ -318,12 +319,8 @@ class RayJobTrigger(WaitTrigger):
             pods_check = state.story.pods_check_in(observation, time.monotonic())
             if pods_check is not None:
                 waits.append(pods_check)
-            # While it waits, the wait holds its read only as the step kept it (``WaitState.acted_on``,
-            # packed), not decoded: a triggerer holds 10,000 waits for hours.
-            del read, rayjob, workload, observation, step
             # Nothing to time out on: the hub's watch, and its relist as the safety net, bring every change.
             update = await subscription.next_update(max(0.0, min(waits)) if waits else None)
-            read = state.last_read()  # acted on: not fresh any more
             if update is None:
                 if next_reread is not None and time.monotonic() >= next_reread:
                     read = Read(*await subscription.current(reread_rayjob=True))
@@ -333,7 +330,6 @@ class RayJobTrigger(WaitTrigger):
                 self.log.warning(update.message)
                 continue
             read = await _apply(update, read, subscription)
-            del update
 
     async def _with_quota_holders(
         self, verdict: Verdict, observation: Observation, subscription: Any

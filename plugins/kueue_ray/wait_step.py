@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from kueue_ray.kube.packed import Packer
 from kueue_ray.narration import Story
 from kueue_ray.verdicts import Verdict
 
@@ -89,31 +88,6 @@ class Read:
     fresh: bool = False
 
 
-_HELD = Packer()
-"""Packs every wait's last read in this process: the reads of one triggerer are alike."""
-
-
-@dataclass(frozen=True)
-class Held:
-    """A read a step acted on, kept packed (``kueue_ray.kube.packed.Packer``) until the next step reads it
-    back (``read``).
-
-    A wait holds its last read for as long as it waits, which may be days: decoded, a RayJob with the
-    operator's labels and its Workload take ~5.4 KiB, packed a few hundred bytes, and a triggerer holds
-    one per waiting task (10,000; bench/README.md, run AF)."""
-
-    packed: bytes
-
-    @classmethod
-    def of(cls, read: Read) -> Held:
-        return cls(_HELD.pack([read.obj, read.related]))
-
-    def read(self) -> Read:
-        """The read as it was acted on, a new copy; not fresh any more."""
-        obj, related = _HELD.unpack(self.packed)
-        return Read(obj, related)
-
-
 @dataclass
 class WaitState:
     """What a wait carries from one step to the next; it survives a wait resumed after an error."""
@@ -121,13 +95,8 @@ class WaitState:
     timeline: Any
     watchdog: Judge
     story: Story = field(default_factory=Story)
-    acted_on: Held | None = None
+    acted_on: Read | None = None
     """The last read a step acted on (freshness is judged against it)."""
-
-    def last_read(self) -> Read:
-        """What the last step acted on, to step on again (a clock's deadline) or to combine with a change
-        of one of its objects; nothing read yet: an empty read."""
-        return self.acted_on.read() if self.acted_on is not None else Read(None)
 
     @classmethod
     def start(cls, kind: WaitKind, policy: Any, timeline: Any, story: Story | None = None) -> WaitState:
@@ -219,8 +188,8 @@ def _newer_related(candidate: Any, current: Any) -> Any:
 def wait_step(kind: WaitKind, state: WaitState, read: Read, now: datetime, offset_s: float = 0.0) -> Step:
     """One step of a wait on ``read`` at ``now`` (on the API server's clock, ``offset_s`` ahead of this
     process's): observe, record in ``state.timeline``, decide what to tell, judge by ``state.watchdog``."""
-    read = newest(read, state.acted_on.read() if state.acted_on is not None else None)
-    state.acted_on = Held.of(read)
+    read = newest(read, state.acted_on)
+    state.acted_on = read
     if kind.gone(read.obj, read.related):
         return Step(kind, state.timeline, read=read, verdict=kind.deleted)
     assert read.obj is not None  # gone() says so when it is not

@@ -255,15 +255,29 @@ class _Scope:
         by_name = self.services if isinstance(subscription, ServiceSubscription) else self.by_name
         return ((by_name, subscription.name), (self.by_uid, subscription.uid))
 
+    def _cached_keys(self, subscription: Subscription) -> tuple[tuple[str, dict, str], ...]:
+        """(loop kind, index, key) of what a RayJob wait reads on every step: its RayJob and its Workload."""
+        if isinstance(subscription, ServiceSubscription):
+            return ()
+        return ((RAYJOB, self.by_name, subscription.name), (WORKLOAD, self.by_uid, subscription.uid))
+
     def add(self, subscription: Subscription) -> None:
         for index, key in self._indexes(subscription):
             index.setdefault(key, []).append(subscription)
+        for kind, _, key in self._cached_keys(subscription):
+            objects = self.loops[kind].objects if kind in self.loops else None
+            if isinstance(objects, PackedObjects):
+                objects.keep_decoded(key)
 
     def remove(self, subscription: Subscription) -> None:
         for index, key in self._indexes(subscription):
             index[key].remove(subscription)
             if not index[key]:
                 del index[key]
+        for kind, index, key in self._cached_keys(subscription):
+            objects = self.loops[kind].objects if kind in self.loops else None
+            if isinstance(objects, PackedObjects) and key not in index:
+                objects.pack(key)
 
     def empty(self) -> bool:
         return not self.by_name and not self.services

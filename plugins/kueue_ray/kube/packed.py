@@ -7,9 +7,11 @@ deflated against the first object of their watch; a triggerer caches every RayJo
 namespace and deployment, not only those its own tasks wait on (a task deferred later, or moved to it
 when another triggerer stops, must find its objects without a read of its own; ``kueue_ray.hub``). With
 three triggerers sharing 30,000 waits, each held 30,000 of each, 541-566 MiB (bench/README.md, run AC).
-Packed, an object costs its bytes, and is decoded when read; the waits, too, hold what they acted on
-packed between steps (``kueue_ray.wait_step.Held``), so nothing of a namespace stays decoded while it
-waits.
+Packed, an object costs its bytes, and is decoded when read; the objects this process's own tasks wait
+on stay decoded, since each wait holds its RayJob and Workload anyway (a decoded copy per read would double
+them). Packing those too, with each wait keeping its last read packed, took less memory but ~50 µs more
+CPU per step of every wait, and three triggerers of 10,000 waits each no longer settled after admission
+waves (bench/README.md, run AF): not kept.
 
 Apart from the watch loop because the UI's caches keep plain dicts (they read every object on each page).
 """
@@ -60,22 +62,40 @@ class Packer:
 
 
 class PackedObjects(MutableMapping[str, dict]):
-    """A ``dict`` of objects by key that stores each one packed (``Packer``).
+    """A ``dict`` of objects by key that stores each one packed (``Packer``), but those ``keep_decoded``
+    names (what this process's tasks wait on: read on every step of their waits, and held by them anyway).
 
-    Each read unpacks a new copy: a reader may change it without changing the cache. Keys and their order
-    are a ``dict``'s; values must be JSON (what the API server sent)."""
+    A packed object is unpacked on each read into a new copy: a reader may change it without changing the
+    cache. A decoded one is the same ``dict`` on every read, as in a plain ``dict`` cache. Keys and their
+    order are a ``dict``'s; values must be JSON (what the API server sent)."""
 
-    __slots__ = ("_objects", "_packer")
+    __slots__ = ("_objects", "_decoded", "_packer")
 
     def __init__(self) -> None:
-        self._objects: dict[str, bytes] = {}
+        self._objects: dict[str, bytes | dict] = {}
+        self._decoded: set[str] = set()
         self._packer = Packer()
 
+    def keep_decoded(self, key: str) -> None:
+        """Keep ``key``'s object (now and later versions) decoded until ``pack``."""
+        self._decoded.add(key)
+        packed = self._objects.get(key)
+        if isinstance(packed, bytes):
+            self._objects[key] = self._packer.unpack(packed)
+
+    def pack(self, key: str) -> None:
+        """Pack ``key``'s object again (nobody here waits on it any more)."""
+        self._decoded.discard(key)
+        obj = self._objects.get(key)
+        if isinstance(obj, dict):
+            self._objects[key] = self._packer.pack(obj)
+
     def __getitem__(self, key: str) -> dict:
-        return self._packer.unpack(self._objects[key])
+        obj = self._objects[key]
+        return self._packer.unpack(obj) if isinstance(obj, bytes) else obj
 
     def __setitem__(self, key: str, obj: dict) -> None:
-        self._objects[key] = self._packer.pack(obj)
+        self._objects[key] = obj if key in self._decoded else self._packer.pack(obj)
 
     def __delitem__(self, key: str) -> None:
         del self._objects[key]

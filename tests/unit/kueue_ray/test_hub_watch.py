@@ -230,11 +230,12 @@ def test_queued_tasks_of_one_shape_share_an_explanation_until_a_holder_changes()
     assert hub.why_queued(subscription, cq, admitted, [cq]) == [], "admitted: nothing to explain"
 
 
-def test_the_rayjob_and_workload_caches_pack_every_object():
-    """A triggerer caches every RayJob and Workload of its namespace and deployment as compact JSON (a
-    third of their size as dicts), those its own tasks wait on too (a wait holds what it acted on packed,
-    ``wait_step.Held``): a wait reads the trimmed object it always did, a reader that changes its copy
-    changes nothing in the cache, and a relist that leaves an object out still finds it deleted."""
+def test_the_rayjob_and_workload_caches_pack_what_no_task_here_waits_on():
+    """A triggerer caches every RayJob and Workload of its namespace and deployment, and packs those none
+    of its own tasks waits on as compact JSON (a fifth of their size as dicts): a wait reads the trimmed
+    object it always did, a reader that changes a packed object's copy changes nothing in the cache, a
+    relist that leaves an object out still finds it deleted, and what a task here waits on stays decoded
+    (one dict, which the wait holds anyway) until it stops waiting."""
     from kueue_ray.hub.resources import RAYJOB, RAYJOBS, RAYSERVICES
     from kueue_ray.hub.scope import _Scope
     from kueue_ray.hub.subscriptions import Subscription
@@ -261,9 +262,11 @@ def test_the_rayjob_and_workload_caches_pack_every_object():
 
     waiting = Subscription(hub, *scope.key[:2], "train", "uid-1", 60.0, "", None)
     scope.add(waiting)
-    assert hub.cached(subscription, RAYJOB) == essential_rayjob(sent)
-    assert hub.cached(subscription, RAYJOB) is not hub.cached(subscription, RAYJOB), "packed while waited on"
+    assert hub.cached(subscription, RAYJOB) is hub.cached(subscription, RAYJOB), "decoded while waited on"
+    assert isinstance(loop.objects._objects["train"], dict)
     scope.remove(waiting)
+    assert isinstance(loop.objects._objects["train"], bytes), "packed again"
+    assert hub.cached(subscription, RAYJOB) == essential_rayjob(sent)
 
     loop.begin_list()
     loop.apply_page([rayjob("serve", "uid-9", 2)])

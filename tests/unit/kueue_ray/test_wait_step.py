@@ -137,22 +137,8 @@ def test_a_read_older_than_the_one_acted_on_is_ignored():
     step = wait_step(kind, state, Read(*RUNNING), at(62))
 
     assert step.observation.phase.value == "PREEMPTED" and not step.news
-    assert step.read.obj == PREEMPTED[0] and step.read.related == PREEMPTED[1]
+    assert step.read.obj is PREEMPTED[0] and step.read.related is PREEMPTED[1]
     assert len(state.timeline.to_dict()["preemptions"]) == 1
-
-
-def test_what_a_step_acted_on_is_held_packed_until_the_next_step():
-    """A triggerer's 10,000 waits hold their last read for hours: as JSON, not as dicts, and a copy
-    (what the driver does with the step's read does not change what is held)."""
-    kind, state = rayjob_wait()
-    running = deepcopy(RUNNING)
-    step = wait_step(kind, state, Read(*running), at(30))
-
-    assert isinstance(state.acted_on.packed, bytes)
-    assert state.last_read() == Read(*RUNNING) and state.last_read().obj is not running[0]
-    step.read.obj["status"]["jobDeploymentStatus"] = "Complete"
-    assert state.last_read().obj["status"]["jobDeploymentStatus"] == "Running"
-    assert state.last_read().fresh is False
 
 
 def test_an_overdue_admission_is_confirmed_on_a_fresh_read_then_ends_with_the_watchdogs_verdict():
