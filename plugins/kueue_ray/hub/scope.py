@@ -12,7 +12,6 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -77,8 +76,6 @@ class _WatchLoop(ListWatchLoop):
         self.failing = False
         """The loop's last request failed and nothing succeeded since: reads wait on it (``hub.reads``)."""
         self._outcome: asyncio.Event | None = None
-        self._listed: set[str] = set()
-        """The keys the list in progress has delivered so far."""
         if resource.packed:
             self.objects = PackedObjects()
 
@@ -97,22 +94,16 @@ class _WatchLoop(ListWatchLoop):
     def resync_interval(self) -> float:
         return self.scope.resync_interval()
 
-    def begin_list(self) -> None:
-        self._listed = set()
-
-    def apply_page(self, items: Iterable[dict]) -> None:
-        """Deliver what changed."""
+    def apply_list(self, items: list[dict]) -> None:
+        """Deliver what changed, and what disappeared since the last list."""
+        seen: set[str] = set()
         for obj in items:
             key = self.resource.key_of(obj)
             if key is not None:
-                self._listed.add(key)
+                seen.add(key)
                 self.hub.offer(self, key, obj)
-
-    def end_list(self) -> None:
-        """Deliver what disappeared since the last list: a cached object the list would have returned but
-        did not was deleted while we were not watching."""
-        listed, self._listed = self._listed, set()
-        gone = [k for k in self.objects if k not in listed and self.resource.selects(self.objects[k])]
+        # A cached object the list would have returned but did not was deleted while we were not watching.
+        gone = [k for k in self.objects if k not in seen and self.resource.selects(self.objects[k])]
         for key in gone:
             self.hub.offer_deleted(self, key)
 

@@ -46,17 +46,13 @@ _OWNER_KEYS = ("kind", "name", "uid", "controller")
 
 def _kept(pairs: dict | None) -> dict | None:
     kept = {
-        sys.intern(k): _shared(v)
-        for k, v in (pairs or {}).items()
-        if k == MANAGED_BY_LABEL or k.startswith(KEPT_KEY_PREFIXES)
+        k: v for k, v in (pairs or {}).items() if k == MANAGED_BY_LABEL or k.startswith(KEPT_KEY_PREFIXES)
     }
     return kept or None
 
 
 def _essential_metadata(metadata: dict, fields: tuple[str, ...] = _KEPT_METADATA) -> dict:
     kept = {key: metadata[key] for key in fields if key in metadata}
-    if "namespace" in kept:
-        kept["namespace"] = _shared(kept["namespace"])
     for key in ("labels", "annotations"):
         pairs = _kept(metadata.get(key))
         if pairs:
@@ -74,20 +70,8 @@ def _controller(references: list[dict] | None) -> list[dict]:
 
 
 def _shared(value: Any) -> Any:
-    """One string object for values that thousands of objects repeat (reasons, Kueue's messages, label
-    values: a queue, a DAG, a deployment)."""
+    """One string object for values that thousands of objects repeat (reasons, Kueue's messages)."""
     return sys.intern(value) if isinstance(value, str) else value
-
-
-def _compact(value: Any) -> Any:
-    """``value`` (decoded JSON) with its keys and strings shared (``_shared``): json's decoder makes new
-    key strings for every document, so each cached object held its own "resourceUsage", "cpu", "1"...
-    (~60 bytes each)."""
-    if isinstance(value, dict):
-        return {sys.intern(k): _compact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_compact(v) for v in value]
-    return _shared(value)
 
 
 def essential_rayjob(rayjob: dict) -> dict:
@@ -104,7 +88,7 @@ def essential_rayjob(rayjob: dict) -> dict:
     if kept_spec:
         slim["spec"] = kept_spec
     if status:
-        slim["status"] = {key: _compact(status[key]) for key in RAYJOB_STATUS_FIELDS if key in status}
+        slim["status"] = {key: _shared(status[key]) for key in RAYJOB_STATUS_FIELDS if key in status}
     return slim
 
 
@@ -116,18 +100,14 @@ def _pod_set_requests(pod_sets: list[dict] | None) -> list[dict]:
         pod_spec = (pod_set.get("template") or {}).get("spec") or {}
         spec = {
             key: [
-                {"resources": {"requests": _compact((c.get("resources") or {}).get("requests") or {})}}
+                {"resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
                 for c in containers
             ]
             for key in ("containers", "initContainers")
             if (containers := pod_spec.get(key))
         }
         kept.append(
-            {
-                "name": _shared(pod_set.get("name")),
-                "count": pod_set.get("count", 1),
-                "template": {"spec": spec},
-            }
+            {"name": pod_set.get("name"), "count": pod_set.get("count", 1), "template": {"spec": spec}}
         )
     return kept
 
@@ -165,13 +145,13 @@ def essential_workload(workload: dict) -> dict:
         kept["admission"] = {
             "clusterQueue": _shared(admission.get("clusterQueue")),
             "podSetAssignments": [
-                {key: _compact(a[key]) for key in ("name", "flavors", "resourceUsage") if key in a}
+                {key: a[key] for key in ("name", "flavors", "resourceUsage") if key in a}
                 for a in admission.get("podSetAssignments") or ()
             ],
         }
     for key in ("schedulingStats", "requeueState", "admissionChecks", "resourceRequests", "clusterName"):
         if status.get(key):
-            kept[key] = _compact(status[key])
+            kept[key] = status[key]
     if kept:
         slim["status"] = kept
     return slim

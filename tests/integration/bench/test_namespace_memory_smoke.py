@@ -14,8 +14,7 @@ def test_each_round_of_each_checkout_reports_its_rss_after_imports_after_startup
     rows = result["rows"]
     assert [(row["own"], row["plugins"], row["round"]) for row in rows] == [(5, "this", 0), (5, "this", 1)]
     for row in rows:
-        # no order between them: the memory a list freed goes back to the system (kueue_ray.kube.heap), and
-        # the kernel's peak lags the current RSS by a few pages
+        # no order between them: the kernel's peak lags the current RSS by a few pages
         assert (
             row["rss_mib_after_imports"] > 0 and row["rss_mib_after_startup"] > 0 and row["peak_rss_mib"] > 0
         )
