@@ -35,10 +35,34 @@ COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
 output prefixed "<component> | "."""
 
 
+PORT_RESERVATIONS = Path("/tmp/kueue-ray-ports")
+"""One empty file per port ``free_port`` handed out, so that no other process on the machine picks it."""
+RESERVED_SECONDS = 600.0
+"""How long a handed-out port stays reserved: its server binds it well within that, and from then on the
+bind test refuses it."""
+
+
+def _reserve(port: int) -> bool:
+    """Claim ``port`` for this process among every caller of ``free_port`` on the machine (an exclusive
+    create); an older claim than ``RESERVED_SECONDS`` has expired."""
+    PORT_RESERVATIONS.mkdir(exist_ok=True)
+    claim = PORT_RESERVATIONS / str(port)
+    with contextlib.suppress(FileNotFoundError):
+        if time.time() - claim.stat().st_mtime > RESERVED_SECONDS:
+            claim.unlink(missing_ok=True)
+    try:
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def free_port() -> int:
-    """A port free on 127.0.0.1 now, below the machine's ephemeral range: a port the kernel hands out
-    (``bind(0)``) is one that outgoing connections also take, so on a busy machine another test's
-    connection can hold it by the time the server binds it. Below the range only another pick can."""
+    """A port free on 127.0.0.1 now, below the machine's ephemeral range, that no other ``free_port`` on the
+    machine handed out in the last ``RESERVED_SECONDS``. A port the kernel hands out (``bind(0)``) is one
+    that outgoing connections also take, so on a busy machine another test's connection can hold it by the
+    time the server binds it; below the range only another pick can, and two test processes once picked
+    the same port for a PostgreSQL and an api-server between one's pick and its bind (the reservation)."""
     ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(100):
         port = random.randrange(max(1024, ephemeral_low - 12000), ephemeral_low)
@@ -47,6 +71,7 @@ def free_port() -> int:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+        if _reserve(port):
             return port
     raise OSError(f"no free port on 127.0.0.1 below {ephemeral_low} in 100 tries")
 
