@@ -407,6 +407,15 @@ def render_triggerers(result: dict) -> list[str]:
         lines.append(
             f"- N = {row['n_per_triggerer']}: {phases}; {warnings} WARNING/ERROR lines in the triggerers' logs"
         )
+        for phase, quiet in (
+            ("waves_settle", row["waves"].get("quiet_after")),
+            ("down", row["restart"].get("quiet_before")),
+        ):
+            if quiet is False:
+                lines.append(
+                    f"  - **kubesim was not quiet at the end of {phase}** (no request and no write for 3 s): the "
+                    "run went on after the timeout, so that phase's seconds are a lower bound"
+                )
     for row in rows:
         lines += ["", f"Targets at N = {row['n_per_triggerer']} per triggerer:"]
         lines += [f"- {v['target']} → {v['measured']}: {_verdict(v['ok'])}" for v in row["verdicts"]]

@@ -56,6 +56,19 @@ TARGETS = {
 restart costs O(resources), not O(tasks): no read of one RayJob or Workload, only lists and watches."""
 RESTART_WINDOW_S = 60.0
 """The minute after a triggerer's restart whose requests are counted (from its process's start)."""
+SETTLE_TIMEOUT_S = 300.0
+"""How long kubesim may take to go quiet after the waves (or the downtime) before the run goes on without
+it: 181-205 s at 3 × 10,000 with the plugin as in run AF."""
+
+
+async def settle(api: Api, timeout_s: float = SETTLE_TIMEOUT_S) -> tuple[dict, bool]:
+    """kubesim's stats once no request and no write came for 3 s, and True; or its stats at ``timeout_s``
+    and False, so that a run whose aftermath is slow still reports every other figure, and says so (it
+    lost them all before)."""
+    try:
+        return await api.quiet(quiet_s=3.0, timeout_s=timeout_s), True
+    except TimeoutError:
+        return await api.stats(), False
 
 
 def shares(jobs: list[dict], triggerers: int = TRIGGERERS) -> list[list[dict]]:
@@ -133,6 +146,7 @@ async def measure(
     detect_n: int = 1000,
     restart_n: int = 300,
     restart_window_s: float = RESTART_WINDOW_S,
+    settle_timeout_s: float = SETTLE_TIMEOUT_S,
     plugins: Path = ROOT / "plugins",
 ) -> dict:
     """One N per triggerer: set up, start the triggerers, wait, the waves, then one triggerer's restart;
@@ -183,7 +197,7 @@ async def measure(
         await raise_quota(api, 1)
         wave_latencies = [worker.latencies(seen) for worker in workers]
         parts = [worker.detection_parts(seen) for worker in workers]
-        settled_after_waves = await api.quiet(quiet_s=3.0)
+        settled_after_waves, quiet_after_waves = await settle(api, settle_timeout_s)
         phases.mark("waves_settle")
 
         # -- triggerer 0 restarts: killed, RayJobs complete meanwhile, a new process takes its triggers --
@@ -196,7 +210,7 @@ async def measure(
         phases.mark("kill")
         down_seen: dict[str, float] = {}
         await run_while_down(api, url, 1 + restart_n, restart_n, down_seen)
-        await api.quiet(quiet_s=3.0)
+        _, quiet_after_down = await settle(api, settle_timeout_s)
         phases.mark("down")
         fired_before = set(workers[0].fired)
         remaining = [job for job in shares(jobs, triggerers)[0] if job["name"] not in fired_before]
@@ -226,6 +240,7 @@ async def measure(
         restart = {
             "killed_at": killed_at,
             "down_s": round(restarted_at - killed_at, 1),
+            "quiet_before": quiet_after_down,
             "triggers": len(remaining),
             "completed_while_down": len(set(down_seen) - fired_before_kill),
             "its_own_completed_while_down": len(its_own),
@@ -272,6 +287,7 @@ async def measure(
             "requests": delta(done, waited, api) - 1,  # minus the raw watch's initial list
             "by_verb": by_verb(done, waited),
             "requests_until_settled": delta(settled_after_waves, waited, api) - 1,
+            "quiet_after": quiet_after_waves,
             "detection_latency": summary_ms([t for latencies in wave_latencies for t in latencies]),
             # detection in two parts: the raw watch → the triggerer's hub saw it; the hub → the event
             "delivery": summary_ms([t for delivery, _ in parts for t in delivery]),

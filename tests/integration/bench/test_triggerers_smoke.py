@@ -8,6 +8,7 @@ for every one of its RayJobs that completed while it was down.
 
 from __future__ import annotations
 
+import copy
 import doctest
 
 import pytest
@@ -79,4 +80,15 @@ def test_each_target_gets_a_verdict_and_the_report_renders(result):
     assert by_target["a restart costs O(resources), not O(tasks): no read of a single object"] is True
     text = "\n".join(report.render_triggerers({"rows": [result]}))
     assert "Targets at N = 40 per triggerer:" in text
+    assert result["waves"]["quiet_after"] is True and result["restart"]["quiet_before"] is True
+    assert "not quiet" not in text
+
+
+def test_a_settle_that_timed_out_is_reported_beside_its_phase(result):
+    slow = copy.deepcopy(result)
+    slow["waves"]["quiet_after"] = False
+    slow.setdefault("verdicts", triggerers.verdicts(slow))
+    text = "\n".join(report.render_triggerers({"rows": [slow]}))
+    assert "kubesim was not quiet at the end of waves_settle" in text
+    assert "end of down" not in text
     assert doctest.testmod(triggerers).failed == 0
