@@ -27,6 +27,8 @@ What the loop does with each answer (``ListWatchLoop._stream``):
   A subclass may shorten the pause before retrying a 401/403 (``retry_delay``): the hub asks again when
   a refusal would end its waits, so that answer decides (``kueue_ray.kube.refusals.RefusalWindow``).
 
+After a list, the memory it freed goes back to the system a moment later (``kueue_ray.kube.heap``).
+
 A watch is opened with ``_preload_content=False``, and in that mode kubernetes_asyncio hands over any
 answer, 200 or not, as a stream: the loop reads the status itself (``Refused``, in ``kueue_ray.kube.refusals``
 with the ``Backoff`` every retry uses). The ApiClient a loop lists and watches with is lent to it by a
@@ -48,6 +50,7 @@ import time
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
+from kueue_ray.kube import heap
 from kueue_ray.kube.errors import describe_error
 from kueue_ray.kube.listbody import ListBody
 from kueue_ray.kube.pages import EXPIRED_RESTARTS, PAGE_SIZE, continue_token, server_time
@@ -383,6 +386,7 @@ class ListWatchLoop:
         # Jitter, so that a fleet of processes does not relist in lockstep.
         self.next_relist = time.monotonic() + self.resync_interval() * random.uniform(0.9, 1.0)
         self.listed.set()
+        heap.trim_soon(self.settings.trim_after_list_seconds)
 
     async def _list_pages(self, api: Any) -> list[ListBody]:
         """Every page of the list (``kueue_ray.kube.pages``: ``limit``/``continue``), not yet decoded; a

@@ -36,6 +36,9 @@ class ListWatchSettings:
     degraded_watch_retry_every: int = 30
     """While polling: every this many requests is an attempt to watch again instead of a list (with the
     defaults, once every 5 minutes)."""
+    trim_after_list_seconds: float | None = 5.0
+    """Seconds after a list when the process gives the memory it freed back to the system
+    (``kueue_ray.kube.heap``); None: never."""
 
     @property
     def watch_retry_seconds(self) -> float:

@@ -127,3 +127,23 @@ def test_a_retry_refused_again_keeps_polling_and_is_remembered_from_then():
     assert requests[-1] == "watch" and len(requests) <= 5, requests
     assert loop.polling_because is not None
     assert refusals[TARGET][1] > before, "the next loop counts its retry period from this refusal"
+
+
+def test_a_list_gives_the_memory_it_freed_back_soon_after(monkeypatch):
+    """``kueue_ray.kube.heap``: one trim ``trim_after_list_seconds`` after the loop's list."""
+    from kueue_ray.kube import heap
+
+    trims: list[float] = []
+    monkeypatch.setattr(heap, "trim", lambda: trims.append(time.monotonic()))
+    settings = ListWatchSettings(trim_after_list_seconds=0.05)
+
+    async def scenario():
+        loop = Loop(TARGET, SharedApiClient(None, "kubernetes_default"), settings, {})
+        await loop._list(Api(200))
+        listed = time.monotonic()
+        assert trims == []
+        await asyncio.sleep(0.15)
+        return listed
+
+    listed = asyncio.run(scenario())
+    assert len(trims) == 1 and trims[0] >= listed + 0.04
