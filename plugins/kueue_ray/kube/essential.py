@@ -46,13 +46,17 @@ _OWNER_KEYS = ("kind", "name", "uid", "controller")
 
 def _kept(pairs: dict | None) -> dict | None:
     kept = {
-        k: v for k, v in (pairs or {}).items() if k == MANAGED_BY_LABEL or k.startswith(KEPT_KEY_PREFIXES)
+        sys.intern(k): _shared(v)
+        for k, v in (pairs or {}).items()
+        if k == MANAGED_BY_LABEL or k.startswith(KEPT_KEY_PREFIXES)
     }
     return kept or None
 
 
 def _essential_metadata(metadata: dict, fields: tuple[str, ...] = _KEPT_METADATA) -> dict:
     kept = {key: metadata[key] for key in fields if key in metadata}
+    if "namespace" in kept:
+        kept["namespace"] = _shared(kept["namespace"])
     for key in ("labels", "annotations"):
         pairs = _kept(metadata.get(key))
         if pairs:
@@ -70,8 +74,20 @@ def _controller(references: list[dict] | None) -> list[dict]:
 
 
 def _shared(value: Any) -> Any:
-    """One string object for values that thousands of objects repeat (reasons, Kueue's messages)."""
+    """One string object for values that thousands of objects repeat (reasons, Kueue's messages, label
+    values: a queue, a DAG, a deployment)."""
     return sys.intern(value) if isinstance(value, str) else value
+
+
+def _compact(value: Any) -> Any:
+    """``value`` (decoded JSON) with its keys and strings shared (``_shared``): json's decoder makes new
+    key strings for every document, so each cached object held its own "resourceUsage", "cpu", "1"...
+    (~60 bytes each)."""
+    if isinstance(value, dict):
+        return {sys.intern(k): _compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    return _shared(value)
 
 
 def essential_rayjob(rayjob: dict) -> dict:
@@ -88,7 +104,7 @@ def essential_rayjob(rayjob: dict) -> dict:
     if kept_spec:
         slim["spec"] = kept_spec
     if status:
-        slim["status"] = {key: _shared(status[key]) for key in RAYJOB_STATUS_FIELDS if key in status}
+        slim["status"] = {key: _compact(status[key]) for key in RAYJOB_STATUS_FIELDS if key in status}
     return slim
 
 
@@ -100,14 +116,18 @@ def _pod_set_requests(pod_sets: list[dict] | None) -> list[dict]:
         pod_spec = (pod_set.get("template") or {}).get("spec") or {}
         spec = {
             key: [
-                {"resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
+                {"resources": {"requests": _compact((c.get("resources") or {}).get("requests") or {})}}
                 for c in containers
             ]
             for key in ("containers", "initContainers")
             if (containers := pod_spec.get(key))
         }
         kept.append(
-            {"name": pod_set.get("name"), "count": pod_set.get("count", 1), "template": {"spec": spec}}
+            {
+                "name": _shared(pod_set.get("name")),
+                "count": pod_set.get("count", 1),
+                "template": {"spec": spec},
+            }
         )
     return kept
 
@@ -145,13 +165,13 @@ def essential_workload(workload: dict) -> dict:
         kept["admission"] = {
             "clusterQueue": _shared(admission.get("clusterQueue")),
             "podSetAssignments": [
-                {key: a[key] for key in ("name", "flavors", "resourceUsage") if key in a}
+                {key: _compact(a[key]) for key in ("name", "flavors", "resourceUsage") if key in a}
                 for a in admission.get("podSetAssignments") or ()
             ],
         }
     for key in ("schedulingStats", "requeueState", "admissionChecks", "resourceRequests", "clusterName"):
         if status.get(key):
-            kept[key] = status[key]
+            kept[key] = _compact(status[key])
     if kept:
         slim["status"] = kept
     return slim

@@ -669,3 +669,39 @@ def test_the_cached_workload_keeps_what_the_hub_and_the_rayservice_wait_read():
     assert kept["status"]["conditions"] == [
         {k: v for k, v in wl["status"]["conditions"][0].items() if k != "observedGeneration"}
     ]
+
+
+def test_cached_objects_decoded_apart_share_their_keys_and_repeated_values():
+    """json's decoder makes new key strings for every document: 10,000 cached Workloads held 10,000
+    "resourceUsage", "cpu", "1" and label values each (~60 bytes a string). The essential copies share
+    one of each; the values a cache of one namespace repeats (the queue, the DAG, the quantities) too."""
+    import json
+
+    def decoded(name: str) -> tuple[dict, dict]:
+        job = _submitted_rayjob()
+        job["metadata"]["name"] = name
+        wl = workload(cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved"))
+        wl["status"]["admission"] = {
+            "clusterQueue": "cq",
+            "podSetAssignments": [
+                {"name": "head", "flavors": {"cpu": "default"}, "resourceUsage": {"cpu": "1"}, "count": 1}
+            ],
+        }
+        wl["status"]["resourceRequests"] = [{"name": "head", "resources": {"cpu": "1"}}]
+        return json.loads(json.dumps(job)), json.loads(json.dumps(wl))
+
+    (job_a, wl_a), (job_b, wl_b) = decoded("a"), decoded("b")
+    kept_a, kept_b = essential_rayjob(job_a)["metadata"], essential_rayjob(job_b)["metadata"]
+    assert [k for k in kept_a["labels"]] == [k for k in kept_b["labels"]]
+    assert all(x is y for x, y in zip(kept_a["labels"], kept_b["labels"], strict=True))
+    assert all(kept_a["labels"][k] is kept_b["labels"][k] for k in kept_a["labels"])
+    assert kept_a["namespace"] is kept_b["namespace"]
+
+    usage_a, usage_b = (
+        essential_workload(w)["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
+        for w in (wl_a, wl_b)
+    )
+    (key_a, value_a), (key_b, value_b) = next(iter(usage_a.items())), next(iter(usage_b.items()))
+    assert key_a is key_b and value_a is value_b
+    requests_a, requests_b = (essential_workload(w)["status"]["resourceRequests"][0] for w in (wl_a, wl_b))
+    assert next(iter(requests_a["resources"])) is next(iter(requests_b["resources"]))
