@@ -31,6 +31,7 @@ from kueue_ray.naming import AirflowIdentity
 from kueue_ray.phases import POSITION_PHASES, Phase
 from kueue_ray.quantity import readable_bytes
 from kueue_ray.status import Observation
+from kueue_ray.why_queued import verdict_gist
 from kueue_ray.workload import workload_priority
 
 POD_CHECK_SECONDS = 10.0
@@ -99,8 +100,8 @@ class Story:
     pods_checked_at: float | None = None
     """Monotonic time the pods were last read; None when not checking (not starting)."""
     why_told: str | None = None
-    """The "why still queued" verdict last written (``kueue_ray.why_queued``): written again only when it
-    changes."""
+    """The gist of the "why still queued" verdict last written (``kueue_ray.why_queued.verdict_gist``):
+    the explanation is written again only when it changes."""
     position_version: int | None = None
     """The queue's version (``Subscription.workloads_version``) when the position was last read."""
     spread: float = 0.0
@@ -168,11 +169,12 @@ class Story:
 
     def why_lines(self, namespace: str, name: str, sentences: list[str], force: bool = False) -> list[str]:
         """The "why still queued" lines to write (verdict first; one log line each, so that every line
-        carries the RayJob), none when the verdict was already told and ``force`` is not set (a
-        transition line was just written)."""
-        if not sentences or (sentences[0] == self.why_told and not force):
+        carries the RayJob), none when the verdict's gist (``why_queued.verdict_gist``: not its counts) was
+        already told and ``force`` is not set (a transition line was just written)."""
+        gist = verdict_gist(sentences[0]) if sentences else None
+        if gist is None or (gist == self.why_told and not force):
             return []
-        self.why_told = sentences[0]
+        self.why_told = gist
         return [f"RayJob {namespace}/{name}: why still queued: {sentence}" for sentence in sentences]
 
     def told_position(self, position: str | None, now: float, version: int | None = None) -> None:

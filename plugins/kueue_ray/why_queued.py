@@ -192,12 +192,12 @@ class WhyQueued:
         ending = [h for h in self.holders if not h.lasting]
         parts = []
         if ending:
-            parts.append(f"{len(ending)} workload(s) holding its quota that end by themselves")
+            parts.append(f"{len(ending)} {_ENDING}")
         if takeable:
-            parts.append(f"preempting {', '.join(h.name for h in takeable[:MAX_HOLDERS])}")
+            parts.append(f"{_PREEMPTING}{', '.join(h.name for h in takeable[:MAX_HOLDERS])}")
         if not parts:
             return "Can be admitted once quota is free; nothing that holds it now keeps it out for good."
-        return "Can be admitted by waiting: for " + " or ".join(parts) + "."
+        return _WAITING + " or ".join(parts) + "."
 
     def borrowing(self) -> str:
         """Whether borrowing from the cohort could help, per resource it needs beyond its own quota."""
@@ -278,6 +278,29 @@ class WhyQueued:
             "holders": [holder.to_dict() for holder in self.holders],
             "sentences": self.sentences(),
         }
+
+
+_WAITING = "Can be admitted by waiting: for "
+_ENDING = "workload(s) holding its quota that end by themselves"
+_PREEMPTING = "preempting "
+
+
+def verdict_gist(verdict: str) -> str:
+    """What of a verdict (``Explanation.verdict``) is news when it changes: "Can be admitted by waiting"
+    without how many holders end by themselves and which it may preempt, which move with every admission
+    and completion in its queue (the position line says that progress); every other verdict whole. A task
+    log tells its explanation again when this changes, not at each holder that comes or goes.
+
+        >>> verdict_gist("Can be admitted by waiting: for 443 workload(s) holding its quota that end by "
+        ...              "themselves or preempting a, b.")
+        'Can be admitted by waiting: for workload(s) holding its quota that end by themselves or preempting.'
+        >>> verdict_gist("Can be admitted by waiting: for preempting c.")
+        'Can be admitted by waiting: for preempting.'
+    """
+    if not verdict.startswith(_WAITING):
+        return verdict
+    kinds = [kind for kind in (_ENDING, _PREEMPTING.strip()) if kind in verdict]
+    return _WAITING + " or ".join(kinds) + "."
 
 
 def explain_queued(

@@ -210,6 +210,22 @@ def test_why_still_queued_is_told_again_only_when_its_verdict_changes_or_after_a
     assert story.why_lines("ray", "job", []) == []
 
 
+def test_why_still_queued_is_not_told_again_for_each_holder_that_comes_or_goes():
+    """Thousands of queued tasks each wrote their whole explanation again at every admission and completion
+    in their queue, as the verdict's holder count moved: a million lines per triggerer in a large backfill.
+    The count and the names move; the explanation is told again when what it waits for changes."""
+    story = Story()
+    ending = "Can be admitted by waiting: for {} workload(s) holding its quota that end by themselves."
+    assert len(story.why_lines("ray", "job", [ending.format(443), "It needs 1 GPU."])) == 2
+    assert story.why_lines("ray", "job", [ending.format(442), "It needs 1 GPU."]) == []
+    assert story.why_lines("ray", "job", [ending.format(12)[:-1] + " or preempting a.", "x"]) != []
+    assert story.why_lines("ray", "job", [ending.format(11)[:-1] + " or preempting b, c.", "x"]) == []
+    assert story.why_lines("ray", "job", ["Can be admitted by waiting: for preempting b.", "x"]) != []
+    stuck = "Will not be admitted by waiting: it needs 8 GPU, and at most {} can ever be free."
+    assert story.why_lines("ray", "job", [stuck.format(7)]) != []
+    assert story.why_lines("ray", "job", [stuck.format(6)]) != [], "a stuck verdict's figures are its news"
+
+
 def test_a_workload_priority_change_is_told_once_with_who_changed_it():
     story = Story()
 
