@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import functools
 import weakref
 from collections.abc import Callable
@@ -26,11 +25,10 @@ _pending: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.TimerHand
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    return getattr(ctypes.CDLL(name), "malloc_trim", None)
+    """glibc's ``malloc_trim``, or None where the C library has none. Looked up among the process's own
+    symbols (the C library's among them), not with ``ctypes.util.find_library``, which runs ``ldconfig``
+    in a subprocess, from the event loop."""
+    return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
 
 def trim() -> bool:
