@@ -12,6 +12,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -76,6 +77,8 @@ class _WatchLoop(ListWatchLoop):
         self.failing = False
         """The loop's last request failed and nothing succeeded since: reads wait on it (``hub.reads``)."""
         self._outcome: asyncio.Event | None = None
+        self._listed: set[str] = set()
+        """The keys the list in progress has delivered so far."""
         if resource.packed:
             self.objects = PackedObjects()
 
@@ -94,16 +97,22 @@ class _WatchLoop(ListWatchLoop):
     def resync_interval(self) -> float:
         return self.scope.resync_interval()
 
-    def apply_list(self, items: list[dict]) -> None:
-        """Deliver what changed, and what disappeared since the last list."""
-        seen: set[str] = set()
+    def begin_list(self) -> None:
+        self._listed = set()
+
+    def apply_page(self, items: Iterable[dict]) -> None:
+        """Deliver what changed."""
         for obj in items:
             key = self.resource.key_of(obj)
             if key is not None:
-                seen.add(key)
+                self._listed.add(key)
                 self.hub.offer(self, key, obj)
-        # A cached object the list would have returned but did not was deleted while we were not watching.
-        gone = [k for k in self.objects if k not in seen and self.resource.selects(self.objects[k])]
+
+    def end_list(self) -> None:
+        """Deliver what disappeared since the last list: a cached object the list would have returned but
+        did not was deleted while we were not watching."""
+        listed, self._listed = self._listed, set()
+        gone = [k for k in self.objects if k not in listed and self.resource.selects(self.objects[k])]
         for key in gone:
             self.hub.offer_deleted(self, key)
 

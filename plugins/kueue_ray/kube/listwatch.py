@@ -6,7 +6,7 @@ for the waiting tasks) and the api-server (``kueue_ray.ui.cache``: what the Kueu
 the same loop: list, watch from the list's resourceVersion, relist when due, and survive every answer a
 real API server gives in its first hour. It lives here once, so a refusal handled for the triggerer is
 handled for the UI too (a UI loop that read a 403 ``Status`` line as an event once asked again ~700 times
-a second). Subclasses say what a list and an event mean to them (``apply_list``, ``apply_event``) and are
+a second). Subclasses say what a list's pages and an event mean to them (``apply_page``, ``apply_event``) and are
 told about health (``succeeded``, ``failed``) and polling (``polling_started``, ``watching_again``).
 
 What the loop does with each answer (``ListWatchLoop._stream``):
@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import itertools
 import json
 import logging
 import math
@@ -79,7 +78,7 @@ async def _as_api_exception(response: Any) -> Any:
 class ListWatchLoop:
     """One list+watch of ``target`` with its cache of objects (see the module docstring).
 
-    Subclasses implement ``apply_list`` and ``apply_event`` and may override the notification hooks. The
+    Subclasses implement ``begin_list``, ``apply_page``, ``end_list`` and ``apply_event`` and may override the notification hooks. The
     loop runs as one asyncio task between ``start`` and ``stop``.
     """
 
@@ -123,10 +122,18 @@ class ListWatchLoop:
         """Seconds between safety-net relists."""
         raise NotImplementedError
 
-    def apply_list(self, items: Iterable[dict]) -> None:
-        """A fresh list: everything the target holds now (what is cached but missing was deleted).
+    def begin_list(self) -> None:
+        """A list starts (or starts again, its continue token expired): the pages ``apply_page`` hands over
+        until ``end_list`` are everything the target holds."""
+        raise NotImplementedError
 
-        ``items`` is decoded as it is iterated, once: keep what is needed of each item, not the item."""
+    def apply_page(self, items: Iterable[dict]) -> None:
+        """One page of the list. ``items`` is decoded as it is iterated, once: keep what is needed of each
+        item, not the item."""
+        raise NotImplementedError
+
+    def end_list(self) -> None:
+        """The list is complete: what is cached but was not listed was deleted."""
         raise NotImplementedError
 
     def apply_event(self, kind: str, obj: dict) -> None:
@@ -374,59 +381,62 @@ class ListWatchLoop:
         self.succeeded()
 
     async def _list(self, api: Any) -> None:
-        """Replace the cache with a fresh list."""
-
-        bodies = await self._list_pages(api)
-        self._succeeded()
-        items = itertools.chain.from_iterable(body.items() for body in bodies)
-        self.apply_list(items)
-        for _ in items:  # what apply_list left unread: the list's resourceVersion may follow the items
-            pass
-        self.resource_version = bodies[-1].resource_version
+        """Replace the cache with a fresh list (``limit``/``continue``), applied page by page: one page's
+        text at a time, not a namespace's (~70 MB for 30,000 RayJobs and Workloads, bench/README.md run
+        AF). A continue token the server no longer knows (410 Expired) starts the list again."""
+        restarts = 0
+        token: str | None = None
+        self.begin_list()
+        while True:
+            text = await self._list_page(api, token, may_restart=restarts < EXPIRED_RESTARTS)
+            if text is None:
+                log.info(
+                    "Listing %s %s: continue token expired, again", self.target.plural, self.target.where
+                )
+                restarts, token = restarts + 1, None
+                self.begin_list()
+                continue
+            self._succeeded()
+            body = ListBody(text)
+            del text
+            items = body.items()
+            self.apply_page(items)
+            for _ in items:  # what apply_page left unread: the list's metadata may follow the items
+                pass
+            token = continue_token(body.fields)
+            if token is None:
+                break
+        self.end_list()
+        self.resource_version = body.resource_version
         # Jitter, so that a fleet of processes does not relist in lockstep.
         self.next_relist = time.monotonic() + self.resync_interval() * random.uniform(0.9, 1.0)
         self.listed.set()
         heap.trim_soon(self.settings.trim_after_list_seconds)
 
-    async def _list_pages(self, api: Any) -> list[ListBody]:
-        """Every page of the list (``kueue_ray.kube.pages``: ``limit``/``continue``), not yet decoded; a
-        continue token the server no longer knows (410 Expired) starts the list again from the first page."""
+    async def _list_page(self, api: Any, token: str | None, *, may_restart: bool) -> str | None:
+        """One page of the list, its text not yet decoded; None when its continue token expired (410) and
+        the list may start again."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        restarts = 0
-        bodies: list[ListBody] = []
-        token: str | None = None
-        while True:
-            paging: dict[str, Any] = {"limit": PAGE_SIZE}
-            if token:
-                paging["_continue"] = token
-            try:
-                # Not preloaded: the client would decode every full object at once (``kueue_ray.kube.listbody``).
-                response = await self.target.request(
-                    api, _preload_content=False, _request_timeout=LIST_REQUEST_TIMEOUT_SECONDS, **paging
-                )
-            except ApiException as exc:
-                raise Refused.from_api_exception("list", exc) from exc
-            try:
-                if response.status == 410 and token and restarts < EXPIRED_RESTARTS:
-                    log.info(
-                        "Listing %s %s: continue token expired, again", self.target.plural, self.target.where
-                    )
-                    restarts += 1
-                    bodies, token = [], None
-                    continue
-                if response.status != 200:
-                    raise Refused.from_api_exception("list", await _as_api_exception(response))
-                server_clock(self.target.conn_id).observe(server_time(getattr(response, "headers", None)))
-                text = (await response.content.read()).decode()
-            finally:
-                response.release()
-            bodies.append(ListBody(text))
-            # The token is in the list's metadata, which an API server may write after the items; an
-            # answer without the word has none, which spares decoding the last (or only) page twice.
-            token = continue_token(json.loads(text)) if '"continue"' in text else None
-            if token is None:
-                return bodies
+        paging: dict[str, Any] = {"limit": PAGE_SIZE}
+        if token:
+            paging["_continue"] = token
+        try:
+            # Not preloaded: the client would decode every full object at once (``kueue_ray.kube.listbody``).
+            response = await self.target.request(
+                api, _preload_content=False, _request_timeout=LIST_REQUEST_TIMEOUT_SECONDS, **paging
+            )
+        except ApiException as exc:
+            raise Refused.from_api_exception("list", exc) from exc
+        try:
+            if response.status == 410 and token and may_restart:
+                return None
+            if response.status != 200:
+                raise Refused.from_api_exception("list", await _as_api_exception(response))
+            server_clock(self.target.conn_id).observe(server_time(getattr(response, "headers", None)))
+            return (await response.content.read()).decode()
+        finally:
+            response.release()
 
     async def _watch(self, api: Any, timeout: int) -> bool:
         """Stream events until the server ends the watch (or ``timeout`` plus a grace passes); True if any

@@ -37,7 +37,7 @@ import logging
 import math
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +133,8 @@ class _Loop(ListWatchLoop):
     def __init__(self, cache: ClusterCache, target: Target) -> None:
         super().__init__(target, cache.client, cache.settings, cache.watch_refusals)
         self.cache = cache
+        self._listed: dict[str, dict] = {}
+        """The pages of the list in progress, by name."""
         self.failing_since: float | None = None
         self.error: str | None = None
         self.synced_at: float | None = None
@@ -140,8 +142,14 @@ class _Loop(ListWatchLoop):
     def resync_interval(self) -> float:
         return self.cache.settings.resync_seconds
 
-    def apply_list(self, items: list[dict]) -> None:
-        listed = {obj["metadata"]["name"]: obj for obj in items}
+    def begin_list(self) -> None:
+        self._listed = {}
+
+    def apply_page(self, items: Iterable[dict]) -> None:
+        self._listed.update((obj["metadata"]["name"], obj) for obj in items)
+
+    def end_list(self) -> None:
+        listed, self._listed = self._listed, {}
         for name in [name for name in self.objects if name not in listed]:
             self.cache._apply(self, "DELETED", self.objects[name])
         for obj in listed.values():

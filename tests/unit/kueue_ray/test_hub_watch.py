@@ -268,7 +268,9 @@ def test_the_rayjob_and_workload_caches_pack_what_no_task_here_waits_on():
     assert isinstance(loop.objects._objects["train"], bytes), "packed again"
     assert hub.cached(subscription, RAYJOB) == essential_rayjob(sent)
 
-    loop.apply_list([rayjob("serve", "uid-9", 2)])
+    loop.begin_list()
+    loop.apply_page([rayjob("serve", "uid-9", 2)])
+    loop.end_list()
     assert hub.cached(subscription, RAYJOB) is None, "left out of a relist: deleted"
     assert list(loop.objects) == ["serve"]
 

@@ -69,7 +69,13 @@ class Loop(ListWatchLoop):
     def resync_interval(self) -> float:
         return 300.0
 
-    def apply_list(self, items):
+    def begin_list(self):
+        pass
+
+    def apply_page(self, items):
+        pass
+
+    def end_list(self):
         pass
 
     def apply_event(self, kind, obj):
@@ -147,3 +153,53 @@ def test_a_list_gives_the_memory_it_freed_back_soon_after(monkeypatch):
 
     listed = asyncio.run(scenario())
     assert len(trims) == 1 and trims[0] >= listed + 0.04
+
+
+class Pages:
+    """A LIST answered in pages of two RayJobs (``items``, then the ``continue`` token), whose first token
+    the server has forgotten (410) the first time it is sent back."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.requests: list[str | None] = []
+        self.expired_once = False
+
+    async def list_namespaced_custom_object(self, *args, _continue=None, limit=None, **kwargs):
+        self.requests.append(_continue)
+        if _continue == "2" and not self.expired_once:
+            self.expired_once = True
+            return SimpleNamespace(status=410, release=lambda: None)
+        start = int(_continue or 0)
+        page = self.names[start : start + 2]
+        more = start + 2 < len(self.names)
+        metadata = {"resourceVersion": "77", **({"continue": str(start + 2)} if more else {})}
+        # the metadata after the items, as an API server may write it
+        return Listed({"items": [{"metadata": {"name": n}} for n in page], "metadata": metadata})
+
+
+class Recorded(Loop):
+    def __init__(self):
+        super().__init__(TARGET, SharedApiClient(None, "kubernetes_default"), SETTINGS, {})
+        self.calls: list = []
+
+    def begin_list(self):
+        self.calls.append("begin")
+
+    def apply_page(self, items):
+        self.calls.append([item["metadata"]["name"] for item in items])
+
+    def end_list(self):
+        self.calls.append("end")
+
+
+def test_a_list_is_applied_page_by_page_and_starts_again_when_its_continue_token_expired():
+    """Each page is handed over before the next is asked for (a list of 30,000 objects holds one page's
+    text at a time); after a 410 to a continue token the list begins again, so what ``end_list`` judges
+    deleted is what the complete list left out."""
+    api, loop = Pages(["a", "b", "c", "d", "e"]), Recorded()
+
+    asyncio.run(loop._list(api))
+
+    assert api.requests == [None, "2", None, "2", "4"]
+    assert loop.calls == ["begin", ["a", "b"], "begin", ["a", "b"], ["c", "d"], ["e"], "end"]
+    assert loop.resource_version == "77" and loop.listed.is_set()
