@@ -35,7 +35,9 @@ class LoopOwner(Protocol):
     settings: HubSettings
     watch_refusals: RefusalMemory
 
-    def offer(self, loop: _WatchLoop, key: str, obj: dict) -> None: ...
+    def offer(self, loop: _WatchLoop, key: str, obj: dict, deliver: bool = True) -> None: ...
+
+    def deliver(self, loop: _WatchLoop, key: str, obj: dict | None) -> None: ...
 
     def offer_deleted(self, loop: _WatchLoop, key: str, obj: dict | None = None) -> None: ...
 
@@ -79,6 +81,8 @@ class _WatchLoop(ListWatchLoop):
         self._outcome: asyncio.Event | None = None
         self._listed: set[str] = set()
         """The keys the list in progress has delivered so far."""
+        self._expired: set[str] = set()
+        """The keys a first list delivered before its continue token expired and it began again."""
         if resource.packed:
             self.objects = PackedObjects()
 
@@ -98,20 +102,33 @@ class _WatchLoop(ListWatchLoop):
         return self.scope.resync_interval()
 
     def begin_list(self) -> None:
+        if not self.listed.is_set():
+            self._expired |= self._listed
         self._listed = set()
 
     def apply_page(self, items: Iterable[dict]) -> None:
-        """Deliver what changed."""
+        """Cache what changed, and deliver it, except in the loop's first list: its subscribers see that
+        whole at its end (``end_list``), and their reads wait for it (``partial``), so nothing that reads
+        the namespace as a whole (who holds the quota, the queue's version) is told from part of it."""
+        deliver = self.listed.is_set()
         for obj in items:
             key = self.resource.key_of(obj)
             if key is not None:
                 self._listed.add(key)
-                self.hub.offer(self, key, obj)
+                self.hub.offer(self, key, obj, deliver=deliver)
+
+    def partial(self, key: str) -> bool:
+        """Whether ``key`` is cached only from the first list, still arriving: no answer to a read yet."""
+        return not self.listed.is_set() and (key in self._listed or key in self._expired)
 
     def end_list(self) -> None:
-        """Deliver what disappeared since the last list: a cached object the list would have returned but
-        did not was deleted while we were not watching."""
-        listed, self._listed = self._listed, set()
+        """Deliver the first list, and what disappeared since the last list: a cached object the list would
+        have returned but did not was deleted while we were not watching."""
+        listed, self._listed, self._expired = self._listed, set(), set()
+        if not self.listed.is_set():
+            for key in listed:
+                if (obj := self.objects.get(key)) is not None:  # not found gone by a read meanwhile
+                    self.hub.deliver(self, key, obj)
         gone = [k for k in self.objects if k not in listed and self.resource.selects(self.objects[k])]
         for key in gone:
             self.hub.offer_deleted(self, key)

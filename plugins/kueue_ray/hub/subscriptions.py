@@ -334,7 +334,11 @@ class Subscription:
         return kind
 
     def _holds(self, kind: str) -> bool:
-        return self.hub.cached(self, kind) is not None
+        """The cache answers this read: it holds the object, and not only from its loop's first list, still
+        arriving (``_WatchLoop.partial``)."""
+        loop = self.hub.loop_of(self, kind)
+        key = self.uid if kind == WORKLOAD else self.name
+        return self.hub.cached(self, kind) is not None and not (loop is not None and loop.partial(key))
 
     def _loop_state(self, kind: str, started: float) -> LoopState | None:
         loop = self.hub.loop_of(self, kind)
@@ -417,7 +421,7 @@ class ServiceSubscription(Subscription):
         return JOB_WORKLOADS if kind == WORKLOAD else kind
 
     def _holds(self, kind: str) -> bool:
-        return kind == RAYSERVICE and self.hub.cached(self, RAYSERVICE) is not None
+        return kind == RAYSERVICE and super()._holds(kind)
 
     def snapshot(self) -> tuple[dict | None, list[dict]]:
         """(RayService, its Workloads) from the cache alone."""

@@ -345,15 +345,16 @@ class WatchHub:
             for subscription in group:
                 subscription.updates.put_nowait(Update(NOTICE, None, message))
 
-    def offer(self, loop: _WatchLoop, key: str, obj: dict) -> None:
+    def offer(self, loop: _WatchLoop, key: str, obj: dict, deliver: bool = True) -> None:
         """A version of ``key`` arrived: cache what waiting reads of it if it is newer, and tell its
-        subscribers."""
+        subscribers unless ``deliver`` is False (a page of the loop's first list: ``_WatchLoop.end_list``)."""
         previous = loop.objects.get(key)
         if not resource_version_newer(obj, previous):
             return
         obj = loop.objects[key] = loop.resource.essential(obj)
         self._reindex(loop, key, previous, obj)
-        self._deliver(loop, key, obj)
+        if deliver:
+            self.deliver(loop, key, obj)
 
     def offer_read(self, loop: _WatchLoop | None, key: str, obj: dict | None) -> None:
         """What a GET of ``key`` answered: the object, or None when it is gone. No loop, no cache."""
@@ -373,7 +374,7 @@ class WatchHub:
             return  # an older object of the same name went away; the cached one is newer
         loop.objects.pop(key, None)
         self._reindex(loop, key, cached, None)
-        self._deliver(loop, key, None, deleted_uid=deleted_uid, last=obj or cached)
+        self.deliver(loop, key, None, deleted_uid=deleted_uid, last=obj or cached)
 
     @staticmethod
     def _reindex(loop: _WatchLoop, key: str, previous: dict | None, obj: dict | None) -> None:
@@ -449,7 +450,7 @@ class WatchHub:
             found = scope.explanations[key] = explain()
         return list(found)
 
-    def _deliver(
+    def deliver(
         self,
         loop: _WatchLoop,
         key: str,
@@ -457,6 +458,7 @@ class WatchHub:
         deleted_uid: str | None = None,
         last: dict | None = None,
     ) -> None:
+        """Tell the subscribers of ``key`` (and a RayService's, of a Workload) its state ``obj``."""
         kind = loop.resource.kind
         subscribers = loop.scope.subscribers_of(kind, key)
         if kind == WORKLOAD:

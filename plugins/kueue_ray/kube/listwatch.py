@@ -396,7 +396,6 @@ class ListWatchLoop:
                 restarts, token = restarts + 1, None
                 self.begin_list()
                 continue
-            self._succeeded()
             body = ListBody(text)
             del text
             items = body.items()
@@ -406,6 +405,8 @@ class ListWatchLoop:
             token = continue_token(body.fields)
             if token is None:
                 break
+        # Once per list, not per page: readers waiting on the loop wake at its outcome, and a page is not one.
+        self._succeeded()
         self.end_list()
         self.resource_version = body.resource_version
         # Jitter, so that a fleet of processes does not relist in lockstep.

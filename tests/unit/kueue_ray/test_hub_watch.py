@@ -275,6 +275,56 @@ def test_the_rayjob_and_workload_caches_pack_what_no_task_here_waits_on():
     assert list(loop.objects) == ["serve"]
 
 
+def test_a_first_list_arriving_page_by_page_is_seen_whole():
+    """A triggerer's first list of 30,000 RayJobs comes in 60 pages, each cached as it arrives (holding one
+    page's text at a time, not the namespace's). A waiting task sees none of it before the last page: its
+    read waits for the list, and nothing is delivered, so what reads the namespace as a whole (who holds
+    the quota, the queue's version) is never told from part of it. A page of a later relist is news at
+    once. A first list that begins again (its continue token expired) keeps what it had cached hidden."""
+    from kueue_ray.hub.resources import RAYJOB, RAYJOBS
+    from kueue_ray.hub.scope import _Scope
+    from kueue_ray.hub.subscriptions import Subscription
+    from kueue_ray.hub.watchhub import WatchHub
+
+    hub = WatchHub()
+    scope = _Scope(key=("kubernetes_default", "ray", ""), client=None)
+    loop = _WatchLoop(hub, scope, RAYJOBS)
+    scope.loops[RAYJOB] = loop
+    hub._scopes[scope.key] = scope
+    train = Subscription(hub, *scope.key[:2], "train", "uid-1", 60.0, "", None)
+    scope.add(train)
+
+    def delivered() -> list:
+        return asyncio.run(_drain(train.updates))
+
+    loop.begin_list()
+    loop.apply_page([rayjob("train", "uid-1", 1)])
+    assert not train._holds(RAYJOB) and delivered() == [], "the first page: not an answer yet"
+    loop.begin_list()  # its continue token expired: the list begins again
+    assert not train._holds(RAYJOB), "cached by the expired list: still not an answer"
+    loop.apply_page([rayjob("serve", "uid-9", 2)])
+    loop.apply_page([rayjob("train", "uid-1", 3)])
+    assert not train._holds(RAYJOB) and delivered() == []
+    loop.end_list()
+    loop.listed.set()  # as ListWatchLoop._list does once the list has ended
+    assert train._holds(RAYJOB)
+    [update] = delivered()
+    assert update.object["metadata"]["resourceVersion"] == "3", "delivered whole, at the end"
+
+    loop.begin_list()  # a relist
+    loop.apply_page([rayjob("train", "uid-1", 4)])
+    assert train._holds(RAYJOB)
+    [update] = delivered()
+    assert update.object["metadata"]["resourceVersion"] == "4", "a relist's page is news at once"
+
+
+async def _drain(mailbox) -> list:
+    updates = []
+    while (update := await mailbox.get(0.001)) is not None:
+        updates.append(update)
+    return updates
+
+
 def test_a_rayservice_wait_reads_only_the_workloads_a_service_or_its_clusters_control():
     """A RayService's wait reads its own Workload or its clusters' from an index kept as Workloads
     arrive, not by decoding every job Workload of the namespace."""

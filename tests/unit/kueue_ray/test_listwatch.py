@@ -191,15 +191,20 @@ class Recorded(Loop):
     def end_list(self):
         self.calls.append("end")
 
+    def succeeded(self):
+        self.calls.append("succeeded")
+
 
 def test_a_list_is_applied_page_by_page_and_starts_again_when_its_continue_token_expired():
     """Each page is handed over before the next is asked for (a list of 30,000 objects holds one page's
     text at a time); after a 410 to a continue token the list begins again, so what ``end_list`` judges
-    deleted is what the complete list left out."""
+    deleted is what the complete list left out. The loop succeeds once, when the list has ended: the
+    readers waiting on it (thousands of triggers at a triggerer's start) wake once per list, not per
+    page."""
     api, loop = Pages(["a", "b", "c", "d", "e"]), Recorded()
 
     asyncio.run(loop._list(api))
 
     assert api.requests == [None, "2", None, "2", "4"]
-    assert loop.calls == ["begin", ["a", "b"], "begin", ["a", "b"], ["c", "d"], ["e"], "end"]
+    assert loop.calls == ["begin", ["a", "b"], "begin", ["a", "b"], ["c", "d"], ["e"], "succeeded", "end"]
     assert loop.resource_version == "77" and loop.listed.is_set()
