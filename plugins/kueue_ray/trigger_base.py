@@ -27,6 +27,10 @@ RESUME_BACKOFF_INITIAL, RESUME_BACKOFF_MAX = 1.0, 60.0
 KILL_BUDGET_SECONDS = 20.0
 """How long the kill decision and its delete may take: under Airflow's ``[triggerer] on_kill_timeout``
 (30 s by default)."""
+STATE_READ_SECONDS = 10.0
+"""How long the kill decision waits for its task instance's state (``KILL_BUDGET_SECONDS`` leaves the rest
+to the delete): unanswered, the object stays and the task log says why, instead of Airflow's bare
+"on_kill() timed out" (seen once in CI, from a triggerer that had just taken the trigger over)."""
 DEFAULT_RESUME_SETTLE_SECONDS = 10.0
 """How long after the deferral a trigger holds an event that resumes its task on a worker.
 
@@ -207,7 +211,14 @@ class WaitTrigger(BaseTrigger):
 
         async with asyncio.timeout(KILL_BUDGET_SECONDS):
             try:
-                held = still_deferred(await self.read_task_state())
+                async with asyncio.timeout(STATE_READ_SECONDS):
+                    held = still_deferred(await self.read_task_state())
+            except TimeoutError:
+                held = (
+                    f"its task instance's state was not read within {STATE_READ_SECONDS:.0f} s (the "
+                    "triggerer's channel to Airflow's API server did not answer); the janitor deletes it once "
+                    "no task waits for it"
+                )
             except Exception as exc:  # noqa: BLE001 - not knowing is a reason to keep, never to delete
                 held = (
                     f"its task instance's state could not be read ({type(exc).__name__}: {exc}); the janitor "

@@ -91,10 +91,13 @@ def test_a_stalled_triggerer_that_recovers_leaves_the_taken_over_rayjob_alone(e2
     # What each triggerer wrote for this try (one file per triggerer: attempt=1.log.trigger.<job id>.log):
     # when the recovered triggerer ran on_kill for the trigger it lost (Airflow 3.3.2 does on its next
     # loop), it said why it deleted nothing. Under load its own copy may have seen the RayJob succeed and
-    # fired first: Airflow still invokes on_kill, which a fired trigger ends at once, saying nothing.
+    # fired first: Airflow still invokes on_kill, which a fired trigger ends at once, saying nothing. The
+    # trigger may also move back from the survivor once the recovered triggerer heartbeats again; once in
+    # CI the survivor's state read then went unanswered (Airflow's channel), which it says instead.
     folder = e2e.airflow.home / "logs" / f"dag_id={DAG}" / f"run_id={run_id}" / "task_id=submit"
     for path in sorted(folder.glob("attempt=1.log*")):
         written = path.read_text()
         before_kill, killed, _ = written.partition("invoking on_kill")
         if killed and "Trigger fired event" not in before_kill:
-            assert "its task instance is still deferred" in written, f"{path.name}:\n{written[-3000:]}"
+            said = ("its task instance is still deferred", "its task instance's state was not read within")
+            assert any(why in written for why in said), f"{path.name}:\n{written[-3000:]}"

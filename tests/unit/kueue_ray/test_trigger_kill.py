@@ -64,6 +64,21 @@ def test_a_user_kill_deletes_and_a_lost_trigger_or_an_unknown_state_does_not():
         assert trigger.killed is killed, state
 
 
+def test_a_state_read_that_never_answers_keeps_the_object_and_says_why(monkeypatch, capfd):
+    """The triggerer's channel to Airflow's API server did not answer a kill's state read for 20 s once
+    (CI, a triggerer that had just taken the trigger over): Airflow logged only "on_kill() timed out". The
+    read now has half the kill's budget; unanswered, nothing is deleted and the task log says why."""
+    import kueue_ray.trigger_base as trigger_base
+
+    monkeypatch.setattr(trigger_base, "STATE_READ_SECONDS", 0.05)
+    trigger = Recorder("failed", state_delay=5.0)
+    started = time.monotonic()
+    asyncio.run(trigger.on_kill())
+    assert not trigger.killed and time.monotonic() - started < 1
+    told = capfd.readouterr().out  # Airflow's structlog writes the trigger's task log to stdout here
+    assert "Not deleting RayJob ray/rj: its task instance's state was not read within 0 s" in told
+
+
 async def first_event(trigger):
     async for event in trigger.run():
         return event
