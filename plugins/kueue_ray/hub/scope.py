@@ -35,7 +35,7 @@ class LoopOwner(Protocol):
     settings: HubSettings
     watch_refusals: RefusalMemory
 
-    def offer(self, loop: _WatchLoop, key: str, obj: dict, deliver: bool = True) -> None: ...
+    def offer(self, loop: _WatchLoop, key: str, obj: dict, deliver: bool = True) -> bool: ...
 
     def deliver(self, loop: _WatchLoop, key: str, obj: dict | None) -> None: ...
 
@@ -81,8 +81,9 @@ class _WatchLoop(ListWatchLoop):
         self._outcome: asyncio.Event | None = None
         self._listed: set[str] = set()
         """The keys the list in progress has delivered so far."""
-        self._expired: set[str] = set()
-        """The keys a first list delivered before its continue token expired and it began again."""
+        self._undelivered: set[str] = set()
+        """The keys the first list has cached anew and not delivered yet (``end_list`` does), including
+        those of an attempt whose continue token expired."""
         if resource.packed:
             self.objects = PackedObjects()
 
@@ -102,8 +103,6 @@ class _WatchLoop(ListWatchLoop):
         return self.scope.resync_interval()
 
     def begin_list(self) -> None:
-        if not self.listed.is_set():
-            self._expired |= self._listed
         self._listed = set()
 
     def apply_page(self, items: Iterable[dict]) -> None:
@@ -115,20 +114,21 @@ class _WatchLoop(ListWatchLoop):
             key = self.resource.key_of(obj)
             if key is not None:
                 self._listed.add(key)
-                self.hub.offer(self, key, obj, deliver=deliver)
+                if self.hub.offer(self, key, obj, deliver=deliver) and not deliver:
+                    self._undelivered.add(key)
 
     def partial(self, key: str) -> bool:
         """Whether ``key`` is cached only from the first list, still arriving: no answer to a read yet."""
-        return not self.listed.is_set() and (key in self._listed or key in self._expired)
+        return key in self._undelivered
 
     def end_list(self) -> None:
         """Deliver the first list, and what disappeared since the last list: a cached object the list would
         have returned but did not was deleted while we were not watching."""
-        listed, self._listed, self._expired = self._listed, set(), set()
-        if not self.listed.is_set():
-            for key in listed:
-                if (obj := self.objects.get(key)) is not None:  # not found gone by a read meanwhile
-                    self.hub.deliver(self, key, obj)
+        listed, self._listed = self._listed, set()
+        undelivered, self._undelivered = self._undelivered, set()
+        for key in undelivered:
+            if (obj := self.objects.get(key)) is not None:  # not found gone by a read meanwhile
+                self.hub.deliver(self, key, obj)
         gone = [k for k in self.objects if k not in listed and self.resource.selects(self.objects[k])]
         for key in gone:
             self.hub.offer_deleted(self, key)

@@ -345,16 +345,17 @@ class WatchHub:
             for subscription in group:
                 subscription.updates.put_nowait(Update(NOTICE, None, message))
 
-    def offer(self, loop: _WatchLoop, key: str, obj: dict, deliver: bool = True) -> None:
-        """A version of ``key`` arrived: cache what waiting reads of it if it is newer, and tell its
+    def offer(self, loop: _WatchLoop, key: str, obj: dict, deliver: bool = True) -> bool:
+        """A version of ``key`` arrived: cache what waiting reads of it if it is newer (True), and tell its
         subscribers unless ``deliver`` is False (a page of the loop's first list: ``_WatchLoop.end_list``)."""
         previous = loop.objects.get(key)
         if not resource_version_newer(obj, previous):
-            return
+            return False
         obj = loop.objects[key] = loop.resource.essential(obj)
         self._reindex(loop, key, previous, obj)
         if deliver:
             self.deliver(loop, key, obj)
+        return True
 
     def offer_read(self, loop: _WatchLoop | None, key: str, obj: dict | None) -> None:
         """What a GET of ``key`` answered: the object, or None when it is gone. No loop, no cache."""
