@@ -70,13 +70,21 @@ async def start_triggers(
     phase: str = "trigger_startup",
 ) -> Startup:
     """Start ``bench.trigger_worker`` on ``spec`` and wait until it settled: by default its watch streams
-    open and kubesim quiet for 3 s, else until ``ready()`` (which returns kubesim's stats then). Ends the
+    open, kubesim quiet for 3 s and the worker idle (``Worker.idle``) with no request since, else until
+    ``ready()`` (which returns kubesim's stats then). Ends the
     phase named ``phase``."""
     before = await api.stats()
     worker = Worker("bench.trigger_worker", spec, env, log)
     reply = await worker.start()
     if ready is None:
-        started = await settled(api, streams=before["watches_open"] + STREAMS)
+        # Settled: its streams open, kubesim quiet, the worker idle, and still no request since.
+        while True:
+            started = await settled(api, streams=before["watches_open"] + STREAMS)
+            idle = await worker.idle()
+            if api.foreign_requests(await api.stats()) == api.foreign_requests(started):
+                break
+        if not idle:
+            print(f"{log.name}: the worker never went idle; measured busy", flush=True)
     else:
         started = await ready()
     usage = await worker.usage()

@@ -13,9 +13,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from bench.harness.protocol import PREFIX
 from kubesim.testing import run_kubesim
@@ -77,6 +80,23 @@ class Worker:
         self.process.stdin.write("usage\n")
         self.process.stdin.flush()
         return await asyncio.wait_for(self.replies.get(), REPLY_TIMEOUT_S)
+
+    async def idle(
+        self, *, window_s: float = 1.0, busy_below: float = 0.05, timeout_s: float = 120.0
+    ) -> bool:
+        """Until the worker used less than ``busy_below`` of a CPU over ``window_s`` (its triggers all wait):
+        kubesim quiet alone is not enough, as a worker still busy telling thousands of log lines sends no
+        request meanwhile. False if it never was within ``timeout_s``. Read from /proc, not asked."""
+        process = psutil.Process(self.process.pid)
+        deadline = time.monotonic() + timeout_s
+        before = sum(process.cpu_times()[:2])
+        while time.monotonic() < deadline:
+            await asyncio.sleep(window_s)
+            now = sum(process.cpu_times()[:2])
+            if now - before < busy_below * window_s:
+                return True
+            before = now
+        return False
 
     async def stop(self) -> dict:
         self.process.stdin.write("quit\n")
