@@ -35,6 +35,7 @@ from kubesim.kueue.equivalence import scheduling_shape
 from kubesim.kueue.eviction import Eviction
 from kubesim.kueue.job_actions import JobActions
 from kubesim.kueue.jobs import WORKLOAD_KEY
+from kubesim.kueue.pending_queues import WAITING, Examined, PendingQueues
 from kubesim.kueue.queue_status import queue_blocker
 from kubesim.kueue.world import World, int_or_zero
 from kubesim.kueue.writer import Writer
@@ -67,6 +68,8 @@ class AdmissionCycle:
     # The admitted part of the scheduler's snapshot, and what it was built from.
     _snapshot_cache: tuple[World, tuple[int, int], model.Snapshot] | None = field(default=None, init=False)
     _reservations: int = field(default=0, init=False)
+    pending: PendingQueues = field(default_factory=PendingQueues, init=False)
+    """Each ClusterQueue's candidates, kept between passes."""
 
     def forget(self, uid: str) -> None:
         """A Workload was deleted: drop what is cached about it."""
@@ -125,66 +128,54 @@ class AdmissionCycle:
         """Admission cycles until one makes no progress (nothing admitted or parked), at most
         ``MAX_CYCLES_PER_PASS``.
 
-        The queues are read and ordered once per pass, as upstream's queue manager keeps them as heaps:
-        within a pass only this controller writes, and what its cycles change in the queues is known
-        (admitted workloads leave, parked heads are skipped), so a cycle hands the pure scheduler only
-        each queue's head and costs O(queues), not O(pending). ``schedule_cycle`` picks each queue's
-        first non-parked workload in queue order, so its decisions are the same as over whole queues.
-        ``world`` is the configuration (queues, flavors, ...) as the pass read it.
+        The queues are kept sorted between passes (``PendingQueues``, as upstream's queue manager keeps
+        them as heaps) and brought up to date at the start of each: within a pass only this controller
+        writes, and what its cycles change in the queues is known (admitted workloads leave, parked heads
+        are skipped), so a cycle hands the pure scheduler only each queue's head and costs O(queues), not
+        O(pending). ``schedule_cycle`` picks each queue's first non-parked workload in queue order, so its
+        decisions are the same as over whole queues. ``world`` is the configuration (queues, flavors, ...)
+        as the pass read it.
         """
         admitted: set[str] = set()
         clears = self.parked.clears
-        queues, where, shapes = self._gather(world)
+        self._refresh(world)
         for _ in range(MAX_CYCLES_PER_PASS):
             if self.parked.clears != clears:  # a write of this pass requeued the parked workloads
                 clears = self.parked.clears
-                queues, where, shapes = self._gather(world)
+                self._refresh(world)
             heads = {}
-            for name, queue in queues.items():
-                head = next((w for w in queue if w.uid not in admitted and w.uid not in self.parked), None)
+            for name, queue in self.pending.queues.items():
+                head = next((w for _, w in queue if w.uid not in admitted and w.uid not in self.parked), None)
                 if head is not None:
                     heads[name] = [head]
-            if not heads or not self._schedule_cycle(world, heads, where, admitted, shapes):
+            if not heads or not self._schedule_cycle(
+                world, heads, self.pending.where, admitted, self.pending.shapes
+            ):
                 return
 
-    def _gather(
-        self, world: World
-    ) -> tuple[dict[str, list[model.Workload]], dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
-        """Each ClusterQueue's pending workloads in admission order, with where each one is and its
-        scheduling shape; a workload of a blocked LocalQueue is said to be inadmissible instead.
-
-        Parked workloads are left out: a cycle never picks one as a head, and whatever would requeue them
-        clears ``parked`` (a configuration change, quota released), which makes the pass gather again.
-        So a pass over 10,000 parked workloads costs one set lookup each, not a model and a sort."""
+    def _refresh(self, world: World) -> None:
+        """``PendingQueues.refresh`` with what changed in the index since; a Workload of a blocked
+        LocalQueue is said to be inadmissible instead of queued."""
         now = self.writer.clock.timestamp()
         clock_now = self.writer.clock.now()
-        queued, parked = self.view.index.queued, self.parked
-        queues: dict[str, list[model.Workload]] = {}
-        where: dict[str, tuple[str, str]] = {}
-        shapes: dict[str, tuple[str, str]] = {}  # uid -> (ClusterQueue, scheduling shape)
         # What blocks a LocalQueue follows from it and the world alone: judged once per queue and pass, not
         # once per pending workload (10,000 pending workloads made it most of a pass).
         blockers: dict[tuple[str, str], tuple[str | None, str | None]] = {}
-        for ident in sorted(ident for ident, wl in queued.items() if wl["metadata"]["uid"] not in parked):
-            wl = queued[ident]
+
+        def examine(wl: dict) -> Examined:
             if backing_off(wl, clock_now):
-                continue  # requeued only once its backoff (requeueState.requeueAt) is over
+                return WAITING  # requeued only once its backoff (requeueState.requeueAt) is over
             local_queue = (wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", ""))
             if local_queue not in blockers:
                 blockers[local_queue] = queue_blocker(wl, world)
             cq_name, blocked = blockers[local_queue]
-            if blocked:
-                self._set_pending(wl, "Inadmissible", blocked, now)
-                continue
-            uid = wl["metadata"]["uid"]
-            shape = (cq_name, self._shape(wl))
-            if shape in parked.shapes:
-                parked.add(uid)  # its class was parked: upstream never evaluates it, nor writes why
-                continue
-            where[uid] = (wl["metadata"]["namespace"], wl["metadata"]["name"])
-            shapes[uid] = shape
-            queues.setdefault(cq_name, []).append(self._model(wl, cq_name))
-        return {name: scheduler.admission_ordered(queue) for name, queue in queues.items()}, where, shapes
+            if blocked or cq_name is None:
+                self._set_pending(wl, "Inadmissible", blocked or "", now)
+                return None
+            return cq_name, (cq_name, self._shape(wl)), self._model(wl, cq_name)
+
+        index = self.view.index
+        self.pending.refresh(world, self.parked, index.queued, index.take_queued_changes(), examine)
 
     def _schedule_cycle(
         self,

@@ -37,6 +37,12 @@ class WorkloadIndex:
         self.local_queue_tally: dict[tuple[str, str], Tally] = {}
         self.holders_version = 0
         """Bumped whenever a quota holder appears, changes or leaves: the admitted snapshot is stale."""
+        self._queued_changes: set[tuple[str, str]] = set()
+
+    def take_queued_changes(self) -> set[tuple[str, str]]:
+        """The idents whose queued Workload appeared, changed or left since the last call."""
+        changes, self._queued_changes = self._queued_changes, set()
+        return changes
 
     def update(self, ident: tuple[str, str], old: dict | None, new: dict | None) -> None:
         if old is not None:
@@ -63,6 +69,7 @@ class WorkloadIndex:
             if not owned:
                 self.by_owner.pop(owner, None)
         if is_queued(wl):
+            self._queued_changes.add(ident)
             if sign > 0:
                 self.queued[ident] = wl
             else:

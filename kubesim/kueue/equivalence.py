@@ -19,6 +19,7 @@ free quota), and each is then evaluated again as it becomes the head.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 POD_SHAPE_FIELDS = (
     "nodeSelector",
@@ -74,6 +75,16 @@ class Parked(set):
         self.shapes: set[tuple[str, str]] = set()
         self.clears = 0
         """How many times it was cleared: a pass that gathered its queues before a clear gathers again."""
+        self.additions = 0
+        """How many times uids were added: whoever keeps the unparked Workloads apart knows when to look."""
+
+    def add(self, uid: str) -> None:
+        super().add(uid)
+        self.additions += 1
+
+    def update(self, *uids: Iterable[str]) -> None:
+        super().update(*uids)
+        self.additions += 1
 
     def clear(self) -> None:
         super().clear()

@@ -1,0 +1,122 @@
+"""Each ClusterQueue's pending Workloads in admission order, kept between passes and updated by what changed.
+
+Upstream's queue manager keeps a heap per ClusterQueue and pushes a Workload when it is added or updated;
+it does not reread its queues on every scheduling cycle. Here a pass used to: with 30,000 Workloads
+pending, every pass went over all of them, parked ones included, to find the few that might be admitted.
+``PendingQueues`` keeps the sorted queues of the last pass and re-examines only the Workloads whose queued
+entry changed since (``WorkloadIndex.take_queued_changes``) and those that were waiting out a backoff; it
+reads them all again only when the configuration changed or the parked Workloads were requeued, as
+upstream then requeues every inadmissible Workload.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kubesim.kueue import model
+from kubesim.kueue.scheduler import admission_order_key
+
+if TYPE_CHECKING:
+    from kubesim.kueue.equivalence import Parked
+    from kubesim.kueue.world import World
+
+Ident = tuple[str, str]
+Entry = tuple[tuple, model.Workload]
+"""(``admission_order_key`` of the workload, the workload): unique keys, so a queue is a sorted list."""
+
+WAITING = "waiting"
+"""What ``examine`` returns for a Workload waiting out its requeue backoff: examined again every pass."""
+Examined = tuple[str, tuple[str, str], model.Workload] | str | None
+"""``examine``'s verdict on a queued Workload: (ClusterQueue, scheduling shape, model) when it may be
+admitted, ``WAITING``, or None when it is not a candidate (its LocalQueue is blocked: it said why)."""
+
+
+@dataclass(eq=False)
+class PendingQueues:
+    """The candidates of the admission cycles: not parked, not backing off, not blocked."""
+
+    queues: dict[str, list[Entry]] = field(default_factory=dict)
+    """ClusterQueue -> its candidates in admission order."""
+    where: dict[str, Ident] = field(default_factory=dict)
+    """uid -> (namespace, name) of each candidate."""
+    shapes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """uid -> (ClusterQueue, scheduling shape) of each candidate."""
+    _at: dict[Ident, tuple[str, tuple, str]] = field(default_factory=dict)
+    """ident -> (ClusterQueue, key, uid) of each candidate: where to take it out when it changes."""
+    _waiting: set[Ident] = field(default_factory=set)
+    _world: World | None = None
+    _clears: int = -1
+    _parked: int = 0
+    """``Parked.additions`` when the queues were last rid of the parked Workloads."""
+
+    def refresh(
+        self,
+        world: World,
+        parked: Parked,
+        queued: dict[Ident, dict],
+        changed: set[Ident],
+        examine: Callable[[dict], Examined],
+    ) -> None:
+        """Bring the queues up to date with ``queued`` (the index's queued Workloads), of which only the
+        ``changed`` idents may differ from the last refresh unless ``world`` or the parked set's clears did."""
+        whole = world is not self._world or parked.clears != self._clears
+        if whole:  # every queued Workload not parked is examined, as upstream requeues them all
+            self._reset(world, parked.clears)
+            idents: Iterable[Ident] = (i for i, wl in queued.items() if wl["metadata"]["uid"] not in parked)
+        else:
+            if parked.additions != self._parked:
+                self._leave_out(parked)
+            idents = changed | self._waiting
+            self._waiting = set()
+        for ident in sorted(idents):
+            self._take_out(ident)
+            wl = queued.get(ident)
+            if wl is None or wl["metadata"]["uid"] in parked:
+                continue
+            verdict = examine(wl)
+            if verdict == WAITING:
+                self._waiting.add(ident)
+            elif isinstance(verdict, tuple):
+                cluster_queue, shape, workload = verdict
+                if shape in parked.shapes:
+                    parked.add(workload.uid)  # its class was parked: upstream never evaluates it
+                    continue
+                key = admission_order_key(workload)
+                queue = self.queues.setdefault(cluster_queue, [])
+                if whole:
+                    queue.append((key, workload))  # sorted once below, not inserted one by one
+                else:
+                    insort(queue, (key, workload))
+                self._at[ident] = (cluster_queue, key, workload.uid)
+                self.where[workload.uid] = ident
+                self.shapes[workload.uid] = shape
+        if whole:
+            for queue in self.queues.values():
+                queue.sort()
+        self._parked = parked.additions
+
+    def _reset(self, world: World, clears: int) -> None:
+        self.queues, self.where, self.shapes, self._at, self._waiting = {}, {}, {}, {}, set()
+        self._world, self._clears = world, clears
+
+    def _take_out(self, ident: Ident) -> None:
+        at = self._at.pop(ident, None)
+        if at is None:
+            return
+        cluster_queue, key, uid = at
+        queue = self.queues[cluster_queue]
+        del queue[bisect_left(queue, key, key=lambda entry: entry[0])]
+        del self.where[uid], self.shapes[uid]
+
+    def _leave_out(self, parked: Parked) -> None:
+        """Take the Workloads parked since the last refresh out, so a cycle's head is found in O(1)."""
+        for cluster_queue, queue in self.queues.items():
+            gone = [entry for entry in queue if entry[1].uid in parked]
+            if not gone:
+                continue
+            self.queues[cluster_queue] = [entry for entry in queue if entry[1].uid not in parked]
+            for _, workload in gone:
+                del self._at[self.where.pop(workload.uid)], self.shapes[workload.uid]
