@@ -30,9 +30,9 @@ def usage() -> dict:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     kib = {"VmRSS:": 0, "VmHWM:": 0}
     for line in Path("/proc/self/status").read_text().splitlines():
-        field = line.split(maxsplit=1)[0] if line else ""
-        if field in kib:
-            kib[field] = int(line.split()[1])
+        fields = line.split()
+        if fields and fields[0] in kib:
+            kib[fields[0]] = int(fields[1])
     return {
         "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
         "peak_rss_mib": round(kib["VmHWM:"] / 1024, 1),

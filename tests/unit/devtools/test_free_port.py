@@ -3,6 +3,7 @@ bound it yet (two e2e groups once started a PostgreSQL and an api-server on one 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -15,13 +16,13 @@ def test_ports_handed_out_are_never_handed_out_again_meanwhile_here_or_in_anothe
         [
             sys.executable,
             "-c",
-            "from devtools.airflow import free_port; print([free_port() for _ in range(150)])",
+            "from devtools.airflow import free_port; import json; print(json.dumps([free_port() for _ in range(150)]))",
         ],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
     )
-    elsewhere = eval(there.stdout)  # noqa: S307 - a list of ints printed by the child above
+    elsewhere = json.loads(there.stdout)
     assert len(set(here)) == len(here) == 150
     assert len(set(elsewhere)) == 150 and not set(here) & set(elsewhere)
