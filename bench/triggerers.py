@@ -258,6 +258,10 @@ async def measure(
             "catch_up_after_imports": summary_ms(after_imports),
             "rss_mib_after_startup": (await restarted.usage())["usage"]["rss_mib"],
             "peak_rss_mib_before_kill": usage_before_kill["usage"]["peak_rss_mib"],
+            # each watch request of its hub that ended in its first minute, and how: why it listed again
+            "watch_ends_first_minute": [
+                {key: end[key] for key in ("resource", "lasted_s", "ended")} for end in restarted.watch_ends
+            ],
         }
 
         finals = [None] + [await worker.stop() for worker in workers[1:]]
