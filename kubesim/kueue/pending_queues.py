@@ -5,14 +5,15 @@ it does not reread its queues on every scheduling cycle. Here a pass used to: wi
 pending, every pass went over all of them, parked ones included, to find the few that might be admitted.
 ``PendingQueues`` keeps the sorted queues of the last pass and re-examines only the Workloads whose queued
 entry changed since (``WorkloadIndex.take_queued_changes``) and those that were waiting out a backoff; it
-reads them all again only when the configuration changed or the parked Workloads were requeued, as
-upstream then requeues every inadmissible Workload.
+reads them all again only when the configuration changed. A parked Workload's entry is shelved, and put
+back unexamined when the parked Workloads are requeued (as upstream moves its inadmissible Workloads back
+into the heap): only what changed meanwhile is examined again.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,10 @@ class PendingQueues:
     _at: dict[Ident, tuple[str, tuple, str]] = field(default_factory=dict)
     """ident -> (ClusterQueue, key, uid) of each candidate: where to take it out when it changes."""
     _waiting: set[Ident] = field(default_factory=set)
+    _shelved: dict[Ident, tuple[str, Entry, tuple[str, str]]] = field(default_factory=dict)
+    """ident -> (ClusterQueue, entry, shape) of each candidate left out because it was parked."""
+    _unexamined: set[Ident] = field(default_factory=set)
+    """Queued Workloads a whole read skipped because they were parked: examined once they are requeued."""
     _world: World | None = None
     _clears: int = -1
     _parked: int = 0
@@ -62,29 +67,40 @@ class PendingQueues:
     ) -> None:
         """Bring the queues up to date with ``queued`` (the index's queued Workloads), of which only the
         ``changed`` idents may differ from the last refresh unless ``world`` or the parked set's clears did."""
-        whole = world is not self._world or parked.clears != self._clears
+        whole = world is not self._world
         if whole:  # every queued Workload not parked is examined, as upstream requeues them all
             self._reset(world, parked.clears)
-            idents: Iterable[Ident] = (i for i, wl in queued.items() if wl["metadata"]["uid"] not in parked)
+            idents: set[Ident] = set()
+            for ident, wl in queued.items():
+                (self._unexamined if wl["metadata"]["uid"] in parked else idents).add(ident)
         else:
-            if parked.additions != self._parked:
-                self._leave_out(parked)
             idents = changed | self._waiting
             self._waiting = set()
+            if parked.clears != self._clears:  # the parked Workloads were requeued
+                self._clears = parked.clears
+                idents |= self._unexamined
+                self._unexamined = set()
+                self._restore(changed, parked)
+            if parked.additions != self._parked:
+                self._leave_out(parked)
         for ident in sorted(idents):
             self._take_out(ident)
             wl = queued.get(ident)
-            if wl is None or wl["metadata"]["uid"] in parked:
+            if wl is None:
+                continue
+            if wl["metadata"]["uid"] in parked:
+                self._unexamined.add(ident)
                 continue
             verdict = examine(wl)
             if verdict == WAITING:
                 self._waiting.add(ident)
             elif isinstance(verdict, tuple):
                 cluster_queue, shape, workload = verdict
+                key = admission_order_key(workload)
                 if shape in parked.shapes:
                     parked.add(workload.uid)  # its class was parked: upstream never evaluates it
+                    self._shelved[ident] = (cluster_queue, (key, workload), shape)
                     continue
-                key = admission_order_key(workload)
                 queue = self.queues.setdefault(cluster_queue, [])
                 if whole:
                     queue.append((key, workload))  # sorted once below, not inserted one by one
@@ -99,10 +115,12 @@ class PendingQueues:
         self._parked = parked.additions
 
     def _reset(self, world: World, clears: int) -> None:
-        self.queues, self.where, self.shapes, self._at, self._waiting = {}, {}, {}, {}, set()
-        self._world, self._clears = world, clears
+        fresh = PendingQueues(_world=world, _clears=clears)
+        self.__dict__.update(fresh.__dict__)
 
     def _take_out(self, ident: Ident) -> None:
+        self._shelved.pop(ident, None)
+        self._unexamined.discard(ident)
         at = self._at.pop(ident, None)
         if at is None:
             return
@@ -118,5 +136,31 @@ class PendingQueues:
             if not gone:
                 continue
             self.queues[cluster_queue] = [entry for entry in queue if entry[1].uid not in parked]
-            for _, workload in gone:
-                del self._at[self.where.pop(workload.uid)], self.shapes[workload.uid]
+            for entry in gone:
+                uid = entry[1].uid
+                ident = self.where.pop(uid)
+                del self._at[ident]
+                self._shelved[ident] = (cluster_queue, entry, self.shapes.pop(uid))
+
+    def _restore(self, changed: set[Ident], parked: Parked) -> None:
+        """Put the shelved entries back (the parked Workloads were requeued): the world is the same, so
+        their verdict is too, but for those that changed since (examined again) and those parked again,
+        or of a class parked again, since the requeue."""
+        touched, still = set(), {}
+        for ident, shelved in self._shelved.items():
+            cluster_queue, entry, shape = shelved
+            if ident in changed:
+                continue
+            uid = entry[1].uid
+            if shape in parked.shapes and uid not in parked:
+                parked.add(uid)  # as a fresh read would: upstream never evaluates it
+            if uid in parked:
+                still[ident] = shelved
+                continue
+            self.queues.setdefault(cluster_queue, []).append(entry)
+            touched.add(cluster_queue)
+            self._at[ident] = (cluster_queue, entry[0], uid)
+            self.where[uid], self.shapes[uid] = ident, shape
+        self._shelved = still
+        for cluster_queue in touched:
+            self.queues[cluster_queue].sort()  # two sorted runs, merged

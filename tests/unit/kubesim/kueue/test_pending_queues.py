@@ -47,11 +47,21 @@ def listed(queues: PendingQueues) -> dict[str, list[str]]:
     return {cq: [w.key for _, w in queue] for cq, queue in queues.queues.items() if queue}
 
 
+def copied(parked: Parked) -> Parked:
+    copy = Parked()
+    copy.update(parked)
+    copy.shapes = set(parked.shapes)
+    return copy
+
+
 def test_queues_kept_between_passes_match_a_fresh_read_after_any_changes():
+    """Between two refreshes, in any order: Workloads change, cycles park heads (sometimes with their
+    class) and quota is released (every parked Workload requeued), as within one admission pass."""
     rng = random.Random(7)
     index, parked, kept = WorkloadIndex(), Parked(), PendingQueues()
     objects: dict[tuple[str, str], dict] = {}
-    for step in range(400):
+
+    def change() -> None:
         name = f"w{rng.randrange(40)}"
         ident = ("ns", name)
         old = objects.get(ident)
@@ -72,23 +82,55 @@ def test_queues_kept_between_passes_match_a_fresh_read_after_any_changes():
             objects.pop(ident)
         else:
             objects[ident] = new
-        if rng.random() < 0.05:
-            parked.clear()  # quota released: every parked Workload is requeued
-        kept.refresh(WORLD, parked, index.queued, index.take_queued_changes(), examine)
+
+    def park_a_head() -> None:
         candidates = [w for queue in kept.queues.values() for _, w in queue if w.uid not in parked]
-        if candidates and rng.random() < 0.3:  # a cycle parks a head, sometimes with its class
+        if candidates:
             head = candidates[0]
             parked.add(head.uid)
             if rng.random() < 0.5:
-                parked.shapes.add(kept.shapes[head.uid])
-                parked.update(u for u, s in kept.shapes.items() if s == kept.shapes[head.uid])
+                shape = kept.shapes[head.uid]
+                parked.shapes.add(shape)
+                parked.update(u for u, s in kept.shapes.items() if s == shape)
 
+    for step in range(1500):
+        for _ in range(rng.randrange(1, 5)):
+            choice = rng.random()
+            if choice < 0.6:
+                change()
+            elif choice < 0.9:
+                park_a_head()
+            else:
+                parked.clear()  # quota released: every parked Workload is requeued
+        fresh_parked = copied(parked)
         fresh = PendingQueues()
-        fresh.refresh(WORLD, parked, index.queued, set(), examine)
+        fresh.refresh(WORLD, fresh_parked, index.queued, set(), examine)
         kept.refresh(WORLD, parked, index.queued, index.take_queued_changes(), examine)
         assert listed(kept) == listed(fresh), step
         assert kept.where == fresh.where and kept.shapes == fresh.shapes, step
+        assert set(parked) == set(fresh_parked), step
         assert not any(w.uid in parked for queue in kept.queues.values() for _, w in queue), step
+
+
+def test_requeued_parked_workloads_are_put_back_without_being_examined_again():
+    index, parked, kept = WorkloadIndex(), Parked(), PendingQueues()
+    for n in range(3):
+        index.update(("ns", f"w{n}"), None, workload(f"w{n}", 0))
+    kept.refresh(WORLD, parked, index.queued, index.take_queued_changes(), examine)
+    parked.update(["uid-w0", "uid-w1"])
+    kept.refresh(WORLD, parked, index.queued, index.take_queued_changes(), examine)
+    assert listed(kept) == {"cq-a": ["ns/w2"]}
+    calls = []
+
+    def counting(wl):
+        calls.append(wl["metadata"]["name"])
+        return examine(wl)
+
+    index.update(("ns", "w1"), workload("w1", 0), workload("w1", 100))
+    parked.clear()
+    kept.refresh(WORLD, parked, index.queued, index.take_queued_changes(), counting)
+    assert calls == ["w1"]  # only the one that changed while parked
+    assert listed(kept) == {"cq-a": ["ns/w1", "ns/w0", "ns/w2"]}
 
 
 def test_a_new_configuration_reads_every_queued_workload_again():
