@@ -122,7 +122,19 @@ def summary(items: list[dict]) -> dict:
 
 def make_handler(current_world: Callable[[], World], seq: dict[str, int]):
     """``handler(path, query)`` for ``cluster.register_api``; ``current_world()`` is what the controller
-    knows now, ``seq`` its creation order."""
+    knows now, ``seq`` its creation order.
+
+    A ClusterQueue's ordered items are kept until the world changes (``current_world`` returns the same
+    World until an object does): requests between two writes share one sort, as upstream's visibility
+    server answers from its queue manager's in-memory heaps instead of reading the Workloads again."""
+    kept: dict = {"world": None, "items": {}}
+
+    def ordered_items(world: World, cq_name: str) -> list[dict]:
+        if kept["world"] is not world:
+            kept["world"], kept["items"] = world, {}
+        if cq_name not in kept["items"]:
+            kept["items"][cq_name] = pending_items(world, cq_name, seq)
+        return kept["items"][cq_name]
 
     def handler(path: str, query: dict) -> dict:
         parts = [p for p in path.split("/") if p]
@@ -130,7 +142,7 @@ def make_handler(current_world: Callable[[], World], seq: dict[str, int]):
         if len(parts) == 3 and parts[0] == "clusterqueues" and parts[2] == "pendingworkloads":
             if parts[1] not in world.cluster_queues:
                 raise not_found("clusterqueue", parts[1])
-            return summary(_page(pending_items(world, parts[1], seq), query))
+            return summary(_page(ordered_items(world, parts[1]), query))
         if (
             len(parts) == 5
             and parts[0] == "namespaces"
@@ -144,7 +156,7 @@ def make_handler(current_world: Callable[[], World], seq: dict[str, int]):
             cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
             items = [
                 item
-                for item in pending_items(world, cq_name, seq)
+                for item in ordered_items(world, cq_name)
                 if item["metadata"]["namespace"] == namespace and item["localQueueName"] == name
             ]
             return summary(_page(items, query))

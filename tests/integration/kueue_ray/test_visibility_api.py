@@ -170,6 +170,27 @@ def test_a_local_queues_view_keeps_the_cluster_queue_position_and_pages(api, que
         assert (code, [i["metadata"]["name"] for i in page["items"]]) == (200, expected), query
 
 
+def test_positions_follow_a_change_between_two_reads(api, queues, three_pending):
+    """A read answers what the queue is now, not what an earlier read found: a RayJob of the higher
+    priority submitted after a first read is listed ahead of the low ones in the next."""
+    path = f"{VISIBILITY}/clusterqueues/{queues.cluster_queue}/pendingworkloads"
+    code, before = get(api, path)
+    assert code == 200 and len(before["items"]) == 3
+    late = submit(queues, "high-d", queues.local_queue, queues.high)
+    workloads = {**three_pending, "high-d": wait_for(lambda: queues.workload(late["metadata"]["uid"]))}
+    order = [workloads[job]["metadata"]["name"] for job in kueue_order(workloads)]
+
+    def listed_with_it():
+        code, body = get(api, path)
+        names = [i["metadata"]["name"] for i in body.get("items", [])]
+        return code == 200 and len(names) == 4 and names
+
+    assert wait_for(listed_with_it, timeout=60) == order
+    assert order.index(workloads["high-d"]["metadata"]["name"]) < order.index(
+        workloads["low-a"]["metadata"]["name"]
+    )
+
+
 @pytest.mark.parametrize(
     ("path", "kind"),
     [
