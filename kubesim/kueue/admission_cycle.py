@@ -175,7 +175,9 @@ class AdmissionCycle:
             return cq_name, (cq_name, self._shape(wl)), self._model(wl, cq_name)
 
         index = self.view.index
-        self.pending.refresh(world, self.parked, index.queued, index.take_queued_changes(), examine)
+        self.pending.refresh(
+            self.view.config_generation, self.parked, index.queued, index.take_queued_changes(), examine
+        )
 
     def _schedule_cycle(
         self,

@@ -15,7 +15,7 @@ from kubesim.kueue.conditions import admission_of, condition_true, holds_quota, 
 from kubesim.kueue.convert import model_admission
 from kubesim.kueue.jobs import WORKLOAD_KEY
 from kubesim.kueue.queue_status import Tally
-from kubesim.kueue.world import CONFIG_KEYS, World
+from kubesim.kueue.world import CONFIG_KEYS, CQ_KEY, LQ_KEY, World
 from kubesim.watch import Delivery
 
 
@@ -109,6 +109,9 @@ class ClusterView:
         self._world: World | None = None
         self._config: World | None = None
         self.index = WorkloadIndex()
+        self.config_generation = 0
+        """Counts the configuration changes a decision reads: any but a ClusterQueue's or a LocalQueue's
+        status, which the controller itself writes after every admission and completion."""
         self._subscriptions: list = []
         self.is_open = False
 
@@ -133,6 +136,14 @@ class ClusterView:
             self.index.update(ident, old, None if delivery.type == "DELETED" else obj)
         elif key in CONFIG_KEYS:
             self._config = None
+            status_only = (
+                delivery.type == "MODIFIED"
+                and key in (CQ_KEY, LQ_KEY)
+                and old is not None
+                and _beside_status(old) == _beside_status(obj)
+            )
+            if not status_only:
+                self.config_generation += 1
         self._world = None
         self._on_event(key, delivery.type, obj)
 
@@ -162,3 +173,9 @@ class ClusterView:
         for subscription in self._subscriptions:
             subscription.close()
         self._subscriptions = []
+
+
+def _beside_status(obj: dict) -> dict:
+    """A queue without its status and the metadata every write changes: what a status write leaves."""
+    metadata = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields")}
+    return {**obj, "status": None, "metadata": metadata}

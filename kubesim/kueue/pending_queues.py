@@ -5,7 +5,8 @@ it does not reread its queues on every scheduling cycle. Here a pass used to: wi
 pending, every pass went over all of them, parked ones included, to find the few that might be admitted.
 ``PendingQueues`` keeps the sorted queues of the last pass and re-examines only the Workloads whose queued
 entry changed since (``WorkloadIndex.take_queued_changes``) and those that were waiting out a backoff; it
-reads them all again only when the configuration changed. A parked Workload's entry is shelved, and put
+reads them all again only when the configuration changed (``ClusterView.config_generation``: not the
+queues' status, which every admission rewrites). A parked Workload's entry is shelved, and put
 back unexamined when the parked Workloads are requeued (as upstream moves its inadmissible Workloads back
 into the heap): only what changed meanwhile is examined again.
 """
@@ -22,7 +23,6 @@ from kubesim.kueue.scheduler import admission_order_key
 
 if TYPE_CHECKING:
     from kubesim.kueue.equivalence import Parked
-    from kubesim.kueue.world import World
 
 Ident = tuple[str, str]
 Entry = tuple[tuple, model.Workload]
@@ -52,24 +52,26 @@ class PendingQueues:
     """ident -> (ClusterQueue, entry, shape) of each candidate left out because it was parked."""
     _unexamined: set[Ident] = field(default_factory=set)
     """Queued Workloads a whole read skipped because they were parked: examined once they are requeued."""
-    _world: World | None = None
+    _generation: int | None = None
     _clears: int = -1
     _parked: int = 0
     """``Parked.additions`` when the queues were last rid of the parked Workloads."""
 
     def refresh(
         self,
-        world: World,
+        generation: int,
         parked: Parked,
         queued: dict[Ident, dict],
         changed: set[Ident],
         examine: Callable[[dict], Examined],
     ) -> None:
         """Bring the queues up to date with ``queued`` (the index's queued Workloads), of which only the
-        ``changed`` idents may differ from the last refresh unless ``world`` or the parked set's clears did."""
-        whole = world is not self._world
-        if whole:  # every queued Workload not parked is examined, as upstream requeues them all
-            self._reset(world, parked.clears)
+        ``changed`` idents may differ from the last refresh unless the configuration's ``generation`` did
+        (then every queued Workload not parked is examined again); what was parked meanwhile is shelved,
+        and put back when the parked set was cleared since."""
+        whole = generation != self._generation
+        if whole:
+            self._reset(generation, parked.clears)
             idents: set[Ident] = set()
             for ident, wl in queued.items():
                 (self._unexamined if wl["metadata"]["uid"] in parked else idents).add(ident)
@@ -114,8 +116,8 @@ class PendingQueues:
                 queue.sort()
         self._parked = parked.additions
 
-    def _reset(self, world: World, clears: int) -> None:
-        fresh = PendingQueues(_world=world, _clears=clears)
+    def _reset(self, generation: int, clears: int) -> None:
+        fresh = PendingQueues(_generation=generation, _clears=clears)
         self.__dict__.update(fresh.__dict__)
 
     def _take_out(self, ident: Ident) -> None:
@@ -143,7 +145,7 @@ class PendingQueues:
                 self._shelved[ident] = (cluster_queue, entry, self.shapes.pop(uid))
 
     def _restore(self, changed: set[Ident], parked: Parked) -> None:
-        """Put the shelved entries back (the parked Workloads were requeued): the world is the same, so
+        """Put the shelved entries back (the parked Workloads were requeued): the configuration is the same, so
         their verdict is too, but for those that changed since (examined again) and those parked again,
         or of a class parked again, since the requeue."""
         touched, still = set(), {}

@@ -59,3 +59,40 @@ def test_usage_follows_admission_and_finish():
     assert status["flavorsReservation"][0]["resources"][0]["total"] == "0"
     assert index.holders["cq"] == {}
     assert index.owned_by("uid-b") is None
+
+
+def test_the_configuration_generation_ignores_the_queues_status_alone():
+    """Every admission rewrites its queues' status: that must not make the admission cycle read every
+    pending Workload again, while any change a decision reads must."""
+    from kubesim.clock import Clock
+    from kubesim.kueue.cache import ClusterView
+    from kubesim.kueue.world import AC_KEY, CQ_KEY, WATCHED_KEYS
+    from kubesim.resources import CRDS_DIR, Registry
+    from kubesim.store import Store
+
+    store = Store(Registry(CRDS_DIR), Clock())
+    view = ClusterView(store, WATCHED_KEYS, lambda *_: None)
+    view.open()
+    group = {**CQ["spec"]["resourceGroups"][0], "coveredResources": ["cpu"]}
+    queue = {**CQ, "spec": {"resourceGroups": [group]}}
+    store.create(CQ_KEY, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", **queue})
+    created = view.config_generation
+    store.patch(CQ_KEY, "cq", {"status": {"pendingWorkloads": 3}}, subresource="status")
+    assert view.config_generation == created, "a status write alone"
+    store.patch(CQ_KEY, "cq", {"spec": {"stopPolicy": "Hold"}})
+    assert view.config_generation == created + 1, "the spec"
+    store.patch(CQ_KEY, "cq", {"metadata": {"labels": {"team": "a"}}})
+    assert view.config_generation == created + 2, "the metadata"
+    store.create(
+        AC_KEY,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "AdmissionCheck",
+            "metadata": {"name": "ac"},
+            "spec": {"controllerName": "x"},
+        },
+    )
+    store.patch(AC_KEY, "ac", {"status": {"conditions": []}}, subresource="status")
+    assert view.config_generation == created + 4, "an AdmissionCheck's status makes a queue active or not"
+    store.delete(CQ_KEY, "cq")
+    assert view.config_generation == created + 5, "a deletion"

@@ -7,8 +7,8 @@ from kubesim.kueue.equivalence import Parked
 from kubesim.kueue.model import Workload
 from kubesim.kueue.pending_queues import WAITING, PendingQueues
 
-WORLD = object()
-"""A configuration: the queues never look into it, only whether it is the same as the last refresh's."""
+CONFIG = 1
+"""The configuration's generation: the queues never look into it, only whether it changed since."""
 
 
 def workload(name: str, priority: int, *, queue: str = "lq-a", backoff: bool = False, admitted=False) -> dict:
@@ -104,8 +104,8 @@ def test_queues_kept_between_passes_match_a_fresh_read_after_any_changes():
                 parked.clear()  # quota released: every parked Workload is requeued
         fresh_parked = copied(parked)
         fresh = PendingQueues()
-        fresh.refresh(WORLD, fresh_parked, index.queued, set(), examine)
-        kept.refresh(WORLD, parked, index.queued, index.take_queued_changes(), examine)
+        fresh.refresh(CONFIG, fresh_parked, index.queued, set(), examine)
+        kept.refresh(CONFIG, parked, index.queued, index.take_queued_changes(), examine)
         assert listed(kept) == listed(fresh), step
         assert kept.where == fresh.where and kept.shapes == fresh.shapes, step
         assert set(parked) == set(fresh_parked), step
@@ -116,9 +116,9 @@ def test_requeued_parked_workloads_are_put_back_without_being_examined_again():
     index, parked, kept = WorkloadIndex(), Parked(), PendingQueues()
     for n in range(3):
         index.update(("ns", f"w{n}"), None, workload(f"w{n}", 0))
-    kept.refresh(WORLD, parked, index.queued, index.take_queued_changes(), examine)
+    kept.refresh(CONFIG, parked, index.queued, index.take_queued_changes(), examine)
     parked.update(["uid-w0", "uid-w1"])
-    kept.refresh(WORLD, parked, index.queued, index.take_queued_changes(), examine)
+    kept.refresh(CONFIG, parked, index.queued, index.take_queued_changes(), examine)
     assert listed(kept) == {"cq-a": ["ns/w2"]}
     calls = []
 
@@ -128,7 +128,7 @@ def test_requeued_parked_workloads_are_put_back_without_being_examined_again():
 
     index.update(("ns", "w1"), workload("w1", 0), workload("w1", 100))
     parked.clear()
-    kept.refresh(WORLD, parked, index.queued, index.take_queued_changes(), counting)
+    kept.refresh(CONFIG, parked, index.queued, index.take_queued_changes(), counting)
     assert calls == ["w1"]  # only the one that changed while parked
     assert listed(kept) == {"cq-a": ["ns/w1", "ns/w0", "ns/w2"]}
 
@@ -136,14 +136,14 @@ def test_requeued_parked_workloads_are_put_back_without_being_examined_again():
 def test_a_new_configuration_reads_every_queued_workload_again():
     index, parked, kept = WorkloadIndex(), Parked(), PendingQueues()
     index.update(("ns", "w1"), None, workload("w1", 0))
-    kept.refresh(WORLD, parked, index.queued, index.take_queued_changes(), examine)
+    kept.refresh(CONFIG, parked, index.queued, index.take_queued_changes(), examine)
     calls = []
 
     def counting(wl):
         calls.append(wl["metadata"]["name"])
         return examine(wl)
 
-    kept.refresh(WORLD, parked, index.queued, index.take_queued_changes(), counting)
+    kept.refresh(CONFIG, parked, index.queued, index.take_queued_changes(), counting)
     assert calls == []  # nothing changed: nothing examined
-    kept.refresh(object(), parked, index.queued, index.take_queued_changes(), counting)
+    kept.refresh(CONFIG + 1, parked, index.queued, index.take_queued_changes(), counting)
     assert calls == ["w1"]
