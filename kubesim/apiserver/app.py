@@ -27,7 +27,8 @@ from kubesim.apiserver.faults import (
     refusal,
     unauthorized,
 )
-from kubesim.apiserver.http import AUTH, CLUSTER, FAULTS, STATS, STREAMS, json_response, not_found
+from kubesim.apiserver.http import AUTH, CLUSTER, FAULTS, SNAPSHOTS, STATS, STREAMS, json_response, not_found
+from kubesim.apiserver.paging import Snapshots
 from kubesim.apiserver.paths import parse_target, rbac_verb
 from kubesim.apiserver.rest import dispatch
 from kubesim.errors import status_body
@@ -45,6 +46,7 @@ def make_app(cluster, *, bookmark_interval: float = 5.0, token: str | None = Non
     cluster.authenticates = lambda bearer: app[AUTH].allows("/apis", f"Bearer {bearer}" if bearer else None)
     app[FAULTS] = Faults()
     app[STATS] = Stats()
+    app[SNAPSHOTS] = Snapshots()
     app[STREAMS] = watch_stream.StreamHub(bookmark_interval=bookmark_interval)
     for path in ("/version", "/version/"):  # the Python client asks for /version/
         app.router.add_get(path, _version)

@@ -10,6 +10,7 @@ import msgspec
 from aiohttp import web
 
 from kubesim.apiserver.faults import Auth, Faults, Stats
+from kubesim.apiserver.paging import Snapshots
 from kubesim.apiserver.watch_stream import StreamHub
 from kubesim.errors import ApiError, status_body
 
@@ -18,6 +19,7 @@ AUTH = web.AppKey("auth", Auth)
 FAULTS = web.AppKey("faults", Faults)
 STATS = web.AppKey("stats", Stats)
 STREAMS = web.AppKey("streams", StreamHub)
+SNAPSHOTS = web.AppKey("snapshots", Snapshots)
 
 JSON = "application/json"
 

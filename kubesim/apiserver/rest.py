@@ -12,7 +12,16 @@ import json
 from aiohttp import web
 
 from kubesim.apiserver import discovery, watch_stream
-from kubesim.apiserver.http import CLUSTER, FAULTS, STATS, STREAMS, error_response, json_response, not_found
+from kubesim.apiserver.http import (
+    CLUSTER,
+    FAULTS,
+    SNAPSHOTS,
+    STATS,
+    STREAMS,
+    error_response,
+    json_response,
+    not_found,
+)
 from kubesim.apiserver.paging import paginate
 from kubesim.apiserver.paths import Target, parse_target, rbac_verb
 from kubesim.apiserver.table import build_table, wants_table
@@ -359,19 +368,22 @@ def _list_body(
 
 def _list(request: web.Request, store, rt: ResourceType, namespace: str | None, query) -> web.Response:
     paged = bool(query.get("limit") or query.get("continue"))
-    items, resource_version = store.list(
-        rt.key,
-        namespace=namespace,
-        label_selector=query.get("labelSelector") or None,
-        field_selector=query.get("fieldSelector") or None,
-        copies=not paged,  # a page is cut from the stored objects, then copied
-    )
+
+    def read() -> tuple[list[dict], str]:
+        return store.list(
+            rt.key,
+            namespace=namespace,
+            label_selector=query.get("labelSelector") or None,
+            field_selector=query.get("fieldSelector") or None,
+            copies=not paged,  # a page is cut from the stored objects, then copied
+        )
+
     faults = request.app[FAULTS]
     items, resource_version, cont, remaining = paginate(
-        items,
-        resource_version,
+        read,
         query.get("limit"),
         query.get("continue"),
+        request.app[SNAPSHOTS],
         max_page_size=faults.max_page_size,
         continue_ttl_s=faults.continue_ttl_s,
     )

@@ -195,6 +195,31 @@ def test_limit_and_continue_page_through_a_list(api_client, namespace):
     assert names == [f"cm-{index}" for index in range(5)]
 
 
+def test_later_pages_show_the_list_as_it_was_at_its_first_page(api_client, namespace):
+    """The kube-apiserver serves every page of a list from the first page's etcd revision: what changed
+    between pages is seen by a watch from the list's resourceVersion, not by the rest of the list."""
+    core = client.CoreV1Api(api_client)
+    for index in range(5):
+        core.create_namespaced_config_map(
+            namespace, {"metadata": {"name": f"cm-{index}"}, "data": {"v": "0"}}
+        )
+
+    first = core.list_namespaced_config_map(namespace, limit=2)
+    core.patch_namespaced_config_map("cm-2", namespace, {"data": {"v": "1"}})
+    core.delete_namespaced_config_map("cm-3", namespace)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "cm-9"}})
+    rest = core.list_namespaced_config_map(namespace, limit=10, _continue=first.metadata._continue)
+
+    assert [(cm.metadata.name, cm.data) for cm in rest.items] == [
+        ("cm-2", {"v": "0"}),
+        ("cm-3", {"v": "0"}),
+        ("cm-4", {"v": "0"}),
+    ]
+    assert rest.metadata.resource_version == first.metadata.resource_version
+    now = core.list_namespaced_config_map(namespace)
+    assert [cm.metadata.name for cm in now.items] == ["cm-0", "cm-1", "cm-2", "cm-4", "cm-9"]
+
+
 def test_deleting_an_owner_collects_its_dependents(api_client, namespace):
     core = client.CoreV1Api(api_client)
     owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}})
