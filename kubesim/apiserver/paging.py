@@ -128,7 +128,8 @@ def paginate(
             raise ContinueExpired(Token(at.after, at.resource_version, now).encode())
         kept = snapshots.get(at.snapshot) if at.snapshot else None
         items = kept if kept is not None else sorted(read()[0], key=_sort_key)
-        resource_version, issued, snapshot = at.resource_version, at.issued, at.snapshot if kept else 0
+        resource_version, issued = at.resource_version, at.issued
+        snapshot = at.snapshot if kept is not None else 0
         start = bisect_right(items, at.after, key=_sort_key)
     else:
         items, resource_version = read()
