@@ -12,6 +12,31 @@ def delta(after: dict, before: dict, api: Api) -> int:
     return api.foreign_requests(after) - api.foreign_requests(before)
 
 
+def requests_of(log: list[dict], user: str, *, until: float | None = None) -> dict[str, int]:
+    """One user's requests in kubesim's request log (``GET /kubesim/requests``), counted by verb and
+    resource as kubesim's counters name them, up to the wall time ``until``.
+
+    >>> log = [{"user": "a", "at": 1.0, "verb": "list", "resource": "rayjobs", "group": "ray.io",
+    ...         "subresource": "", "path": "/apis/ray.io/v1/rayjobs"},
+    ...        {"user": "b", "at": 1.0, "verb": "list", "resource": "rayjobs", "group": "ray.io",
+    ...         "subresource": "", "path": "/apis/ray.io/v1/rayjobs"},
+    ...        {"user": "a", "at": 3.0, "verb": "get", "resource": "localqueues", "group": "kueue.x-k8s.io",
+    ...         "subresource": "pendingworkloads", "path": "/apis/..."}]
+    >>> requests_of(log, "a"), requests_of(log, "a", until=2.0)
+    ({'get localqueues.kueue.x-k8s.io/pendingworkloads': 1, 'list rayjobs.ray.io': 1}, {'list rayjobs.ray.io': 1})
+    """
+    counts: dict[str, int] = {}
+    for record in log:
+        if record["user"] != user or (until is not None and record["at"] > until):
+            continue
+        resource = f"{record['resource']}.{record['group']}" if record["group"] else record["resource"]
+        if record["subresource"]:
+            resource += f"/{record['subresource']}"
+        key = f"{record['verb']} {resource or record['path']}"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def by_verb(after: dict, before: dict) -> dict:
     """Request counts by verb and resource between two stats; the harness's own ``quiet`` polls (the only
     namespace lists in the run) are left out.

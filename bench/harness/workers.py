@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import yaml
 
 from bench.harness.protocol import PREFIX
 from kubesim.testing import run_kubesim
@@ -148,6 +149,16 @@ def log_warnings(log_path: Path, limit: int = 40) -> dict:
         if " WARNING " in line or " ERROR " in line
     ]
     return {"count": len(lines), "lines": lines[:limit]}
+
+
+def kubeconfig_for(kubeconfig: str, token: str, path: Path) -> str:
+    """A copy of ``kubeconfig`` whose user presents ``token`` instead: a worker of its own identity in
+    kubesim's request log (``POST /kubesim/users`` names it), so its requests can be told from the others'."""
+    config = yaml.safe_load(Path(kubeconfig).read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
 
 
 def worker_env(kubeconfig: str, *, plugins: Path | None = ROOT / "plugins") -> dict:
