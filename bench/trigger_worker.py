@@ -11,7 +11,8 @@ the wall time the event was yielded); a ``usage`` line on stdin answers ``{"usag
 seconds and RSS so far; ``quit`` (or EOF) ends the process. Trigger log lines go to a file at INFO, as the
 triggerer writes task logs, so their formatting cost is counted.
 
-Every watch request of the hub that ends is reported as one line ``{"watch_end": {...}}``: the resource,
+Every watch request of the hub is reported as one line ``{"watch_open": {...}}`` when it starts (kubesim's
+request log names a watch only once it ends) and one ``{"watch_end": {...}}`` when it ends: the resource,
 the ``timeoutSeconds`` it asked for, when it opened, how long it lasted and how it ended (the hub returns
 quietly when the server ends a stream, when its own deadline passes and when the client's request timeout
 raises TimeoutError, so only the duration tells them apart). That is how the benchmark explains a watch
@@ -52,6 +53,7 @@ def report_watch_ends() -> None:
 
     async def timed_watch(loop: _WatchLoop, api, timeout: int) -> bool:
         opened_wall, opened = time.time(), time.monotonic()
+        emit({"watch_open": {"resource": loop.resource.plural, "opened": round(opened_wall, 3)}})
         ended = "returned"
         try:
             return await watch(loop, api, timeout)

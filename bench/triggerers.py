@@ -276,7 +276,7 @@ async def measure(
             "requests_first_minute": sum(first_minute.values()),
             "first_minute_by_verb": first_minute,
             "object_reads_first_minute": object_reads(first_minute),
-            "watches_opened_first_minute": sum(v for k, v in first_minute.items() if k.startswith("watch ")),
+            "watches_opened_first_minute": len(restarted.watch_opens),  # the log names a watch once it ends
             # everyone's in that minute, the other triggerers' safety relists included
             "all_requests_first_minute": delta(after, before, api),
             "all_first_minute_by_verb": by_verb(after, before),

@@ -49,6 +49,7 @@ class Worker:
         self.fired: dict[str, tuple[float, str]] = {}
         self.hub_seen: dict[str, float] = {}
         self.stalls: list[tuple[float, float]] = []
+        self.watch_opens: list[dict] = []
         self.watch_ends: list[dict] = []
         self.replies: asyncio.Queue[dict] = asyncio.Queue()
         LIVE_WORKERS.append(self)
@@ -67,6 +68,8 @@ class Worker:
                     self.stalls.append((record["stall"]["t"], record["stall"]["s"]))
                 elif "hub_seen" in record:
                     self.hub_seen[record["hub_seen"]] = record["t"]
+                elif "watch_open" in record:
+                    self.watch_opens.append(record["watch_open"])
                 elif "watch_end" in record:
                     self.watch_ends.append(record["watch_end"])
                 else:

@@ -62,6 +62,7 @@ def test_a_restarted_triggerer_lists_instead_of_reading_each_task_and_catches_up
     # The queue reads repeat with time: held to one per triggerer per interval, which 31 triggers reading
     # each for itself would exceed.
     assert restart["all_requests_first_minute"] >= restart["requests_first_minute"] > 0
+    assert 2 <= restart["watches_opened_first_minute"] <= 2 + len(restart["watch_ends_first_minute"])
     first = triggerers.beyond_queue_reads(result["per_triggerer"][0]["by_verb"])
     again = triggerers.beyond_queue_reads(restart["startup_by_verb"])
     assert all(count <= first.get(key, 0) for key, count in again.items()), (again, first)
