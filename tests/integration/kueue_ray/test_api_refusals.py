@@ -15,6 +15,7 @@ import datetime
 import io
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from kubernetes import client, config
@@ -102,10 +103,14 @@ def test_a_watch_refused_for_good_turns_into_one_list_per_interval_and_every_tas
 
 
 def test_waits_that_come_after_the_last_one_ended_list_without_asking_to_watch_again(
-    faults, queues, rayjob_body, task_context
+    faults, queues, rayjob_body, task_context, hub_settings, monkeypatch
 ):
     """The namespace's loops stop with its last waiting task; the next task's loops remember the 403
-    instead of meeting it again (a triggerer with tasks coming and going would ask once per restart)."""
+    instead of meeting it again (a triggerer with tasks coming and going would ask once per restart).
+
+    Each wait is on a RayJob of its own that runs ~2 s, so every wait's loops are running when they would
+    ask; the degraded loops' own retry of the watch is set beyond the test, so each ask is a new loop's."""
+    monkeypatch.setattr(HUB, "settings", replace(hub_settings, degraded_watch_retry_every=10_000))
     faults.refuse(
         403,
         verbs=["watch"],
@@ -113,14 +118,17 @@ def test_waits_that_come_after_the_last_one_ended_list_without_asking_to_watch_a
         namespace=queues.namespace,
     )
     faults.clear_requests()
-    for _ in range(3):  # one after the other: each starts the namespace's loops anew
-        [trigger] = submit_many(queues, rayjob_body, task_context, count=1, duration="5")
+    for wait in range(3):  # one after the other: each starts the namespace's loops anew
+        [trigger] = submit_many(
+            queues, rayjob_body, task_context, count=1, duration="40", prefix=f"wait{wait}"
+        )
         [event] = asyncio.run(gather([trigger]))
         assert event["status"] == "success"
 
     mine = namespace_requests(faults, queues)
     for resource in ("rayjobs", "workloads"):
         assert len(by(mine, "watch", resource)) == 1, (resource, by(mine, "watch", resource))
+        assert len(by(mine, "list", resource)) >= 3, "each wait's loops listed"
 
 
 def test_a_watch_allowed_again_ends_the_polling(faults, queues, rayjob_body, task_context, capfd):
