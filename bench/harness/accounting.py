@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bench.harness.phases import wait_until
 from bench.kube import Api
+from kubesim.apiserver.faults import RequestRecord
 
 
 def delta(after: dict, before: dict, api: Api) -> int:
@@ -16,24 +17,20 @@ def requests_of(log: list[dict], user: str, *, until: float | None = None) -> di
     """One user's requests in kubesim's request log (``GET /kubesim/requests``), counted by verb and
     resource as kubesim's counters name them, up to the wall time ``until``.
 
-    >>> log = [{"user": "a", "at": 1.0, "verb": "list", "resource": "rayjobs", "group": "ray.io",
-    ...         "subresource": "", "path": "/apis/ray.io/v1/rayjobs"},
-    ...        {"user": "b", "at": 1.0, "verb": "list", "resource": "rayjobs", "group": "ray.io",
-    ...         "subresource": "", "path": "/apis/ray.io/v1/rayjobs"},
-    ...        {"user": "a", "at": 3.0, "verb": "get", "resource": "localqueues", "group": "kueue.x-k8s.io",
-    ...         "subresource": "pendingworkloads", "path": "/apis/..."}]
+    >>> rayjobs = {"verb": "list", "group": "ray.io", "resource": "rayjobs", "subresource": "", "namespace": "",
+    ...            "name": "", "code": 200, "path": "/apis/ray.io/v1/rayjobs", "at": 1.0}
+    >>> log = [{**rayjobs, "user": "a"}, {**rayjobs, "user": "b"},
+    ...        {**rayjobs, "user": "a", "at": 3.0, "verb": "get", "group": "kueue.x-k8s.io",
+    ...         "resource": "localqueues", "subresource": "pendingworkloads"}]
     >>> requests_of(log, "a"), requests_of(log, "a", until=2.0)
     ({'get localqueues.kueue.x-k8s.io/pendingworkloads': 1, 'list rayjobs.ray.io': 1}, {'list rayjobs.ray.io': 1})
     """
     counts: dict[str, int] = {}
-    for record in log:
-        if record["user"] != user or (until is not None and record["at"] > until):
+    for entry in log:
+        record = RequestRecord(**entry)
+        if record.user != user or (until is not None and record.at > until):
             continue
-        resource = f"{record['resource']}.{record['group']}" if record["group"] else record["resource"]
-        if record["subresource"]:
-            resource += f"/{record['subresource']}"
-        key = f"{record['verb']} {resource or record['path']}"
-        counts[key] = counts.get(key, 0) + 1
+        counts[record.counter_key] = counts.get(record.counter_key, 0) + 1
     return dict(sorted(counts.items()))
 
 
